@@ -1,0 +1,382 @@
+"""The Hugging Face checkpoint formats of EAGLE 3 / 3.1 drafters, read and written.
+
+Every format is mapped onto one canonical layout: the original EAGLE-3 tensor names
+(``midlayer.*``, ``fc.weight``, ``fc_norm.{i}.weight`` ...) and a ``DrafterConfig``. Reading
+and writing live side by side so the name tables exist once (DESIGN.md section 4).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from local_eagle.errors import CheckpointError
+
+FORMATS = ("eagle3", "vllm", "speculators", "modelopt")
+
+ARCH_TO_FORMAT = {
+    "LlamaForCausalLMEagle3": "eagle3",
+    "Eagle3LlamaForCausalLM": "vllm",
+    "Eagle3Speculator": "speculators",
+    "Eagle3DraftModel": "speculators",
+}
+
+LAYER_TENSORS = (
+    "input_layernorm.weight",
+    "hidden_norm.weight",
+    "post_attention_layernorm.weight",
+    "self_attn.q_proj.weight",
+    "self_attn.k_proj.weight",
+    "self_attn.v_proj.weight",
+    "self_attn.o_proj.weight",
+    "mlp.gate_proj.weight",
+    "mlp.up_proj.weight",
+    "mlp.down_proj.weight",
+)
+REQUIRED = ("fc.weight", "norm.weight", *(f"midlayer.{n}" for n in LAYER_TENSORS))
+OPTIONAL = (
+    "embed_tokens.weight",
+    "lm_head.weight",
+    "d2t",
+    "t2d",
+    "input_norm.weight",
+    "fc_norm.0.weight",
+    "fc_norm.1.weight",
+    "fc_norm.2.weight",
+)
+LEGACY_AUX_NORMS = {"aux_norm_low.weight": 0, "aux_norm_mid.weight": 1, "aux_norm_high.weight": 2}
+IGNORED = re.compile(r"(^|\.)rotary_emb\.inv_freq$")
+
+
+@dataclass
+class Checkpoint:
+    """A drafter checkpoint in canonical form: flags and shapes, plus float32/int64 arrays."""
+
+    format: str
+    config: dict[str, Any]
+    tensors: dict[str, np.ndarray]
+    path: Path
+
+    @property
+    def flags(self) -> dict[str, bool]:
+        keys = ("fc_norm", "norm_output", "norm_before_fc", "norm_before_residual")
+        return {k: bool(self.config[k]) for k in keys}
+
+
+def _flag(cfg: dict[str, Any], *names: str, default: bool = False) -> bool:
+    for n in names:
+        if n in cfg and cfg[n] is not None:
+            return bool(cfg[n])
+    return default
+
+
+def detect_format(raw: dict[str, Any]) -> str:
+    """Name the checkpoint format of a parsed config.json, or raise."""
+    archs = raw.get("architectures") or []
+    if raw.get("speculators_model_type") == "eagle3" or "transformer_layer_config" in raw:
+        return "speculators"
+    if isinstance(raw.get("eagle_config"), dict):
+        return "modelopt"
+    for a in archs:
+        if a in ARCH_TO_FORMAT:
+            return ARCH_TO_FORMAT[a]
+    if "draft_vocab_size" in raw and raw.get("num_hidden_layers") == 1:
+        return "eagle3"
+    raise CheckpointError(
+        f"config.json: unknown drafter format (architectures={archs}); expected one of "
+        "LlamaForCausalLMEagle3, Eagle3LlamaForCausalLM, Eagle3Speculator, an eagle_config block, "
+        "or draft_vocab_size with num_hidden_layers=1"
+    )
+
+
+def parse_config(raw: dict[str, Any], fmt: str, config_path: Path) -> dict[str, Any]:
+    """Flatten a format's config.json into the fields of ``DrafterConfig`` (some may be None)."""
+    top = dict(raw)
+    if fmt == "speculators":
+        layer = top.get("transformer_layer_config")
+        if not isinstance(layer, dict):
+            raise CheckpointError(f"{config_path}: speculators config has no transformer_layer_config object")
+        base = {**top, **layer}
+        norm_before_residual = _flag(top, "norm_before_residual", default=True)
+    elif fmt == "modelopt":
+        base = {**top, **top["eagle_config"]}
+        norm_before_residual = _flag(base, "norm_before_residual")
+    else:
+        base = top
+        norm_before_residual = _flag(base, "norm_before_residual")
+
+    def need(key: str) -> Any:
+        if base.get(key) is None:
+            raise CheckpointError(f"{config_path}: missing field '{key}'")
+        return base[key]
+
+    hidden = int(need("hidden_size"))
+    heads = int(need("num_attention_heads"))
+    layers = base.get("num_hidden_layers", 1)
+    if layers != 1:
+        raise CheckpointError(f"{config_path}: num_hidden_layers is {layers}, an EAGLE-3 drafter has 1")
+    rope_scaling = base.get("rope_scaling") or base.get("rope_parameters")
+    target_layers = base.get("eagle_aux_hidden_state_layer_ids")
+    if target_layers is None and isinstance(top.get("eagle_config"), dict):
+        target_layers = top["eagle_config"].get("eagle_aux_hidden_state_layer_ids")
+    return {
+        "hidden_size": hidden,
+        "intermediate_size": int(need("intermediate_size")),
+        "num_attention_heads": heads,
+        "num_key_value_heads": int(base.get("num_key_value_heads") or heads),
+        "head_dim": int(base.get("head_dim") or hidden // heads),
+        "vocab_size": int(need("vocab_size")),
+        "draft_vocab_size": int(base.get("draft_vocab_size") or base["vocab_size"]),
+        "target_hidden_size": base.get("target_hidden_size"),
+        "target_layers": list(target_layers) if target_layers is not None else None,
+        "rms_norm_eps": float(base.get("rms_norm_eps", 1e-6)),
+        "rope_theta": float(base.get("rope_theta") or (rope_scaling or {}).get("rope_theta") or 10000.0),
+        "rope_scaling": rope_scaling if isinstance(rope_scaling, dict) else None,
+        "max_position_embeddings": int(base.get("max_position_embeddings", 2048)),
+        "norm_before_residual": norm_before_residual,
+        "norm_before_fc": _flag(base, "norm_before_fc"),
+        "fc_norm": _flag(base, "fc_norm"),
+        "norm_output": _flag(base, "norm_output"),
+    }
+
+
+def canonical_name(name: str) -> str | None:
+    """Map a checkpoint tensor name to its canonical name; None for tensors that carry nothing."""
+    if IGNORED.search(name):
+        return None
+    for prefix in ("eagle_module.", "model."):
+        if name.startswith(prefix) and not name.startswith("model.layers."):
+            name = name[len(prefix) :]
+    for prefix in ("model.layers.0.", "layers.0."):
+        if name.startswith(prefix):
+            name = "midlayer." + name[len(prefix) :]
+    if name in LEGACY_AUX_NORMS:
+        name = f"fc_norm.{LEGACY_AUX_NORMS[name]}.weight"
+    return name
+
+
+def _load_safetensors(path: Path) -> dict[str, Any]:
+    from safetensors import safe_open
+
+    try:
+        import torch  # noqa: F401
+
+        framework = "pt"
+    except ImportError:
+        framework = "numpy"
+    out: dict[str, Any] = {}
+    try:
+        with safe_open(str(path), framework=framework) as f:
+            for k in f.keys():
+                out[k] = f.get_tensor(k)
+    except Exception as e:  # safetensors raises several unrelated types
+        raise CheckpointError(f"{path}: unreadable safetensors file ({e})") from None
+    return out
+
+
+def _load_bin(path: Path) -> dict[str, Any]:
+    try:
+        import torch
+    except ImportError:
+        raise CheckpointError(
+            f"{path}: reading pytorch_model.bin needs torch (pip install 'local-eagle[torch]')"
+        ) from None
+    try:
+        sd = torch.load(str(path), map_location="cpu", weights_only=True)
+    except Exception as e:
+        raise CheckpointError(f"{path}: unreadable PyTorch weights ({e})") from None
+    if not isinstance(sd, dict):
+        raise CheckpointError(f"{path}: expected a state dict, found {type(sd).__name__}")
+    return sd
+
+
+def _to_numpy(t: Any) -> np.ndarray:
+    if isinstance(t, np.ndarray):
+        return t
+    import torch
+
+    if t.dtype in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool):
+        return t.detach().cpu().numpy()
+    return t.detach().to(torch.float32).cpu().numpy()
+
+
+def load_weights(directory: Path) -> dict[str, Any]:
+    """Read every tensor of a checkpoint directory, from whichever weight layout it uses."""
+    index = directory / "model.safetensors.index.json"
+    single = directory / "model.safetensors"
+    binfile = directory / "pytorch_model.bin"
+    bin_index = directory / "pytorch_model.bin.index.json"
+    if single.is_file():
+        return _load_safetensors(single)
+    for idx, loader in ((index, _load_safetensors), (bin_index, _load_bin)):
+        if idx.is_file():
+            try:
+                weight_map = json.loads(idx.read_text())["weight_map"]
+            except (ValueError, KeyError, TypeError) as e:
+                raise CheckpointError(f"{idx}: not a weight index with a 'weight_map' ({e})") from None
+            out: dict[str, Any] = {}
+            for shard in sorted(set(weight_map.values())):
+                shard_path = directory / shard
+                if not shard_path.is_file():
+                    raise CheckpointError(f"{idx}: shard {shard} is missing")
+                out.update(loader(shard_path))
+            return out
+    if binfile.is_file():
+        return _load_bin(binfile)
+    raise CheckpointError(
+        f"{directory}: no weights found (expected model.safetensors, model.safetensors.index.json "
+        "or pytorch_model.bin)"
+    )
+
+
+def read_checkpoint(directory: str | os.PathLike[str]) -> Checkpoint:
+    """Read a drafter checkpoint directory of any supported format into canonical form."""
+    d = Path(directory)
+    if not d.is_dir():
+        raise CheckpointError(f"{d}: not a directory (expected a drafter checkpoint directory)")
+    cfg_path = d / "config.json"
+    if not cfg_path.is_file():
+        raise CheckpointError(f"{cfg_path}: missing config.json")
+    try:
+        raw = json.loads(cfg_path.read_text())
+    except ValueError as e:
+        raise CheckpointError(f"{cfg_path}: not valid JSON ({e})") from None
+    if not isinstance(raw, dict):
+        raise CheckpointError(f"{cfg_path}: expected a JSON object")
+    fmt = detect_format(raw)
+    config = parse_config(raw, fmt, cfg_path)
+    if config["fc_norm"] and config["norm_before_fc"]:
+        raise CheckpointError(f"{cfg_path}: fc_norm and norm_before_fc are both set; they are mutually exclusive")
+
+    tensors: dict[str, np.ndarray] = {}
+    known = set(REQUIRED) | set(OPTIONAL)
+    for name, t in load_weights(d).items():
+        cname = canonical_name(name)
+        if cname is None:
+            continue
+        if cname not in known:
+            raise CheckpointError(f"{d}: unexpected tensor '{name}' for an EAGLE-3 drafter")
+        tensors[cname] = _to_numpy(t)
+    for name in REQUIRED:
+        if name not in tensors:
+            raise CheckpointError(f"{d}: missing tensor '{name}'")
+    if config["fc_norm"]:
+        for i in range(3):
+            if f"fc_norm.{i}.weight" not in tensors:
+                raise CheckpointError(f"{d}: fc_norm is set but tensor 'fc_norm.{i}.weight' is missing")
+    if config["norm_before_fc"] and "input_norm.weight" not in tensors:
+        raise CheckpointError(f"{d}: norm_before_fc is set but tensor 'input_norm.weight' is missing")
+    tensors.pop("t2d", None)
+    return Checkpoint(format=fmt, config=config, tensors=tensors, path=d)
+
+
+# --- writing (used by the tests' fixtures and by `local-eagle train`) -----------------------------
+
+
+def _config_json(cfg: dict[str, Any], fmt: str) -> dict[str, Any]:
+    llama = {
+        "model_type": "llama",
+        "hidden_size": cfg["hidden_size"],
+        "intermediate_size": cfg["intermediate_size"],
+        "num_attention_heads": cfg["num_attention_heads"],
+        "num_key_value_heads": cfg["num_key_value_heads"],
+        "head_dim": cfg["head_dim"],
+        "num_hidden_layers": 1,
+        "rms_norm_eps": cfg["rms_norm_eps"],
+        "rope_theta": cfg["rope_theta"],
+        "max_position_embeddings": cfg["max_position_embeddings"],
+        "vocab_size": cfg["vocab_size"],
+        "hidden_act": "silu",
+        "tie_word_embeddings": False,
+    }
+    extra = {
+        "draft_vocab_size": cfg["draft_vocab_size"],
+        "target_hidden_size": cfg["target_hidden_size"],
+        "eagle_aux_hidden_state_layer_ids": list(cfg["target_layers"]),
+        "norm_before_residual": cfg["norm_before_residual"],
+        "norm_before_fc": cfg["norm_before_fc"],
+        "fc_norm": cfg["fc_norm"],
+        "norm_output": cfg["norm_output"],
+    }
+    if fmt == "speculators":
+        out = {
+            "speculators_model_type": "eagle3",
+            "architectures": ["Eagle3Speculator"],
+            "transformer_layer_config": {**llama, "architectures": ["LlamaForCausalLM"]},
+            **extra,
+        }
+        if cfg["norm_before_residual"]:
+            del out["norm_before_residual"]  # speculators' default is true
+        return out
+    if fmt == "modelopt":
+        return {"architectures": ["LlamaForCausalLMEagle3"], **llama, "eagle_config": extra}
+    arch = "Eagle3LlamaForCausalLM" if fmt == "vllm" else "LlamaForCausalLMEagle3"
+    return {"architectures": [arch], **llama, **extra}
+
+
+def _format_name(name: str, fmt: str, fc_norm_style: str) -> str:
+    if name.startswith("midlayer.") and fmt == "speculators":
+        return "layers.0." + name[len("midlayer.") :]
+    if name.startswith("fc_norm."):
+        i = int(name.split(".")[1])
+        if fc_norm_style == "model":
+            return "model." + name
+        if fc_norm_style == "legacy":
+            return ("aux_norm_low.weight", "aux_norm_mid.weight", "aux_norm_high.weight")[i]
+    return name
+
+
+def write_checkpoint(
+    state_dict: dict[str, Any],
+    cfg: dict[str, Any],
+    out_dir: str | os.PathLike[str],
+    fmt: str = "eagle3",
+    weights: str = "safetensors",
+    fc_norm_style: str = "plain",
+    shard_count: int = 2,
+) -> Path:
+    """Write a canonical state dict as a checkpoint of ``fmt``.
+
+    weights: "safetensors", "sharded" (``shard_count`` files plus an index) or "bin".
+    fc_norm_style: "plain" (``fc_norm.i.weight``), "model" (``model.fc_norm.i.weight``) or
+    "legacy" (``aux_norm_{low,mid,high}.weight``).
+    """
+    import torch
+    from safetensors.torch import save_file
+
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tensors = {
+        _format_name(k, fmt, fc_norm_style): torch.as_tensor(v).detach().contiguous().clone()
+        for k, v in state_dict.items()
+    }
+    if weights == "bin":
+        torch.save(tensors, out / "pytorch_model.bin")
+    elif weights == "sharded":
+        names = sorted(tensors)
+        weight_map: dict[str, str] = {}
+        for i in range(shard_count):
+            part = names[i::shard_count]
+            fname = f"model-{i + 1:05d}-of-{shard_count:05d}.safetensors"
+            save_file({n: tensors[n] for n in part}, str(out / fname))
+            weight_map.update(dict.fromkeys(part, fname))
+        (out / "model.safetensors.index.json").write_text(
+            json.dumps({"metadata": {}, "weight_map": weight_map}, indent=2)
+        )
+    elif weights == "safetensors":
+        save_file(tensors, str(out / "model.safetensors"))
+    else:
+        raise ValueError(f"unknown weights layout {weights!r}")
+    with tempfile.NamedTemporaryFile("w", dir=out, suffix=".tmp", delete=False) as f:
+        json.dump(_config_json(cfg, fmt), f, indent=2)
+    os.replace(f.name, out / "config.json")
+    return out

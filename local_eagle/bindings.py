@@ -1,0 +1,409 @@
+"""The one place that touches llama.cpp's C API and pointers.
+
+llama-cpp-python (pinned) binds the public API; the staging API of ``src/llama-ext.h`` is
+exported from libllama only under C++-mangled names, so it is bound here by those names.
+Everything above this module speaks numpy arrays. Every buffer and callback handed to
+llama.cpp is kept referenced by its Python owner for as long as llama.cpp may read it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from local_eagle.errors import LlamaError
+
+try:
+    import llama_cpp
+    from llama_cpp import llama_cpp as C
+except Exception as e:  # pragma: no cover - reported at use
+    llama_cpp = None
+    C = None
+    _IMPORT_ERROR: Exception | None = e
+else:
+    _IMPORT_ERROR = None
+
+PINNED_VERSION = "0.3.36"
+
+ENCODE = 0  # LLAMA_PROCESS_TYPE_ENCODE
+DECODE = 1  # LLAMA_PROCESS_TYPE_DECODE
+
+_c_ctx = ctypes.c_void_p
+_c_model = ctypes.c_void_p
+_f32p = ctypes.POINTER(ctypes.c_float)
+_i32p = ctypes.POINTER(ctypes.c_int32)
+
+# name -> (mangled symbol, argtypes, restype); mangling per the Itanium C++ ABI of llama-ext.h
+STAGING: dict[str, tuple[str, list, object]] = {
+    "set_embeddings_nextn": (
+        "_Z26llama_set_embeddings_nextnP13llama_contextbb",
+        [_c_ctx, ctypes.c_bool, ctypes.c_bool],
+        None,
+    ),
+    "get_embeddings_nextn": ("_Z26llama_get_embeddings_nextnP13llama_context", [_c_ctx], _f32p),
+    "get_embeddings_nextn_ith": (
+        "_Z30llama_get_embeddings_nextn_ithP13llama_contexti",
+        [_c_ctx, ctypes.c_int32],
+        _f32p,
+    ),
+    "set_embeddings_layer_inp": (
+        "_Z30llama_set_embeddings_layer_inpP13llama_contextjb",
+        [_c_ctx, ctypes.c_uint32, ctypes.c_bool],
+        None,
+    ),
+    "get_embeddings_layer_inp": (
+        "_Z30llama_get_embeddings_layer_inpP13llama_contextj",
+        [_c_ctx, ctypes.c_uint32],
+        _f32p,
+    ),
+    "model_target_layer_ids": ("_Z28llama_model_target_layer_idsPK11llama_model", [_c_model], _i32p),
+    "model_target_layer_ids_n": ("_Z30llama_model_target_layer_ids_nPK11llama_model", [_c_model], ctypes.c_uint32),
+}
+
+
+def _require_llama() -> None:
+    if C is None:
+        raise LlamaError(
+            f"llama-cpp-python is not importable ({_IMPORT_ERROR}); install llama-cpp-python=={PINNED_VERSION}"
+        )
+
+
+class _Staging:
+    """Lazily resolved staging symbols; a missing one is a clear error, not a crash."""
+
+    def __init__(self) -> None:
+        self._fns: dict[str, Callable] = {}
+
+    def available(self) -> dict[str, bool]:
+        _require_llama()
+        return {name: hasattr(C._lib, sym) for name, (sym, _, _) in STAGING.items()}
+
+    def __getattr__(self, name: str) -> Callable:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        fn = self._fns.get(name)
+        if fn is None:
+            _require_llama()
+            sym, argtypes, restype = STAGING[name]
+            try:
+                fn = getattr(C._lib, sym)
+            except AttributeError:
+                raise LlamaError(
+                    f"libllama lacks the staging symbol llama_{name} ({sym}); local-eagle needs "
+                    f"llama-cpp-python=={PINNED_VERSION}"
+                ) from None
+            fn.argtypes = argtypes
+            fn.restype = restype
+            self._fns[name] = fn
+        return fn
+
+
+staging = _Staging()
+
+# --- logging: llama.cpp's chatter is kept, not printed, so errors can quote it -------------------
+
+_log_lines: deque[str] = deque(maxlen=50)
+_log_lock = threading.Lock()
+_log_cb = None
+_backend_ready = False
+
+
+def _install_logger() -> None:
+    global _log_cb, _backend_ready
+    if _backend_ready:
+        return
+    _require_llama()
+
+    @C.llama_log_callback
+    def _cb(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+        if os.environ.get("LOCAL_EAGLE_LLAMA_LOG"):
+            print(text.decode("utf-8", "replace"), end="", flush=True)
+        with _log_lock:
+            _log_lines.append(text.decode("utf-8", "replace"))
+
+    _log_cb = _cb  # must outlive every llama.cpp call
+    C.llama_log_set(_log_cb, ctypes.c_void_p(0))
+    C.llama_backend_init()
+    _backend_ready = True
+
+
+def last_log_error() -> str:
+    """The last error-looking line llama.cpp logged, to make a failure message concrete."""
+    with _log_lock:
+        lines = [ln.strip() for ln in _log_lines if ln.strip()]
+    for ln in reversed(lines):
+        low = ln.lower()
+        if "error" in low or "failed" in low or "wrong" in low or "invalid" in low:
+            return ln
+    return lines[-1] if lines else ""
+
+
+def gpu_offload_supported() -> bool:
+    _require_llama()
+    return bool(C.llama_supports_gpu_offload())
+
+
+def system_info() -> str:
+    _require_llama()
+    return C.llama_print_system_info().decode("utf-8", "replace")
+
+
+# --- model ----------------------------------------------------------------------------------------
+
+
+class Model:
+    """A loaded GGUF model. ``use_extra_bufts`` stays off on CPU builds (AMX repack segfault)."""
+
+    def __init__(self, path: str | os.PathLike[str], n_gpu_layers: int = -1, what: str = "model") -> None:
+        _install_logger()
+        p = Path(path)
+        if not p.is_file():
+            raise LlamaError(f"{p}: {what} file not found")
+        params = C.llama_model_default_params()
+        params.n_gpu_layers = n_gpu_layers if gpu_offload_supported() else 0
+        if not gpu_offload_supported():
+            params.use_extra_bufts = False
+        self._params = params
+        ptr = C.llama_model_load_from_file(str(p).encode(), params)
+        if not ptr:
+            detail = last_log_error()
+            raise LlamaError(f"{p}: llama.cpp could not load the {what}" + (f" ({detail})" if detail else ""))
+        self.ptr = ptr
+        self.path = p
+        self.vocab = C.llama_model_get_vocab(ptr)
+        self.n_embd = int(C.llama_model_n_embd(ptr))
+        self.n_layer = int(C.llama_model_n_layer(ptr))
+        self.n_vocab = int(C.llama_vocab_n_tokens(self.vocab))
+
+    def arch(self) -> str:
+        buf = ctypes.create_string_buffer(128)
+        C.llama_model_meta_val_str(self.ptr, b"general.architecture", buf, len(buf))
+        return buf.value.decode()
+
+    def target_layer_ids(self) -> list[int]:
+        n = int(staging.model_target_layer_ids_n(self.ptr))
+        ids = staging.model_target_layer_ids(self.ptr)
+        return [int(ids[i]) for i in range(n)]
+
+    def tokenize(self, text: str | bytes, add_special: bool = True, parse_special: bool = False) -> np.ndarray:
+        data = text.encode("utf-8") if isinstance(text, str) else text
+        n_max = len(data) + 16
+        buf = (ctypes.c_int32 * n_max)()
+        n = C.llama_tokenize(self.vocab, data, len(data), buf, n_max, add_special, parse_special)
+        if n < 0:
+            n_max = -n
+            buf = (ctypes.c_int32 * n_max)()
+            n = C.llama_tokenize(self.vocab, data, len(data), buf, n_max, add_special, parse_special)
+        if n < 0:
+            raise LlamaError("llama.cpp failed to tokenize the prompt")
+        return np.ctypeslib.as_array(buf)[:n].astype(np.int32)
+
+    def token_to_piece(self, token: int, special: bool = False) -> bytes:
+        buf = ctypes.create_string_buffer(64)
+        n = C.llama_token_to_piece(self.vocab, int(token), buf, len(buf), 0, special)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = C.llama_token_to_piece(self.vocab, int(token), buf, len(buf), 0, special)
+        return buf.raw[:n]
+
+    def is_eog(self, token: int) -> bool:
+        return bool(C.llama_vocab_is_eog(self.vocab, int(token)))
+
+    def bos(self) -> int:
+        return int(C.llama_vocab_bos(self.vocab))
+
+    def close(self) -> None:
+        if getattr(self, "ptr", None):
+            C.llama_model_free(self.ptr)
+            self.ptr = None
+
+    def __del__(self) -> None:  # pragma: no cover - interpreter shutdown order varies
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+# --- context --------------------------------------------------------------------------------------
+
+
+@dataclass
+class ContextOptions:
+    n_ctx: int = 2048
+    n_batch: int = 512
+    n_ubatch: int = 512
+    n_threads: int = 0  # 0: all cores
+    flash_attn: bool | None = None  # None: llama.cpp decides
+
+
+class Context:
+    """A llama_context plus the batch it is fed through."""
+
+    def __init__(
+        self,
+        model: Model,
+        opts: ContextOptions | None = None,
+        ctx_other: Context | None = None,
+        cb_eval: Callable | None = None,
+    ) -> None:
+        opts = opts or ContextOptions()
+        params = C.llama_context_default_params()
+        params.n_ctx = opts.n_ctx
+        params.n_batch = opts.n_batch
+        params.n_ubatch = min(opts.n_ubatch, opts.n_batch)
+        params.n_seq_max = 1
+        threads = opts.n_threads or (os.cpu_count() or 1)
+        params.n_threads = threads
+        params.n_threads_batch = threads
+        params.no_perf = True
+        if opts.flash_attn is not None:
+            params.flash_attn_type = 1 if opts.flash_attn else 0
+        if ctx_other is not None:
+            params.ctx_other = ctx_other.ptr
+        if cb_eval is not None:
+            params.cb_eval = cb_eval
+            params.cb_eval_user_data = None
+        self._cb_eval = cb_eval  # keep alive
+        self._ctx_other = ctx_other  # the other context must outlive this one
+        self.model = model
+        ptr = C.llama_init_from_model(model.ptr, params)
+        if not ptr:
+            detail = last_log_error()
+            raise LlamaError(
+                f"{model.path}: llama.cpp could not create a context" + (f" ({detail})" if detail else "")
+            )
+        self.ptr = ptr
+        self.n_ctx = int(C.llama_n_ctx(ptr))
+        self.n_batch = int(C.llama_n_batch(ptr))
+        self.n_ubatch = int(C.llama_n_ubatch(ptr))
+        self.mem = C.llama_get_memory(ptr)
+        self.batch = C.llama_batch_ext_init(ptr)
+        self._pos = ctypes.c_int32(0)
+
+    # batches ------------------------------------------------------------------------------------
+
+    def _add_token(self, token: int, pos: int, output: bool, embd: np.ndarray | None) -> None:
+        idx = C.llama_batch_ext_add_token(self.batch, 0, int(token))
+        if idx < 0:
+            raise LlamaError(f"batch rejected token {token} (code {idx}; batch holds at most {self.n_batch})")
+        self._pos.value = pos
+        C.llama_batch_ext_set_pos(self.batch, idx, ctypes.byref(self._pos))
+        if embd is not None:
+            e = C.llama_embd(embd.ctypes.data_as(_f32p), 1, embd.shape[-1])
+            if not C.llama_batch_ext_set_embd_token(self.batch, idx, e):
+                raise LlamaError(f"batch rejected an embedding of width {embd.shape[-1]}: {last_log_error()}")
+        if output:
+            C.llama_batch_ext_set_output_logits(self.batch, idx, True)
+
+    def _add_embd(self, row: np.ndarray, pos: int, output: bool) -> None:
+        e = C.llama_embd(row.ctypes.data_as(_f32p), 1, row.shape[-1])
+        idx = C.llama_batch_ext_add_embd(self.batch, 0, e)
+        if idx < 0:
+            raise LlamaError(f"batch rejected an embedding row of width {row.shape[-1]} (code {idx})")
+        self._pos.value = pos
+        C.llama_batch_ext_set_pos(self.batch, idx, ctypes.byref(self._pos))
+        if output:
+            C.llama_batch_ext_set_output_logits(self.batch, idx, True)
+
+    def _run(self, kind: int, what: str) -> None:
+        rc = C.llama_process(self.ptr, kind, self.batch)
+        if rc != 0:
+            hint = " (context full)" if rc == 1 else ""
+            raise LlamaError(f"llama.cpp {what} failed with code {rc}{hint}: {last_log_error()}")
+
+    def decode(
+        self,
+        tokens: np.ndarray,
+        positions: np.ndarray,
+        outputs: np.ndarray | bool = False,
+        embd: np.ndarray | None = None,
+    ) -> None:
+        """Decode rows (token, position[, embedding]); ``outputs`` marks rows whose logits are kept."""
+        n = len(tokens)
+        if n > self.n_batch:
+            raise LlamaError(f"batch of {n} rows exceeds n_batch={self.n_batch}")
+        out = np.broadcast_to(np.asarray(outputs, dtype=bool), (n,))
+        if embd is not None:
+            embd = np.ascontiguousarray(embd, dtype=np.float32)
+        C.llama_batch_ext_clear(self.batch)
+        for i in range(n):
+            self._add_token(int(tokens[i]), int(positions[i]), bool(out[i]), None if embd is None else embd[i])
+        self._run(DECODE, "decode")
+
+    def encode_rows(self, rows: np.ndarray, positions: np.ndarray) -> None:
+        """Run the encoder graph over embedding rows (every row is an output)."""
+        rows = np.ascontiguousarray(rows, dtype=np.float32)
+        C.llama_batch_ext_clear(self.batch)
+        for i in range(len(rows)):
+            self._add_embd(rows[i], int(positions[i]), True)
+        self._run(ENCODE, "encode")
+
+    # outputs ------------------------------------------------------------------------------------
+
+    def logits(self, i: int, n_vocab: int) -> np.ndarray:
+        ptr = C.llama_get_logits_ith(self.ptr, i)
+        if not ptr:
+            raise LlamaError(f"llama.cpp has no logits for output row {i}")
+        return np.ctypeslib.as_array(ptr, shape=(n_vocab,)).copy()
+
+    def embeddings_nextn(self, n_rows: int, width: int) -> np.ndarray:
+        ptr = staging.get_embeddings_nextn(self.ptr)
+        if not ptr:
+            raise LlamaError("llama.cpp returned no nextn embeddings (was set_embeddings_nextn called?)")
+        return np.ctypeslib.as_array(ptr, shape=(n_rows, width)).copy()
+
+    def embeddings_nextn_ith(self, i: int, width: int) -> np.ndarray:
+        ptr = staging.get_embeddings_nextn_ith(self.ptr, i)
+        if not ptr:
+            raise LlamaError(f"llama.cpp returned no nextn embedding for output row {i}")
+        return np.ctypeslib.as_array(ptr, shape=(width,)).copy()
+
+    def set_embeddings_nextn(self, value: bool, masked: bool) -> None:
+        staging.set_embeddings_nextn(self.ptr, value, masked)
+
+    def set_layer_capture(self, layer: int, value: bool) -> None:
+        staging.set_embeddings_layer_inp(self.ptr, layer, value)
+
+    def layer_input(self, layer: int, n_rows: int, width: int) -> np.ndarray:
+        ptr = staging.get_embeddings_layer_inp(self.ptr, layer)
+        if not ptr:
+            raise LlamaError(f"llama.cpp captured no input for layer {layer}")
+        return np.ctypeslib.as_array(ptr, shape=(n_rows, width)).copy()
+
+    # memory -------------------------------------------------------------------------------------
+
+    def remove_from(self, pos: int) -> None:
+        """Drop KV entries at positions >= pos."""
+        if not C.llama_memory_seq_rm(self.mem, 0, pos, -1):
+            raise LlamaError(f"llama.cpp could not roll its cache back to position {pos}")
+
+    def clear(self) -> None:
+        C.llama_memory_clear(self.mem, True)
+
+    def pos_max(self) -> int:
+        return int(C.llama_memory_seq_pos_max(self.mem, 0))
+
+    def close(self) -> None:
+        if getattr(self, "batch", None):
+            C.llama_batch_ext_free(self.batch)
+            self.batch = None
+        if getattr(self, "ptr", None):
+            C.llama_free(self.ptr)
+            self.ptr = None
+
+    def __del__(self) -> None:  # pragma: no cover
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def llama_cpp_version() -> str | None:
+    return getattr(llama_cpp, "__version__", None) if llama_cpp is not None else None

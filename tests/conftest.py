@@ -1,0 +1,60 @@
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from converters.formats import write_checkpoint
+from local_eagle.tiny import TinyTargetSpec, make_drafter, write_tiny_target
+
+TARGET_LAYERS = [1, 3, 4]
+SPEC = TinyTargetSpec()
+N_VOCAB = 265
+
+
+@pytest.fixture(scope="session")
+def target_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_tiny_target(tmp_path_factory.mktemp("target") / "tiny-target.gguf", SPEC)
+
+
+@pytest.fixture
+def drafter_factory() -> Callable[..., Any]:
+    def make(**kw: Any):
+        kw.setdefault("target_layers", TARGET_LAYERS)
+        return make_drafter(target_vocab=N_VOCAB, target_hidden=SPEC.n_embd, **kw)
+
+    return make
+
+
+def state_dict_for(model: Any, with_d2t: bool = True) -> dict[str, Any]:
+    sd = dict(model.state_dict())
+    if not with_d2t:
+        sd.pop("d2t")
+        sd.pop("t2d")
+    return sd
+
+
+@pytest.fixture
+def checkpoint_factory(tmp_path: Path, drafter_factory: Callable[..., Any]) -> Callable[..., tuple[Any, Path]]:
+    """Build a random drafter and write it as a checkpoint; returns (reference model, directory)."""
+    counter = iter(range(10_000))
+
+    def make(
+        fmt: str = "eagle3",
+        weights: str = "safetensors",
+        fc_norm_style: str = "plain",
+        with_d2t: bool = True,
+        mutate: Callable[[dict[str, Any], dict[str, Any]], None] | None = None,
+        **kw: Any,
+    ) -> tuple[Any, Path]:
+        model = drafter_factory(**kw)
+        sd = state_dict_for(model, with_d2t)
+        cfg = model.cfg.to_dict()
+        if mutate:
+            mutate(sd, cfg)
+        d = write_checkpoint(sd, cfg, tmp_path / f"ckpt{next(counter)}", fmt, weights, fc_norm_style)
+        return model, d
+
+    return make
