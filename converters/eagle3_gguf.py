@@ -183,9 +183,7 @@ def plan(
     for name, arr in t.items():
         want = shapes.get(name)
         if want is not None and tuple(arr.shape) != want:
-            raise CheckpointError(
-                f"{where}: tensor '{name}' has shape {list(arr.shape)}, expected {list(want)}"
-            )
+            raise CheckpointError(f"{where}: tensor '{name}' has shape {list(arr.shape)}, expected {list(want)}")
 
     if "lm_head.weight" not in t and absolute is not None:
         # llama.cpp would borrow the target's full-vocabulary head, which d2t cannot index.
@@ -279,9 +277,7 @@ def convert(
         raise LocalEagleError(f"{target_gguf}: is an eagle3 drafter, expected the target model's GGUF")
     cfg, tensors = plan(ckpt, target, reader, target_layers)
 
-    ordered: list[tuple[str, np.ndarray]] = [
-        (TENSOR_NAMES[k], v) for k, v in tensors.items() if k in TENSOR_NAMES
-    ]
+    ordered: list[tuple[str, np.ndarray]] = [(TENSOR_NAMES[k], v) for k, v in tensors.items() if k in TENSOR_NAMES]
     n_head, n_kv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     ordered = [
         (

@@ -231,8 +231,7 @@ def load_weights(directory: Path) -> dict[str, Any]:
     if binfile.is_file():
         return _load_bin(binfile)
     raise CheckpointError(
-        f"{directory}: no weights found (expected model.safetensors, model.safetensors.index.json "
-        "or pytorch_model.bin)"
+        f"{directory}: no weights found (expected model.safetensors, model.safetensors.index.json or pytorch_model.bin)"
     )
 
 

@@ -64,7 +64,11 @@ STAGING: dict[str, tuple[str, list, object]] = {
         _f32p,
     ),
     "model_target_layer_ids": ("_Z28llama_model_target_layer_idsPK11llama_model", [_c_model], _i32p),
-    "model_target_layer_ids_n": ("_Z30llama_model_target_layer_ids_nPK11llama_model", [_c_model], ctypes.c_uint32),
+    "model_target_layer_ids_n": (
+        "_Z30llama_model_target_layer_ids_nPK11llama_model",
+        [_c_model],
+        ctypes.c_uint32,
+    ),
 }
 
 
@@ -276,9 +280,7 @@ class Context:
         ptr = C.llama_init_from_model(model.ptr, params)
         if not ptr:
             detail = last_log_error()
-            raise LlamaError(
-                f"{model.path}: llama.cpp could not create a context" + (f" ({detail})" if detail else "")
-            )
+            raise LlamaError(f"{model.path}: llama.cpp could not create a context" + (f" ({detail})" if detail else ""))
         self.ptr = ptr
         self.n_ctx = int(C.llama_n_ctx(ptr))
         self.n_batch = int(C.llama_n_batch(ptr))

@@ -136,7 +136,11 @@ def demo(
         t.add_column(col)
     for r in rows:
         t.add_row(
-            r["outtype"], str(r["step"]), f"{r['max_abs_diff']:.2e}", f"{r['logit_scale']:.2f}", str(r["argmax_equal"])
+            r["outtype"],
+            str(r["step"]),
+            f"{r['max_abs_diff']:.2e}",
+            f"{r['logit_scale']:.2f}",
+            str(r["argmax_equal"]),
         )
     out.print(t)
     ok = all(r["ok"] for r in rows)

@@ -46,7 +46,9 @@ def read_spec(path: str | os.PathLike[str]) -> DrafterSpec:
         raise LocalEagleError(f"{path}: architecture is {info.arch!r}, expected an {DRAFTER_ARCH} drafter")
     if info.target_layers is None or len(info.target_layers) != 3:
         raise LocalEagleError(f"{path}: {DRAFTER_ARCH}.target_layers must hold 3 layer ids")
-    eps = float(field_value(reader, KEY_FC_NORM_EPS) or field_value(reader, f"{DRAFTER_ARCH}.attention.layer_norm_rms_epsilon"))
+    eps = float(
+        field_value(reader, KEY_FC_NORM_EPS) or field_value(reader, f"{DRAFTER_ARCH}.attention.layer_norm_rms_epsilon")
+    )
     w = None
     if field_value(reader, KEY_FC_NORM, False):
         raw = field_value(reader, KEY_FC_NORM_WEIGHT)

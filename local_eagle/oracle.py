@@ -62,8 +62,8 @@ def run_reference(
 
     n = len(features)
     cache = KVCache()
-    emb = torch.from_numpy(target_embd) if target_embd is not None else None
-    head = torch.from_numpy(target_head) if target_head is not None else None
+    emb = torch.from_numpy(target_embd.copy()) if target_embd is not None else None
+    head = torch.from_numpy(target_head.copy()) if target_head is not None else None
     with torch.no_grad():
         f = torch.from_numpy(np.ascontiguousarray(features, dtype=np.float32))[None]
         g = model.project(f)

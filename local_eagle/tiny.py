@@ -40,9 +40,7 @@ def byte_vocab(extra: tuple[str, ...]) -> tuple[list[str], list[float], list[int
     return tokens, scores, [int(t) for t in types]
 
 
-def write_tiny_target(
-    path: str | os.PathLike[str], spec: TinyTargetSpec | None = None, seed: int = 0
-) -> Path:
+def write_tiny_target(path: str | os.PathLike[str], spec: TinyTargetSpec | None = None, seed: int = 0) -> Path:
     """A random-weight f32 llama GGUF with a byte-level vocabulary; llama.cpp runs it as a target."""
     spec = spec or TinyTargetSpec()
     rng = np.random.default_rng(seed)

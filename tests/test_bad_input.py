@@ -69,9 +69,7 @@ def test_shape_mismatch(tmp_path, target_gguf, checkpoint_factory):
 
     _, ckpt = checkpoint_factory(mutate=bad)
     out = tmp_path / "o.gguf"
-    assert_fails(
-        run_convert(ckpt, target_gguf, out), out, "midlayer.self_attn.o_proj.weight", "[64, 32]", "[64, 64]"
-    )
+    assert_fails(run_convert(ckpt, target_gguf, out), out, "midlayer.self_attn.o_proj.weight", "[64, 32]", "[64, 64]")
 
 
 def test_d2t_out_of_range(tmp_path, target_gguf, checkpoint_factory):
@@ -106,9 +104,7 @@ def test_missing_d2t_with_small_vocab(tmp_path, target_gguf, checkpoint_factory)
 def test_target_layer_out_of_range(tmp_path, target_gguf, checkpoint_factory):
     _, ckpt = checkpoint_factory()
     out = tmp_path / "o.gguf"
-    assert_fails(
-        run_convert(ckpt, target_gguf, out, "--target-layers", "1,2,6"), out, "target layer id 6", "6 layers"
-    )
+    assert_fails(run_convert(ckpt, target_gguf, out, "--target-layers", "1,2,6"), out, "target layer id 6", "6 layers")
 
 
 def test_target_layers_malformed(tmp_path, target_gguf, checkpoint_factory):
