@@ -117,7 +117,9 @@ class Drafter:
         step = self.ctx.n_ubatch
         for i in range(0, len(f), step):
             chunk = f[i : i + step]
-            self.ctx.encode_rows(chunk, np.arange(len(chunk)))
+            # the encoder ignores positions, but llama.cpp checks them against the cache
+            first = self.ctx.pos_max() + 1
+            self.ctx.encode_rows(chunk, np.arange(first, first + len(chunk)))
             out[i : i + len(chunk)] = self.ctx.embeddings_nextn(len(chunk), self.n_embd)
         return out
 
@@ -138,6 +140,12 @@ class Drafter:
                 logits[s + i] = self.ctx.logits(i, self.n_vocab)
                 prenorm[s + i] = self.ctx.embeddings_nextn_ith(i, self.n_embd)
         return logits, prenorm
+
+    def decode_kv(self, tokens: np.ndarray, g: np.ndarray, positions: np.ndarray) -> None:
+        """Decode real rows whose outputs nobody reads: only their cache entries matter."""
+        step = self.ctx.n_batch
+        for s in range(0, len(tokens), step):
+            self.ctx.decode(tokens[s : s + step], positions[s : s + step], False, g[s : s + step])
 
     def feedback(self, prenorm: np.ndarray) -> np.ndarray:
         """The state the next draft step takes as g: post-norm under EAGLE 3.1's norm_output."""

@@ -40,8 +40,16 @@ def byte_vocab(extra: tuple[str, ...]) -> tuple[list[str], list[float], list[int
     return tokens, scores, [int(t) for t in types]
 
 
-def write_tiny_target(path: str | os.PathLike[str], spec: TinyTargetSpec | None = None, seed: int = 0) -> Path:
-    """A random-weight f32 llama GGUF with a byte-level vocabulary; llama.cpp runs it as a target."""
+def write_tiny_target(
+    path: str | os.PathLike[str],
+    spec: TinyTargetSpec | None = None,
+    seed: int = 0,
+    overrides: dict[str, np.ndarray] | None = None,
+) -> Path:
+    """A random-weight f32 llama GGUF with a byte-level vocabulary; llama.cpp runs it as a target.
+
+    ``overrides`` replaces named tensors (same shapes) to build targets with known behaviour.
+    """
     spec = spec or TinyTargetSpec()
     rng = np.random.default_rng(seed)
     tokens, scores, types = byte_vocab(spec.extra_tokens)
@@ -54,6 +62,7 @@ def write_tiny_target(path: str | os.PathLike[str], spec: TinyTargetSpec | None 
         return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
 
     p = Path(path)
+    overrides = overrides or {}
     w = GGUFWriter(p, "llama")
     w.add_name("tiny-llama")
     w.add_file_type(LlamaFileType.ALL_F32)
@@ -77,19 +86,23 @@ def write_tiny_target(path: str | os.PathLike[str], spec: TinyTargetSpec | None 
     w.add_unk_token_id(0)
     w.add_add_bos_token(True)
     w.add_add_eos_token(False)
-    w.add_tensor("token_embd.weight", (rng.standard_normal((n_vocab, h)) * 0.5).astype(np.float32))
-    w.add_tensor("output_norm.weight", norm(h))
-    w.add_tensor("output.weight", mat(n_vocab, h, 4.0))
+
+    def put(name: str, value: np.ndarray) -> None:
+        w.add_tensor(name, np.ascontiguousarray(overrides.get(name, value), dtype=np.float32))
+
+    put("token_embd.weight", (rng.standard_normal((n_vocab, h)) * 0.5).astype(np.float32))
+    put("output_norm.weight", norm(h))
+    put("output.weight", mat(n_vocab, h, 4.0))
     for i in range(spec.n_layer):
-        w.add_tensor(f"blk.{i}.attn_norm.weight", norm(h))
-        w.add_tensor(f"blk.{i}.attn_q.weight", mat(spec.n_head * hd, h))
-        w.add_tensor(f"blk.{i}.attn_k.weight", mat(spec.n_head_kv * hd, h))
-        w.add_tensor(f"blk.{i}.attn_v.weight", mat(spec.n_head_kv * hd, h))
-        w.add_tensor(f"blk.{i}.attn_output.weight", mat(h, spec.n_head * hd))
-        w.add_tensor(f"blk.{i}.ffn_norm.weight", norm(h))
-        w.add_tensor(f"blk.{i}.ffn_gate.weight", mat(spec.n_ff, h))
-        w.add_tensor(f"blk.{i}.ffn_up.weight", mat(spec.n_ff, h))
-        w.add_tensor(f"blk.{i}.ffn_down.weight", mat(h, spec.n_ff))
+        put(f"blk.{i}.attn_norm.weight", norm(h))
+        put(f"blk.{i}.attn_q.weight", mat(spec.n_head * hd, h))
+        put(f"blk.{i}.attn_k.weight", mat(spec.n_head_kv * hd, h))
+        put(f"blk.{i}.attn_v.weight", mat(spec.n_head_kv * hd, h))
+        put(f"blk.{i}.attn_output.weight", mat(h, spec.n_head * hd))
+        put(f"blk.{i}.ffn_norm.weight", norm(h))
+        put(f"blk.{i}.ffn_gate.weight", mat(spec.n_ff, h))
+        put(f"blk.{i}.ffn_up.weight", mat(spec.n_ff, h))
+        put(f"blk.{i}.ffn_down.weight", mat(h, spec.n_ff))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
