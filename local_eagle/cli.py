@@ -149,5 +149,121 @@ def demo(
         raise typer.Exit(1)
 
 
+def _engine(model: Path, draft: Path | None, ctx: int, gpu_layers: int, threads: int):
+    from local_eagle.engine import Engine, EngineOptions
+
+    return Engine(model, draft, EngineOptions(n_ctx=ctx, n_gpu_layers=gpu_layers, n_threads=threads))
+
+
+def _stats_line(st) -> str:
+    per_pos = ", ".join(f"{a:.2f}" for a in st.acceptance_per_position)
+    line = (
+        f"{st.generated_tokens} tokens in {st.decode_seconds:.2f}s ({st.tokens_per_second:.1f} tok/s), "
+        f"prompt {st.prompt_tokens} tokens in {st.prefill_seconds:.2f}s; "
+        f"{st.target_calls} target calls, acceptance length {st.acceptance_length:.2f}"
+    )
+    if st.drafted_tokens:
+        line += f", drafted {st.drafted_tokens}, accepted {st.accepted_tokens}, per position [{per_pos}]"
+    return line + f"; stop: {st.stop_reason}"
+
+
+ModelOpt = Annotated[Path, typer.Option("--model", "-m", help="Target model GGUF.")]
+DraftOpt = Annotated[Path | None, typer.Option("--draft", "-d", help="EAGLE 3 / 3.1 drafter GGUF.")]
+CtxOpt = Annotated[int, typer.Option("--ctx", help="Context length (tokens).")]
+GpuOpt = Annotated[int, typer.Option("--gpu-layers", help="Layers to offload to the GPU (-1: all).")]
+ThreadsOpt = Annotated[int, typer.Option("--threads", help="CPU threads (0: all cores).")]
+
+
+@app.command()
+@friendly
+def generate(
+    model: ModelOpt,
+    draft: DraftOpt = None,
+    prompt: Annotated[str | None, typer.Option("--prompt", "-p", help="Prompt text.")] = None,
+    prompt_file: Annotated[Path | None, typer.Option("--prompt-file", help="Read the prompt from a file.")] = None,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", "-n")] = 128,
+    temperature: Annotated[float, typer.Option(help="0 = greedy.")] = 0.8,
+    top_k: Annotated[int, typer.Option("--top-k")] = 40,
+    top_p: Annotated[float, typer.Option("--top-p")] = 0.95,
+    min_p: Annotated[float, typer.Option("--min-p")] = 0.05,
+    repeat_penalty: Annotated[float, typer.Option("--repeat-penalty")] = 1.0,
+    seed: Annotated[int | None, typer.Option(help="Sampling seed.")] = None,
+    stop: Annotated[list[str] | None, typer.Option("--stop", help="Stop string (repeatable).")] = None,
+    draft_max: Annotated[int, typer.Option("--draft-max", help="Most tokens drafted per step (k).")] = 4,
+    draft_p_min: Annotated[float, typer.Option("--draft-p-min", help="Stop drafting below this probability.")] = 0.0,
+    ctx: CtxOpt = 4096,
+    gpu_layers: GpuOpt = -1,
+    threads: ThreadsOpt = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object with text, tokens, stats.")] = False,
+) -> None:
+    """Generate text with the target, speculatively when a drafter is given; output equals the target's."""
+    from local_eagle.sampling import SamplingParams
+
+    if (prompt is None) == (prompt_file is None):
+        raise LocalEagleError("give exactly one of --prompt or --prompt-file")
+    if prompt_file is not None:
+        if not prompt_file.is_file():
+            raise LocalEagleError(f"{prompt_file}: prompt file not found")
+        prompt = prompt_file.read_text(encoding="utf-8")
+    sp = SamplingParams(temperature, top_k, top_p, min_p, repeat_penalty, seed=seed)
+    with _engine(model, draft, ctx, gpu_layers, threads) as engine:
+        s = engine.stream(prompt, max_tokens=max_tokens, sampling=sp, draft_max=draft_max, draft_p_min=draft_p_min,
+                          stop=stop or [])  # fmt: skip
+        for piece in s:
+            if not as_json:
+                out.file.write(piece)
+                out.file.flush()
+        res = s.result
+    if as_json:
+        print(json.dumps({"text": res.text, "tokens": res.tokens, "stats": res.stats.to_dict()}))
+        return
+    out.file.write("\n")
+    err.print(_stats_line(res.stats), highlight=False, style="dim")
+
+
+@app.command()
+@friendly
+def bench(
+    model: ModelOpt,
+    draft: Annotated[Path, typer.Option("--draft", "-d", help="EAGLE 3 / 3.1 drafter GGUF.")],
+    prompts: Annotated[Path, typer.Option("--prompts", help="JSONL file of prompts ({'prompt': ...} per line).")],
+    max_tokens: Annotated[int, typer.Option("--max-tokens", "-n")] = 128,
+    draft_max: Annotated[list[int] | None, typer.Option("--draft-max", help="k values to test (repeatable).")] = None,
+    draft_p_min: Annotated[float, typer.Option("--draft-p-min")] = 0.0,
+    limit: Annotated[int | None, typer.Option(help="Use only the first N prompts.")] = None,
+    ctx: CtxOpt = 4096,
+    gpu_layers: GpuOpt = -1,
+    threads: ThreadsOpt = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON rows.")] = False,
+) -> None:
+    """Greedy baseline vs speculative decoding in one process: speedup, acceptance, ideal speedup."""
+    from local_eagle.bench import read_prompts, run_bench
+
+    texts = read_prompts(prompts)[:limit]
+    ks = draft_max or [4]
+    with _engine(model, draft, ctx, gpu_layers, threads) as engine:
+        rows = run_bench(engine, texts, ks, max_tokens=max_tokens, draft_p_min=draft_p_min, progress=not as_json)
+    if as_json:
+        print(json.dumps([r.to_dict() for r in rows]))
+    else:
+        t = Table(title=f"{model.name} + {draft.name}: greedy, {len(texts)} prompts x {max_tokens} tokens")
+        cols = ("k", "baseline tok/s", "spec tok/s", "speedup", "ideal", "accept len", "per-position acceptance",
+                "target 1-tok ms", "verify ms", "draft ms/round", "host ms/round", "identical")  # fmt: skip
+        for c in cols:
+            t.add_column(c)
+        for r in rows:
+            t.add_row(
+                str(r.draft_max), f"{r.baseline_tps:.1f}", f"{r.speculative_tps:.1f}", f"{r.speedup:.2f}x",
+                f"{r.ideal_speedup:.2f}x", f"{r.acceptance_length:.2f}",
+                " ".join(f"{a:.2f}" for a in r.acceptance_per_position), f"{r.target_call_ms:.2f}",
+                f"{r.verify_call_ms:.2f}", f"{r.draft_ms_per_round:.2f}", f"{r.host_ms_per_round:.2f}",
+                "yes" if r.identical else f"NO ({r.mismatches})",
+            )  # fmt: skip
+        out.print(t)
+    if not all(r.identical for r in rows):
+        err.print("[red]speculative output differed from the target's[/]")
+        raise typer.Exit(1)
+
+
 def main() -> None:  # pragma: no cover
     sys.exit(app())

@@ -27,6 +27,7 @@ CYCLE = [3 + ord(c) for c in "ABCDEFGHIJKLMNOP"]  # byte tokens <0x41>..<0x50>
 N_VOCAB = len(byte_vocab(SPEC.extra_tokens)[0])
 LAYERS = [1, 3, 4]
 BETA = 2.0
+EOS = 2
 
 
 def _unit(i: int, n: int = SPEC.n_embd) -> np.ndarray:
@@ -35,8 +36,14 @@ def _unit(i: int, n: int = SPEC.n_embd) -> np.ndarray:
     return v
 
 
-def cycle_target_tensors(margin: float = 4.0, noise: float = 0.0, seed: int = 0) -> dict[str, np.ndarray]:
-    """Tensors of the cycle target; ``margin`` is the logit gap (before 8x from the norm), ``noise`` blurs the head."""
+def cycle_target_tensors(
+    margin: float = 4.0, noise: float = 0.0, seed: int = 0, eos_after: str | None = None
+) -> dict[str, np.ndarray]:
+    """Tensors of the cycle target.
+
+    ``margin`` is the logit gap (before the final norm's 8x), ``noise`` blurs the head, and
+    ``eos_after`` makes that letter be followed by the end-of-sequence token instead.
+    """
     rng = np.random.default_rng(seed)
     h = SPEC.n_embd
     embd = np.zeros((N_VOCAB, h), dtype=np.float32)
@@ -50,7 +57,10 @@ def cycle_target_tensors(margin: float = 4.0, noise: float = 0.0, seed: int = 0)
         head[CYCLE[(i + 1) % len(CYCLE)]] += margin * _unit(i)
         head[t, h - 1] = 0.01 * (i + 1)  # tokens outside the cycle are followed by the last letter
     if noise:
-        head += noise * rng.standard_normal(head.shape).astype(np.float32)
+        head[3:] += noise * rng.standard_normal((N_VOCAB - 3, h)).astype(np.float32)  # specials stay silent
+    if eos_after is not None:
+        i = CYCLE.index(3 + ord(eos_after))
+        head[EOS] = 2 * margin * _unit(i)
     out: dict[str, np.ndarray] = {
         "token_embd.weight": embd,
         "output.weight": head,
@@ -62,8 +72,14 @@ def cycle_target_tensors(margin: float = 4.0, noise: float = 0.0, seed: int = 0)
     return out
 
 
-def write_cycle_target(path: str | os.PathLike[str], margin: float = 4.0, noise: float = 0.0, seed: int = 0) -> Path:
-    return write_tiny_target(path, SPEC, seed=seed, overrides=cycle_target_tensors(margin, noise, seed))
+def write_cycle_target(
+    path: str | os.PathLike[str],
+    margin: float = 4.0,
+    noise: float = 0.0,
+    seed: int = 0,
+    eos_after: str | None = None,
+) -> Path:
+    return write_tiny_target(path, SPEC, seed=seed, overrides=cycle_target_tensors(margin, noise, seed, eos_after))
 
 
 def make_cycle_drafter(eagle31: bool = True, noise: float = 0.0, seed: int = 0) -> Eagle3Drafter:
