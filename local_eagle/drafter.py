@@ -71,6 +71,28 @@ def read_spec(path: str | os.PathLike[str]) -> DrafterSpec:
     )
 
 
+def check_pair(spec: DrafterSpec, target: Model, path: str | os.PathLike[str]) -> None:
+    """Refuse a drafter made for another target before llama.cpp is asked to run the pair.
+
+    Enabling capture of a layer the target lacks aborts llama.cpp, so this runs first.
+    """
+    if spec.target_hidden_size != target.n_embd:
+        raise LocalEagleError(
+            f"{path}: drafter expects target hidden size {spec.target_hidden_size}, "
+            f"target {target.path.name} has {target.n_embd}"
+        )
+    for lid in spec.target_layers:
+        if not 0 <= lid < target.n_layer:
+            raise LocalEagleError(
+                f"{path}: target layer id {lid} is out of range for target {target.path.name} "
+                f"with {target.n_layer} layers"
+            )
+    if spec.n_vocab != target.n_vocab:
+        raise LocalEagleError(
+            f"{path}: drafter vocabulary has {spec.n_vocab} tokens, target {target.path.name} has {target.n_vocab}"
+        )
+
+
 class Drafter:
     """The drafter's llama.cpp context bound to a target context (``ctx_other``)."""
 
@@ -82,21 +104,8 @@ class Drafter:
         n_gpu_layers: int = -1,
     ) -> None:
         self.spec = read_spec(path)
-        if self.spec.target_hidden_size != target.model.n_embd:
-            raise LocalEagleError(
-                f"{path}: drafter expects target hidden size {self.spec.target_hidden_size}, "
-                f"target {target.model.path.name} has {target.model.n_embd}"
-            )
-        for lid in self.spec.target_layers:
-            if not 0 <= lid < target.model.n_layer:
-                raise LocalEagleError(
-                    f"{path}: target layer id {lid} is out of range for a target with {target.model.n_layer} layers"
-                )
+        check_pair(self.spec, target.model, path)
         self.model = Model(path, n_gpu_layers=n_gpu_layers, what="drafter")
-        if self.model.n_vocab != target.model.n_vocab:
-            raise LocalEagleError(
-                f"{path}: drafter vocabulary has {self.model.n_vocab} tokens, target has {target.model.n_vocab}"
-            )
         self.ctx = Context(self.model, opts or ContextOptions(n_ctx=target.n_ctx), ctx_other=target)
         # without this the encoder output pointer is NULL (DESIGN.md section 2)
         self.ctx.set_embeddings_nextn(True, True)

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from local_eagle.bindings import Context, ContextOptions, Model
-from local_eagle.drafter import Drafter, read_spec
+from local_eagle.drafter import Drafter, check_pair, read_spec
 from local_eagle.errors import LocalEagleError
 from local_eagle.sampling import (
     GREEDY,
@@ -136,6 +136,7 @@ class Engine:
         self.drafter: Drafter | None = None
         if draft is not None:
             spec = read_spec(draft)
+            check_pair(spec, self.model, draft)
             self.capture = LayerCapture.create(self.model, spec.target_layers, opts.capture)
         self.ctx = Context(self.model, ctx_opts, cb_eval=self.capture.callback if self.capture is not None else None)
         if self.capture is not None:
