@@ -252,7 +252,8 @@ def bench(
         for r in rows:
             t.add_row(
                 str(r.draft_max), f"{r.baseline_tps:.1f}", f"{r.speculative_tps:.1f}", f"{r.speedup:.2f}x",
-                f"{r.ideal_speedup:.2f}x", f"{r.acceptance_length:.2f}", "yes" if r.identical else f"NO ({r.mismatches})",
+                f"{r.ideal_speedup:.2f}x", f"{r.acceptance_length:.2f}",
+                "yes" if r.identical else f"NO ({r.mismatches})",
             )  # fmt: skip
         out.print(t)
         c = Table(title="acceptance per draft position and costs (ms)")
