@@ -231,3 +231,63 @@ class Eagle3Drafter(nn.Module):
         out = torch.full((*draft_logits.shape[:-1], self.cfg.vocab_size), float("-inf"), dtype=draft_logits.dtype)
         out[..., self.draft_to_target()] = draft_logits
         return out
+
+
+def ttt_forward(
+    model: Eagle3Drafter,
+    tokens: torch.Tensor,
+    features: torch.Tensor,
+    depth: int,
+    embed_weight: torch.Tensor | None = None,
+    lm_head_weight: torch.Tensor | None = None,
+) -> list[torch.Tensor]:
+    """Training-time test: ``depth`` chained draft steps for every position at once.
+
+    tokens [T + depth] are the sequence's tokens (teacher-forced), features [T, 3*H_target]
+    the target's captured states. Depth j's row for base position p reads token[p + 1 + j] at
+    position p + j and, for j > 0, the feedback state of depth j - 1; it attends to the real
+    rows 0..p and to its own chain (depths 1..j of base p), exactly what the inference loop's
+    cache holds at that draft step. Returns the draft-vocab logits of each depth, [T, V_draft].
+    """
+    cfg, layer = model.cfg, model.midlayer
+    att = layer.self_attn
+    n = features.shape[0]
+    nh, nkv, hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+    rep = nh // nkv
+    emb_w = model.embed_tokens.weight if cfg.own_embeddings else embed_weight
+    head_w = model.lm_head.weight if cfg.own_lm_head else lm_head_weight
+    base = torch.arange(n)
+    causal = base[None, :] <= base[:, None]  # [query p, key q]: real rows 0..p
+    g = model.project(features)
+    keys0 = values0 = None
+    chain_k: list[torch.Tensor] = []
+    chain_v: list[torch.Tensor] = []
+    out = []
+    for j in range(depth):
+        x_tok = tokens[1 + j : 1 + j + n]
+        e = layer.input_layernorm(F.embedding(x_tok, emb_w))
+        g_norm = layer.hidden_norm(g)
+        residual = g_norm if cfg.norm_before_residual else g
+        x = torch.cat((e, g_norm), dim=-1)
+        pos = base + j
+        q = rope(att.q_proj(x).view(n, nh, hd).transpose(0, 1), pos, cfg.rope_theta)
+        k = rope(att.k_proj(x).view(n, nkv, hd).transpose(0, 1), pos, cfg.rope_theta)
+        v = att.v_proj(x).view(n, nkv, hd).transpose(0, 1)
+        k, v = k.repeat_interleave(rep, dim=0), v.repeat_interleave(rep, dim=0)
+        if j == 0:
+            keys0, values0 = k, v
+        else:
+            chain_k.append(k)
+            chain_v.append(v)
+        scores = (q @ keys0.transpose(-1, -2)) / math.sqrt(hd)  # [heads, p, q]
+        scores = scores.masked_fill(~causal, float("-inf"))
+        diag = [(q * ck).sum(-1, keepdim=True) / math.sqrt(hd) for ck in chain_k]  # [heads, p, 1]
+        w = torch.softmax(torch.cat([scores, *diag], dim=-1).float(), dim=-1).to(q.dtype)
+        attn = w[..., :n] @ values0
+        for i, cv in enumerate(chain_v):
+            attn = attn + w[..., n + i : n + i + 1] * cv
+        h = att.o_proj(attn.transpose(0, 1).reshape(n, nh * hd)) + residual
+        h = layer.mlp(layer.post_attention_layernorm(h)) + h
+        out.append(model.norm(h) @ head_w.T)
+        g = model.feedback(h)
+    return out
