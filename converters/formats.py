@@ -379,3 +379,41 @@ def write_checkpoint(
         json.dump(_config_json(cfg, fmt), f, indent=2)
     os.replace(f.name, out / "config.json")
     return out
+
+
+def to_reference(ckpt: Checkpoint, target_layers: list[int] | None = None):
+    """Build the torch reference drafter from a canonical checkpoint (for checks and fine-tuning)."""
+    import torch
+
+    from local_eagle.reference import DrafterConfig, Eagle3Drafter
+
+    c = ckpt.config
+    t = ckpt.tensors
+    cfg = DrafterConfig(
+        hidden_size=c["hidden_size"],
+        intermediate_size=c["intermediate_size"],
+        num_attention_heads=c["num_attention_heads"],
+        num_key_value_heads=c["num_key_value_heads"],
+        head_dim=c["head_dim"],
+        vocab_size=c["vocab_size"],
+        draft_vocab_size=c["draft_vocab_size"],
+        target_hidden_size=c["target_hidden_size"] or t["fc.weight"].shape[1] // 3,
+        target_layers=list(target_layers or c["target_layers"] or [2, 4, 5]),
+        rms_norm_eps=c["rms_norm_eps"],
+        rope_theta=c["rope_theta"],
+        max_position_embeddings=c["max_position_embeddings"],
+        norm_before_residual=c["norm_before_residual"],
+        norm_before_fc=c["norm_before_fc"],
+        fc_norm=c["fc_norm"],
+        norm_output=c["norm_output"],
+        own_embeddings="embed_tokens.weight" in t,
+        own_lm_head="lm_head.weight" in t,
+    )
+    model = Eagle3Drafter(cfg)
+    state = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in t.items()}
+    if "d2t" not in state:
+        state["d2t"] = torch.zeros(cfg.draft_vocab_size, dtype=torch.int64)
+    state["t2d"] = torch.zeros(cfg.vocab_size, dtype=torch.bool)
+    state["t2d"][state["d2t"] + torch.arange(cfg.draft_vocab_size)] = True
+    model.load_state_dict(state)
+    return model
