@@ -149,6 +149,8 @@ class LayerCapture:
             raise LocalEagleError("the context belongs to another model than the LayerCapture")
         if self.mode == "callback" and eval_callback_of(ctx) is not self.callback:
             raise LocalEagleError("callback mode needs the target Context created with cb_eval=capture.callback")
+        if ctx.pos_max() >= 0:
+            raise LocalEagleError("attach the LayerCapture before the context's first decode (or after clear())")
         self._ctx = ctx
         self._enabled = False
         self.set_enabled(True)
@@ -211,6 +213,8 @@ class LayerCapture:
             return out
         if self._error is not None:
             raise LlamaError(f"hidden-state capture failed: {self._error}")
+        if self._end == 0:
+            raise LocalEagleError("no decode has run since capturing was enabled")
         if self._pending:
             raise LlamaError("the last target graph did not reach every captured layer (interrupted decode?)")
         start = self._end - n_rows

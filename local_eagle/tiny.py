@@ -171,10 +171,11 @@ class TinyGemma3Spec:
     """Shape of a tiny Gemma 3: like the real ones, head_dim != n_embd / n_head and one global layer in six.
 
     With the default pattern (no ``sliding_window_pattern`` key, as the upstream converter
-    writes it) layer il uses the sliding window unless il % 6 == 5.
+    writes it) layer il uses the sliding window unless il % 6 == 5; eight layers put a global
+    layer below the last ones.
     """
 
-    n_layer: int = 6
+    n_layer: int = 8
     n_embd: int = 64
     n_head: int = 4
     n_head_kv: int = 1
