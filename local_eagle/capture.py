@@ -18,6 +18,9 @@ Rows: every row of the decode call is captured, whatever ``outputs`` marks (the 
 to the marked outputs only in its last layer, and layer ids are kept below that). A decode split
 into several ubatches is captured whole in both modes (up to ``n_batch`` rows), in batch order:
 Context builds single-sequence batches, which llama.cpp splits in order.
+
+Cost of the callback: the scheduler asks about every graph node (one 8-byte name read each), and
+each captured tensor ends a compute segment, so a graph runs in len(layers)+1 pieces.
 """
 
 from __future__ import annotations
@@ -184,6 +187,7 @@ class LayerCapture:
 
     @property
     def enabled(self) -> bool:
+        """Whether decodes are being captured (set by :meth:`attach` and :meth:`set_enabled`)."""
         return self._enabled
 
     # reading --------------------------------------------------------------------------------------
@@ -193,7 +197,7 @@ class LayerCapture:
 
         ``n_rows`` must be the number of rows that decode call had (slice the result for fewer).
         Callback mode checks that it ends a run of whole ubatches; native mode cannot check it.
-        After a failed decode the result is undefined.
+        After a failed decode the result is undefined. The array is a fresh copy the caller owns.
         """
         ctx = self._ctx
         if ctx is None:
