@@ -177,3 +177,91 @@ def target_head_weights(target_path: str | os.PathLike[str]) -> tuple[np.ndarray
     embd = tensor_f32(reader, "token_embd.weight")
     head = tensor_f32(reader, "output.weight") if "output.weight" in names else embd
     return embd, head
+
+
+@dataclass(frozen=True)
+class TinyGemma3Spec:
+    """Shape of a tiny Gemma 3: like the real ones, head_dim != n_embd / n_head and one global layer in six.
+
+    With the default pattern (no ``sliding_window_pattern`` key, as the upstream converter
+    writes it) layer il uses the sliding window unless il % 6 == 5; eight layers put a global
+    layer below the last ones.
+    """
+
+    n_layer: int = 8
+    n_embd: int = 64
+    n_head: int = 4
+    n_head_kv: int = 1
+    head_dim: int = 32
+    n_ff: int = 128
+    n_ctx: int = 1024
+    sliding_window: int = 8
+    rope_theta: float = 1_000_000.0
+    eps: float = 1e-6
+    extra_tokens: tuple[str, ...] = ("\u2581", "\u2581the", "\u2581a", "e", "t", "\u2581and")
+
+
+def write_tiny_gemma3_target(path: str | os.PathLike[str], spec: TinyGemma3Spec | None = None, seed: int = 0) -> Path:
+    """A random-weight f32 ``gemma3`` GGUF (sliding-window attention, q/k norms, post-attention and
+    post-FFN norms) with the byte vocabulary: a target whose graph has no native layer-input staging."""
+    spec = spec or TinyGemma3Spec()
+    rng = np.random.default_rng(seed)
+    tokens, scores, types = byte_vocab(spec.extra_tokens)
+    n_vocab, h, hd = len(tokens), spec.n_embd, spec.head_dim
+
+    def mat(rows: int, cols: int, scale: float = 1.0) -> np.ndarray:
+        return (rng.standard_normal((rows, cols)) * scale / np.sqrt(cols)).astype(np.float32)
+
+    def norm(n: int) -> np.ndarray:
+        # GGUF holds Gemma's norm weights already shifted by +1 (see the upstream converter)
+        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+
+    p = Path(path)
+    w = GGUFWriter(p, "gemma3")
+    w.add_name("tiny-gemma3")
+    w.add_file_type(LlamaFileType.ALL_F32)
+    w.add_context_length(spec.n_ctx)
+    w.add_embedding_length(h)
+    w.add_block_count(spec.n_layer)
+    w.add_feed_forward_length(spec.n_ff)
+    w.add_head_count(spec.n_head)
+    w.add_head_count_kv(spec.n_head_kv)
+    w.add_key_length(hd)
+    w.add_value_length(hd)
+    w.add_rope_freq_base(spec.rope_theta)
+    w.add_layer_norm_rms_eps(spec.eps)
+    w.add_sliding_window(spec.sliding_window)
+    w.add_vocab_size(n_vocab)
+    w.add_tokenizer_model("llama")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+    w.add_add_bos_token(True)
+    w.add_add_eos_token(False)
+    w.add_add_space_prefix(False)
+    # the graph multiplies embeddings by sqrt(n_embd)
+    w.add_tensor("token_embd.weight", (rng.standard_normal((n_vocab, h)) * 0.5 / np.sqrt(h)).astype(np.float32))
+    w.add_tensor("output_norm.weight", norm(h))
+    for i in range(spec.n_layer):
+        w.add_tensor(f"blk.{i}.attn_norm.weight", norm(h))
+        w.add_tensor(f"blk.{i}.attn_q.weight", mat(spec.n_head * hd, h))
+        w.add_tensor(f"blk.{i}.attn_k.weight", mat(spec.n_head_kv * hd, h))
+        w.add_tensor(f"blk.{i}.attn_v.weight", mat(spec.n_head_kv * hd, h))
+        w.add_tensor(f"blk.{i}.attn_q_norm.weight", norm(hd))
+        w.add_tensor(f"blk.{i}.attn_k_norm.weight", norm(hd))
+        w.add_tensor(f"blk.{i}.attn_output.weight", mat(h, spec.n_head * hd))
+        w.add_tensor(f"blk.{i}.post_attention_norm.weight", norm(h))
+        w.add_tensor(f"blk.{i}.ffn_norm.weight", norm(h))
+        w.add_tensor(f"blk.{i}.ffn_gate.weight", mat(spec.n_ff, h))
+        w.add_tensor(f"blk.{i}.ffn_up.weight", mat(spec.n_ff, h))
+        w.add_tensor(f"blk.{i}.ffn_down.weight", mat(h, spec.n_ff))
+        w.add_tensor(f"blk.{i}.post_ffw_norm.weight", norm(h))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return p
