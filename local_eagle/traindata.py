@@ -64,7 +64,7 @@ def read_samples(path: str | os.PathLike[str]) -> list[Sample]:
 
 
 def bytes_per_token(target_hidden: int) -> int:
-    return 3 * target_hidden * 2 + TOPK * (4 + 2) + 4
+    return 3 * target_hidden * 4 + TOPK * (4 + 2) + 4
 
 
 def check_disk(out_dir: Path, n_samples: int, tokens_per_sample: int, target_hidden: int) -> int:
@@ -95,7 +95,7 @@ def capture_sample(ctx: Context, capture, tokens: np.ndarray, n_vocab: int) -> d
     """Teacher-force ``tokens`` through the target: features and top-k log-probabilities at every position."""
     n = len(tokens)
     ctx.clear()
-    feats = np.empty((n, 3 * ctx.model.n_embd), dtype=np.float16)
+    feats = np.empty((n, 3 * ctx.model.n_embd), dtype=np.float32)  # real hidden states overflow fp16
     top_ids = np.empty((n, TOPK), dtype=np.int32)
     top_lp = np.empty((n, TOPK), dtype=np.float16)
     for s in range(0, n, CHUNK):
