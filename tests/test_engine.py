@@ -210,3 +210,19 @@ def test_no_drafter_is_plain_decoding(pairs):
         res = eng.generate("hi", max_tokens=20, draft_max=4)
     assert res.text == "PABCDEFGHIJKLMNOPABC"
     assert res.stats.target_calls == 19 and res.stats.drafted_tokens == 0
+
+
+def test_gemma3_target_through_the_callback_capture(tmp_path):
+    """An architecture without native capture runs the loop losslessly (eval-callback features)."""
+    from local_eagle.tiny import TinyGemma3Spec, write_tiny_gemma3_target
+
+    spec = TinyGemma3Spec()
+    target = write_tiny_gemma3_target(tmp_path / "gemma3.gguf", spec)
+    model = make_drafter(N_VOCAB, spec.n_embd, [2, 4, 5], eagle31=True, draft_vocab=100, seed=2)
+    draft = _drafter_gguf(model, target, tmp_path / "d.gguf")
+    with Engine(target, draft, EngineOptions(n_ctx=256, n_batch=16, n_threads=1)) as eng:
+        assert eng.capture.mode == "callback"
+        for prompt in prompts(4, seed=1):
+            base = eng.generate(prompt, max_tokens=40, draft_max=0)
+            for k in (1, 4):
+                assert eng.generate(prompt, max_tokens=40, draft_max=k).tokens == base.tokens
