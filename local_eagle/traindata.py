@@ -91,27 +91,39 @@ def _save(path: Path, **arrays: np.ndarray) -> None:
         raise
 
 
-def capture_sample(ctx: Context, capture, tokens: np.ndarray, n_vocab: int) -> dict[str, np.ndarray]:
-    """Teacher-force ``tokens`` through the target: features and top-k log-probabilities at every position."""
+def capture_sample(
+    ctx: Context, capture, tokens: np.ndarray, n_vocab: int, soft_from: int = 0
+) -> dict[str, np.ndarray]:
+    """Teacher-force ``tokens`` through the target: features everywhere, top-k log-probabilities from ``soft_from``.
+
+    Positions before ``soft_from`` (a prompt the target did not write) get the actual next token as a
+    hard label, which spares computing full-vocabulary logits there.
+    """
+    import torch
+
     n = len(tokens)
     ctx.clear()
     feats = np.empty((n, 3 * ctx.model.n_embd), dtype=np.float32)  # real hidden states overflow fp16
-    top_ids = np.empty((n, TOPK), dtype=np.int32)
-    top_lp = np.empty((n, TOPK), dtype=np.float16)
+    top_ids = np.zeros((n, TOPK), dtype=np.int32)
+    top_lp = np.full((n, TOPK), -np.inf, dtype=np.float16)
+    hard = np.arange(min(soft_from, n - 1))
+    top_ids[hard, 0] = tokens[hard + 1]
+    top_lp[hard, 0] = 0.0
     for s in range(0, n, CHUNK):
         chunk = tokens[s : s + CHUNK]
         m = len(chunk)
-        ctx.decode(chunk, np.arange(s, s + m), True)
+        rows = np.arange(s, s + m)
+        outputs = rows >= soft_from
+        ctx.decode(chunk, rows, outputs)
         feats[s : s + m] = capture.features(m)
-        logits = np.stack([ctx.logits(i, n_vocab) for i in range(m)])
-        ids = np.argpartition(-logits, TOPK - 1, axis=1)[:, :TOPK]
-        vals = np.take_along_axis(logits, ids, axis=1)
-        order = np.argsort(-vals, axis=1)
-        ids, vals = np.take_along_axis(ids, order, axis=1), np.take_along_axis(vals, order, axis=1)
-        mx = logits.max(axis=1, keepdims=True)
-        lse = mx + np.log(np.exp(logits - mx).sum(axis=1, keepdims=True))
-        top_ids[s : s + m] = ids
-        top_lp[s : s + m] = vals - lse
+        if not outputs.any():
+            continue
+        idx = np.nonzero(outputs)[0]
+        logits = torch.from_numpy(np.stack([ctx.logits(int(i), n_vocab) for i in idx]))
+        vals, ids = torch.topk(logits, TOPK, dim=1)
+        lse = torch.logsumexp(logits, dim=1, keepdim=True)
+        top_ids[s + idx] = ids.numpy()
+        top_lp[s + idx] = (vals - lse).numpy()
     return {"tokens": tokens.astype(np.int32), "features": feats, "top_ids": top_ids, "top_logprobs": top_lp}
 
 
@@ -154,13 +166,15 @@ def build_dataset(
                 if s.generate:
                     res = engine.generate(prompt, max_tokens=max_tokens_per_sample, sampling=GREEDY, draft_max=0)
                     tokens = np.concatenate([prompt, np.asarray(res.tokens, dtype=np.int32)])
+                    soft_from = len(prompt) - 1
                 else:
                     tokens = prompt[: max_tokens_per_sample + 64]
+                    soft_from = 0
                 if len(tokens) < 4:
                     bar.advance(task)
                     paths.pop()
                     continue
-                _save(path, **capture_sample(ctx, capture, tokens, engine.n_vocab))
+                _save(path, **capture_sample(ctx, capture, tokens, engine.n_vocab, soft_from))
                 bar.advance(task)
         ctx.close()
         return paths
