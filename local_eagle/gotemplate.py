@@ -1482,7 +1482,7 @@ def collate(messages: Sequence[Mapping[str, Any]]) -> tuple[str, list[GoStruct]]
     return "\n\n".join(system), out
 
 
-def _with_response(t: Template) -> Template:
+def with_response(t: Template) -> Template:
     """Ollama appends ``{{ .Response }}`` to a template that names neither messages nor response."""
     if {"messages", "response"} & t.identifiers():
         return t
@@ -1542,7 +1542,7 @@ def render_ollama(
     turn stops right after ``{{ .Response }}``.
     """
     t = parse(template) if isinstance(template, str) else template
-    t = _with_response(t)
+    t = with_response(t)
     system, msgs = collate(messages)
     names = t.identifiers()
     if "messages" in names or "document" in names:
