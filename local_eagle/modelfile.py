@@ -636,8 +636,13 @@ def resolve_draft(
                 return out
             from converters.eagle3_gguf import convert
 
-            cache.mkdir(parents=True, exist_ok=True)
-            convert(p, target, out, outtype=outtype, progress=progress)
+            try:
+                cache.mkdir(parents=True, exist_ok=True)
+                convert(p, target, out, outtype=outtype, progress=progress)
+            except OSError as e:
+                raise ModelfileError(f"{at}: cannot write the converted drafter to {cache} ({e.strerror})") from None
+            except LocalEagleError as e:
+                raise ModelfileError(f"{at}: DRAFT checkpoint could not be converted: {e}") from None
             return out
         ggufs = sorted(p.glob("*.gguf"))
         if len(ggufs) == 1:

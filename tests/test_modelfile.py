@@ -442,6 +442,19 @@ def test_resolve_draft_converts_a_checkpoint_once(
     assert resolve_draft(m, cache_dir=cache) == out
 
 
+def test_a_broken_checkpoint_is_reported_at_the_draft_line(
+    tmp_path: Path, target_gguf: Path, checkpoint_factory
+) -> None:
+    _, ckpt = checkpoint_factory()
+    (ckpt / "model.safetensors").unlink()
+    m = parse_file(write(tmp_path, f"FROM {target_gguf}\nDRAFT {ckpt}\n"))
+    with pytest.raises(ModelfileError) as e:
+        resolve_draft(m, cache_dir=tmp_path / "cache")
+    assert str(e.value).startswith(f"{tmp_path / 'Modelfile'}:2: DRAFT checkpoint could not be converted: ")
+    assert "no weights found" in str(e.value)
+    assert not list((tmp_path / "cache").glob("*"))
+
+
 def test_cache_key_follows_the_checkpoint_and_target(tmp_path: Path, target_gguf: Path, checkpoint_factory) -> None:
     _, ckpt = checkpoint_factory()
     key = draft_cache_key(ckpt, target_gguf, "f16")
