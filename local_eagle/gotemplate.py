@@ -839,7 +839,7 @@ class _State:
             self.depth += 1
             if self.depth > _MAX_DEPTH:
                 raise self.error(f"exceeded maximum template depth ({_MAX_DEPTH})")
-            new_dot = self.eval_pipeline(dot, n.pipe) if n.pipe is not None else None
+            new_dot = self.eval_pipeline(dot, n.pipe) if n.pipe is not None else MISSING
             saved = self.vars
             self.vars = [("$", new_dot)]
             self.walk_list(new_dot, self.tmpl.defines[n.name])
@@ -932,6 +932,8 @@ class _State:
             return self.call(dot, first.name, cmd.args[1:], final)
         if len(cmd.args) > 1 or final is not _NO_FINAL:
             raise self.error(f"can't give argument to non-function {_describe(first)}")
+        if isinstance(first, Nil):
+            raise self.error("nil is not a command")
         return self.eval_arg(dot, first)
 
     def eval_arg(self, dot: Any, node: Any) -> Any:
@@ -949,7 +951,7 @@ class _State:
         if isinstance(node, Dot):
             return dot
         if isinstance(node, Nil):
-            raise self.error("nil is not a command")
+            return None
         if isinstance(node, Literal):
             return node.value
         if isinstance(node, Identifier):

@@ -351,6 +351,8 @@ def test_tools_and_tool_calls_print_as_ollamas_json() -> None:
         ("{{ 1.0 }} {{ 0x10 }} {{ 'a' }} {{ \"a\\tb\" }} {{ `a\\n` }}", None, "1 16 97 a\tb a\\n"),
         ('{{ define "T" }}<{{ . }}>{{ end }}{{ template "T" .X }}', {"X": 1}, "<1>"),
         ('{{ block "B" .X }}[{{ . }}]{{ end }}', {"X": 1}, "[1]"),
+        ('{{ define "T" }}{{ . }}{{ end }}{{ template "T" }}', {"X": 1}, "<no value>"),
+        ("{{ print nil }} {{ eq nil .Missing }}", {}, "<nil> true"),
         ("{{ (index .L 0).Name }}", {"L": [{"Name": "n"}]}, "n"),
     ],
 )
@@ -398,6 +400,7 @@ def test_parse_errors_name_the_line(src: str, line: int, needle: str) -> None:
         ("{{ index .L 9 }}", {"L": [1]}, "index out of range: 9"),
         ("{{ .M.Foo }}", {"M": GoStruct(Role="user")}, "can't evaluate field Foo"),
         ("{{ .X 1 }}", {"X": 1}, "can't give argument to non-function"),
+        ("{{ nil }}", None, "nil is not a command"),
     ],
 )
 def test_execution_errors(src: str, data: object, needle: str) -> None:
