@@ -241,6 +241,7 @@ class Engine:
         L = n
         reason = ""
         pending = [tok]  # tokens chosen but not yet emitted
+        primed = None  # the drafter's first step of the next round, when already computed
 
         def emit(toks: list[int]) -> Iterator[str]:
             nonlocal reason
@@ -272,9 +273,13 @@ class Engine:
                 k_eff = min(k, self.n_ctx - L - 1, remaining - 1) if use_draft else 0
                 drafts: list[int] = []
                 qs: list[np.ndarray] = []
+                step1_cached = primed is not None or k_eff > 0  # is row L-1 in the drafter's cache
                 if k_eff > 0:
                     td = clock()
-                    lg, pre = dft.decode(np.array([t_L]), g_prev[None, :], np.array([L - 1]))
+                    if primed is None:
+                        lg, pre = dft.decode(np.array([t_L]), g_prev[None, :], np.array([L - 1]))
+                    else:
+                        lg, pre = primed
                     for i in range(k_eff):
                         row = lg[0]
                         if p_min > 0.0:
@@ -338,12 +343,17 @@ class Engine:
                 tr = clock()
                 tgt.remove_from(L + 1 + n_acc)
                 st.target_seconds += clock() - tr
+                primed = None
                 if use_draft:
                     td = clock()
                     dft.remove_from(L)
                     g_new = dft.encode(new_feats[: n_acc + 1])
-                    if n_acc > 0:
-                        dft.decode_kv(np.array(drafts[:n_acc]), g_new[:n_acc], np.arange(L, L + n_acc))
+                    # the accepted rows and the next round's first draft step in one decode
+                    toks, gs, first = np.array(accepted), g_new, L
+                    if not step1_cached:
+                        toks, gs, first = np.array([t_L, *accepted]), np.vstack([g_prev[None, :], g_new]), L - 1
+                    lg, pre = dft.decode(toks, gs, np.arange(first, L + n_acc + 1))
+                    primed = (lg[-1:], pre[-1:])
                     g_prev = g_new[n_acc]
                     st.drafter_seconds += clock() - td
                 history.extend([t_L] + drafts[:n_acc])
