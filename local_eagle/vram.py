@@ -1,0 +1,1013 @@
+"""VRAM budget planner: what llama.cpp will allocate for a target (+ EAGLE drafter), before loading.
+
+Everything here is a pure function of GGUF headers and settings, so it runs on a laptop with
+no GPU. The formulas follow the pinned llama.cpp (``vendor/llama.cpp`` of llama-cpp-python
+0.3.36) allocation by allocation:
+
+* weights: every tensor goes to the device of its layer; ``token_embd`` stays on the host; the
+  repeating layers offload from the back and the output layer counts as one of ``-ngl``
+  (``llama_model::load_tensors``); a model with tied embeddings gets a copy of
+  ``token_embd`` as its output tensor on the output device. Each tensor is padded to the
+  buffer's alignment, and CUDA pads the last row of quantised matrices to 512 elements.
+* KV cache: one K and one V tensor per layer with KV on that layer's device, ``n_ctx`` padded to
+  256, per-layer KV heads and head sizes, sliding-window layers in a window-sized cache
+  (``n_swa + n_ubatch`` padded to 256), MLA layers storing only the compressed K, quantised
+  types in whole blocks (``llama_kv_cache``), recurrent state for SSM layers.
+* compute: the worst-case graph llama.cpp reserves for ``n_ubatch`` tokens with every token an
+  output: the logits, the attention scores (without flash attention), the KQ mask and the
+  FFN activations, as live at the graph's peak (``llama_context::sched_reserve``).
+* the drafter: its own weights (it borrows the target's ``token_embd``/``output`` when it has
+  none), a one-layer KV cache at the target's context, and its decoder graph, whose logits
+  are computed over the draft vocabulary and then scattered into a full-vocabulary buffer.
+
+What llama.cpp does not allocate through its buffers (the CUDA context, cuBLAS workspaces, the
+memory pool) is an ``overhead`` allowance. Host memory is reported apart from VRAM.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+from local_eagle.errors import GGUFError, LocalEagleError
+from local_eagle.ggufinfo import DRAFTER_ARCH, field_value, open_gguf
+
+MiB = 1024 * 1024
+GiB = 1024 * MiB
+
+
+class PlanError(LocalEagleError):
+    """Settings that llama.cpp would refuse (e.g. a quantised V cache without flash attention)."""
+
+
+# --- ggml types ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KVType:
+    name: str
+    ggml: int
+    block: int
+    size: int
+
+    @property
+    def quantized(self) -> bool:
+        return self.block > 1
+
+
+def _kv(name: str) -> KVType:
+    t = GGMLQuantizationType[name.upper()]
+    block, size = GGML_QUANT_SIZES[t]
+    return KVType(name, int(t), block, size)
+
+
+KV_TYPES: dict[str, KVType] = {
+    n: _kv(n) for n in ("f32", "f16", "bf16", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0", "iq4_nl")
+}
+
+
+def row_bytes(t: GGMLQuantizationType | int, n: int) -> int:
+    block, size = GGML_QUANT_SIZES[GGMLQuantizationType(t)]
+    return n // block * size
+
+
+def pad(n: int, a: int) -> int:
+    return (n + a - 1) // a * a
+
+
+# --- backends ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Backend:
+    """How a device's buffers round tensor sizes (``get_alignment`` / ``get_alloc_size``)."""
+
+    name: str
+    alignment: int
+    quant_row_pad: int = 0  # CUDA: last row of quantised matrices padded to MATRIX_ROW_PADDING
+
+    def tensor_bytes(self, nbytes: int, ne0: int, t: int) -> int:
+        size = nbytes
+        if self.quant_row_pad and GGML_QUANT_SIZES[GGMLQuantizationType(t)][0] > 1 and ne0 % self.quant_row_pad:
+            size += row_bytes(t, self.quant_row_pad - ne0 % self.quant_row_pad)
+        return pad(size, self.alignment)
+
+
+CUDA = Backend("CUDA", 128, 512)
+CPU = Backend("CPU", 32)
+
+
+# --- model shapes from GGUF headers ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Tensor:
+    name: str
+    ne: tuple[int, ...]  # ggml order: ne[0] is the row length
+    type: int
+    nbytes: int
+
+    @property
+    def layer(self) -> int | None:
+        if self.name.startswith("blk."):
+            try:
+                return int(self.name.split(".")[1])
+            except ValueError:
+                return None
+        return None
+
+
+# Architectures whose graphs the compute model follows; others get generic estimates and a note.
+KNOWN_ARCHS = {
+    "llama",
+    "mistral3",
+    "qwen2",
+    "qwen3",
+    "gemma2",
+    "gemma3",
+    "phi3",
+    "granite",
+    "olmo2",
+    "eagle3",
+}
+# Default SWA layer pattern (every n-th layer is global) where llama.cpp hard-codes one.
+SWA_PATTERN_DEFAULTS = {"gemma2": 2, "gemma3": 6, "cohere2": 4, "gpt-oss": 2, "olmo2": 4, "exaone4": 4}
+SWA_WINDOW_DEFAULTS = {"gemma2": 4096}
+TOKEN_EMBD_HOST = ("token_embd.weight", "per_layer_token_embd.weight", "token_types.weight")
+
+
+@dataclass
+class ModelShape:
+    """What the planner needs from one GGUF: hyper-parameters per layer and the tensor table."""
+
+    path: Path
+    arch: str
+    name: str
+    n_layer: int
+    n_embd: int
+    n_vocab: int
+    n_ctx_train: int
+    n_head: list[int]
+    n_head_kv: list[int]
+    n_ff: list[int]
+    head_k: list[int]
+    head_v: list[int]
+    is_swa: list[bool]
+    n_swa: int
+    mla: bool
+    recurrent: list[bool]
+    ssm_r: int  # recurrent state floats per sequence and layer (conv / token shift)
+    ssm_s: int  # (ssm / wkv state)
+    tensors: list[Tensor]
+    known: bool
+    notes: list[str] = field(default_factory=list)
+    # drafter only
+    target_hidden: int | None = None
+    draft_vocab: int | None = None
+
+    @property
+    def is_drafter(self) -> bool:
+        return self.arch == DRAFTER_ARCH
+
+    @property
+    def tied_output(self) -> bool:
+        names = {t.name for t in self.tensors}
+        return not self.is_drafter and "output.weight" not in names and "token_embd.weight" in names
+
+    def tensor(self, name: str) -> Tensor | None:
+        for t in self.tensors:
+            if t.name == name:
+                return t
+        return None
+
+    @property
+    def file_bytes(self) -> int:
+        return sum(t.nbytes for t in self.tensors)
+
+
+def _per_layer(v: Any, n: int, key: str, path: Path) -> list[int]:
+    if v is None:
+        return []
+    if isinstance(v, list):
+        if len(v) != n:
+            raise GGUFError(f"{path}: '{key}' holds {len(v)} values, expected one per layer ({n})")
+        return [int(x) for x in v]
+    return [int(v)] * n
+
+
+def read_shape(path: str | os.PathLike[str], what: str = "target GGUF") -> ModelShape:
+    """Read one GGUF's header into a ModelShape; the weights are never read."""
+    p = Path(path)
+    reader = open_gguf(p, what)
+    arch = field_value(reader, "general.architecture")
+    if not isinstance(arch, str):
+        raise GGUFError(f"{p}: {what} has no general.architecture")
+
+    def key(k: str, default: Any = None) -> Any:
+        return field_value(reader, f"{arch}.{k}", default)
+
+    def need(k: str) -> int:
+        v = key(k)
+        if v is None:
+            raise GGUFError(f"{p}: {what} lacks the key '{arch}.{k}'")
+        return int(v)
+
+    n_layer = need("block_count")
+    n_embd = need("embedding_length")
+    if n_layer <= 0 or n_embd <= 0:
+        raise GGUFError(f"{p}: {what} has block_count={n_layer}, embedding_length={n_embd}; expected positive sizes")
+    tensors: list[Tensor] = []
+    for t in reader.tensors:
+        ne = tuple(int(x) for x in t.shape)
+        tensors.append(Tensor(t.name, ne, int(t.tensor_type), int(t.n_bytes)))
+    names = {t.name for t in tensors}
+
+    tok = reader.get_field("tokenizer.ggml.tokens")
+    if tok is not None:
+        n_vocab = len(tok.data)
+    elif key("vocab_size") is not None:
+        n_vocab = int(key("vocab_size"))
+    elif "token_embd.weight" in names:
+        n_vocab = next(t.ne[1] for t in tensors if t.name == "token_embd.weight")
+    else:
+        raise GGUFError(f"{p}: {what} has no vocabulary (tokenizer.ggml.tokens or {arch}.vocab_size)")
+
+    notes: list[str] = []
+    known = arch in KNOWN_ARCHS
+    head = _per_layer(key("attention.head_count"), n_layer, f"{arch}.attention.head_count", p)
+    if not head:
+        head = [max(1, n_embd // 128)] * n_layer
+        notes.append(f"{arch}.attention.head_count missing: assumed {head[0]} heads of 128")
+    head_kv = _per_layer(key("attention.head_count_kv"), n_layer, f"{arch}.attention.head_count_kv", p) or list(head)
+    n_ff = _per_layer(key("feed_forward_length"), n_layer, f"{arch}.feed_forward_length", p) or [4 * n_embd] * n_layer
+    hk_default = n_embd // max(head) if max(head) else 0
+    hk = int(key("attention.key_length", hk_default))
+    hv = int(key("attention.value_length", hk))
+
+    n_swa = int(key("attention.sliding_window", 0) or 0) or SWA_WINDOW_DEFAULTS.get(arch, 0)
+    is_swa = [False] * n_layer
+    if n_swa > 0:
+        pat = key("attention.sliding_window_pattern")
+        if isinstance(pat, list):
+            is_swa = [bool(x) for x in pat][:n_layer] + [False] * max(0, n_layer - len(pat))
+        else:
+            n_pat = int(pat) if pat is not None else SWA_PATTERN_DEFAULTS.get(arch)
+            if n_pat is None:
+                n_pat = 0
+                notes.append(f"{arch}: sliding window without a layer pattern; assumed every layer is windowed")
+            is_swa = [n_pat == 0 or (il % n_pat < n_pat - 1) for il in range(n_layer)]
+    hk_swa = int(key("attention.key_length_swa", hk))
+    hv_swa = int(key("attention.value_length_swa", hv))
+    head_k = [hk_swa if s else hk for s in is_swa]
+    head_v = [hv_swa if s else hv for s in is_swa]
+
+    mla = key("attention.key_length_mla") is not None and key("attention.value_length_mla") is not None
+
+    d_conv, d_inner = int(key("ssm.conv_kernel", 0) or 0), int(key("ssm.inner_size", 0) or 0)
+    d_state, n_group = int(key("ssm.state_size", 0) or 0), int(key("ssm.group_count", 0) or 0)
+    wkv = int(key("wkv.head_size", 0) or 0)
+    ssm_r = ssm_s = 0
+    recurrent = [False] * n_layer
+    if d_inner and d_state:
+        ssm_r = max(d_conv - 1, 0) * (d_inner + 2 * n_group * d_state)
+        ssm_s = d_state * d_inner
+    elif wkv:
+        ssm_r = int(key("token_shift_count", 2) or 2) * n_embd
+        ssm_s = n_embd * wkv
+    if ssm_r or ssm_s:
+        # hybrid models mark attention layers with a zero KV-head count
+        recurrent = [h == 0 for h in head_kv] if any(head_kv) else [True] * n_layer
+        if not any(head_kv):
+            head_kv = [0] * n_layer
+
+    shape = ModelShape(
+        path=p,
+        arch=arch,
+        name=str(field_value(reader, "general.name", p.stem)),
+        n_layer=n_layer,
+        n_embd=n_embd,
+        n_vocab=n_vocab,
+        n_ctx_train=int(key("context_length", 0) or 0),
+        n_head=head,
+        n_head_kv=head_kv,
+        n_ff=n_ff,
+        head_k=head_k,
+        head_v=head_v,
+        is_swa=is_swa,
+        n_swa=n_swa,
+        mla=mla,
+        recurrent=recurrent,
+        ssm_r=ssm_r,
+        ssm_s=ssm_s,
+        tensors=tensors,
+        known=known,
+        notes=notes,
+    )
+    if not known:
+        shape.notes.insert(
+            0,
+            f"architecture '{arch}' is not modelled exactly: weights and KV come from the tensor table and "
+            f"generic keys, the compute buffer is a llama-like estimate",
+        )
+    if arch == DRAFTER_ARCH:
+        ths = key("target_hidden_size")
+        if ths is None:
+            raise GGUFError(f"{p}: drafter lacks '{arch}.target_hidden_size'")
+        shape.target_hidden = int(ths)
+        d2t = shape.tensor("d2t")
+        shape.draft_vocab = d2t.ne[0] if d2t else n_vocab
+    return shape
+
+
+def check_pair(target: ModelShape, draft: ModelShape) -> None:
+    """The drafter must have been built for this target: hidden size and vocabulary."""
+    if not draft.is_drafter:
+        raise LocalEagleError(f"{draft.path}: architecture is '{draft.arch}', expected an {DRAFTER_ARCH} drafter")
+    if target.is_drafter:
+        raise LocalEagleError(f"{target.path}: --model is an {DRAFTER_ARCH} drafter; pass the target model there")
+    if draft.target_hidden != target.n_embd:
+        raise LocalEagleError(
+            f"{draft.path}: drafter expects target hidden size {draft.target_hidden} "
+            f"({DRAFTER_ARCH}.target_hidden_size), {target.path.name} has {target.n_embd}"
+        )
+    if draft.n_vocab != target.n_vocab:
+        raise LocalEagleError(
+            f"{draft.path}: drafter vocabulary has {draft.n_vocab} tokens, {target.path.name} has {target.n_vocab}"
+        )
+    fc = draft.tensor("fc.weight")
+    if fc is not None and fc.ne[0] != 3 * target.n_embd:
+        raise LocalEagleError(f"{draft.path}: fc.weight takes {fc.ne[0]} inputs, expected 3 x {target.n_embd}")
+    if draft.tensor("token_embd.weight") is None and target.tensor("token_embd.weight") is None:
+        raise LocalEagleError(f"{draft.path}: neither the drafter nor the target has token_embd.weight")
+
+
+# --- settings ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Settings:
+    """One llama.cpp configuration: the knobs that change memory.
+
+    ``n_gpu_layers`` None means "auto": the most layers that fit. The drafter context is created
+    at the target's ``n_ctx`` (its KV cache covers the whole context) with its own batch sizes.
+    """
+
+    n_ctx: int = 8192
+    n_seq: int = 1
+    n_batch: int = 2048
+    n_ubatch: int = 512
+    type_k: str = "f16"
+    type_v: str = "f16"
+    flash_attn: bool = True
+    n_gpu_layers: int | None = None
+    draft_type_k: str = "f16"
+    draft_type_v: str = "f16"
+    draft_batch: int = 512
+    draft_ubatch: int = 512
+    draft_max: int = 8
+    swa_full: bool = True
+    kv_unified: bool = False
+
+    def validate(self) -> None:
+        for k in ("type_k", "type_v", "draft_type_k", "draft_type_v"):
+            v = getattr(self, k)
+            if v not in KV_TYPES:
+                raise PlanError(f"--{k.replace('_', '-')} {v!r}: expected one of {', '.join(KV_TYPES)}")
+        if not self.flash_attn and (KV_TYPES[self.type_v].quantized or KV_TYPES[self.draft_type_v].quantized):
+            raise PlanError("a quantised V cache needs flash attention (llama.cpp refuses it otherwise)")
+        for k in ("n_ctx", "n_seq", "n_batch", "n_ubatch", "draft_batch", "draft_ubatch"):
+            if getattr(self, k) < 1:
+                raise PlanError(f"{k} must be at least 1, got {getattr(self, k)}")
+        if self.draft_max < 0:
+            raise PlanError(f"draft_max must be >= 0, got {self.draft_max}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class CtxDims:
+    """The sizes llama.cpp derives from Settings (``llama_context`` constructor)."""
+
+    n_ctx: int
+    n_ctx_seq: int
+    n_stream: int
+    n_batch: int
+    n_ubatch: int
+    n_seq: int
+    unified: bool
+
+
+def ctx_dims(n_ctx: int, n_seq: int, n_batch: int, n_ubatch: int, kv_unified: bool) -> CtxDims:
+    c = pad(n_ctx, 256)
+    if kv_unified:
+        seq = c
+    else:
+        seq = pad(c // n_seq, 256)
+        c = seq * n_seq
+    b = min(c, n_batch)
+    ub = min(b, n_ubatch)
+    return CtxDims(c, seq, 1 if kv_unified else n_seq, b, ub, n_seq, kv_unified)
+
+
+# --- placement -----------------------------------------------------------------------------------
+
+
+def n_offloadable(shape: ModelShape) -> int:
+    """Highest useful ``-ngl``: every repeating layer plus the output layer."""
+    return shape.n_layer + 1
+
+
+def layer_on_gpu(shape: ModelShape, il: int, ngl: int) -> bool:
+    """llama.cpp's ``get_layer_buft_list``: the last ``ngl`` of (layers + output) go to the GPU."""
+    start = max(shape.n_layer + 1 - ngl, 0)
+    return il >= start
+
+
+def tensor_on_gpu(shape: ModelShape, t: Tensor, ngl: int) -> bool:
+    if t.name in TOKEN_EMBD_HOST:
+        return False
+    if t.name == "rope_freqs.weight":
+        return layer_on_gpu(shape, 0, ngl)
+    il = t.layer
+    if il is None or il >= shape.n_layer:
+        il = shape.n_layer  # output layer (output, output_norm, fc, d2t, rope_freqs, ...)
+    return layer_on_gpu(shape, il, ngl)
+
+
+@dataclass
+class Split:
+    """Bytes on the GPU and on the host."""
+
+    gpu: int = 0
+    host: int = 0
+
+    def __add__(self, o: Split) -> Split:
+        return Split(self.gpu + o.gpu, self.host + o.host)
+
+    @property
+    def total(self) -> int:
+        return self.gpu + self.host
+
+
+def weights(shape: ModelShape, ngl: int, gpu: Backend = CUDA, host: Backend = CPU) -> Split:
+    """Weight buffers per side. A tied output is a second copy of token_embd on the output device."""
+    s = Split()
+    for t in shape.tensors:
+        if tensor_on_gpu(shape, t, ngl):
+            s.gpu += gpu.tensor_bytes(t.nbytes, t.ne[0], t.type)
+        else:
+            s.host += host.tensor_bytes(t.nbytes, t.ne[0], t.type)
+    # a duplicated tensor is created again only in a buffer type that lacks it (llama_model_loader)
+    te = shape.tensor("token_embd.weight")
+    if shape.tied_output and te is not None and layer_on_gpu(shape, shape.n_layer, ngl):
+        s.gpu += gpu.tensor_bytes(te.nbytes, te.ne[0], te.type)
+    rf = shape.tensor("rope_freqs.weight")
+    if rf is not None and 0 < ngl and not layer_on_gpu(shape, 0, ngl):
+        s.gpu += gpu.tensor_bytes(rf.nbytes, rf.ne[0], rf.type)
+    return s
+
+
+# --- KV cache and recurrent state ----------------------------------------------------------------
+
+
+@dataclass
+class KVLayer:
+    il: int
+    cells: int
+    k_bytes: int
+    v_bytes: int
+
+
+def kv_layers(
+    shape: ModelShape, d: CtxDims, type_k: str, type_v: str, flash_attn: bool, swa_full: bool
+) -> list[KVLayer]:
+    """Per layer with a KV cache: cells and K/V bytes (``llama_kv_cache`` / ``llama_kv_cache_iswa``)."""
+    tk, tv = KV_TYPES[type_k], KV_TYPES[type_v]
+    v_trans = not flash_attn
+    size_swa = d.n_ctx_seq
+    if any(shape.is_swa) and not swa_full:
+        size_swa = pad(min(d.n_ctx_seq, shape.n_swa * (d.n_seq if d.unified else 1) + d.n_ubatch), 256)
+    v_max = max((hv * h for hv, h in zip(shape.head_v, shape.n_head_kv, strict=True)), default=0)
+    out = []
+    for il in range(shape.n_layer):
+        if shape.recurrent[il] or shape.n_head_kv[il] == 0:
+            continue
+        cells = (size_swa if shape.is_swa[il] else d.n_ctx_seq) * d.n_stream
+        n_k = shape.head_k[il] * shape.n_head_kv[il]
+        n_v = v_max if v_trans else shape.head_v[il] * shape.n_head_kv[il]
+        for n, t, what in ((n_k, tk, "K"), (n_v, tv, "V")):
+            if t.quantized and n % t.block:
+                raise PlanError(
+                    f"{shape.path.name}: layer {il} has {what} rows of {n} values, not a multiple of the "
+                    f"{t.name} block ({t.block}); llama.cpp cannot use that cache type"
+                )
+        k = row_bytes(tk.ggml, n_k) * cells
+        v = 0 if shape.mla else row_bytes(tv.ggml, n_v) * cells
+        out.append(KVLayer(il, cells, k, v))
+    return out
+
+
+def kv_cache(
+    shape: ModelShape, d: CtxDims, s: Settings, ngl: int, draft: bool = False, gpu: Backend = CUDA, host: Backend = CPU
+) -> Split:
+    """KV (and recurrent state) bytes per side; a layer's cache lives with the layer (offload_kqv)."""
+    tk, tv = (s.draft_type_k, s.draft_type_v) if draft else (s.type_k, s.type_v)
+    out = Split()
+    for kl in kv_layers(shape, d, tk, tv, s.flash_attn, s.swa_full):
+        b = gpu if layer_on_gpu(shape, kl.il, ngl) else host
+        n = b.tensor_bytes(kl.k_bytes, 0, 0) + (b.tensor_bytes(kl.v_bytes, 0, 0) if kl.v_bytes else 0)
+        if b is gpu:
+            out.gpu += n
+        else:
+            out.host += n
+    if shape.ssm_r or shape.ssm_s:
+        rows = max(1, s.n_seq)
+        for il in range(shape.n_layer):
+            if not shape.recurrent[il]:
+                continue
+            b = gpu if layer_on_gpu(shape, il, ngl) else host
+            n = b.tensor_bytes(4 * shape.ssm_r * rows, 0, 0) + b.tensor_bytes(4 * shape.ssm_s * rows, 0, 0)
+            if b is gpu:
+                out.gpu += n
+            else:
+                out.host += n
+    return out
+
+
+# --- compute buffers: llama.cpp's reserved graph, replayed through ggml-alloc ----------------------
+#
+# llama.cpp sizes a context's compute buffer by building the worst-case graph (n_ubatch tokens,
+# every one an output) and running ggml-alloc over it (ggml_gallocr: leafs first, then each node
+# in graph order, an element-wise op taking over a dying parent's memory, best-fit free blocks).
+# The peak offset it reaches is the buffer size. The builders below create the same tensors in
+# the same order (ggml_build_forward_expand is a depth-first walk over sources) for the graphs
+# llama.cpp assembles from its llm_graph_context helpers, and the allocator is replayed, so the
+# result is the buffer size itself rather than a rule of thumb. Weights and KV-cache views live
+# in other buffers and are left out; a store into the KV cache only consumes its sources.
+
+_F32, _F16, _I32, _I64 = "f32", "f16", "i32", "i64"
+_ELSIZE = {_F32: 4, _F16: 2, _I32: 4, _I64: 8}
+
+
+@dataclass
+class _GT:
+    nbytes: int
+    layout: tuple[Any, ...]
+    srcs: tuple[int, ...] = ()
+    view_of: int | None = None
+    inplace: bool = False
+    output: bool = False
+    external: bool = False
+    leaf: bool = False
+
+
+class _Graph:
+    """A ggml graph reduced to what ggml-alloc looks at: sizes, sources, views, in-place ops."""
+
+    def __init__(self) -> None:
+        self.t: list[_GT] = []
+        self.leafs: list[int] = []
+        self.nodes: list[int] = []
+        self._seen: set[int] = set()
+
+    def _add(self, g: _GT) -> int:
+        self.t.append(g)
+        return len(self.t) - 1
+
+    def leaf(self, dtype: str, *ne: int) -> int:
+        return self._add(_GT(_ELSIZE[dtype] * math.prod(ne), (dtype, ne, True), leaf=True))
+
+    def op(self, dtype: str, ne: tuple[int, ...], *srcs: int | None, inplace: bool = False) -> int:
+        return self._add(
+            _GT(
+                _ELSIZE[dtype] * math.prod(ne),
+                (dtype, ne, True),
+                tuple(x for x in srcs if x is not None),
+                None,
+                inplace,
+            )
+        )
+
+    def like(self, src: int, *more: int | None, inplace: bool = True) -> int:
+        """An element-wise op whose result has ``src``'s shape (norm, mul, add, rope, scale, ...)."""
+        dtype, ne = self.t[src].layout[0], self.t[src].layout[1]
+        return self.op(dtype, ne, src, *more, inplace=inplace)
+
+    def view(self, src: int, *ne: int, permuted: bool = False, also: tuple[int, ...] = ()) -> int:
+        """A view (reshape, view, permute) of ``src``; ``also`` adds sources (SET_ROWS into a tensor)."""
+        root = self.t[src].view_of if self.t[src].view_of is not None else src
+        dtype = self.t[src].layout[0]
+        layout = (dtype, ne, ("permuted", len(self.t)) if permuted else True)
+        return self._add(_GT(self.t[src].nbytes, layout, (*also, src) if also else (src,), root))
+
+    def store(self, *srcs: int | None) -> int:
+        """SET_ROWS into the KV cache: a view of a buffer allocated elsewhere."""
+        return self._add(_GT(0, ("ext", len(self.t)), tuple(x for x in srcs if x is not None), external=True))
+
+    def output(self, i: int) -> int:
+        self.t[i].output = True
+        return i
+
+    def ne(self, i: int) -> tuple[int, ...]:
+        return self.t[i].layout[1]
+
+    def expand(self, i: int) -> None:
+        """ggml_build_forward_expand: depth-first over sources, leafs and nodes in visit order."""
+        stack: list[tuple[int, int]] = [(i, 0)]
+        while stack:
+            j, k = stack.pop()
+            if k == 0:
+                if j in self._seen:
+                    continue
+                self._seen.add(j)
+            srcs = self.t[j].srcs
+            if k < len(srcs):
+                stack.append((j, k + 1))
+                stack.append((srcs[k], 0))
+                continue
+            (self.leafs if self.t[j].leaf else self.nodes).append(j)
+
+
+class _DynAlloc:
+    """ggml_dyn_tallocr: best fit among the free blocks before the last, else the last; frees merge."""
+
+    def __init__(self, alignment: int) -> None:
+        self.align = alignment
+        self.blocks: list[list[int]] = [[0, 1 << 62]]
+        self.peak = 0
+
+    def alloc(self, size: int) -> int:
+        size = pad(size, self.align)
+        best, best_size = len(self.blocks) - 1, None
+        for i, (_, bsize) in enumerate(self.blocks[:-1]):
+            if bsize >= size and (best_size is None or bsize <= best_size):
+                best, best_size = i, bsize
+        b = self.blocks[best]
+        off = b[0]
+        b[0] += size
+        b[1] -= size
+        if b[1] == 0:
+            self.blocks.pop(best)
+        self.peak = max(self.peak, off + size)
+        return off
+
+    def free(self, off: int, size: int) -> None:
+        size = pad(size, self.align)
+        bl = self.blocks
+        for i, b in enumerate(bl):
+            if b[0] + b[1] == off:
+                b[1] += size
+                if i < len(bl) - 1 and b[0] + b[1] == bl[i + 1][0]:
+                    b[1] += bl[i + 1][1]
+                    bl.pop(i + 1)
+                return
+            if off + size == b[0]:
+                b[0] = off
+                b[1] += size
+                if i > 0 and bl[i - 1][0] + bl[i - 1][1] == b[0]:
+                    bl[i - 1][1] += b[1]
+                    bl.pop(i)
+                return
+        j = 0
+        while j < len(bl) and bl[j][0] < off:
+            j += 1
+        bl.insert(j, [off, size])
+
+
+def replay_allocator(g: _Graph, alignment: int, alloc_size: dict[int, int] | None = None) -> int:
+    """ggml_gallocr_alloc_graph_impl over ``g``: the size of the buffer it needs."""
+    t = g.t
+    n = len(t)
+    n_children, n_views = [0] * n, [0] * n
+    allocated, offset, size_of = [False] * n, [0] * n, [0] * n
+    d = _DynAlloc(alignment)
+    sizes = alloc_size or {}
+
+    def allocate(i: int) -> None:
+        x = t[i]
+        if allocated[i] or x.view_of is not None or x.external:
+            return
+        allocated[i] = True
+        if x.inplace:
+            # only a parent this allocator owns, not an output, same layout, last consumer
+            for p in x.srcs:
+                px = t[p]
+                if not allocated[p] or px.output or px.layout != x.layout:
+                    continue
+                if n_children[p] == 1 and n_views[p] == 0:
+                    offset[i], size_of[i] = offset[p], size_of[p]
+                    allocated[p] = False
+                    return
+        size_of[i] = sizes.get(i, x.nbytes)
+        offset[i] = d.alloc(size_of[i])
+
+    def free(i: int) -> None:
+        if t[i].output:
+            return
+        d.free(offset[i], size_of[i])
+        allocated[i] = False
+
+    for i in g.leafs:
+        allocate(i)
+    for i in g.nodes:
+        if t[i].view_of is not None:
+            n_views[t[i].view_of] += 1
+        for p in t[i].srcs:
+            n_children[p] += 1
+    for i in g.nodes:
+        allocate(i)
+        for p in t[i].srcs:
+            n_children[p] -= 1
+            if n_children[p] == 0 and n_views[p] == 0:
+                r = t[p].view_of
+                if r is not None:
+                    n_views[r] -= 1
+                    if n_views[r] == 0 and n_children[r] == 0 and allocated[r]:
+                        free(r)
+                elif allocated[p]:
+                    free(p)
+    return d.peak
+
+
+@dataclass(frozen=True)
+class GraphDims:
+    """The sizes a reserved graph is built with (``llama_context::sched_reserve``)."""
+
+    n_tokens: int  # min(n_ctx, n_ubatch)
+    n_outputs: int
+    n_kv: int  # KV cells per stream the non-SWA layers attend to
+    n_kv_swa: int
+    n_stream: int
+    flash_attn: bool
+    k_rot: int  # side of the Hadamard rotation applied for a quantised K cache (0: none)
+    v_rot: int
+    v_trans_width: int  # V row width stored transposed without flash attention (n_embd_v_gqa_max)
+    k_quantized: bool
+    v_quantized: bool
+
+
+def _k_rot(head_k: int, t: KVType) -> int:
+    """llama_kv_cache's attn_rot_k: the largest power-of-two block (>= 64) dividing the K head size."""
+    if not t.quantized or head_k <= 0 or head_k % 64:
+        return 0
+    n = 64
+    while head_k % (n * 2) == 0:
+        n *= 2
+    return n
+
+
+def graph_dims(shape: ModelShape, d: CtxDims, s: Settings, type_k: str, type_v: str, n_ubatch: int) -> GraphDims:
+    n_tokens = min(d.n_ctx, n_ubatch, d.n_batch)
+    n_kv_swa = d.n_ctx_seq
+    if any(shape.is_swa) and not s.swa_full:
+        n_kv_swa = pad(min(d.n_ctx_seq, shape.n_swa * (d.n_seq if d.unified else 1) + n_tokens), 256)
+    tk, tv = KV_TYPES[type_k], KV_TYPES[type_v]
+    attn = [il for il in range(shape.n_layer) if not shape.recurrent[il] and shape.n_head_kv[il]]
+    hk = {shape.head_k[il] for il in attn}
+    hv = {shape.head_v[il] for il in attn}
+    v_w = max((shape.head_v[il] * shape.n_head_kv[il] for il in attn), default=0)
+    return GraphDims(
+        n_tokens=n_tokens,
+        n_outputs=n_tokens,
+        n_kv=d.n_ctx_seq,
+        n_kv_swa=n_kv_swa,
+        n_stream=d.n_stream,
+        flash_attn=s.flash_attn,
+        k_rot=_k_rot(hk.pop(), tk) if len(hk) == 1 else 0,
+        v_rot=64 if len(hv) == 1 and tv.quantized and hv.pop() % 64 == 0 else 0,
+        v_trans_width=v_w,
+        k_quantized=tk.quantized,
+        v_quantized=tv.quantized,
+    )
+
+
+@dataclass
+class _KVInputs:
+    """One cache's graph inputs (build_attn_inp_kv): rotations, row indices, KQ mask."""
+
+    n_kv: int
+    k_rot: int | None
+    v_rot: int | None
+    k_idxs: int
+    v_idxs: int
+    mask: int
+
+
+def _kv_inputs(g: _Graph, gd: GraphDims, n_kv: int) -> _KVInputs:
+    T = gd.n_tokens
+    return _KVInputs(
+        n_kv=n_kv,
+        k_rot=g.leaf(_F32, gd.k_rot, gd.k_rot) if gd.k_rot else None,
+        v_rot=g.leaf(_F32, gd.v_rot, gd.v_rot) if gd.v_rot else None,
+        k_idxs=g.leaf(_I64, T),
+        v_idxs=g.leaf(_I64, T if gd.flash_attn else T * gd.v_trans_width),
+        mask=g.leaf(_F16 if gd.flash_attn else _F32, n_kv, T),
+    )
+
+
+def _hadamard(g: _Graph, x: int, rot: int | None, n: int) -> int:
+    """llama_mul_mat_hadamard: reshape to [n, -1], multiply by the rotation, reshape back."""
+    if rot is None:
+        return x
+    ne = g.ne(x)
+    total = math.prod(ne)
+    r = g.view(x, n, total // n)
+    m = g.op(_F32, (n, total // n), rot, r)
+    return g.view(m, *ne)
+
+
+@dataclass(frozen=True)
+class _Style:
+    """How one architecture's graph differs from llama's."""
+
+    qkv_bias: bool = False
+    qk_norm: bool = False
+    gemma: bool = False  # scaled embeddings, Q scale after RoPE, post-attention/FFN norms, q-k-v order
+
+
+_STYLES = {
+    "qwen2": _Style(qkv_bias=True),
+    "qwen3": _Style(qk_norm=True),
+    "gemma3": _Style(qk_norm=True, gemma=True),
+}
+
+
+def _attention(
+    g: _Graph,
+    gd: GraphDims,
+    x: int,
+    pos: int,
+    kv: _KVInputs,
+    hq: int,
+    hkv: int,
+    dk: int,
+    dv: int,
+    style: _Style,
+    fa_extra: dict[int, tuple[int, int]],
+) -> int:
+    """build_qkv + build_attn (KV cache) + build_attn_mha, up to the attention output before wo."""
+    T = gd.n_tokens
+
+    def project(n_out: int, d: int, h: int, norm: bool, rope: bool) -> int:
+        y = g.op(_F32, (n_out, T), x)
+        if style.qkv_bias:
+            y = g.like(y)
+        y = g.view(y, d, h, T)
+        if norm:
+            y = g.like(g.like(y))
+        if rope:
+            y = g.like(y, pos)
+        return y
+
+    q = project(hq * dk, dk, hq, style.qk_norm, True)
+    if style.gemma:
+        q = g.like(q)
+    if style.gemma:
+        k = project(hkv * dk, dk, hkv, style.qk_norm, True)
+        v = project(hkv * dv, dv, hkv, False, False)
+    else:
+        v = project(hkv * dv, dv, hkv, False, False)
+        k = project(hkv * dk, dk, hkv, style.qk_norm, True)
+    q = _hadamard(g, q, kv.k_rot, gd.k_rot)
+    k = _hadamard(g, k, kv.k_rot, gd.k_rot)
+    v = _hadamard(g, v, kv.v_rot, 64)
+    for t in (q, k, v) if style.gemma else (q, v, k):
+        g.expand(t)
+    g.expand(g.store(g.view(k, hkv * dk, T), kv.k_idxs))
+    if gd.flash_attn:
+        g.expand(g.store(g.view(v, hkv * dv, T), kv.v_idxs))
+    else:
+        g.expand(g.store(g.view(g.view(v, hkv * dv, T), 1, hkv * dv * T), kv.v_idxs))
+    qp = g.view(g.view(q, dk, hq, T), dk, T, hq, permuted=True)
+    if gd.flash_attn:
+        fa = g.op(_F32, (dv, hq, T), qp, kv.mask)
+        n_k = dk * hkv * kv.n_kv * gd.n_stream
+        fa_extra[fa] = (n_k * 2 if gd.k_quantized else 0, dv * hkv * kv.n_kv * gd.n_stream * 2 if gd.v_quantized else 0)
+        out = g.view(fa, dv * hq, T)
+    else:
+        kq = g.op(_F32, (kv.n_kv, T, hq), qp)
+        sm = g.like(kq, kv.mask)
+        kqv = g.op(_F32, (dv, T, hq), sm)
+        out = g.op(_F32, (dv * hq, T), g.view(kqv, dv, hq, T, permuted=True))
+    g.expand(out)
+    return _hadamard(g, out, kv.v_rot, 64)
+
+
+def _ffn(g: _Graph, x: int, n_ff: int) -> int:
+    """build_ffn with a gate (SwiGLU/GeGLU): gate, up, fused GLU, down."""
+    ne = g.ne(x)
+    gate = g.op(_F32, (n_ff, ne[1]), x)
+    up = g.op(_F32, (n_ff, ne[1]), x)
+    return g.op(_F32, ne, g.op(_F32, (n_ff, ne[1]), gate, up))
+
+
+def target_graph(shape: ModelShape, gd: GraphDims) -> tuple[_Graph, dict[int, tuple[int, int]]]:
+    """The decoder graph llama.cpp reserves for a llama-family / gemma3 target."""
+    style = _STYLES.get(shape.arch, _Style())
+    g = _Graph()
+    T, n_out, E = gd.n_tokens, gd.n_outputs, shape.n_embd
+    fa_extra: dict[int, tuple[int, int]] = {}
+    tokens = g.leaf(_I32, T)
+    embd = g.op(_F32, (E, T), tokens)
+    g.expand(embd)
+    g.expand(g.leaf(_F32, E, T))  # the vector-embedding input left unselected (ggml_build_forward_select)
+    x = g.like(embd) if style.gemma else embd
+    pos = g.leaf(_I32, T)
+    base = _kv_inputs(g, gd, gd.n_kv)
+    swa = _kv_inputs(g, gd, gd.n_kv_swa) if any(shape.is_swa) else base
+    out_ids = g.leaf(_I32, n_out)
+    last = max((il for il in range(shape.n_layer) if not shape.recurrent[il]), default=shape.n_layer - 1)
+    for il in range(shape.n_layer):
+        if shape.recurrent[il] or shape.n_head_kv[il] == 0:
+            continue
+        a = g.like(g.like(x))
+        kv = swa if shape.is_swa[il] else base
+        o = _attention(
+            g,
+            gd,
+            a,
+            pos,
+            kv,
+            shape.n_head[il],
+            shape.n_head_kv[il],
+            shape.head_k[il],
+            shape.head_v[il],
+            style,
+            fa_extra,
+        )
+        o = g.op(_F32, (E, T), o)
+        if il == last:
+            o = g.op(_F32, (E, n_out), o, out_ids)
+            x = g.op(_F32, (E, n_out), x, out_ids)
+        if style.gemma:
+            sa = g.like(g.like(g.like(o)), x)
+            f = _ffn(g, g.like(g.like(sa)), shape.n_ff[il])
+            x = g.like(g.like(g.like(f)), sa)
+        else:
+            fi = g.like(o, x)
+            f = _ffn(g, g.like(g.like(fi)), shape.n_ff[il])
+            x = g.like(f, fi)
+    rn = g.output(g.like(g.like(x)))
+    g.expand(g.output(g.op(_F32, (shape.n_vocab, n_out), rn)))
+    return g, fa_extra
+
+
+def drafter_graph(
+    draft: ModelShape, gd: GraphDims, norm_before_residual: bool
+) -> tuple[_Graph, dict[int, tuple[int, int]]]:
+    """The eagle3 decoder graph (src/models/eagle3.cpp): logits over the draft vocabulary, scattered by d2t."""
+    g = _Graph()
+    T, E = gd.n_tokens, draft.n_embd
+    fa_extra: dict[int, tuple[int, int]] = {}
+    tokens = g.leaf(_I32, T)
+    g_in = g.leaf(_F32, E, T)
+    ie = g.op(_F32, (E, T), tokens)
+    en = g.like(g.like(ie))
+    gn = g.like(g.like(g_in))
+    cat = g.op(_F32, (2 * E, T), en, gn)
+    pos = g.leaf(_I32, T)
+    kv = _kv_inputs(g, gd, gd.n_kv)
+    o = _attention(
+        g, gd, cat, pos, kv, draft.n_head[0], draft.n_head_kv[0], draft.head_k[0], draft.head_v[0], _Style(), fa_extra
+    )
+    o = g.op(_F32, (E, T), o)
+    fi = g.like(o, gn if norm_before_residual else g_in)
+    f = _ffn(g, g.like(g.like(fi)), draft.n_ff[0])
+    pre = g.output(g.like(f, fi))
+    rn = g.like(g.like(pre))
+    nd = draft.draft_vocab or draft.n_vocab
+    logits = g.op(_F32, (nd, T), rn)
+    if draft.tensor("d2t") is not None:
+        r = g.view(logits, 1, nd, T)
+        fill = g.output(g.like(g.leaf(_F32, 1, draft.n_vocab, T)))
+        sr = g.view(fill, 1, draft.n_vocab, T, also=(r,))
+        g.expand(g.view(sr, draft.n_vocab, T))
+    else:
+        g.expand(g.output(logits))
+    return g, fa_extra
+
+
+def encoder_graph(draft: ModelShape, n_tokens: int, norm_before_fc: bool) -> _Graph:
+    """The eagle3 encoder graph: the captured target features through ``fc``."""
+    g = _Graph()
+    x = g.leaf(_F32, 3 * (draft.target_hidden or draft.n_embd), n_tokens)
+    if norm_before_fc:
+        x = g.like(g.like(x))
+    g.expand(g.output(g.op(_F32, (draft.n_embd, n_tokens), x)))
+    return g
+
+
+def graph_bytes(g: _Graph, backend: Backend, fa_extra: dict[int, tuple[int, int]] | None = None) -> int:
+    """The compute buffer ``g`` needs on ``backend``; CUDA's flash attention adds f16 copies of quantised K/V."""
+    sizes: dict[int, int] = {}
+    if backend.quant_row_pad and fa_extra:
+        for i, (k16, v16) in fa_extra.items():
+            if k16 or v16:
+                sizes[i] = pad(g.t[i].nbytes, 128) + pad(k16, 128) + v16
+    return replay_allocator(g, backend.alignment, sizes)

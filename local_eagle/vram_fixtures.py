@@ -1,0 +1,290 @@
+"""Header-only ("shape") GGUF files: the real layout of a model, with no weights written.
+
+The VRAM planner reads nothing but GGUF headers, and llama.cpp's dry-run load (``no_alloc``)
+reads nothing else either, so a file that holds a model's exact keys and tensor table and a
+sparse, all-zero data section is enough to compare the two at any size, even 8B-parameter
+shapes, in milliseconds and without disk space. The tests build their matrix with these
+writers and the README table uses the published shapes below.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType, GGUFWriter, TokenType
+
+Q = GGMLQuantizationType
+
+# Types whose rows must be whole blocks; smaller rows fall back to F16 like llama-quantize does.
+_FALLBACK = Q.F16
+
+
+@dataclass(frozen=True)
+class ShapeSpec:
+    """A decoder-only transformer as llama.cpp sees it. ``head_dim`` 0 means ``n_embd // n_head``.
+
+    ``wtype`` is the type of the 2-D weights; ``mix`` names a llama-quantize recipe instead
+    ("q4_k_m"), and norms stay F32 as in every real conversion.
+    """
+
+    arch: str = "llama"
+    n_layer: int = 4
+    n_embd: int = 256
+    n_head: int = 4
+    n_head_kv: int = 2
+    head_dim: int = 0
+    n_ff: int = 512
+    n_vocab: int = 1024
+    n_ctx_train: int = 131072
+    tied: bool = False
+    n_swa: int = 0
+    swa_pattern: int = 0
+    wtype: Q = Q.F16
+    mix: str | None = None
+    name: str = "shape"
+
+    @property
+    def hd(self) -> int:
+        return self.head_dim or self.n_embd // self.n_head
+
+
+@dataclass(frozen=True)
+class DrafterShape:
+    """An EAGLE 3 drafter for a target of hidden size ``target_hidden`` and vocabulary ``n_vocab``."""
+
+    target_hidden: int = 256
+    n_vocab: int = 1024
+    n_embd: int = 256
+    n_head: int = 4
+    n_head_kv: int = 2
+    n_ff: int = 512
+    draft_vocab: int | None = None
+    own_embeddings: bool = False
+    own_head: bool = True
+    target_layers: tuple[int, int, int] = (1, 2, 3)
+    wtype: Q = Q.F16
+    name: str = "drafter"
+
+
+def _tokenizer(w: GGUFWriter, n_vocab: int) -> None:
+    """An SPM vocabulary of ``n_vocab`` pieces: 3 specials, 256 bytes, then filler pieces."""
+    n_fill = max(0, n_vocab - 259)
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + [f"\u2581t{i}" for i in range(n_fill)]
+    tokens = tokens[:n_vocab]
+    types = ([TokenType.UNKNOWN, TokenType.CONTROL, TokenType.CONTROL] + [TokenType.BYTE] * 256)[:n_vocab]
+    types += [TokenType.NORMAL] * (n_vocab - len(types))
+    w.add_tokenizer_model("llama")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_scores([-float(i) for i in range(n_vocab)])
+    w.add_token_types([int(t) for t in types])
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+
+
+def _fits(t: Q, ne0: int) -> bool:
+    return ne0 % GGML_QUANT_SIZES[t][0] == 0
+
+
+def _q4_k_m(name: str, il: int, n_layer: int, tied: bool) -> Q:
+    """llama-quantize's Q4_K_M choice for a llama-like tensor (src/llama-quant.cpp)."""
+    more = il < n_layer // 8 or il >= 7 * n_layer // 8 or (il - n_layer // 8) % 3 == 2
+    if name == "output.weight" or (tied and name == "token_embd.weight"):
+        return Q.Q6_K
+    if name.endswith("attn_v.weight") or name.endswith("ffn_down.weight"):
+        return Q.Q6_K if more else Q.Q4_K
+    return Q.Q4_K
+
+
+class _Tensors:
+    """Collects (name, numpy-order shape, type) and writes them as a sparse data section."""
+
+    def __init__(self, spec_wtype: Q, mix: str | None, n_layer: int, tied: bool = False) -> None:
+        self.items: list[tuple[str, tuple[int, ...], Q]] = []
+        self.wtype = spec_wtype
+        self.mix = mix
+        self.n_layer = n_layer
+        self.tied = tied
+
+    def norm(self, name: str, n: int) -> None:
+        self.items.append((name, (n,), Q.F32))
+
+    def mat(self, name: str, rows: int, cols: int, il: int = -1) -> None:
+        t = _q4_k_m(name, il, self.n_layer, self.tied) if self.mix == "q4_k_m" else self.wtype
+        if not _fits(t, cols):
+            t = _FALLBACK
+        self.items.append((name, (rows, cols), t))
+
+    def raw(self, name: str, shape: tuple[int, ...], t: Q) -> None:
+        self.items.append((name, shape, t))
+
+    def write(self, w: GGUFWriter, path: Path) -> Path:
+        for name, shape, t in self.items:
+            block, size = GGML_QUANT_SIZES[t]
+            n = int(np.prod(shape))
+            w.add_tensor_info(name, shape, np.dtype(np.float32), n // block * size, raw_dtype=t)
+        w.write_header_to_file(path)
+        w.write_kv_data_to_file()
+        w.write_ti_data_to_file()
+        assert w.fout is not None
+        f = w.fout[0]
+        f.flush()
+        start = GGUFWriter.ggml_pad(f.tell(), w.data_alignment)
+        total = sum(GGUFWriter.ggml_pad(ti.nbytes, w.data_alignment) for ti in w.tensors[0].values())
+        f.truncate(start + total)
+        w.close()
+        return path
+
+
+def write_shape_gguf(path: str | os.PathLike[str], spec: ShapeSpec) -> Path:
+    """A target GGUF with ``spec``'s exact keys and tensor table and a sparse zero data section."""
+    p = Path(path)
+    a = spec.arch
+    hd = spec.hd
+    w = GGUFWriter(p, a)
+    w.add_name(spec.name)
+    w.add_uint32(f"{a}.context_length", spec.n_ctx_train)
+    w.add_uint32(f"{a}.embedding_length", spec.n_embd)
+    w.add_uint32(f"{a}.block_count", spec.n_layer)
+    w.add_uint32(f"{a}.feed_forward_length", spec.n_ff)
+    w.add_uint32(f"{a}.attention.head_count", spec.n_head)
+    w.add_uint32(f"{a}.attention.head_count_kv", spec.n_head_kv)
+    w.add_uint32(f"{a}.attention.key_length", hd)
+    w.add_uint32(f"{a}.attention.value_length", hd)
+    w.add_uint32(f"{a}.rope.dimension_count", hd)
+    w.add_float32(f"{a}.rope.freq_base", 10000.0)
+    w.add_float32(f"{a}.attention.layer_norm_rms_epsilon", 1e-6)
+    if spec.n_swa:
+        w.add_uint32(f"{a}.attention.sliding_window", spec.n_swa)
+        if spec.swa_pattern:
+            w.add_uint32(f"{a}.attention.sliding_window_pattern", spec.swa_pattern)
+    _tokenizer(w, spec.n_vocab)
+
+    t = _Tensors(spec.wtype, spec.mix, spec.n_layer, spec.tied)
+    t.mat("token_embd.weight", spec.n_vocab, spec.n_embd)
+    t.norm("output_norm.weight", spec.n_embd)
+    if not spec.tied:
+        t.mat("output.weight", spec.n_vocab, spec.n_embd)
+    q, kv = spec.n_head * hd, spec.n_head_kv * hd
+    for i in range(spec.n_layer):
+        b = f"blk.{i}"
+        t.norm(f"{b}.attn_norm.weight", spec.n_embd)
+        t.mat(f"{b}.attn_q.weight", q, spec.n_embd, i)
+        t.mat(f"{b}.attn_k.weight", kv, spec.n_embd, i)
+        t.mat(f"{b}.attn_v.weight", kv, spec.n_embd, i)
+        t.mat(f"{b}.attn_output.weight", spec.n_embd, q, i)
+        if a == "qwen2":
+            t.norm(f"{b}.attn_q.bias", q)
+            t.norm(f"{b}.attn_k.bias", kv)
+            t.norm(f"{b}.attn_v.bias", kv)
+        if a in ("qwen3", "gemma3"):
+            t.norm(f"{b}.attn_q_norm.weight", hd)
+            t.norm(f"{b}.attn_k_norm.weight", hd)
+        if a == "gemma3":
+            t.norm(f"{b}.post_attention_norm.weight", spec.n_embd)
+            t.norm(f"{b}.post_ffw_norm.weight", spec.n_embd)
+        t.norm(f"{b}.ffn_norm.weight", spec.n_embd)
+        t.mat(f"{b}.ffn_gate.weight", spec.n_ff, spec.n_embd, i)
+        t.mat(f"{b}.ffn_up.weight", spec.n_ff, spec.n_embd, i)
+        t.mat(f"{b}.ffn_down.weight", spec.n_embd, spec.n_ff, i)
+    return t.write(w, p)
+
+
+def write_drafter_gguf(path: str | os.PathLike[str], d: DrafterShape) -> Path:
+    """An ``eagle3`` drafter GGUF with the keys and tensors the pinned llama.cpp loads."""
+    p = Path(path)
+    a = "eagle3"
+    hd = d.n_embd // d.n_head
+    w = GGUFWriter(p, a)
+    w.add_name(d.name)
+    w.add_uint32(f"{a}.context_length", 131072)
+    w.add_uint32(f"{a}.embedding_length", d.n_embd)
+    w.add_uint32(f"{a}.block_count", 1)
+    w.add_uint32(f"{a}.feed_forward_length", d.n_ff)
+    w.add_uint32(f"{a}.attention.head_count", d.n_head)
+    w.add_uint32(f"{a}.attention.head_count_kv", d.n_head_kv)
+    w.add_uint32(f"{a}.attention.key_length", hd)
+    w.add_uint32(f"{a}.attention.value_length", hd)
+    w.add_uint32(f"{a}.rope.dimension_count", hd)
+    w.add_float32(f"{a}.rope.freq_base", 500000.0)
+    w.add_float32(f"{a}.attention.layer_norm_rms_epsilon", 1e-5)
+    w.add_uint32(f"{a}.vocab_size", d.n_vocab)
+    w.add_key_value(f"{a}.target_layers", list(d.target_layers), GGUFValueType.ARRAY, GGUFValueType.INT32)
+    w.add_uint32(f"{a}.target_hidden_size", d.target_hidden)
+    _tokenizer(w, d.n_vocab)
+
+    t = _Tensors(d.wtype, None, 1)
+    n_draft = d.draft_vocab or d.n_vocab
+    if d.draft_vocab:
+        t.raw("d2t", (n_draft,), Q.I64)
+    t.mat("fc.weight", d.n_embd, 3 * d.target_hidden)
+    if d.own_embeddings:
+        t.mat("token_embd.weight", d.n_vocab, d.n_embd)
+    t.norm("output_norm.weight", d.n_embd)
+    if d.own_head:
+        t.mat("output.weight", n_draft, d.n_embd)
+    q, kv = d.n_head * hd, d.n_head_kv * hd
+    t.norm("blk.0.attn_norm.weight", d.n_embd)
+    t.norm("blk.0.attn_norm_2.weight", d.n_embd)
+    t.mat("blk.0.attn_q.weight", q, 2 * d.n_embd)
+    t.mat("blk.0.attn_k.weight", kv, 2 * d.n_embd)
+    t.mat("blk.0.attn_v.weight", kv, 2 * d.n_embd)
+    t.mat("blk.0.attn_output.weight", d.n_embd, q)
+    t.norm("blk.0.ffn_norm.weight", d.n_embd)
+    t.mat("blk.0.ffn_gate.weight", d.n_ff, d.n_embd)
+    t.mat("blk.0.ffn_up.weight", d.n_ff, d.n_embd)
+    t.mat("blk.0.ffn_down.weight", d.n_embd, d.n_ff)
+    return t.write(w, p)
+
+
+# --- published shapes (config.json of each model; Q4_K_M per llama-quantize's recipe) ---------------
+
+LLAMA31_8B = ShapeSpec(
+    arch="llama", n_layer=32, n_embd=4096, n_head=32, n_head_kv=8, n_ff=14336, n_vocab=128256,
+    n_ctx_train=131072, mix="q4_k_m", name="Llama-3.1-8B-Instruct Q4_K_M",
+)  # fmt: skip
+LLAMA31_8B_EAGLE3 = DrafterShape(
+    target_hidden=4096, n_vocab=128256, n_embd=4096, n_head=32, n_head_kv=8, n_ff=14336,
+    draft_vocab=32000, own_embeddings=False, own_head=True, target_layers=(2, 16, 29), wtype=Q.F16,
+    name="EAGLE3-LLaMA3.1-Instruct-8B f16",
+)  # fmt: skip
+QWEN3_8B = ShapeSpec(
+    arch="qwen3", n_layer=36, n_embd=4096, n_head=32, n_head_kv=8, head_dim=128, n_ff=12288, n_vocab=151936,
+    n_ctx_train=40960, mix="q4_k_m", name="Qwen3-8B Q4_K_M",
+)  # fmt: skip
+QWEN3_8B_EAGLE3 = DrafterShape(
+    target_hidden=4096, n_vocab=151936, n_embd=4096, n_head=32, n_head_kv=8, n_ff=12288,
+    draft_vocab=32000, own_embeddings=True, own_head=True, target_layers=(2, 18, 33), wtype=Q.F16,
+    name="AngelSlim Qwen3-8B EAGLE3 f16",
+)  # fmt: skip
+GEMMA3_12B = ShapeSpec(
+    arch="gemma3", n_layer=48, n_embd=3840, n_head=16, n_head_kv=8, head_dim=256, n_ff=15360, n_vocab=262208,
+    n_ctx_train=131072, tied=True, n_swa=1024, mix="q4_k_m", name="gemma-3-12b-it Q4_K_M",
+)  # fmt: skip
+GEMMA3_12B_EAGLE3 = DrafterShape(
+    target_hidden=3840, n_vocab=262208, n_embd=3840, n_head=16, n_head_kv=8, n_ff=15360,
+    draft_vocab=32000, own_embeddings=False, own_head=True, target_layers=(2, 24, 45), wtype=Q.F16,
+    name="gemma-3-12b EAGLE3 (hypothetical, same shapes) f16",
+)  # fmt: skip
+
+README_PAIRS: list[tuple[ShapeSpec, DrafterShape | None]] = [
+    (LLAMA31_8B, None),
+    (LLAMA31_8B, LLAMA31_8B_EAGLE3),
+    (QWEN3_8B, QWEN3_8B_EAGLE3),
+    (GEMMA3_12B, GEMMA3_12B_EAGLE3),
+]
+
+
+def scaled(spec: ShapeSpec, **changes: object) -> ShapeSpec:
+    return replace(spec, **changes)  # type: ignore[arg-type]
+
+
+@dataclass
+class Pair:
+    target: Path
+    drafter: Path | None = None
+    notes: list[str] = field(default_factory=list)
