@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -166,6 +166,8 @@ class ModelShape:
     tensors: list[Tensor]
     known: bool
     notes: list[str] = field(default_factory=list)
+    flags: set[str] = field(default_factory=set)
+    cache: dict[Any, int] = field(default_factory=dict, repr=False, compare=False)
     # drafter only
     target_hidden: int | None = None
     draft_vocab: int | None = None
@@ -321,6 +323,7 @@ def read_shape(path: str | os.PathLike[str], what: str = "target GGUF") -> Model
         shape.target_hidden = int(ths)
         d2t = shape.tensor("d2t")
         shape.draft_vocab = d2t.ne[0] if d2t else n_vocab
+        shape.flags = {k for k in ("norm_before_residual", "norm_before_fc") if key(k, False)}
     return shape
 
 
@@ -342,8 +345,21 @@ def check_pair(target: ModelShape, draft: ModelShape) -> None:
     fc = draft.tensor("fc.weight")
     if fc is not None and fc.ne[0] != 3 * target.n_embd:
         raise LocalEagleError(f"{draft.path}: fc.weight takes {fc.ne[0]} inputs, expected 3 x {target.n_embd}")
-    if draft.tensor("token_embd.weight") is None and target.tensor("token_embd.weight") is None:
-        raise LocalEagleError(f"{draft.path}: neither the drafter nor the target has token_embd.weight")
+    if draft.tensor("token_embd.weight") is None:
+        if target.tensor("token_embd.weight") is None:
+            raise LocalEagleError(f"{draft.path}: neither the drafter nor the target has token_embd.weight")
+        if draft.n_embd != target.n_embd:
+            raise LocalEagleError(
+                f"{draft.path}: drafter has no token_embd.weight and borrows the target's, which needs its hidden "
+                f"size {draft.n_embd} to equal the target's {target.n_embd}"
+            )
+    if draft.tensor("output.weight") is None:
+        if draft.n_embd != target.n_embd or (draft.draft_vocab or draft.n_vocab) != target.n_vocab:
+            raise LocalEagleError(
+                f"{draft.path}: drafter has no output.weight and borrows the target's, which needs hidden size "
+                f"{target.n_embd} and the full vocabulary ({target.n_vocab}); it has {draft.n_embd} and "
+                f"{draft.draft_vocab or draft.n_vocab}"
+            )
 
 
 # --- settings ------------------------------------------------------------------------------------
@@ -1011,3 +1027,383 @@ def graph_bytes(g: _Graph, backend: Backend, fa_extra: dict[int, tuple[int, int]
             if k16 or v16:
                 sizes[i] = pad(g.t[i].nbytes, 128) + pad(k16, 128) + v16
     return replay_allocator(g, backend.alignment, sizes)
+
+
+# --- the plan ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GPUBudget:
+    """The VRAM one plan may use. ``free`` is what is available to llama.cpp before it loads."""
+
+    name: str
+    total: int
+    free: int
+    source: str  # "preset", "detected" or "manual"
+    overhead: int  # CUDA context, cuBLAS workspaces and the CUDA memory pool: outside llama.cpp's buffers
+
+
+DEFAULT_OVERHEAD = 768 * MiB
+
+
+@dataclass
+class Component:
+    key: str
+    label: str
+    gpu: int
+    host: int
+
+
+@dataclass
+class Plan:
+    """One configuration's memory, per component, and whether it fits the budget."""
+
+    target: ModelShape
+    draft: ModelShape | None
+    settings: Settings
+    budget: GPUBudget
+    n_gpu_layers: int
+    components: list[Component]
+    notes: list[str]
+
+    @property
+    def n_layers_max(self) -> int:
+        return n_offloadable(self.target)
+
+    @property
+    def full_offload(self) -> bool:
+        return self.n_gpu_layers >= self.n_layers_max
+
+    @property
+    def total_gpu(self) -> int:
+        return sum(c.gpu for c in self.components)
+
+    @property
+    def total_host(self) -> int:
+        return sum(c.host for c in self.components)
+
+    @property
+    def free(self) -> int:
+        return self.budget.free - self.total_gpu
+
+    @property
+    def fits(self) -> bool:
+        return self.free >= 0
+
+    def component(self, key: str) -> Component:
+        return next(c for c in self.components if c.key == key)
+
+    def to_dict(self) -> dict[str, Any]:
+        s = self.settings.to_dict()
+        s["n_gpu_layers"] = self.n_gpu_layers
+        return {
+            "target": {"path": str(self.target.path), "arch": self.target.arch, "name": self.target.name},
+            "draft": None
+            if self.draft is None
+            else {"path": str(self.draft.path), "arch": self.draft.arch, "name": self.draft.name},
+            "gpu": asdict(self.budget),
+            "settings": s,
+            "n_gpu_layers": self.n_gpu_layers,
+            "n_layers_max": self.n_layers_max,
+            "full_offload": self.full_offload,
+            "components": {c.key: {"gpu": c.gpu, "host": c.host} for c in self.components},
+            "total_gpu": self.total_gpu,
+            "total_host": self.total_host,
+            "free": self.free,
+            "fits": self.fits,
+            "notes": list(self.notes),
+        }
+
+
+@dataclass
+class _Compute:
+    target: int
+    draft: int
+
+
+def target_compute(target: ModelShape, s: Settings, backend: Backend = CUDA) -> int:
+    """The target context's compute buffer (memoised on the shape: the suggest search asks often)."""
+    key = ("t", s.n_ctx, s.n_seq, s.n_batch, s.n_ubatch, s.type_k, s.type_v, s.flash_attn, s.swa_full, s.kv_unified)
+    key += (backend,)
+    hit = target.cache.get(key)
+    if hit is None:
+        d = ctx_dims(s.n_ctx, s.n_seq, s.n_batch, s.n_ubatch, s.kv_unified)
+        g, fa = target_graph(target, graph_dims(target, d, s, s.type_k, s.type_v, s.n_ubatch))
+        hit = target.cache[key] = graph_bytes(g, backend, fa)
+    return hit
+
+
+def draft_compute(draft: ModelShape, s: Settings, backend: Backend = CUDA) -> int:
+    """The drafter context's compute buffer: the larger of its decoder and encoder graphs.
+
+    llama.cpp reserves the decoder graph when the context is created; the first encode of a
+    ubatch of target features grows the buffer if the encoder graph needs more.
+    """
+    key = ("d", s.n_ctx, s.n_seq, s.draft_batch, s.draft_ubatch, s.draft_type_k, s.draft_type_v, s.flash_attn)
+    key += (s.kv_unified, backend)
+    hit = draft.cache.get(key)
+    if hit is None:
+        dd = ctx_dims(s.n_ctx, s.n_seq, s.draft_batch, s.draft_ubatch, s.kv_unified)
+        gdd = graph_dims(draft, dd, s, s.draft_type_k, s.draft_type_v, s.draft_ubatch)
+        gg, fa = drafter_graph(draft, gdd, "norm_before_residual" in draft.flags)
+        enc = encoder_graph(draft, gdd.n_tokens, "norm_before_fc" in draft.flags)
+        hit = draft.cache[key] = max(graph_bytes(gg, backend, fa), graph_bytes(enc, backend))
+    return hit
+
+
+def compute_buffers(target: ModelShape, draft: ModelShape | None, s: Settings, backend: Backend = CUDA) -> _Compute:
+    """Compute buffer bytes of the target context and of the drafter context (0 without a drafter)."""
+    return _Compute(target_compute(target, s, backend), 0 if draft is None else draft_compute(draft, s, backend))
+
+
+def _largest_host_matrix(shape: ModelShape, ngl: int) -> int:
+    """The biggest weight a partially offloaded model leaves on the host for the GPU to borrow.
+
+    With ``op_offload`` (llama.cpp's default) a large-batch matrix multiply whose weight stays on
+    the host runs on the GPU, the weight copied into the GPU compute buffer for that split.
+    """
+    best = 0
+    for t in shape.tensors:
+        if len(t.ne) >= 2 and t.ne[1] > 1 and t.name not in TOKEN_EMBD_HOST and not tensor_on_gpu(shape, t, ngl):
+            best = max(best, CUDA.tensor_bytes(t.nbytes, t.ne[0], t.type))
+    return best
+
+
+def breakdown(
+    target: ModelShape,
+    draft: ModelShape | None,
+    s: Settings,
+    ngl: int,
+    budget: GPUBudget,
+    backend: Backend = CUDA,
+    host: Backend = CPU,
+) -> tuple[list[Component], list[str]]:
+    """Every component's GPU and host bytes for ``ngl`` target layers on the GPU (drafter fully offloaded)."""
+    notes: list[str] = []
+    d = ctx_dims(s.n_ctx, s.n_seq, s.n_batch, s.n_ubatch, s.kv_unified)
+    n_max = n_offloadable(target)
+    ngl = max(0, min(ngl, n_max))
+    gpu_used = ngl > 0 or draft is not None
+    tw = weights(target, ngl, backend, host)
+    tkv = kv_cache(target, d, s, ngl, False, backend, host)
+    comp = compute_buffers(target, draft, s, backend)
+    n_tok = min(d.n_ctx, s.n_ubatch, d.n_batch)
+    inputs_host = 2 * target.n_embd * n_tok * 4 + _mask_bytes(target, d, s, n_tok)
+    if ngl >= n_max:
+        tc = Component("target_compute", "target compute", comp.target, inputs_host)
+    elif ngl == 0:
+        borrow = _largest_host_matrix(target, 0) if n_tok >= 32 else 0
+        tc = Component("target_compute", "target compute", borrow, comp.target)
+        if borrow:
+            notes.append("no target layer on the GPU: llama.cpp still runs large-batch matrix multiplies there")
+    else:
+        borrow = _largest_host_matrix(target, ngl) if n_tok >= 32 else 0
+        tc = Component("target_compute", "target compute", comp.target + borrow, comp.target)
+        notes.append(
+            f"partial offload ({ngl}/{n_max} layers): compute buffers are the full graph on each side "
+            f"(an upper bound) plus the largest host weight the GPU borrows for large batches"
+        )
+    n_out = max(s.n_seq, s.draft_max + 1)
+    n_capture = 3 if draft is not None else 0
+    out_target = (target.n_vocab * n_out + n_capture * target.n_embd * d.n_batch) * 4
+    comps = [
+        Component("target_weights", "target weights", tw.gpu, tw.host),
+        Component("target_kv", "target KV cache", tkv.gpu, tkv.host),
+        tc,
+    ]
+    if draft is not None:
+        dn = n_offloadable(draft)
+        dw = weights(draft, dn, backend, host)
+        dd = ctx_dims(s.n_ctx, s.n_seq, s.draft_batch, s.draft_ubatch, s.kv_unified)
+        dkv = kv_cache(draft, dd, s, dn, True, backend, host)
+        n_dtok = min(dd.n_ctx, s.draft_ubatch, dd.n_batch)
+        out_draft = (draft.n_vocab + draft.n_embd) * dd.n_batch * 4
+        comps += [
+            Component("draft_weights", "draft weights", dw.gpu, dw.host),
+            Component("draft_kv", "draft KV cache", dkv.gpu, dkv.host),
+            Component(
+                "draft_compute",
+                "draft compute",
+                comp.draft,
+                2 * draft.n_embd * n_dtok * 4 + _mask_bytes(draft, dd, s, n_dtok),
+            ),
+        ]
+    else:
+        out_draft = 0
+    comps.append(Component("outputs", "output buffers (host)", 0, out_target + out_draft))
+    comps.append(Component("overhead", "CUDA context + pool", budget.overhead if gpu_used else 0, 0))
+    return comps, notes
+
+
+def _mask_bytes(shape: ModelShape, d: CtxDims, s: Settings, n_tok: int) -> int:
+    per = 2 if s.flash_attn else 4
+    n = d.n_ctx_seq * n_tok * per
+    return 2 * n if any(shape.is_swa) else n
+
+
+def make_plan(
+    target: ModelShape,
+    draft: ModelShape | None,
+    s: Settings,
+    budget: GPUBudget,
+    backend: Backend = CUDA,
+) -> Plan:
+    """The plan for ``s``; with ``n_gpu_layers`` None, the most target layers that fit (llama.cpp's --fit)."""
+    s.validate()
+    n_max = n_offloadable(target)
+    if s.n_gpu_layers is not None:
+        ngl = n_max if s.n_gpu_layers < 0 else min(s.n_gpu_layers, n_max)
+        comps, notes = breakdown(target, draft, s, ngl, budget, backend)
+    else:
+        ngl, comps, notes = _auto_layers(target, draft, s, budget, backend)
+    notes = list(target.notes) + ([f"drafter: {n}" for n in draft.notes] if draft else []) + notes
+    return Plan(target, draft, s, budget, ngl, comps, notes)
+
+
+def _auto_layers(
+    target: ModelShape, draft: ModelShape | None, s: Settings, budget: GPUBudget, backend: Backend
+) -> tuple[int, list[Component], list[str]]:
+    n_max = n_offloadable(target)
+    lo, hi = 0, n_max
+    comps, notes = breakdown(target, draft, s, n_max, budget, backend)
+    if sum(c.gpu for c in comps) <= budget.free:
+        return n_max, comps, notes
+    best: tuple[int, list[Component], list[str]] | None = None
+    while lo <= hi:  # GPU bytes grow with the layer count: binary search the largest that fits
+        mid = (lo + hi) // 2
+        c, n = breakdown(target, draft, s, mid, budget, backend)
+        if sum(x.gpu for x in c) <= budget.free:
+            best = (mid, c, n)
+            lo = mid + 1
+        else:
+            hi = mid - 1
+    if best is None:
+        c, n = breakdown(target, draft, s, 0, budget, backend)
+        return 0, c, n
+    return best
+
+
+# --- --suggest -----------------------------------------------------------------------------------
+
+CTX_STEPS = (262144, 196608, 131072, 98304, 65536, 49152, 32768, 24576, 16384, 12288, 8192, 6144, 4096, 2048, 1024, 512)
+
+
+@dataclass
+class Suggestion:
+    """The best configuration that fits, and what it gave up relative to the request."""
+
+    requested: Settings
+    plan: Plan | None
+    traded: list[str]
+    dropped_drafter: bool = False
+    evaluated: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "found": self.plan is not None,
+            "settings": None if self.plan is None else self.plan.to_dict()["settings"],
+            "traded": list(self.traded),
+            "dropped_drafter": self.dropped_drafter,
+            "plan": None if self.plan is None else self.plan.to_dict(),
+        }
+
+
+_KV_RANK = {"f32": 0, "f16": 1, "bf16": 1, "q8_0": 2, "q5_1": 3, "q5_0": 3, "q4_1": 4, "iq4_nl": 4, "q4_0": 4}
+
+
+def _kv_options(s: Settings) -> list[tuple[str, str]]:
+    """The requested KV types, then q8_0 and q4_0 where they quantise more (V stays f16 without FA)."""
+    opts = [(s.type_k, s.type_v)]
+    for t in ("q8_0", "q4_0"):
+        if _KV_RANK[t] > _KV_RANK[s.type_k]:
+            opts.append((t, t if s.flash_attn else s.type_v))
+    return opts
+
+
+def _draft_options(s: Settings) -> list[dict[str, Any]]:
+    opts: list[dict[str, Any]] = [{}]
+    for ub in (256, 128, 64, 32):
+        if ub < s.draft_ubatch:
+            opts.append({"draft_ubatch": ub, "draft_batch": min(s.draft_batch, max(ub, 512))})
+    if s.draft_type_k == "f16" and s.draft_type_v == "f16":
+        q = {"draft_type_k": "q8_0", "draft_type_v": "q8_0" if s.flash_attn else "f16"}
+        opts.append({**opts[-1], **q})
+    return opts
+
+
+def _describe(req: Settings, plan: Plan, dropped: bool, req_draft: bool) -> list[str]:
+    got = plan.settings
+    out = []
+    if got.n_ctx != req.n_ctx:
+        out.append(f"context {req.n_ctx} -> {got.n_ctx}")
+    n_max = plan.n_layers_max
+    if plan.n_gpu_layers < n_max:
+        was = "all" if req.n_gpu_layers is None or req.n_gpu_layers < 0 else str(req.n_gpu_layers)
+        out.append(f"GPU layers {was} -> {plan.n_gpu_layers}/{n_max} (partial offload: slower)")
+    if (got.type_k, got.type_v) != (req.type_k, req.type_v):
+        out.append(f"KV cache {req.type_k}/{req.type_v} -> {got.type_k}/{got.type_v}")
+    if dropped:
+        out.append("drafter dropped: nothing fits with it")
+    elif req_draft:
+        if got.draft_ubatch != req.draft_ubatch:
+            out.append(f"drafter ubatch {req.draft_ubatch} -> {got.draft_ubatch} (slower drafter prefill)")
+        if (got.draft_type_k, got.draft_type_v) != (req.draft_type_k, req.draft_type_v):
+            out.append(
+                f"drafter KV cache {req.draft_type_k}/{req.draft_type_v} -> {got.draft_type_k}/{got.draft_type_v}"
+            )
+    return out
+
+
+def suggest(
+    target: ModelShape,
+    draft: ModelShape | None,
+    requested: Settings,
+    budget: GPUBudget,
+    max_ctx: int | None = None,
+    backend: Backend = CUDA,
+) -> Suggestion:
+    """Search the settings for the best plan that fits, preferring, in this order: the largest context
+    (up to ``max_ctx`` or the request), the most layers on the GPU, the least KV quantisation, and
+    the requested drafter settings. A plan needs at least one target layer on the GPU.
+    """
+    requested.validate()
+    top = max_ctx or requested.n_ctx
+    ctxs = [top] + [c for c in CTX_STEPS if c < top]
+    res = _search(target, draft, requested, budget, ctxs, backend)
+    if res.plan is None and draft is not None:
+        alt = _search(target, None, requested, budget, ctxs, backend)
+        alt.evaluated += res.evaluated
+        if alt.plan is not None:
+            alt.dropped_drafter = True
+            alt.traded = _describe(requested, alt.plan, True, True)
+        return alt
+    return res
+
+
+def _search(
+    target: ModelShape, draft: ModelShape | None, req: Settings, budget: GPUBudget, ctxs: list[int], backend: Backend
+) -> Suggestion:
+    n_eval = 0
+    fixed_ngl = req.n_gpu_layers
+    for ctx in ctxs:
+        best: tuple[tuple[int, int, int], Plan] | None = None
+        for ki, (tk, tv) in enumerate(_kv_options(req)):
+            for di, dopt in enumerate(_draft_options(req) if draft is not None else [{}]):
+                s = replace(req, n_ctx=ctx, type_k=tk, type_v=tv, **dopt)
+                if fixed_ngl is not None:
+                    s_plan = make_plan(target, draft, s, budget, backend)
+                    n_eval += 1
+                    ok = s_plan.fits
+                else:
+                    s_plan = make_plan(target, draft, replace(s, n_gpu_layers=None), budget, backend)
+                    n_eval += 1
+                    ok = s_plan.fits and s_plan.n_gpu_layers >= 1
+                if not ok:
+                    continue
+                rank = (s_plan.n_gpu_layers, -ki, -di)
+                if best is None or rank > best[0]:
+                    best = (rank, s_plan)
+        if best is not None:
+            plan = best[1]
+            return Suggestion(req, plan, _describe(req, plan, False, draft is not None), False, n_eval)
+    return Suggestion(req, None, [], False, n_eval)
