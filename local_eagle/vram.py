@@ -912,10 +912,11 @@ def _k_rot(head_k: int, t: KVType) -> int:
 
 
 def graph_dims(shape: ModelShape, d: CtxDims, s: Settings, type_k: str, type_v: str, n_ubatch: int) -> GraphDims:
-    n_tokens = min(d.n_ctx, n_ubatch, d.n_batch)
+    n_outputs = min(d.n_ctx, n_ubatch, d.n_batch)
+    n_tokens = -(-n_outputs // d.n_seq) * d.n_seq  # graph_reserve rounds up to a multiple of n_seq
     n_kv_swa = d.n_ctx_seq
     if any(shape.is_swa) and not s.swa_full:
-        n_kv_swa = pad(min(d.n_ctx_seq, shape.n_swa * (d.n_seq if d.unified else 1) + n_tokens), 256)
+        n_kv_swa = pad(min(d.n_ctx_seq, shape.n_swa * (d.n_seq if d.unified else 1) + d.n_ubatch), 256)
     tk, tv = KV_TYPES[type_k], KV_TYPES[type_v]
     attn = [il for il in range(shape.n_layer) if not shape.recurrent[il] and shape.n_head_kv[il]]
     hk = {shape.head_k[il] for il in attn}
@@ -923,7 +924,7 @@ def graph_dims(shape: ModelShape, d: CtxDims, s: Settings, type_k: str, type_v: 
     v_w = max((shape.head_v[il] * shape.n_head_kv[il] for il in attn), default=0)
     return GraphDims(
         n_tokens=n_tokens,
-        n_outputs=n_tokens,
+        n_outputs=n_outputs,
         n_kv=d.n_ctx_seq,
         n_kv_swa=n_kv_swa,
         n_stream=d.n_stream,
