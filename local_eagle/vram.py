@@ -523,10 +523,12 @@ class Settings:
     kv_unified: bool = False
 
     def validate(self) -> None:
+        flags = {"type_k": "--kv-type-k", "type_v": "--kv-type-v", "draft_type_k": "--draft-kv-type"}
         for k in ("type_k", "type_v", "draft_type_k", "draft_type_v"):
             v = getattr(self, k)
             if v not in KV_TYPES:
-                raise PlanError(f"--{k.replace('_', '-')} {v!r}: expected one of {', '.join(KV_TYPES)}")
+                flag = flags.get(k, "--draft-kv-type")
+                raise PlanError(f"KV cache type {v!r} ({flag} / --kv-type): expected one of {', '.join(KV_TYPES)}")
         if not self.flash_attn and (KV_TYPES[self.type_v].quantized or KV_TYPES[self.draft_type_v].quantized):
             raise PlanError("a quantised V cache needs flash attention (llama.cpp refuses it otherwise)")
         for k in ("n_ctx", "n_seq", "n_batch", "n_ubatch", "draft_batch", "draft_ubatch"):
@@ -669,9 +671,10 @@ def kv_cache(
     tk, tv = (s.draft_type_k, s.draft_type_v) if draft else (s.type_k, s.type_v)
     out = Split()
     for kl in kv_layers(shape, d, tk, tv, s.flash_attn, s.swa_full):
-        b = gpu if layer_on_gpu(shape, kl.il, ngl) else host
+        on_gpu = layer_on_gpu(shape, kl.il, ngl)
+        b = gpu if on_gpu else host
         n = b.tensor_bytes(kl.k_bytes, 0, 0) + (b.tensor_bytes(kl.v_bytes, 0, 0) if kl.v_bytes else 0)
-        if b is gpu:
+        if on_gpu:
             out.gpu += n
         else:
             out.host += n
@@ -680,9 +683,10 @@ def kv_cache(
         for il in range(shape.n_layer):
             if not shape.recurrent[il]:
                 continue
-            b = gpu if layer_on_gpu(shape, il, ngl) else host
+            on_gpu = layer_on_gpu(shape, il, ngl)
+            b = gpu if on_gpu else host
             n = b.tensor_bytes(4 * shape.ssm_r * rows, 0, 0) + b.tensor_bytes(4 * shape.ssm_s * rows, 0, 0)
-            if b is gpu:
+            if on_gpu:
                 out.gpu += n
             else:
                 out.host += n
