@@ -45,6 +45,7 @@ class ShapeSpec:
     wtype: Q = Q.F16
     mix: str | None = None
     name: str = "shape"
+    tokenizer: bool = True  # False: only {arch}.vocab_size (enough for the planner, not for llama.cpp)
 
     @property
     def hd(self) -> int:
@@ -69,8 +70,11 @@ class DrafterShape:
     name: str = "drafter"
 
 
-def _tokenizer(w: GGUFWriter, n_vocab: int) -> None:
+def _tokenizer(w: GGUFWriter, n_vocab: int, full: bool = True) -> None:
     """An SPM vocabulary of ``n_vocab`` pieces: 3 specials, 256 bytes, then filler pieces."""
+    if not full:
+        w.add_uint32(f"{w.arch}.vocab_size", n_vocab)
+        return
     n_fill = max(0, n_vocab - 259)
     tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + [f"\u2581t{i}" for i in range(n_fill)]
     tokens = tokens[:n_vocab]
@@ -162,7 +166,7 @@ def write_shape_gguf(path: str | os.PathLike[str], spec: ShapeSpec) -> Path:
         w.add_uint32(f"{a}.attention.sliding_window", spec.n_swa)
         if spec.swa_pattern:
             w.add_uint32(f"{a}.attention.sliding_window_pattern", spec.swa_pattern)
-    _tokenizer(w, spec.n_vocab)
+    _tokenizer(w, spec.n_vocab, spec.tokenizer)
 
     t = _Tensors(spec.wtype, spec.mix, spec.n_layer, spec.tied)
     t.mat("token_embd.weight", spec.n_vocab, spec.n_embd)
@@ -194,7 +198,7 @@ def write_shape_gguf(path: str | os.PathLike[str], spec: ShapeSpec) -> Path:
     return t.write(w, p)
 
 
-def write_drafter_gguf(path: str | os.PathLike[str], d: DrafterShape) -> Path:
+def write_drafter_gguf(path: str | os.PathLike[str], d: DrafterShape, tokenizer: bool = True) -> Path:
     """An ``eagle3`` drafter GGUF with the keys and tensors the pinned llama.cpp loads."""
     p = Path(path)
     a = "eagle3"
@@ -215,7 +219,8 @@ def write_drafter_gguf(path: str | os.PathLike[str], d: DrafterShape) -> Path:
     w.add_uint32(f"{a}.vocab_size", d.n_vocab)
     w.add_key_value(f"{a}.target_layers", list(d.target_layers), GGUFValueType.ARRAY, GGUFValueType.INT32)
     w.add_uint32(f"{a}.target_hidden_size", d.target_hidden)
-    _tokenizer(w, d.n_vocab)
+    if tokenizer:
+        _tokenizer(w, d.n_vocab)
 
     t = _Tensors(d.wtype, None, 1)
     n_draft = d.draft_vocab or d.n_vocab
@@ -271,12 +276,53 @@ GEMMA3_12B_EAGLE3 = DrafterShape(
     name="gemma-3-12b EAGLE3 (hypothetical, same shapes) f16",
 )  # fmt: skip
 
-README_PAIRS: list[tuple[ShapeSpec, DrafterShape | None]] = [
-    (LLAMA31_8B, None),
-    (LLAMA31_8B, LLAMA31_8B_EAGLE3),
-    (QWEN3_8B, QWEN3_8B_EAGLE3),
-    (GEMMA3_12B, GEMMA3_12B_EAGLE3),
+README_ROWS: list[tuple[ShapeSpec, DrafterShape | None, dict[str, object]]] = [
+    (LLAMA31_8B, None, {}),
+    (LLAMA31_8B, LLAMA31_8B_EAGLE3, {}),
+    (QWEN3_8B, QWEN3_8B_EAGLE3, {}),
+    (GEMMA3_12B, None, {}),
+    (GEMMA3_12B, None, {"swa_full": False}),
 ]
+README_CONTEXTS = (8192, 32768, 131072)
+
+
+def readme_table(workdir: str | os.PathLike[str]) -> str:
+    """The README's RTX 4090 table: predicted VRAM per component for common pairs (markdown, GiB)."""
+    from local_eagle.gpus import budget
+    from local_eagle.vram import GiB, Settings, make_plan, read_shape
+
+    d = Path(workdir)
+    b = budget("rtx4090")
+    rows = [
+        "| model (+ drafter) | context | target weights | target KV | target compute | drafter total "
+        "| overhead | total, f16 KV | fits? | total, q8_0 KV | fits? |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---|",
+    ]
+
+    def g(n: int) -> str:
+        return f"{n / GiB:.2f}"
+
+    for spec, dspec, extra in README_ROWS:
+        t = read_shape(write_shape_gguf(d / f"{spec.arch}.gguf", replace(spec, tokenizer=False)))
+        dr = None
+        if dspec is not None:
+            dp = write_drafter_gguf(d / f"{spec.arch}-eagle3.gguf", dspec, tokenizer=False)
+            dr = read_shape(dp, "drafter GGUF")
+        label = spec.name + (f" + {dspec.name}" if dspec else "")
+        if extra.get("swa_full") is False:
+            label += " (--no-swa-full)"
+        for ctx in README_CONTEXTS:
+            s = replace(Settings(n_ctx=ctx, n_gpu_layers=-1), **extra)  # type: ignore[arg-type]
+            p = make_plan(t, dr, s, b)
+            q = make_plan(t, dr, replace(s, type_k="q8_0", type_v="q8_0"), b)
+            dtot = sum(p.component(k).gpu for k in ("draft_weights", "draft_kv", "draft_compute")) if dr else 0
+            rows.append(
+                f"| {label} | {ctx // 1024}K | {g(p.component('target_weights').gpu)} | "
+                f"{g(p.component('target_kv').gpu)} | {g(p.component('target_compute').gpu)} | "
+                f"{g(dtot) if dr else '-'} | {g(p.component('overhead').gpu)} | {g(p.total_gpu)} | "
+                f"{'yes' if p.fits else 'no'} | {g(q.total_gpu)} | {'yes' if q.fits else 'no'} |"
+            )
+    return "\n".join(rows) + "\n"
 
 
 def scaled(spec: ShapeSpec, **changes: object) -> ShapeSpec:
@@ -288,3 +334,10 @@ class Pair:
     target: Path
     drafter: Path | None = None
     notes: list[str] = field(default_factory=list)
+
+
+if __name__ == "__main__":  # pragma: no cover - regenerates the README table
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        print(readme_table(tmp), end="")

@@ -473,3 +473,14 @@ def test_header_reader_skips_big_vocabularies(llama8b: tuple[Path, Path]) -> Non
     assert len(h.tensors) == 3 + 9 * 32
     raw = llama8b[0].read_bytes()[:24]
     assert struct.unpack_from("<I", raw, 4)[0] == h.version
+
+
+def test_readme_table_is_current(tmp_path: Path) -> None:
+    """The README's RTX 4090 table is what the planner computes today."""
+    from local_eagle.vram_fixtures import readme_table
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    start, end = "<!-- vram-table:begin -->\n", "<!-- vram-table:end -->"
+    assert start in readme and end in readme
+    documented = readme.split(start, 1)[1].split(end, 1)[0]
+    assert documented == readme_table(tmp_path)
