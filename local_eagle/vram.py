@@ -169,6 +169,7 @@ class ModelShape:
     known: bool
     notes: list[str] = field(default_factory=list)
     flags: set[str] = field(default_factory=set)
+    ssm_dims: tuple[int, int, int, int] = (0, 0, 0, 0)  # d_inner, d_state, dt_rank, d_conv
     cache: dict[Any, int] = field(default_factory=dict, repr=False, compare=False)
     # drafter only
     target_hidden: int | None = None
@@ -442,12 +443,14 @@ def read_shape(path: str | os.PathLike[str], what: str = "target GGUF") -> Model
         tensors=tensors,
         known=known,
         notes=notes,
+        ssm_dims=(d_inner, d_state, int(key("ssm.time_step_rank", 0) or 0), d_conv),
     )
     if not known:
         shape.notes.insert(
             0,
-            f"architecture '{arch}' is not modelled exactly: weights and KV come from the tensor table and "
-            f"generic keys, the compute buffer is a llama-like estimate",
+            f"architecture '{arch}' is not modelled exactly: weights and KV/state come from the tensor table "
+            f"and generic keys, the compute buffer is estimated with a llama-like graph"
+            + (" (Mamba-like for recurrent layers)" if any(recurrent) else ""),
         )
     if arch == DRAFTER_ARCH:
         ths = key("target_hidden_size")
@@ -1061,6 +1064,27 @@ def _ffn(g: _Graph, x: int, n_ff: int) -> int:
     return g.op(_F32, ne, g.op(_F32, (n_ff, ne[1]), gate, up))
 
 
+def _ssm_estimate(g: _Graph, x: int, shape: ModelShape, T: int, n_seq: int) -> int:
+    """A Mamba-style recurrent layer (in-projection, convolution, selective scan, gate, out-projection).
+
+    Not a replay of a specific llama.cpp graph: recurrent architectures are estimated.
+    """
+    E = shape.n_embd
+    di, ds, dt, dc = shape.ssm_dims
+    di, ds, dt, dc = di or 2 * E, ds or 16, dt or max(1, E // 16), dc or 4
+    xn = g.like(g.like(x))
+    xz = g.op(_F32, (2 * di, T), xn)
+    conv_in = g.op(_F32, (dc - 1 + T, di), g.view(g.view(xz, di, T), di, T, permuted=True))
+    cv = g.like(g.like(g.op(_F32, (di, T), conv_in)))
+    xdb = g.op(_F32, (dt + 2 * ds, T), cv)
+    dtv = g.like(g.op(_F32, (di, T), g.op(_F32, (dt, T), g.view(xdb, dt, T, permuted=True))))
+    scan = g.op(_F32, (di * T + ds * di * n_seq,), cv, dtv, g.view(xdb, ds, T, permuted=True))
+    z = g.op(_F32, (di, T), g.view(xz, di, T, permuted=True))
+    y = g.like(g.view(scan, di, T), g.like(cv))
+    out = g.op(_F32, (E, T), g.op(_F32, (di, T), z, y))
+    return g.like(out, x)
+
+
 def target_graph(shape: ModelShape, gd: GraphDims) -> tuple[_Graph, dict[int, tuple[int, int]]]:
     """The decoder graph llama.cpp reserves for a llama-family / gemma3 target."""
     style = _STYLES.get(shape.arch, _Style())
@@ -1079,6 +1103,8 @@ def target_graph(shape: ModelShape, gd: GraphDims) -> tuple[_Graph, dict[int, tu
     last = max((il for il in range(shape.n_layer) if not shape.recurrent[il]), default=shape.n_layer - 1)
     for il in range(shape.n_layer):
         if shape.recurrent[il] or shape.n_head_kv[il] == 0:
+            if shape.recurrent[il]:
+                x = _ssm_estimate(g, x, shape, T, gd.n_stream)
             continue
         a = g.like(g.like(x))
         kv = swa if shape.is_swa[il] else base

@@ -246,6 +246,46 @@ def write_drafter_gguf(path: str | os.PathLike[str], d: DrafterShape, tokenizer:
     return t.write(w, p)
 
 
+def write_mamba_gguf(
+    path: str | os.PathLike[str], n_layer: int = 2, n_embd: int = 256, d_state: int = 16, d_conv: int = 4,
+    n_vocab: int = 1024,
+) -> Path:  # fmt: skip
+    """A Mamba (v1) GGUF: recurrent layers only, whose memory is a per-sequence state, not a KV cache."""
+    p = Path(path)
+    a, d_inner, dt_rank = "mamba", 2 * n_embd, max(1, n_embd // 16)
+    w = GGUFWriter(p, a)
+    w.add_name("mamba-shape")
+    w.add_uint32(f"{a}.context_length", 1 << 20)
+    w.add_uint32(f"{a}.embedding_length", n_embd)
+    w.add_uint32(f"{a}.block_count", n_layer)
+    w.add_uint32(f"{a}.feed_forward_length", 0)
+    w.add_uint32(f"{a}.attention.head_count", 0)
+    w.add_uint32(f"{a}.ssm.conv_kernel", d_conv)
+    w.add_uint32(f"{a}.ssm.inner_size", d_inner)
+    w.add_uint32(f"{a}.ssm.state_size", d_state)
+    w.add_uint32(f"{a}.ssm.time_step_rank", dt_rank)
+    w.add_float32(f"{a}.attention.layer_norm_rms_epsilon", 1e-5)
+    _tokenizer(w, n_vocab)
+    t = _Tensors(Q.F16, None, n_layer)
+    t.mat("token_embd.weight", n_vocab, n_embd)
+    t.norm("output_norm.weight", n_embd)
+    t.mat("output.weight", n_vocab, n_embd)
+    for i in range(n_layer):
+        b = f"blk.{i}"
+        t.norm(f"{b}.attn_norm.weight", n_embd)
+        t.mat(f"{b}.ssm_in.weight", 2 * d_inner, n_embd)
+        t.norm(f"{b}.ssm_conv1d.weight", d_conv * d_inner)
+        t.items[-1] = (f"{b}.ssm_conv1d.weight", (d_inner, d_conv), Q.F32)
+        t.norm(f"{b}.ssm_conv1d.bias", d_inner)
+        t.mat(f"{b}.ssm_x.weight", dt_rank + 2 * d_state, d_inner)
+        t.raw(f"{b}.ssm_dt.weight", (d_inner, dt_rank), Q.F32)
+        t.norm(f"{b}.ssm_dt.bias", d_inner)
+        t.raw(f"{b}.ssm_a", (d_inner, d_state), Q.F32)
+        t.norm(f"{b}.ssm_d", d_inner)
+        t.mat(f"{b}.ssm_out.weight", n_embd, d_inner)
+    return t.write(w, p)
+
+
 # --- published shapes (config.json of each model; Q4_K_M per llama-quantize's recipe) ---------------
 
 LLAMA31_8B = ShapeSpec(

@@ -297,6 +297,22 @@ def test_recurrent_state_counts_per_sequence() -> None:
     assert kv.gpu == 4 * 2 * 4 * (3 * 1024 + 16 * 512)
 
 
+def test_recurrent_state_against_llama_cpp(tmp_path: Path) -> None:
+    """Mamba: weights and the per-sequence recurrent state exactly; its compute graph is only estimated."""
+    from local_eagle.vram_fixtures import write_mamba_gguf
+
+    p = write_mamba_gguf(tmp_path / "mamba.gguf", n_layer=3, n_embd=512)
+    shape = vram.read_shape(p)
+    assert all(shape.recurrent) and any("Mamba-like" in n for n in shape.notes)
+    for n_seq in (1, 3):
+        s = Settings(n_ctx=4096, n_seq=n_seq, n_gpu_layers=0)
+        m = measure(p, s)
+        pred = predicted_cpu(shape, None, s)
+        assert pred["target weights"] == m.target.total("model")
+        assert pred["target KV cache"] == m.target.total("context") > 0
+        assert within_bars("compute", pred["target compute"], m.target.total("compute"))
+
+
 def test_quantised_v_needs_flash_attention() -> None:
     with pytest.raises(vram.PlanError, match="flash attention"):
         Settings(type_v="q8_0", flash_attn=False).validate()
