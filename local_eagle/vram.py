@@ -1350,7 +1350,6 @@ def breakdown(
     d = ctx_dims(s.n_ctx, s.n_seq, s.n_batch, s.n_ubatch, s.kv_unified)
     n_max = n_offloadable(target)
     ngl = max(0, min(ngl, n_max))
-    gpu_used = ngl > 0 or draft is not None
     tw = weights(target, ngl, backend, host)
     tkv = kv_cache(target, d, s, ngl, False, backend, host)
     comp = compute_buffers(target, draft, s, backend)
@@ -1398,7 +1397,8 @@ def breakdown(
     else:
         out_draft = 0
     comps.append(Component("outputs", "output buffers (host)", 0, out_target + out_draft))
-    comps.append(Component("overhead", "CUDA context + pool", budget.overhead if gpu_used else 0, 0))
+    # the CUDA backend is initialised (and used for large batches) even with no layer offloaded
+    comps.append(Component("overhead", "CUDA context + pool", budget.overhead, 0))
     return comps, notes
 
 

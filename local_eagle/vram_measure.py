@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +39,10 @@ class BufferSizes:
     def total(self, part: str) -> int:
         return sum(getattr(self, part).values())
 
+    def device(self, part: str) -> int:
+        """Bytes in GPU buffers only (not CPU, not pinned host buffers)."""
+        return sum(v for k, v in getattr(self, part).items() if not (k.startswith("CPU") or "Host" in k))
+
 
 @dataclass
 class Measurement:
@@ -51,6 +56,8 @@ class Measurement:
 
 
 def _lib() -> tuple[ctypes.CDLL, ctypes.CDLL]:
+    if not sys.platform.startswith("linux"):
+        raise LlamaError("--measure reads a libstdc++ std::map from libllama and is supported on Linux only")
     bindings._install_logger()
     C = bindings.C
     lib = C._lib

@@ -163,16 +163,23 @@ def predict_for_backend(target: ModelShape, draft: ModelShape | None, s: Setting
 
 
 def measure_rows(pred: dict[str, int], m: Any) -> list[Row]:
+    """Weights and KV wherever they live; compute on the device that runs the graph (the GPU on a
+    GPU build, whose small pinned-host input buffer the planner reports under host RAM)."""
+    gpu_build = m.backend != "CPU"
+
+    def compute(b: Any) -> int:
+        return b.device("compute") if gpu_build else b.total("compute")
+
     rows = [
         Row("target weights", pred["target weights"], m.target.total("model")),
         Row("target KV cache", pred["target KV cache"], m.target.total("context")),
-        Row("target compute", pred["target compute"], m.target.total("compute")),
+        Row("target compute", pred["target compute"], compute(m.target)),
     ]
     if m.draft is not None:
         rows += [
             Row("draft weights", pred["draft weights"], m.draft.total("model")),
             Row("draft KV cache", pred["draft KV cache"], m.draft.total("context")),
-            Row("draft compute (decoder graph)", pred["draft compute"], m.draft.total("compute")),
+            Row("draft compute (decoder graph)", pred["draft compute"], compute(m.draft)),
         ]
     return rows
 
