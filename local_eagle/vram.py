@@ -13,12 +13,14 @@ no GPU. The formulas follow the pinned llama.cpp (``vendor/llama.cpp`` of llama-
   256, per-layer KV heads and head sizes, sliding-window layers in a window-sized cache
   (``n_swa + n_ubatch`` padded to 256), MLA layers storing only the compressed K, quantised
   types in whole blocks (``llama_kv_cache``), recurrent state for SSM layers.
-* compute: the worst-case graph llama.cpp reserves for ``n_ubatch`` tokens with every token an
-  output: the logits, the attention scores (without flash attention), the KQ mask and the
-  FFN activations, as live at the graph's peak (``llama_context::sched_reserve``).
+* compute: llama.cpp sizes each context's compute buffer by running ggml-alloc over the
+  worst-case graph (``n_ubatch`` tokens, every one an output; ``llama_context::sched_reserve``).
+  The planner builds the same graph, node by node, for the architectures it knows and replays
+  the allocator, so logits, KQ mask, attention scores, FFN activations and in-place reuse come
+  out as llama.cpp's own peak; other architectures get a llama-like estimate and a note.
 * the drafter: its own weights (it borrows the target's ``token_embd``/``output`` when it has
-  none), a one-layer KV cache at the target's context, and its decoder graph, whose logits
-  are computed over the draft vocabulary and then scattered into a full-vocabulary buffer.
+  none), a one-layer KV cache at the target's context, and the larger of its decoder graph
+  (logits over the draft vocabulary scattered into a full-vocabulary buffer) and encoder graph.
 
 What llama.cpp does not allocate through its buffers (the CUDA context, cuBLAS workspaces, the
 memory pool) is an ``overhead`` allowance. Host memory is reported apart from VRAM.
@@ -29,6 +31,7 @@ from __future__ import annotations
 import math
 import mmap
 import os
+import re
 import struct
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -124,19 +127,9 @@ class Tensor:
         return None
 
 
-# Architectures whose graphs the compute model follows; others get generic estimates and a note.
-KNOWN_ARCHS = {
-    "llama",
-    "mistral3",
-    "qwen2",
-    "qwen3",
-    "gemma2",
-    "gemma3",
-    "phi3",
-    "granite",
-    "olmo2",
-    "eagle3",
-}
+# Architectures whose compute graphs are rebuilt node by node (checked against llama.cpp);
+# others get generic estimates and a note saying so.
+KNOWN_ARCHS = {"llama", "qwen2", "qwen3", "gemma3", "eagle3"}
 # Default SWA layer pattern (every n-th layer is global) where llama.cpp hard-codes one.
 SWA_PATTERN_DEFAULTS = {"gemma2": 2, "gemma3": 6, "cohere2": 4, "gpt-oss": 2, "olmo2": 4, "exaone4": 4}
 SWA_WINDOW_DEFAULTS = {"gemma2": 4096}
@@ -287,6 +280,8 @@ def _parse_header(p: Path, b: Any, size: int, what: str) -> GGUFHeader:
                     return ArrayInfo(n), pos + n * w
                 return list(struct.unpack_from("<" + _SCALAR[et][1] * n, b, pos)), pos + n * w
             if et == 8:
+                if pos + 8 * n > size:
+                    raise IndexError
                 out: list[str] = []
                 keep = n <= _MAX_KEPT_ARRAY
                 for _ in range(n):
@@ -338,10 +333,31 @@ def _parse_header(p: Path, b: Any, size: int, what: str) -> GGUFHeader:
     return GGUFHeader(p, version, kv, tensors, data, size)
 
 
+def _other_splits(h: GGUFHeader, what: str) -> list[Tensor]:
+    """The tensors of the remaining files of a split GGUF (``name-00001-of-0000N.gguf``)."""
+    count = int(h.kv.get("split.count", 0) or 0)
+    if count <= 1:
+        return []
+    p = h.path
+    no = int(h.kv.get("split.no", 0) or 0)
+    m = re.match(r"(.*)-(\d{5})-of-(\d{5})\.gguf$", p.name)
+    if no != 0:
+        first = f"{m.group(1)}-00001-of-{m.group(3)}.gguf" if m else "the first split"
+        raise GGUFError(f"{p}: this is split {no + 1} of {count}; pass the first file ({first})")
+    if m is None:
+        raise GGUFError(f"{p}: split GGUF of {count} files not named <name>-00001-of-{count:05d}.gguf")
+    out: list[Tensor] = []
+    for i in range(2, count + 1):
+        q = p.with_name(f"{m.group(1)}-{i:05d}-of-{m.group(3)}.gguf")
+        out += read_header(q, f"{what} (split {i} of {count})").tensors
+    return out
+
+
 def read_shape(path: str | os.PathLike[str], what: str = "target GGUF") -> ModelShape:
     """Read one GGUF's header into a ModelShape; the weights are never read."""
     h = read_header(path, what)
     p = h.path
+    more = _other_splits(h, what)
     arch = h.kv.get("general.architecture")
     if not isinstance(arch, str):
         raise GGUFError(f"{p}: {what} has no general.architecture")
@@ -360,7 +376,7 @@ def read_shape(path: str | os.PathLike[str], what: str = "target GGUF") -> Model
     n_embd = need("embedding_length")
     if n_layer <= 0 or n_embd <= 0:
         raise GGUFError(f"{p}: {what} has block_count={n_layer}, embedding_length={n_embd}; expected positive sizes")
-    tensors = h.tensors
+    tensors = h.tensors + more
     names = {t.name for t in tensors}
 
     tok = h.kv.get("tokenizer.ggml.tokens")
@@ -375,10 +391,15 @@ def read_shape(path: str | os.PathLike[str], what: str = "target GGUF") -> Model
 
     notes: list[str] = []
     known = arch in KNOWN_ARCHS
+    d_conv, d_inner = int(key("ssm.conv_kernel", 0) or 0), int(key("ssm.inner_size", 0) or 0)
+    d_state, n_group = int(key("ssm.state_size", 0) or 0), int(key("ssm.group_count", 0) or 0)
+    wkv = int(key("wkv.head_size", 0) or 0)
+    has_state = bool((d_inner and d_state) or wkv)
     head = _per_layer(key("attention.head_count"), n_layer, f"{arch}.attention.head_count", p)
     if not head:
-        head = [max(1, n_embd // 128)] * n_layer
-        notes.append(f"{arch}.attention.head_count missing: assumed {head[0]} heads of 128")
+        head = [0 if has_state else max(1, n_embd // 128)] * n_layer
+        if not has_state:
+            notes.append(f"{arch}.attention.head_count missing: assumed {head[0]} heads of 128")
     head_kv = _per_layer(key("attention.head_count_kv"), n_layer, f"{arch}.attention.head_count_kv", p) or list(head)
     n_ff = _per_layer(key("feed_forward_length"), n_layer, f"{arch}.feed_forward_length", p) or [4 * n_embd] * n_layer
     hk_default = n_embd // max(head) if max(head) else 0
@@ -404,9 +425,6 @@ def read_shape(path: str | os.PathLike[str], what: str = "target GGUF") -> Model
 
     mla = key("attention.key_length_mla") is not None and key("attention.value_length_mla") is not None
 
-    d_conv, d_inner = int(key("ssm.conv_kernel", 0) or 0), int(key("ssm.inner_size", 0) or 0)
-    d_state, n_group = int(key("ssm.state_size", 0) or 0), int(key("ssm.group_count", 0) or 0)
-    wkv = int(key("wkv.head_size", 0) or 0)
     ssm_r = ssm_s = 0
     recurrent = [False] * n_layer
     if d_inner and d_state:

@@ -500,3 +500,33 @@ def test_readme_table_is_current(tmp_path: Path) -> None:
     assert start in readme and end in readme
     documented = readme.split(start, 1)[1].split(end, 1)[0]
     assert documented == readme_table(tmp_path)
+
+
+def test_split_gguf_reads_every_file(tmp_path: Path) -> None:
+    """A model split over several files (gguf-split naming) is planned from all of them."""
+    from gguf import GGUFWriter
+
+    from local_eagle.tiny import TinyTargetSpec, write_tiny_target
+
+    whole = write_tiny_target(tmp_path / "whole.gguf", TinyTargetSpec(n_layer=2))
+    src = vram.read_header(whole)
+    from local_eagle.ggufinfo import copy_fields, open_gguf
+
+    reader = open_gguf(whole)
+    w = GGUFWriter(tmp_path / "split.gguf", "llama", split_max_tensors=8)
+    for key, val, vtype, sub in copy_fields(reader, ""):
+        if not key.startswith("general.architecture") and not key.startswith("GGUF."):
+            w.add_key_value(key, val, vtype, sub)
+    for t in reader.tensors:
+        w.add_tensor(t.name, np.asarray(t.data).reshape(tuple(reversed([int(x) for x in t.shape]))))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    parts = sorted(tmp_path.glob("split-*-of-*.gguf"))
+    assert len(parts) == 3
+    shape = vram.read_shape(parts[0])
+    assert {t.name for t in shape.tensors} == {t.name for t in src.tensors}
+    assert_bad(fit("-m", str(parts[1]), "--gpu", "rtx4090"), "split 2 of 3", "pass the first file")
+    parts[2].unlink()
+    assert_bad(fit("-m", str(parts[0]), "--gpu", "rtx4090"), "split 3 of 3", "not found")
