@@ -576,14 +576,14 @@ class CtxDims:
 
 
 def ctx_dims(n_ctx: int, n_seq: int, n_batch: int, n_ubatch: int, kv_unified: bool) -> CtxDims:
+    b = min(n_ctx, n_batch)  # causal attention: a batch never exceeds the (unpadded) context
+    ub = min(b, n_ubatch)
     c = pad(n_ctx, 256)
     if kv_unified:
         seq = c
     else:
         seq = pad(c // n_seq, 256)
         c = seq * n_seq
-    b = min(c, n_batch)
-    ub = min(b, n_ubatch)
     return CtxDims(c, seq, 1 if kv_unified else n_seq, b, ub, n_seq, kv_unified)
 
 

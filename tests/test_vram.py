@@ -77,6 +77,7 @@ MATRIX = [
     (32768, 512, True, "q8_0", 1, False),
     (32768, 32, False, "f16", 1, True),
     (5000, 100, True, "f16", 3, True),
+    (300, 512, False, "q8_0", 1, False),
 ]
 
 
@@ -210,7 +211,8 @@ def test_context_padding_and_streams() -> None:
     assert (d.n_ctx_seq, d.n_ctx, d.n_stream) == (1536, 4608, 3)
     d = vram.ctx_dims(4096, 3, 2048, 512, True)
     assert (d.n_ctx_seq, d.n_stream) == (4096, 1)
-    assert vram.ctx_dims(300, 1, 2048, 512, False).n_ubatch == 512
+    d = vram.ctx_dims(300, 1, 2048, 512, False)
+    assert (d.n_ctx, d.n_batch, d.n_ubatch) == (512, 300, 300)
 
 
 def test_placement_from_the_back(shapes: dict[str, Path]) -> None:
