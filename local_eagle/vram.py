@@ -1525,6 +1525,8 @@ def _describe(req: Settings, plan: Plan, dropped: bool, req_draft: bool) -> list
     if plan.n_gpu_layers < n_max:
         was = "all" if req.n_gpu_layers is None or req.n_gpu_layers < 0 else str(req.n_gpu_layers)
         out.append(f"GPU layers {was} -> {plan.n_gpu_layers}/{n_max} (partial offload: slower)")
+    if got.swa_full != req.swa_full:
+        out.append("sliding-window layers' cache full-size -> window-sized (--no-swa-full)")
     if (got.type_k, got.type_v) != (req.type_k, req.type_v):
         out.append(f"KV cache {req.type_k}/{req.type_v} -> {got.type_k}/{got.type_v}")
     if dropped:
@@ -1548,8 +1550,9 @@ def suggest(
     backend: Backend = CUDA,
 ) -> Suggestion:
     """Search the settings for the best plan that fits, preferring, in this order: the largest context
-    (up to ``max_ctx`` or the request), the most layers on the GPU, the least KV quantisation, and
-    the requested drafter settings. A plan needs at least one target layer on the GPU.
+    (up to ``max_ctx`` or the request), the most layers on the GPU, the least KV quantisation (a
+    window-sized cache for sliding-window layers comes before quantising), and the requested
+    drafter settings. A plan needs at least one target layer on the GPU.
     """
     requested.validate()
     top = max_ctx or requested.n_ctx
@@ -1572,9 +1575,11 @@ def _search(
     fixed_ngl = req.n_gpu_layers
     for ctx in ctxs:
         best: tuple[tuple[int, int, int], Plan] | None = None
-        for ki, (tk, tv) in enumerate(_kv_options(req)):
+        swa = [req.swa_full, False] if req.swa_full and any(target.is_swa) else [req.swa_full]
+        kv_opts = [(tk, tv, sf) for tk, tv in _kv_options(req) for sf in swa]
+        for ki, (tk, tv, sf) in enumerate(kv_opts):
             for di, dopt in enumerate(_draft_options(req) if draft is not None else [{}]):
-                s = replace(req, n_ctx=ctx, type_k=tk, type_v=tv, **dopt)
+                s = replace(req, n_ctx=ctx, type_k=tk, type_v=tv, swa_full=sf, **dopt)
                 if fixed_ngl is not None:
                     s_plan = make_plan(target, draft, s, budget, backend)
                     n_eval += 1

@@ -56,7 +56,11 @@ def settings_line(p: Plan) -> str:
 
 def verdict(p: Plan) -> str:
     if p.fits:
-        where = "fully offloaded" if p.full_offload else f"{p.n_gpu_layers}/{p.n_layers_max} layers on the GPU"
+        where = (
+            "fully offloaded"
+            if p.full_offload
+            else f"partially offloaded, {p.n_gpu_layers}/{p.n_layers_max} layers on the GPU (slower)"
+        )
         return f"[bold green]fits[/]: {where}, {human(p.free)} free of {human(p.budget.free)}"
     return (
         f"[bold red]does not fit[/]: needs {human(p.total_gpu)}, {human(-p.free)} over the "
@@ -116,6 +120,8 @@ def cli_flags(p: Plan) -> list[str]:
         f.append(f"--kv-type {s.type_k}")
     else:
         f += [f"--kv-type-k {s.type_k}", f"--kv-type-v {s.type_v}"]
+    if not s.swa_full and any(p.target.is_swa):
+        f.append("--no-swa-full")
     if p.draft is not None:
         f.append(f"--draft-ubatch {s.draft_ubatch}")
         if s.draft_type_k == s.draft_type_v:

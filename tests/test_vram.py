@@ -532,3 +532,15 @@ def test_split_gguf_reads_every_file(tmp_path: Path) -> None:
     assert_bad(fit("-m", str(parts[1]), "--gpu", "rtx4090"), "split 2 of 3", "pass the first file")
     parts[2].unlink()
     assert_bad(fit("-m", str(parts[0]), "--gpu", "rtx4090"), "split 3 of 3", "not found")
+
+
+def test_suggest_windows_the_swa_cache_before_quantising(shapes: dict[str, Path]) -> None:
+    g = vram.read_shape(shapes["gemma3-swa"])
+    req = Settings(n_ctx=32768, n_gpu_layers=-1)
+    windowed = vram.make_plan(g, None, replace(req, swa_full=False), gpus.budget("rtx4090"))
+    b = gpus.budget(vram_gb=(windowed.total_gpu + MiB) / GiB)
+    assert not vram.make_plan(g, None, req, b).fits
+    sg = vram.suggest(g, None, replace(req, n_gpu_layers=None), b)
+    assert sg.plan is not None and sg.plan.full_offload
+    assert (sg.plan.settings.swa_full, sg.plan.settings.type_k) == (False, "f16")
+    assert any("--no-swa-full" in x for x in sg.traded)
