@@ -286,6 +286,54 @@ def write_mamba_gguf(
     return t.write(w, p)
 
 
+def write_mla_gguf(
+    path: str | os.PathLike[str], n_layer: int = 2, n_embd: int = 256, n_head: int = 4, kv_lora: int = 64,
+    rope: int = 32, nope: int = 32, v_head: int = 32, n_ff: int = 512, n_vocab: int = 1024,
+) -> Path:  # fmt: skip
+    """A DeepSeek-V2-style GGUF with multi-head latent attention: the cache holds only the
+    compressed latent plus the RoPE part of K (``key_length`` = kv_lora + rope, one KV head)."""
+    p = Path(path)
+    a = "deepseek2"
+    w = GGUFWriter(p, a)
+    w.add_name("mla-shape")
+    w.add_uint32(f"{a}.context_length", 163840)
+    w.add_uint32(f"{a}.embedding_length", n_embd)
+    w.add_uint32(f"{a}.block_count", n_layer)
+    w.add_uint32(f"{a}.feed_forward_length", n_ff)
+    w.add_uint32(f"{a}.leading_dense_block_count", n_layer)
+    w.add_uint32(f"{a}.expert_feed_forward_length", 0)
+    w.add_uint32(f"{a}.expert_shared_count", 0)
+    w.add_uint32(f"{a}.attention.head_count", n_head)
+    w.add_uint32(f"{a}.attention.head_count_kv", 1)
+    w.add_uint32(f"{a}.attention.key_length", kv_lora + rope)
+    w.add_uint32(f"{a}.attention.value_length", kv_lora)
+    w.add_uint32(f"{a}.attention.key_length_mla", nope + rope)
+    w.add_uint32(f"{a}.attention.value_length_mla", v_head)
+    w.add_uint32(f"{a}.attention.q_lora_rank", 0)
+    w.add_uint32(f"{a}.attention.kv_lora_rank", kv_lora)
+    w.add_uint32(f"{a}.rope.dimension_count", rope)
+    w.add_float32(f"{a}.attention.layer_norm_rms_epsilon", 1e-6)
+    _tokenizer(w, n_vocab)
+    t = _Tensors(Q.F16, None, n_layer)
+    t.mat("token_embd.weight", n_vocab, n_embd)
+    t.norm("output_norm.weight", n_embd)
+    t.mat("output.weight", n_vocab, n_embd)
+    for i in range(n_layer):
+        b = f"blk.{i}"
+        t.norm(f"{b}.attn_norm.weight", n_embd)
+        t.norm(f"{b}.attn_kv_a_norm.weight", kv_lora)
+        t.mat(f"{b}.attn_q.weight", n_head * (nope + rope), n_embd)
+        t.mat(f"{b}.attn_kv_a_mqa.weight", kv_lora + rope, n_embd)
+        t.raw(f"{b}.attn_k_b.weight", (n_head, kv_lora, nope), Q.F16)
+        t.raw(f"{b}.attn_v_b.weight", (n_head, v_head, kv_lora), Q.F16)
+        t.mat(f"{b}.attn_output.weight", n_embd, n_head * v_head)
+        t.norm(f"{b}.ffn_norm.weight", n_embd)
+        t.mat(f"{b}.ffn_gate.weight", n_ff, n_embd)
+        t.mat(f"{b}.ffn_up.weight", n_ff, n_embd)
+        t.mat(f"{b}.ffn_down.weight", n_embd, n_ff)
+    return t.write(w, p)
+
+
 # --- published shapes (config.json of each model; Q4_K_M per llama-quantize's recipe) ---------------
 
 LLAMA31_8B = ShapeSpec(

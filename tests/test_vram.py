@@ -315,6 +315,22 @@ def test_recurrent_state_against_llama_cpp(tmp_path: Path) -> None:
         assert within_bars("compute", pred["target compute"], m.target.total("compute"))
 
 
+def test_mla_cache_against_llama_cpp(tmp_path: Path) -> None:
+    """DeepSeek-V2-style MLA: the cache holds the compressed latent + RoPE part only, as llama.cpp allocates."""
+    from local_eagle.vram_fixtures import write_mla_gguf
+
+    p = write_mla_gguf(tmp_path / "mla.gguf")
+    shape = vram.read_shape(p)
+    assert shape.mla and not shape.known
+    for fa, kv in ((True, "f16"), (False, "f16"), (True, "q8_0")):
+        s = Settings(n_ctx=4096, n_gpu_layers=0, flash_attn=fa, type_k=kv, type_v=kv if fa else "f16")
+        m = measure(p, s)
+        pred = predicted_cpu(shape, None, s)
+        assert pred["target weights"] == m.target.total("model")
+        assert pred["target KV cache"] == m.target.total("context")
+        assert within_bars("compute", pred["target compute"], m.target.total("compute"))
+
+
 def test_quantised_v_needs_flash_attention() -> None:
     with pytest.raises(vram.PlanError, match="flash attention"):
         Settings(type_v="q8_0", flash_attn=False).validate()
