@@ -183,10 +183,6 @@ class ModelShape:
                 return t
         return None
 
-    @property
-    def file_bytes(self) -> int:
-        return sum(t.nbytes for t in self.tensors)
-
 
 def _per_layer(v: Any, n: int, key: str, path: Path) -> list[int]:
     if v is None:
@@ -619,9 +615,6 @@ class Split:
     gpu: int = 0
     host: int = 0
 
-    def __add__(self, o: Split) -> Split:
-        return Split(self.gpu + o.gpu, self.host + o.host)
-
     @property
     def total(self) -> int:
         return self.gpu + self.host
@@ -1025,8 +1018,12 @@ def _attention(
     dv: int,
     style: _Style,
     fa_extra: dict[int, tuple[int, int]],
+    iswa: bool = False,
 ) -> int:
-    """build_qkv + build_attn (KV cache) + build_attn_mha, up to the attention output before wo."""
+    """build_qkv + build_attn (KV cache) + build_attn_mha, up to the attention output before wo.
+
+    The sliding-window variant of build_attn expands Q, K, V in that order, the plain one Q, V, K.
+    """
     T = gd.n_tokens
 
     def project(n_out: int, d: int, h: int, norm: bool, rope: bool) -> int:
@@ -1043,16 +1040,12 @@ def _attention(
     q = project(hq * dk, dk, hq, style.qk_norm, True)
     if style.gemma:
         q = g.like(q)
-    if style.gemma:
-        k = project(hkv * dk, dk, hkv, style.qk_norm, True)
-        v = project(hkv * dv, dv, hkv, False, False)
-    else:
-        v = project(hkv * dv, dv, hkv, False, False)
-        k = project(hkv * dk, dk, hkv, style.qk_norm, True)
+    k = project(hkv * dk, dk, hkv, style.qk_norm, True)
+    v = project(hkv * dv, dv, hkv, False, False)
     q = _hadamard(g, q, kv.k_rot, gd.k_rot)
     k = _hadamard(g, k, kv.k_rot, gd.k_rot)
     v = _hadamard(g, v, kv.v_rot, 64)
-    for t in (q, k, v) if style.gemma else (q, v, k):
+    for t in (q, k, v) if iswa else (q, v, k):
         g.expand(t)
     g.expand(g.store(g.view(k, hkv * dk, T), kv.k_idxs))
     if gd.flash_attn:
@@ -1138,6 +1131,7 @@ def target_graph(shape: ModelShape, gd: GraphDims) -> tuple[_Graph, dict[int, tu
             shape.head_v[il],
             style,
             fa_extra,
+            iswa=any(shape.is_swa),
         )
         o = g.op(_F32, (E, T), o)
         if il == last:

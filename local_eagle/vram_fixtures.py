@@ -10,7 +10,7 @@ writers and the README table uses the published shapes below.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -411,17 +411,6 @@ def readme_table(workdir: str | os.PathLike[str]) -> str:
                 f"{'yes' if p.fits else 'no'} | {g(q.total_gpu)} | {'yes' if q.fits else 'no'} |"
             )
     return "\n".join(rows) + "\n"
-
-
-def scaled(spec: ShapeSpec, **changes: object) -> ShapeSpec:
-    return replace(spec, **changes)  # type: ignore[arg-type]
-
-
-@dataclass
-class Pair:
-    target: Path
-    drafter: Path | None = None
-    notes: list[str] = field(default_factory=list)
 
 
 if __name__ == "__main__":  # pragma: no cover - regenerates the README table

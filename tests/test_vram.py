@@ -52,7 +52,10 @@ ARCHS = {
         n_vocab=4096,
         tied=True,
         n_swa=512,
-    ),  # fmt: skip
+    ),
+    "gemma3-global": ShapeSpec(
+        arch="gemma3", n_layer=3, n_embd=512, n_head=4, n_head_kv=2, head_dim=128, n_ff=1024, n_vocab=2048, tied=True
+    ),
 }
 DRAFTERS = {
     # borrows the target's token embeddings, own head over a reduced vocabulary scattered by d2t
