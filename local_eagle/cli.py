@@ -184,6 +184,8 @@ def fit(
 
     Exit status 0 when it fits, 1 when it does not, 2 on bad input.
     """
+    from dataclasses import replace
+
     from local_eagle import gpus, vram, vram_report
 
     target = vram.read_shape(model, "target GGUF")
@@ -229,7 +231,7 @@ def fit(
     sg = None
     if suggest:
         top = ctx or target.n_ctx_train or s.n_ctx
-        sg = vram.suggest(target, drafter, s if ctx else replace_ctx(s, top), budget, max_ctx=top)
+        sg = vram.suggest(target, drafter, replace(s, n_ctx=top), budget, max_ctx=top)
         result["suggestion"] = sg.to_dict()
         ok = sg.plan is not None
     rows = None
@@ -238,8 +240,9 @@ def fit(
         from local_eagle.vram_measure import measure as do_measure
 
         gpu_build = bindings.gpu_offload_supported()
-        m = do_measure(model, s, draft)
-        pred = vram_report.predict_for_backend(target, drafter, s, gpu_build)
+        ms = replace(s, n_gpu_layers=plan.n_gpu_layers)
+        m = do_measure(model, ms, draft)
+        pred = vram_report.predict_for_backend(target, drafter, ms, gpu_build)
         rows = vram_report.measure_rows(pred, m)
         result["measure"] = {
             "backend": m.backend,
@@ -257,12 +260,6 @@ def fit(
             out.print(vram_report.measure_table(rows, result["measure"]["backend"]))
     if not ok:
         raise typer.Exit(1)
-
-
-def replace_ctx(s: Any, n_ctx: int) -> Any:
-    from dataclasses import replace
-
-    return replace(s, n_ctx=n_ctx)
 
 
 def main() -> None:  # pragma: no cover

@@ -548,11 +548,19 @@ class Settings:
                 raise PlanError(f"KV cache type {v!r} ({flag} / --kv-type): expected one of {', '.join(KV_TYPES)}")
         if not self.flash_attn and (KV_TYPES[self.type_v].quantized or KV_TYPES[self.draft_type_v].quantized):
             raise PlanError("a quantised V cache needs flash attention (llama.cpp refuses it otherwise)")
-        for k in ("n_ctx", "n_seq", "n_batch", "n_ubatch", "draft_batch", "draft_ubatch"):
+        sizes = {
+            "n_ctx": "--ctx",
+            "n_seq": "--parallel",
+            "n_batch": "--batch",
+            "n_ubatch": "--ubatch",
+            "draft_batch": "drafter n_batch",
+            "draft_ubatch": "--draft-ubatch",
+        }
+        for k, flag in sizes.items():
             if getattr(self, k) < 1:
-                raise PlanError(f"{k} must be at least 1, got {getattr(self, k)}")
+                raise PlanError(f"{flag} must be at least 1, got {getattr(self, k)}")
         if self.draft_max < 0:
-            raise PlanError(f"draft_max must be >= 0, got {self.draft_max}")
+            raise PlanError(f"--draft-max must be >= 0, got {self.draft_max}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
