@@ -409,3 +409,9 @@ class Context:
 
 def llama_cpp_version() -> str | None:
     return getattr(llama_cpp, "__version__", None) if llama_cpp is not None else None
+
+
+def log_lines() -> list[str]:
+    """The lines llama.cpp logged most recently (at most 50), oldest first."""
+    with _log_lock:
+        return [ln.rstrip("\n") for ln in _log_lines]

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from local_eagle import bindings
 from local_eagle.errors import LlamaError
-from local_eagle.vram import KV_TYPES, Settings
+from local_eagle.vram import KV_TYPES, Settings, check_pair, read_shape
 
 _BREAKDOWN_SYM = "_Z26llama_get_memory_breakdownPK13llama_context"
 _MAP_SIZE = 48  # sizeof(std::map) in libstdc++ (x86-64 and aarch64)
@@ -118,6 +118,14 @@ def memory_breakdown(ctx_ptr: int) -> BufferSizes:
     return res
 
 
+def _load_error() -> str:
+    """llama.cpp's reason for refusing a model: its "error loading model" line, else the last error."""
+    for ln in reversed(bindings.log_lines()):
+        if "error loading model" in ln:
+            return ln.split("error loading model:", 1)[-1].strip()
+    return bindings.last_log_error() or "no reason logged"
+
+
 class _DryModel:
     """A model loaded for measurement: weights never read (``no_alloc``) unless ``dry_run`` is off."""
 
@@ -131,8 +139,7 @@ class _DryModel:
         self._params = params
         ptr = C.llama_model_load_from_file(str(path).encode(), params)
         if not ptr:
-            detail = bindings.last_log_error()
-            raise LlamaError(f"{path}: llama.cpp could not load the {what}" + (f" ({detail})" if detail else ""))
+            raise LlamaError(f"{path}: llama.cpp could not load the {what} ({_load_error()})")
         self.ptr = ptr
 
     def close(self) -> None:
@@ -182,6 +189,9 @@ def measure(
 ) -> Measurement:
     """Load the pair as llama.cpp would and return the buffer sizes it reports."""
     bindings._install_logger()
+    if draft is not None:
+        # a mismatched pair trips assertions inside llama.cpp (an abort, not an error): refuse it first
+        check_pair(read_shape(target, "target GGUF"), read_shape(draft, "drafter GGUF"))
     n_gpu = -1 if settings.n_gpu_layers is None else settings.n_gpu_layers
     backend = "GPU" if bindings.gpu_offload_supported() else "CPU"
     objs: list[_DryModel | _DryContext] = []

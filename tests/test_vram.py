@@ -496,6 +496,7 @@ def test_unknown_architecture_is_estimated_and_said(tmp_path: Path) -> None:
     assert any("'novel' is not modelled exactly" in n for n in notes)
     txt = fit("-m", str(p), "--gpu", "rtx4090")
     assert "not modelled exactly" in " ".join(txt.output.split())
+    assert_bad(fit("-m", str(p), "--gpu", "rtx4090", "--measure"), "unknown model architecture: 'novel'")
 
 
 def test_no_gpu_and_no_preset_is_bad_input(monkeypatch: pytest.MonkeyPatch, shapes: dict[str, Path]) -> None:
