@@ -1386,8 +1386,8 @@ def breakdown(
         borrow = _largest_host_matrix(target, ngl) if n_tok >= 32 else 0
         tc = Component("target_compute", "target compute", comp.target + borrow, comp.target)
         notes.append(
-            f"partial offload ({ngl}/{n_max} layers): compute buffers are the full graph on each side "
-            f"(an upper bound) plus the largest host weight the GPU borrows for large batches"
+            f"partial offload ({ngl}/{n_max} layers): each side's compute buffer is estimated from the "
+            f"whole graph, plus the largest host weight the GPU borrows for large batches"
         )
     n_out = max(s.n_seq, s.draft_max + 1)
     n_capture = 3 if draft is not None else 0
