@@ -569,3 +569,9 @@ def layer_input_view(ctx: Context, layer: int, n_rows: int, width: int) -> np.nd
 def eval_callback_of(ctx: Context) -> object | None:
     """The cb_eval a Context was created with (None if none), so a capture can check it is the one it owns."""
     return ctx._cb_eval
+
+
+def log_lines() -> list[str]:
+    """The lines llama.cpp logged most recently (at most 50), oldest first."""
+    with _log_lock:
+        return [ln.rstrip("\n") for ln in _log_lines]

@@ -403,5 +403,118 @@ def modelfile_show(
     sys.stdout.write(show(m))
 
 
+@app.command()
+@friendly
+def fit(
+    model: Annotated[Path, typer.Option("--model", "-m", help="The target model's GGUF (headers only are read).")],
+    draft: Annotated[Path | None, typer.Option("--draft", "-d", help="An EAGLE 3 / 3.1 drafter GGUF.")] = None,
+    ctx: Annotated[int | None, typer.Option(help="Context length (default 8192; --suggest: the model's).")] = None,
+    gpu: Annotated[str | None, typer.Option(help="GPU preset: rtx4090, rtx3090, rtx4080, rtx4070ti, ...")] = None,
+    vram_gb: Annotated[float | None, typer.Option(help="GPU memory in GiB instead of a preset.")] = None,
+    kv_type: Annotated[str | None, typer.Option(help="KV cache type for K and V: f16, q8_0, q4_0, ...")] = None,
+    kv_type_k: Annotated[str | None, typer.Option(help="KV cache type for K only.")] = None,
+    kv_type_v: Annotated[str | None, typer.Option(help="KV cache type for V only.")] = None,
+    draft_kv_type: Annotated[str, typer.Option(help="The drafter's KV cache type.")] = "f16",
+    flash_attn: Annotated[bool, typer.Option("--flash-attn/--no-flash-attn", help="Flash attention.")] = True,
+    gpu_layers: Annotated[str, typer.Option(help="Target layers on the GPU (output layer counts), or auto.")] = "auto",
+    parallel: Annotated[int, typer.Option(help="Parallel sequences (n_seq_max).")] = 1,
+    batch: Annotated[int, typer.Option(help="n_batch of the target context.")] = 2048,
+    ubatch: Annotated[int, typer.Option(help="n_ubatch of the target context.")] = 512,
+    draft_ubatch: Annotated[int, typer.Option(help="n_ubatch (and at most n_batch) of the drafter.")] = 512,
+    draft_max: Annotated[int, typer.Option(help="Most tokens drafted per step.")] = 8,
+    swa_full: Annotated[
+        bool, typer.Option("--swa-full/--no-swa-full", help="Full-size cache for sliding-window layers.")
+    ] = True,
+    overhead_mib: Annotated[
+        int | None, typer.Option(help="CUDA context + pool allowance in MiB (default 768).")
+    ] = None,
+    suggest: Annotated[bool, typer.Option("--suggest", help="Search for the best configuration that fits.")] = False,
+    measure: Annotated[
+        bool, typer.Option("--measure", help="Also ask llama.cpp (dry-run load) and compare with the prediction.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Will this target (+ drafter) fit in VRAM? Breakdown, verdict, and with --suggest the best fit.
+
+    Exit status 0 when it fits, 1 when it does not, 2 on bad input.
+    """
+    from dataclasses import replace
+
+    from local_eagle import gpus, vram, vram_report
+
+    target = vram.read_shape(model, "target GGUF")
+    drafter = vram.read_shape(draft, "drafter GGUF") if draft is not None else None
+    if target.is_drafter:
+        raise LocalEagleError(
+            f"{model}: --model is an eagle3 drafter; pass it with --draft and the target with --model"
+        )
+    if drafter is not None:
+        vram.check_pair(target, drafter)
+    if gpu_layers == "auto":
+        ngl: int | None = None
+    else:
+        try:
+            ngl = int(gpu_layers)
+        except ValueError:
+            raise LocalEagleError(f"--gpu-layers {gpu_layers!r}: expected a number or auto") from None
+    if ctx is not None and ctx < 1:
+        raise LocalEagleError(f"--ctx must be positive, got {ctx}")
+    tk = kv_type_k or kv_type or "f16"
+    tv = kv_type_v or kv_type or "f16"
+    s = vram.Settings(
+        n_ctx=ctx or 8192,
+        n_seq=parallel,
+        n_batch=batch,
+        n_ubatch=ubatch,
+        type_k=tk,
+        type_v=tv,
+        flash_attn=flash_attn,
+        n_gpu_layers=ngl,
+        draft_type_k=draft_kv_type,
+        draft_type_v=draft_kv_type if flash_attn else "f16",
+        draft_batch=max(draft_ubatch, 512),
+        draft_ubatch=draft_ubatch,
+        draft_max=draft_max,
+        swa_full=swa_full,
+    )
+    s.validate()
+    budget = gpus.budget(gpu, vram_gb, overhead_mib)
+    plan = vram.make_plan(target, drafter, s, budget)
+    result: dict[str, Any] = {"plan": plan.to_dict()}
+    ok = plan.fits
+    sg = None
+    if suggest:
+        top = ctx or target.n_ctx_train or s.n_ctx
+        sg = vram.suggest(target, drafter, replace(s, n_ctx=top), budget, max_ctx=top)
+        result["suggestion"] = sg.to_dict()
+        ok = sg.plan is not None
+    rows = None
+    if measure:
+        from local_eagle import bindings
+        from local_eagle.vram_measure import measure as do_measure
+
+        gpu_build = bindings.gpu_offload_supported()
+        ms = replace(s, n_gpu_layers=plan.n_gpu_layers)
+        m = do_measure(model, ms, draft)
+        pred = vram_report.predict_for_backend(target, drafter, ms, gpu_build)
+        rows = vram_report.measure_rows(pred, m)
+        result["measure"] = {
+            "backend": m.backend,
+            "rows": [{"component": r.label, "predicted": r.predicted, "measured": r.measured} for r in rows],
+        }
+    if as_json:
+        print(json.dumps(result))
+    else:
+        vram_report.print_plan(out, plan)
+        if sg is not None:
+            out.print()
+            vram_report.print_suggestion(out, sg)
+        if rows is not None:
+            out.print()
+            out.print(vram_report.measure_table(rows, result["measure"]["backend"]))
+    if not ok:
+        raise typer.Exit(1)
+
+
 def main() -> None:  # pragma: no cover
     sys.exit(app())
