@@ -271,7 +271,7 @@ def convert(
         raise LocalEagleError(f"--outtype: expected one of {', '.join(OUTTYPES)}, got {outtype!r}")
     out = Path(outfile)
     ckpt = read_checkpoint(draft_dir)
-    reader = open_gguf(target_gguf, "target GGUF")
+    reader = open_gguf(target_gguf, "target GGUF", keep=lambda k: k.startswith("tokenizer."))
     target = model_info(reader, Path(target_gguf), "target GGUF")
     if target.is_drafter:
         raise LocalEagleError(f"{target_gguf}: is an eagle3 drafter, expected the target model's GGUF")

@@ -40,7 +40,7 @@ class DrafterSpec:
 
 
 def read_spec(path: str | os.PathLike[str]) -> DrafterSpec:
-    reader = open_gguf(path, "drafter GGUF")
+    reader = open_gguf(path, "drafter GGUF", keep=lambda k: k == KEY_FC_NORM_WEIGHT)
     info = model_info(reader, Path(path), "drafter GGUF")
     if not info.is_drafter:
         raise LocalEagleError(f"{path}: architecture is {info.arch!r}, expected an {DRAFTER_ARCH} drafter")

@@ -61,8 +61,6 @@ class ChatTemplate:
     add_eos: bool = False
 
 
-_SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
-_STRING, _ARRAY = 8, 9
 _WANTED = {
     "tokenizer.chat_template",
     "tokenizer.ggml.model",
@@ -74,71 +72,13 @@ _WANTED = {
 
 
 def _gguf_tokenizer_keys(path: str | os.PathLike[str]) -> tuple[dict[str, Any], list[str]]:
-    """The few tokenizer keys prompts need, read straight from the GGUF header.
+    """The few tokenizer keys prompts need and the token texts, from the fast header reader."""
+    from local_eagle.ggufinfo import read_header
 
-    gguf-py's reader builds every array element (about 20 s for a 262k-token vocabulary); this
-    walks the key/value section once and keeps only the wanted keys and the token texts.
-    """
-    import mmap
-    import struct
-
-    from local_eagle.errors import GGUFError
-
-    p = Path(path)
-    if not p.is_file():
-        raise GGUFError(f"{p}: GGUF file not found")
-    try:
-        with open(p, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-            buf = memoryview(mm)
-            try:
-                if bytes(buf[:4]) != b"GGUF":
-                    raise GGUFError(f"{p}: not a GGUF file (bad magic {bytes(buf[:4])!r}, expected b'GGUF')")
-                (version,) = struct.unpack_from("<I", buf, 4)
-                if version < 2:
-                    raise GGUFError(f"{p}: GGUF version {version} is too old (expected 2 or later)")
-                n_kv = struct.unpack_from("<Q", buf, 16)[0]
-                pos = 24
-                found: dict[str, Any] = {}
-                tokens: list[str] = []
-
-                def read_str(at: int) -> tuple[str, int]:
-                    (n,) = struct.unpack_from("<Q", buf, at)
-                    return bytes(buf[at + 8 : at + 8 + n]).decode("utf-8", errors="replace"), at + 8 + n
-
-                def skip(vtype: int, at: int, keep: bool) -> tuple[Any, int]:
-                    if vtype in _SCALAR:
-                        fmt = _SCALAR[vtype]
-                        return struct.unpack_from(fmt, buf, at)[0], at + struct.calcsize(fmt)
-                    if vtype == _STRING:
-                        return read_str(at)
-                    if vtype == _ARRAY:
-                        etype, count = struct.unpack_from("<IQ", buf, at)
-                        at += 12
-                        if etype in _SCALAR:
-                            return None, at + count * struct.calcsize(_SCALAR[etype])
-                        items = []
-                        for _ in range(count):
-                            v, at = skip(etype, at, keep)
-                            if keep:
-                                items.append(v)
-                        return items, at
-                    raise GGUFError(f"{p}: unknown GGUF value type {vtype}")
-
-                for _ in range(n_kv):
-                    key, pos = read_str(pos)
-                    (vtype,) = struct.unpack_from("<I", buf, pos)
-                    value, pos = skip(vtype, pos + 4, key == "tokenizer.ggml.tokens")
-                    if key == "tokenizer.ggml.tokens":
-                        tokens = value or []
-                    elif key in _WANTED:
-                        found[key] = value
-                return found, tokens
-            finally:
-                buf.release()
-    except (struct.error, ValueError, IndexError) as e:
-        raise GGUFError(f"{p}: unreadable GGUF header, truncated or damaged ({e})") from None
-    except OSError as e:
-        raise GGUFError(f"{p}: cannot read GGUF file ({e.strerror})") from None
+    h = read_header(path, keep=lambda k: k == "tokenizer.ggml.tokens")
+    raw = h.kv.get("tokenizer.ggml.tokens") or []
+    tokens = [t.decode("utf-8", "replace") if isinstance(t, bytes) else t for t in raw]
+    return {k: v for k, v in h.kv.items() if k in _WANTED}, tokens
 
 
 def read_chat_template(gguf_path: str | os.PathLike[str]) -> ChatTemplate:

@@ -29,10 +29,8 @@ memory pool) is an ``overhead`` allowance. Host memory is reported apart from VR
 from __future__ import annotations
 
 import math
-import mmap
 import os
 import re
-import struct
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -40,7 +38,7 @@ from typing import Any
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from local_eagle.errors import GGUFError, LocalEagleError
-from local_eagle.ggufinfo import DRAFTER_ARCH
+from local_eagle.ggufinfo import DRAFTER_ARCH, ArrayInfo, GGUFHeader, Tensor, read_header  # noqa: F401
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB
@@ -110,23 +108,6 @@ CPU = Backend("CPU", 32)
 # --- model shapes from GGUF headers ---------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Tensor:
-    name: str
-    ne: tuple[int, ...]  # ggml order: ne[0] is the row length
-    type: int
-    nbytes: int
-
-    @property
-    def layer(self) -> int | None:
-        if self.name.startswith("blk."):
-            try:
-                return int(self.name.split(".")[1])
-            except ValueError:
-                return None
-        return None
-
-
 # Architectures whose compute graphs are rebuilt node by node (checked against llama.cpp);
 # others get generic estimates and a note saying so.
 KNOWN_ARCHS = {"llama", "qwen2", "qwen3", "gemma3", "eagle3"}
@@ -192,141 +173,6 @@ def _per_layer(v: Any, n: int, key: str, path: Path) -> list[int]:
             raise GGUFError(f"{path}: '{key}' holds {len(v)} values, expected one per layer ({n})")
         return [int(x) for x in v]
     return [int(v)] * n
-
-
-@dataclass
-class ArrayInfo:
-    """A long array value the planner only needs the length of (token lists, scores, merges)."""
-
-    count: int
-
-    def __len__(self) -> int:
-        return self.count
-
-
-@dataclass
-class GGUFHeader:
-    """The key/values and tensor table of a GGUF file, read without touching the tensor data."""
-
-    path: Path
-    version: int
-    kv: dict[str, Any]
-    tensors: list[Tensor]
-    data_offset: int
-    file_size: int
-
-
-_SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
-_MAX_KEPT_ARRAY = 1 << 16
-
-
-def read_header(path: str | os.PathLike[str], what: str = "GGUF") -> GGUFHeader:
-    """Parse a GGUF header (v2/v3) directly: fast even with a 256K-token vocabulary, and every
-    failure (missing file, wrong magic, truncation, unknown tensor type) is one clear line."""
-    p = Path(path)
-    if not p.is_file():
-        raise GGUFError(f"{p}: {what} file not found")
-    try:
-        with open(p, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
-    except (OSError, ValueError) as e:
-        raise GGUFError(f"{p}: cannot read {what} file ({e})") from None
-    try:
-        return _parse_header(p, buf, size, what)
-    except (struct.error, IndexError, UnicodeDecodeError, OverflowError, MemoryError):
-        raise GGUFError(f"{p}: {what} header is truncated or damaged (ends at byte {size})") from None
-    finally:
-        if isinstance(buf, mmap.mmap):
-            buf.close()
-
-
-def _parse_header(p: Path, b: Any, size: int, what: str) -> GGUFHeader:
-    if size < 4 or b[:4] != b"GGUF":
-        magic = bytes(b[:4]) if size else b""
-        raise GGUFError(f"{p}: not a GGUF file (bad magic {magic!r}, expected b'GGUF')")
-    (version,) = struct.unpack_from("<I", b, 4)
-    if version not in (2, 3):
-        raise GGUFError(f"{p}: GGUF version {version} is not supported (expected 2 or 3)")
-    n_tensors, n_kv = struct.unpack_from("<QQ", b, 8)
-    if n_tensors > size or n_kv > size:
-        raise GGUFError(f"{p}: {what} header is damaged ({n_tensors} tensors, {n_kv} keys in {size} bytes)")
-    pos = 24
-
-    def string(pos: int) -> tuple[str, int]:
-        (n,) = struct.unpack_from("<Q", b, pos)
-        if pos + 8 + n > size:
-            raise IndexError
-        return bytes(b[pos + 8 : pos + 8 + n]).decode("utf-8", "replace"), pos + 8 + n
-
-    def value(t: int, pos: int) -> tuple[Any, int]:
-        if t in _SCALAR:
-            fmt = _SCALAR[t]
-            return struct.unpack_from(fmt, b, pos)[0], pos + struct.calcsize(fmt)
-        if t == 8:
-            return string(pos)
-        if t == 9:
-            et, n = struct.unpack_from("<IQ", b, pos)
-            pos += 12
-            if et in _SCALAR:
-                w = struct.calcsize(_SCALAR[et])
-                if pos + n * w > size:
-                    raise IndexError
-                if n > _MAX_KEPT_ARRAY:
-                    return ArrayInfo(n), pos + n * w
-                return list(struct.unpack_from("<" + _SCALAR[et][1] * n, b, pos)), pos + n * w
-            if et == 8:
-                if pos + 8 * n > size:
-                    raise IndexError
-                out: list[str] = []
-                keep = n <= _MAX_KEPT_ARRAY
-                for _ in range(n):
-                    (ln,) = struct.unpack_from("<Q", b, pos)
-                    if keep:
-                        out.append(bytes(b[pos + 8 : pos + 8 + ln]).decode("utf-8", "replace"))
-                    pos += 8 + ln
-                if pos > size:
-                    raise IndexError
-                return (out if keep else ArrayInfo(n)), pos
-            raise GGUFError(f"{p}: {what} has an array of unsupported type {et}")
-        raise GGUFError(f"{p}: {what} has a value of unknown type {t}")
-
-    kv: dict[str, Any] = {}
-    for _ in range(n_kv):
-        k, pos = string(pos)
-        (t,) = struct.unpack_from("<I", b, pos)
-        v, pos = value(t, pos + 4)
-        kv[k] = v
-    infos = []
-    for _ in range(n_tensors):
-        name, pos = string(pos)
-        (nd,) = struct.unpack_from("<I", b, pos)
-        if nd > 8:
-            raise GGUFError(f"{p}: tensor {name!r} has {nd} dimensions (damaged header)")
-        ne = struct.unpack_from(f"<{nd}Q", b, pos + 4)
-        ttype, off = struct.unpack_from("<IQ", b, pos + 4 + 8 * nd)
-        pos += 4 + 8 * nd + 12
-        infos.append((name, tuple(int(x) for x in ne), ttype, off))
-    align = int(kv.get("general.alignment", 32) or 32)
-    data = pad(pos, align)
-    tensors = []
-    end = data
-    for name, ne, ttype, off in infos:
-        try:
-            block, tsize = GGML_QUANT_SIZES[GGMLQuantizationType(ttype)]
-        except (ValueError, KeyError):
-            raise GGUFError(f"{p}: tensor {name!r} has ggml type {ttype}, unknown to this gguf library") from None
-        n = math.prod(ne)
-        if ne and ne[0] % block:
-            raise GGUFError(f"{p}: tensor {name!r} has rows of {ne[0]} values, not whole {block}-blocks")
-        nbytes = n // block * tsize
-        tensors.append(Tensor(name, ne, ttype, nbytes))
-        end = max(end, data + off + nbytes)
-    if end > size:
-        raise GGUFError(
-            f"{p}: {what} is truncated: its tensor data ends at byte {end:,} but the file has {size:,} bytes"
-        )
-    return GGUFHeader(p, version, kv, tensors, data, size)
 
 
 def _other_splits(h: GGUFHeader, what: str) -> list[Tensor]:

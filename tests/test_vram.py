@@ -532,15 +532,15 @@ def test_split_gguf_reads_every_file(tmp_path: Path) -> None:
 
     whole = write_tiny_target(tmp_path / "whole.gguf", TinyTargetSpec(n_layer=2))
     src = vram.read_header(whole)
-    from local_eagle.ggufinfo import copy_fields, open_gguf
+    from local_eagle.ggufinfo import copy_fields, open_gguf, tensor_f32
 
-    reader = open_gguf(whole)
+    reader = open_gguf(whole, keep=lambda k: True)
     w = GGUFWriter(tmp_path / "split.gguf", "llama", split_max_tensors=8)
     for key, val, vtype, sub in copy_fields(reader, ""):
         if not key.startswith("general.architecture") and not key.startswith("GGUF."):
             w.add_key_value(key, val, vtype, sub)
     for t in reader.tensors:
-        w.add_tensor(t.name, np.asarray(t.data).reshape(tuple(reversed([int(x) for x in t.shape]))))
+        w.add_tensor(t.name, tensor_f32(reader, t.name))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
