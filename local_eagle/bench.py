@@ -8,10 +8,8 @@ and the ideal speedup the measured costs allow, so the loop's own overhead shows
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 from local_eagle.engine import Engine, GenerationStats
 from local_eagle.errors import LocalEagleError
@@ -19,32 +17,10 @@ from local_eagle.sampling import GREEDY
 
 
 def read_prompts(path: str | os.PathLike[str]) -> list[str]:
-    """Prompts from JSONL (``prompt``/``text``/``question`` field, or a bare string per line) or plain text."""
-    p = Path(path)
-    if not p.is_file():
-        raise LocalEagleError(f"{p}: prompts file not found")
-    prompts: list[str] = []
-    lines = p.read_text(encoding="utf-8").splitlines()
-    if p.suffix != ".jsonl":
-        prompts = [ln for ln in lines if ln.strip()]
-    else:
-        for i, ln in enumerate(lines, 1):
-            if not ln.strip():
-                continue
-            try:
-                obj = json.loads(ln)
-            except ValueError as e:
-                raise LocalEagleError(f"{p}:{i}: not valid JSON ({e.msg})") from None
-            if isinstance(obj, str):
-                prompts.append(obj)
-                continue
-            text = next((obj[k] for k in ("prompt", "text", "question") if isinstance(obj, dict) and k in obj), None)
-            if not isinstance(text, str):
-                raise LocalEagleError(f"{p}:{i}: expected an object with a string 'prompt' (or 'text') field")
-            prompts.append(text)
-    if not prompts:
-        raise LocalEagleError(f"{p}: no prompts")
-    return prompts
+    """Prompts from JSONL (``prompt``/``text`` field, or a bare string per line) or plain-text paragraphs."""
+    from local_eagle.traindata import read_samples
+
+    return [s.text for s in read_samples(path)]
 
 
 @dataclass
