@@ -6,6 +6,7 @@ import functools
 import json
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -197,6 +198,25 @@ def selfcheck(
         raise typer.Exit(1)
 
 
+@dataclass
+class _ModelfileSettings:
+    model: Path
+    draft: Path | None
+    parameters: dict[str, Any]
+    modelfile: Any
+
+
+def _from_modelfile(path: Path) -> _ModelfileSettings:
+    """Model, drafter (a checkpoint directory is converted once, cached) and parameters of a Modelfile."""
+    from local_eagle.modelfile import parse_file, resolve_draft, resolve_model
+
+    m = parse_file(path)
+    for w in m.warnings:
+        err.print(f"[yellow]warning:[/] {w}", highlight=False)
+    draft = resolve_draft(m) if m.draft is not None else None
+    return _ModelfileSettings(resolve_model(m), draft, dict(m.parameters), m)
+
+
 def _engine(model: Path, draft: Path | None, ctx: int, gpu_layers: int, threads: int):
     from local_eagle.engine import Engine, EngineOptions
 
@@ -225,26 +245,35 @@ ThreadsOpt = Annotated[int, typer.Option("--threads", help="CPU threads (0: all 
 @app.command()
 @friendly
 def generate(
-    model: ModelOpt,
+    model: Annotated[Path | None, typer.Option("--model", "-m", help="Target model GGUF.")] = None,
     draft: DraftOpt = None,
+    modelfile: Annotated[
+        Path | None, typer.Option("--file", "-f", help="Ollama Modelfile: model, DRAFT, parameters, template.")
+    ] = None,
     prompt: Annotated[str | None, typer.Option("--prompt", "-p", help="Prompt text.")] = None,
     prompt_file: Annotated[Path | None, typer.Option("--prompt-file", help="Read the prompt from a file.")] = None,
-    max_tokens: Annotated[int, typer.Option("--max-tokens", "-n")] = 128,
-    temperature: Annotated[float, typer.Option(help="0 = greedy.")] = 0.8,
-    top_k: Annotated[int, typer.Option("--top-k")] = 40,
-    top_p: Annotated[float, typer.Option("--top-p")] = 0.95,
-    min_p: Annotated[float, typer.Option("--min-p")] = 0.05,
-    repeat_penalty: Annotated[float, typer.Option("--repeat-penalty")] = 1.0,
+    max_tokens: Annotated[int | None, typer.Option("--max-tokens", "-n", help="Default 128.")] = None,
+    temperature: Annotated[float | None, typer.Option(help="0 = greedy. Default 0.8.")] = None,
+    top_k: Annotated[int | None, typer.Option("--top-k", help="Default 40.")] = None,
+    top_p: Annotated[float | None, typer.Option("--top-p", help="Default 0.95.")] = None,
+    min_p: Annotated[float | None, typer.Option("--min-p", help="Default 0.05.")] = None,
+    repeat_penalty: Annotated[float | None, typer.Option("--repeat-penalty", help="Default 1.0 (off).")] = None,
+    repeat_last_n: Annotated[int | None, typer.Option("--repeat-last-n", help="Default 64.")] = None,
     seed: Annotated[int | None, typer.Option(help="Sampling seed.")] = None,
     stop: Annotated[list[str] | None, typer.Option("--stop", help="Stop string (repeatable).")] = None,
-    draft_max: Annotated[int, typer.Option("--draft-max", help="Most tokens drafted per step (k).")] = 4,
+    draft_max: Annotated[int | None, typer.Option("--draft-max", help="Most tokens drafted per step (k).")] = None,
     draft_p_min: Annotated[float, typer.Option("--draft-p-min", help="Stop drafting below this probability.")] = 0.0,
-    ctx: CtxOpt = 4096,
+    ctx: Annotated[int | None, typer.Option("--ctx", help="Context length (default 4096).")] = None,
     gpu_layers: GpuOpt = -1,
     threads: ThreadsOpt = 0,
+    raw: Annotated[bool, typer.Option("--raw", help="With -f: send the prompt without the template.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object with text, tokens, stats.")] = False,
 ) -> None:
-    """Generate text with the target, speculatively when a drafter is given; output equals the target's."""
+    """Generate text with the target, speculatively when a drafter is given; output equals the target's.
+
+    With -f, the Modelfile gives the model, drafter, parameters, system prompt and template;
+    flags given on the command line override it.
+    """
     from local_eagle.sampling import SamplingParams
 
     if (prompt is None) == (prompt_file is None):
@@ -253,10 +282,41 @@ def generate(
         if not prompt_file.is_file():
             raise LocalEagleError(f"{prompt_file}: prompt file not found")
         prompt = prompt_file.read_text(encoding="utf-8")
-    sp = SamplingParams(temperature, top_k, top_p, min_p, repeat_penalty, seed=seed)
-    with _engine(model, draft, ctx, gpu_layers, threads) as engine:
-        s = engine.stream(prompt, max_tokens=max_tokens, sampling=sp, draft_max=draft_max, draft_p_min=draft_p_min,
-                          stop=stop or [])  # fmt: skip
+    params: dict[str, Any] = {}
+    if modelfile is not None:
+        mf = _from_modelfile(modelfile)
+        model = model or mf.model
+        draft = draft or mf.draft
+        params = mf.parameters
+        if draft_max is None and mf.draft is not None:
+            draft_max = mf.modelfile.draft_num_predict
+        if not raw:
+            from local_eagle.prompt import modelfile_prompt
+
+            prompt = modelfile_prompt(mf.modelfile, [{"role": "user", "content": prompt}])
+    if model is None:
+        raise LocalEagleError("give --model (or -f Modelfile)")
+
+    def pick(flag: Any, name: str, default: Any) -> Any:
+        return flag if flag is not None else params.get(name, default)
+
+    n_predict = pick(max_tokens, "num_predict", 128)
+    n_ctx = pick(ctx, "num_ctx", 4096)
+    if n_predict is not None and n_predict < 0:  # Ollama: -1 = until the context is full
+        n_predict = n_ctx
+    sp = SamplingParams(
+        temperature=pick(temperature, "temperature", 0.8),
+        top_k=pick(top_k, "top_k", 40),
+        top_p=pick(top_p, "top_p", 0.95),
+        min_p=pick(min_p, "min_p", 0.05),
+        repeat_penalty=pick(repeat_penalty, "repeat_penalty", 1.0),
+        repeat_last_n=pick(repeat_last_n, "repeat_last_n", 64),
+        seed=pick(seed, "seed", None),
+    )
+    stops = stop if stop else list(params.get("stop", []))
+    with _engine(model, draft, n_ctx, gpu_layers, threads) as engine:
+        s = engine.stream(prompt, max_tokens=n_predict, sampling=sp, draft_max=4 if draft_max is None else draft_max,
+                          draft_p_min=draft_p_min, stop=stops)  # fmt: skip
         for piece in s:
             if not as_json:
                 out.file.write(piece)
@@ -406,8 +466,13 @@ def modelfile_show(
 @app.command()
 @friendly
 def fit(
-    model: Annotated[Path, typer.Option("--model", "-m", help="The target model's GGUF (headers only are read).")],
+    model: Annotated[
+        Path | None, typer.Option("--model", "-m", help="The target model's GGUF (headers only are read).")
+    ] = None,
     draft: Annotated[Path | None, typer.Option("--draft", "-d", help="An EAGLE 3 / 3.1 drafter GGUF.")] = None,
+    modelfile: Annotated[
+        Path | None, typer.Option("--file", "-f", help="Take model, drafter, num_ctx from a Modelfile.")
+    ] = None,
     ctx: Annotated[int | None, typer.Option(help="Context length (default 8192; --suggest: the model's).")] = None,
     gpu: Annotated[str | None, typer.Option(help="GPU preset: rtx4090, rtx3090, rtx4080, rtx4070ti, ...")] = None,
     vram_gb: Annotated[float | None, typer.Option(help="GPU memory in GiB instead of a preset.")] = None,
@@ -442,6 +507,13 @@ def fit(
 
     from local_eagle import gpus, vram, vram_report
 
+    if modelfile is not None:
+        mf = _from_modelfile(modelfile)
+        model = model or mf.model
+        draft = draft or mf.draft
+        ctx = ctx or mf.parameters.get("num_ctx")
+    if model is None:
+        raise LocalEagleError("give --model (or -f Modelfile)")
     target = vram.read_shape(model, "target GGUF")
     drafter = vram.read_shape(draft, "drafter GGUF") if draft is not None else None
     if target.is_drafter:

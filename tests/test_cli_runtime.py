@@ -113,3 +113,25 @@ def test_bad_prompts_file(pair, tmp_path):
     bad.write_text('{"prompt": "ok"}\n{oops\n')
     r = runner.invoke(app, ["bench", "-m", str(target), "-d", str(draft), "--prompts", str(bad)])
     assert_one_line_error(r, "p.jsonl:2", "not valid JSON")
+
+
+def test_generate_and_fit_from_a_modelfile(pair, tmp_path):
+    d, target, draft = pair
+    mf = tmp_path / "Modelfile"
+    mf.write_text(
+        f"FROM {target}\nDRAFT {draft}\nTEMPLATE \"\"\"Q: {{{{ .Prompt }}}}\"\"\"\n"
+        "PARAMETER temperature 0\nPARAMETER num_predict 30\nPARAMETER stop JK\nPARAMETER draft_num_predict 3\n"
+        "PARAMETER num_ctx 512\n"
+    )
+    r = runner.invoke(app, ["generate", "-f", str(mf), "-p", "hi", "--json", "--threads", "1"])
+    assert r.exit_code == 0, r.output
+    obj = json.loads(r.output)
+    # the template ends in the prompt's last letter 'i' -> outside the cycle -> 'P' first, stop before JK
+    assert obj["text"] == "PABCDEFGHI"
+    assert obj["stats"]["stop_reason"] == "stop"
+    assert len(obj["stats"]["acceptance_per_position"]) == 3
+    # a flag overrides the Modelfile
+    r = runner.invoke(app, ["generate", "-f", str(mf), "-p", "hi", "-n", "5", "--json", "--threads", "1"])
+    assert json.loads(r.output)["text"] == "PABCD"
+    r = runner.invoke(app, ["fit", "-f", str(mf), "--vram-gb", "24", "--json"])
+    assert r.exit_code == 0, r.output
