@@ -331,6 +331,77 @@ def generate(
 
 @app.command()
 @friendly
+def chat(
+    model: Annotated[Path | None, typer.Option("--model", "-m", help="Target model GGUF.")] = None,
+    draft: DraftOpt = None,
+    modelfile: Annotated[
+        Path | None, typer.Option("--file", "-f", help="Ollama Modelfile: model, DRAFT, parameters, system, template.")
+    ] = None,
+    max_tokens: Annotated[
+        int | None, typer.Option("--max-tokens", "-n", help="Most tokens per answer (default: until EOS).")
+    ] = None,
+    temperature: Annotated[float | None, typer.Option(help="0 = greedy. Default 0.8.")] = None,
+    top_k: Annotated[int | None, typer.Option("--top-k", help="Default 40.")] = None,
+    top_p: Annotated[float | None, typer.Option("--top-p", help="Default 0.95.")] = None,
+    min_p: Annotated[float | None, typer.Option("--min-p", help="Default 0.05.")] = None,
+    repeat_penalty: Annotated[float | None, typer.Option("--repeat-penalty", help="Default 1.0 (off).")] = None,
+    repeat_last_n: Annotated[int | None, typer.Option("--repeat-last-n", help="Default 64.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Sampling seed.")] = None,
+    stop: Annotated[list[str] | None, typer.Option("--stop", help="Stop string (repeatable).")] = None,
+    system: Annotated[str | None, typer.Option("--system", help="System message.")] = None,
+    draft_max: Annotated[int | None, typer.Option("--draft-max", help="Most tokens drafted per step (k).")] = None,
+    draft_p_min: Annotated[float, typer.Option("--draft-p-min", help="Stop drafting below this probability.")] = 0.0,
+    ctx: Annotated[int | None, typer.Option("--ctx", help="Context length (default 4096).")] = None,
+    gpu_layers: Annotated[int | None, typer.Option("--gpu-layers", help="Layers on the GPU (-1: all).")] = None,
+    threads: Annotated[int | None, typer.Option("--threads", help="CPU threads (0: all cores).")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", help="Print timings and acceptance after each answer.")] = False,
+) -> None:
+    """Chat with the model as `ollama run` does: streamed answers, history, /commands (/? for help).
+
+    With -f, the Modelfile gives the model, drafter, parameters, system prompt, template and
+    MESSAGE history; flags given on the command line override it. Ctrl+C stops an answer,
+    Ctrl+D or /bye exits.
+    """
+    from local_eagle.bindings import gpu_offload_supported
+    from local_eagle.chat import ChatSession, check_parameter, run_repl
+
+    if modelfile is not None:
+        mf = _from_modelfile(modelfile)
+        session = ChatSession.from_modelfile(mf.modelfile, model or mf.model, draft or mf.draft)
+    elif model is None:
+        raise LocalEagleError("give --model (or -f Modelfile)")
+    else:
+        session = ChatSession(model, draft)
+    flags = [
+        ("num_predict", "--max-tokens", max_tokens), ("temperature", "--temperature", temperature),
+        ("top_k", "--top-k", top_k), ("top_p", "--top-p", top_p), ("min_p", "--min-p", min_p),
+        ("repeat_penalty", "--repeat-penalty", repeat_penalty), ("repeat_last_n", "--repeat-last-n", repeat_last_n),
+        ("seed", "--seed", seed), ("draft_num_predict", "--draft-max", draft_max), ("num_ctx", "--ctx", ctx),
+        ("num_gpu", "--gpu-layers", gpu_layers), ("num_thread", "--threads", threads),
+    ]  # fmt: skip
+    for name, flag, value in flags:
+        if value is not None:
+            problem = check_parameter(name, value)
+            if problem:
+                raise LocalEagleError(f"{flag}: {problem}")
+            session.parameters[name] = value
+    if stop:
+        session.parameters["stop"] = list(stop)
+    if system is not None:
+        session.system = system
+    session.verbose = verbose
+    session.draft_p_min = draft_p_min
+    if not gpu_offload_supported():
+        err.print("[dim]no GPU build of llama.cpp found: running on the CPU[/]")
+
+    def open_engine(s: ChatSession):
+        return _engine(s.model, s.draft, s.n_ctx, s.n_gpu_layers, s.n_threads)
+
+    run_repl(session, open_engine)
+
+
+@app.command()
+@friendly
 def bench(
     model: ModelOpt,
     draft: Annotated[Path, typer.Option("--draft", "-d", help="EAGLE 3 / 3.1 drafter GGUF.")],
