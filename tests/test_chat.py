@@ -405,3 +405,35 @@ def test_pty_ctrl_c_stops_the_answer_and_ctrl_d_exits(pair):
     finally:
         c.close()
     assert c.exitstatus == 0
+
+
+@needs_pty
+def test_pty_modelfile_eos_and_stop_end_the_answer(pair, tmp_path):
+    d, _, draft = pair
+    target = write_cycle_target(tmp_path / "eos.gguf", eos_after="H")  # "...GH" then end of sequence
+    mf = tmp_path / "Modelfile"
+    mf.write_text(
+        f'FROM {target}\nDRAFT {draft}\nTEMPLATE """Q: {{{{ .Prompt }}}} A:"""\nSYSTEM Answer in letters.\n'
+        "PARAMETER temperature 0\nPARAMETER draft_num_predict 3\n"
+    )
+    c = spawn("-f", str(mf), "--threads", "1")
+    try:
+        c.expect_exact(">>> ")
+        c.sendline("hi")
+        c.expect(r"PABCDEFGH\r?\n")  # no num_predict: the end-of-sequence token ends the turn
+        c.expect_exact(">>> ")
+        c.sendline("/show system")
+        c.expect_exact("Answer in letters.")
+        c.sendline("/set parameter stop DE")
+        c.expect_exact("Set parameter 'stop' to 'DE'")
+        c.sendline("again")
+        c.expect(r"PABC\r?\n")  # the stop string ends the turn and is not shown
+        c.expect_exact(">>> ")
+        c.sendline("/show parameters")
+        c.expect(r"draft_num_predict\s+3")
+        c.expect_exact(">>> ")
+        c.sendline("/exit")
+        c.expect(pexpect.EOF)
+    finally:
+        c.close()
+    assert c.exitstatus == 0
