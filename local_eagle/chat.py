@@ -6,7 +6,8 @@ command language is unit-testable. :func:`run_repl` is the thin terminal loop ar
 reads lines, joins ``\"\"\"`` blocks, streams answers and turns Ctrl+C into "stop this answer".
 
 Every turn re-renders the whole conversation through the template and the engine prefills it
-again, as Ollama does; an interrupted answer is dropped together with the question that
+again, as Ollama does (leaving out the oldest exchanges when it outgrows the context); an
+interrupted answer is dropped together with the question that
 started it (Ollama drops the partial answer but keeps the question, which leaves two user
 turns in a row that strict chat templates refuse).
 """
@@ -280,17 +281,32 @@ class ChatSession:
             "stop": list(self.parameters.get("stop", [])),
         }
 
-    def conversation(self, user: str) -> list[dict[str, str]]:
-        return [*self.history, {"role": "user", "content": user}]
+    def conversation(self, user: str, skip: int = 0) -> list[dict[str, str]]:
+        return [*self.history[2 * skip :], {"role": "user", "content": user}]
 
-    def prompt(self, user: str) -> str:
-        """The whole conversation so far plus ``user``, rendered as the target expects it."""
+    def prompt(self, user: str, skip: int = 0) -> str:
+        """The conversation so far (less its ``skip`` oldest turns) plus ``user``, rendered as the target expects."""
         from local_eagle.prompt import render_prompt
 
         return render_prompt(
-            self.conversation(user), system=self.system, template=self.template, gguf_path=self.model,
+            self.conversation(user, skip), system=self.system, template=self.template, gguf_path=self.model,
             history=[m.to_dict() for m in self.messages],
         )  # fmt: skip
+
+    def fit_prompt(self, user: str, tokenize: Callable[[str], Any]) -> tuple[Any, int]:
+        """The prompt's tokens and how many old turns were left out so that it fits the context.
+
+        Like Ollama, the oldest turns go first; the system message, MESSAGE history and the new
+        message always stay (if they alone overflow, the engine says so). The turns stay in
+        ``history``: only this request's prompt is shortened.
+        """
+        turns = len(self.history) // 2
+        skip = 0
+        while True:
+            tokens = tokenize(self.prompt(user, skip))
+            if len(tokens) < self.n_ctx or skip >= turns:
+                return tokens, skip
+            skip += 1
 
     def record(self, user: str, answer: str, stats: Any) -> None:
         """Keep a completed turn in the history and its numbers in the session statistics."""
@@ -589,8 +605,11 @@ def _answer(session: ChatSession, engine: Any, user: str, load_seconds: float, o
     stream = None
     wrote = ""
     try:
-        prompt = session.prompt(user)
-        stream = engine.stream(prompt, **session.stream_options())
+        tokens, skipped = session.fit_prompt(user, engine.tokenize)
+        if skipped:
+            err.write(f"(the {skipped} oldest exchange(s) left out of the prompt to fit the context)\n")
+            err.flush()
+        stream = engine.stream(tokens, **session.stream_options())
         for piece in stream:
             out.write(piece)
             out.flush()

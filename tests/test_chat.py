@@ -168,6 +168,17 @@ def test_each_turn_renders_the_whole_conversation():
     assert s.prompt("two") == "[sys]Q:one A:PABQ:two A:"  # Ollama puts the system message in the first turn
 
 
+def test_old_turns_leave_the_prompt_when_it_outgrows_the_context():
+    s = session(template="{{ .Prompt }}|{{ .Response }}", parameters={"num_ctx": 16})
+    s.record("aaaa", "bbbb", GenerationStats())
+    s.record("cccc", "dddd", GenerationStats())
+    assert s.fit_prompt("ee", tokenize=lambda t: t) == ("cccc|ddddee|", 1)
+    assert len(s.history) == 4  # only this prompt is shortened
+    assert s.fit_prompt("e" * 20, tokenize=lambda t: t) == ("e" * 20 + "|", 2)  # the engine will refuse it
+    s.parameters["num_ctx"] = 64
+    assert s.fit_prompt("ee", tokenize=lambda t: t)[1] == 0
+
+
 def test_show_modelfile_template_and_info(pair):
     _, target, draft = pair
     s = ChatSession(target, draft, {"temperature": 0.0, "stop": ["JK"]}, system="hello world",
@@ -259,6 +270,9 @@ class FakeEngine:
         self.interrupt_on = interrupt_on
         self.closed = False
 
+    def tokenize(self, text: str) -> str:
+        return text  # one "token" per character
+
     def stream(self, prompt: str, **kw) -> FakeStream:
         if len(prompt) > 60:
             raise LocalEagleError("the prompt has 99 tokens, more than the context of 64 allows; raise --ctx")
@@ -316,6 +330,15 @@ def test_loop_verbose_errors_and_reload():
     assert s.history[0]["content"] == "short" and len(s.history) == 2  # the failed turn is not kept
     assert e1.closed and e2.prompts == ["short"] and e2.options[0]["max_tokens"] == 64
     assert "eval count:           3 token(s)" in err and "acceptance length:" in err
+
+
+def test_loop_says_when_old_turns_are_left_out():
+    s = session(template="{{ .Prompt }}|{{ .Response }}", parameters={"num_ctx": 20})
+    e = FakeEngine()
+    _, err = drive(s, ["aaaa", "bbbb", "cc", "/bye"], [e])
+    assert e.prompts == ["aaaa|", "aaaa|PABCDEbbbb|", "bbbb|PABCDEcc|"]
+    assert err.count("the 1 oldest exchange(s) left out") == 1
+    assert len(s.history) == 6
 
 
 # --- the command line ---------------------------------------------------------------------------
