@@ -579,7 +579,12 @@ def run_repl(
             if kind == "system":
                 out.write(session.set_system(text))
                 continue
-            reply = Reply(message=text) if kind == "message" else session.handle(text)
+            try:
+                reply = Reply(message=text) if kind == "message" else session.handle(text)
+            except LocalEagleError as e:
+                err.write(f"error: {e}\n")
+                err.flush()
+                continue
             if reply.output:
                 out.write(reply.output)
                 out.flush()

@@ -13,6 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from converters import convert, write_checkpoint
+from local_eagle.bindings import gpu_offload_supported
 from local_eagle.chat import ChatSession, MultilineReader, SessionStats, go_duration, run_repl, verbose_report
 from local_eagle.cli import app
 from local_eagle.engine import GenerationResult, GenerationStats
@@ -354,6 +355,28 @@ def test_chat_needs_a_model_and_sane_flags(pair):
     assert "Traceback" not in r.output
 
 
+def test_chat_reads_piped_input(pair):
+    _, target, draft = pair
+    r = CliRunner().invoke(
+        app, ["chat", "-m", str(target), "-d", str(draft), "--system", "Be nice.", "--temperature", "0", "-n", "5",
+              "--threads", "1"],
+        input="/show system\nhi\n/show info\n/bye\n",
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert "Be nice." in r.output and "PABCD\n" in r.output and "EAGLE 3.1" in r.output
+
+
+def test_a_failing_command_is_one_line_and_the_session_goes_on(pair, tmp_path):
+    _, target, _ = pair
+    gone = tmp_path / "gone.gguf"
+    gone.write_bytes(target.read_bytes())
+    s = ChatSession(gone)
+    gone.unlink()
+    out, err = drive(s, ["/show info", "/show system", "/bye"], [FakeEngine()])
+    assert err.startswith("error: ") and len(err.splitlines()) == 1
+    assert "No system message" in out
+
+
 # --- a real session in a pseudo-terminal --------------------------------------------------------
 
 
@@ -368,6 +391,8 @@ def test_pty_chat_session(pair):
     _, target, draft = pair
     c = spawn("-m", str(target), "-d", str(draft), "--temperature", "0", "--threads", "1", "-n", "20")
     try:
+        if not gpu_offload_supported():
+            c.expect_exact("no GPU build of llama.cpp found: running on the CPU")
         c.expect_exact(">>> ")
         c.sendline("hi")
         c.expect_exact("PABCDEFGHIJKLMNOPABC")
