@@ -579,6 +579,8 @@ def run_repl(
             if kind == "system":
                 out.write(session.set_system(text))
                 continue
+            if kind == "message" and not text.strip():
+                continue
             try:
                 reply = Reply(message=text) if kind == "message" else session.handle(text)
             except LocalEagleError as e:

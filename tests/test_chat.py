@@ -318,7 +318,8 @@ def test_loop_keeps_history_and_ctrl_c_drops_the_interrupted_turn():
 def test_loop_ctrl_c_and_ctrl_d_at_the_prompt():
     s = session()
     e = FakeEngine()
-    out, _ = drive(s, [KeyboardInterrupt, '"""half', KeyboardInterrupt, "/stats", EOFError, "never read"], [e])
+    lines = [KeyboardInterrupt, '"""half', KeyboardInterrupt, '""""""', '"""', "", '"""', "/stats", EOFError, "never"]
+    out, _ = drive(s, lines, [e])
     assert out.count("Use Ctrl + d or /bye to exit.") == 2
     assert "No answers yet" in out and e.prompts == [] and e.closed
 
