@@ -338,7 +338,7 @@ def chat(
         Path | None, typer.Option("--file", "-f", help="Ollama Modelfile: model, DRAFT, parameters, system, template.")
     ] = None,
     max_tokens: Annotated[
-        int | None, typer.Option("--max-tokens", "-n", help="Most tokens per answer (default: until EOS).")
+        int | None, typer.Option("--max-tokens", "-n", help="Most tokens per answer (default: no limit).")
     ] = None,
     temperature: Annotated[float | None, typer.Option(help="0 = greedy. Default 0.8.")] = None,
     top_k: Annotated[int | None, typer.Option("--top-k", help="Default 40.")] = None,
