@@ -266,7 +266,8 @@ def _offload_check(facts: Facts, gpu_devs: list[bindings.BackendDevice]) -> Chec
             "GPU offload",
             FAIL,
             f"a tiny generated model failed to load: {probe.error}",
-            f"reinstall llama-cpp-python=={bindings.PINNED_VERSION}; run with LOCAL_EAGLE_LLAMA_LOG=1 to see llama.cpp's log",
+            f"reinstall llama-cpp-python=={bindings.PINNED_VERSION}; "
+            "run with LOCAL_EAGLE_LLAMA_LOG=1 to see llama.cpp's log",
         )
     where = ", ".join(f"{k} {v:.2f} MiB" for k, v in probe.buffers.items())
     if not probe.gpu_build:
@@ -299,7 +300,8 @@ def _staging_check(facts: Facts, reinstall: str) -> Check:
         "staging symbols",
         FAIL,
         f"{len(missing)} of {n} missing: " + ", ".join(f"llama_{m}" for m in missing) + "; EAGLE drafting cannot run",
-        reinstall + f" (these symbols exist only in the llama.cpp that llama-cpp-python {bindings.PINNED_VERSION} vendors)",
+        reinstall
+        + f" (these symbols exist only in the llama.cpp that llama-cpp-python {bindings.PINNED_VERSION} vendors)",
     )
 
 
