@@ -35,6 +35,11 @@ PINNED_VERSION = "0.3.36"
 ENCODE = 0  # LLAMA_PROCESS_TYPE_ENCODE
 DECODE = 1  # LLAMA_PROCESS_TYPE_DECODE
 
+FLASH_ATTN_AUTO = -1  # LLAMA_FLASH_ATTN_TYPE_AUTO: llama.cpp enables it where every layer's device supports it
+FLASH_ATTN_DISABLED = 0
+FLASH_ATTN_ENABLED = 1
+GGML_TYPE_F16 = 1
+
 _c_ctx = ctypes.c_void_p
 _c_model = ctypes.c_void_p
 _f32p = ctypes.POINTER(ctypes.c_float)
@@ -244,7 +249,9 @@ class ContextOptions:
     n_batch: int = 512
     n_ubatch: int = 512
     n_threads: int = 0  # 0: all cores
-    flash_attn: bool | None = None  # None: llama.cpp decides
+    flash_attn: bool | None = None  # None: LLAMA_FLASH_ATTN_TYPE_AUTO, on where the backend supports it
+    type_k: int = GGML_TYPE_F16  # KV cache element types (ggml_type)
+    type_v: int = GGML_TYPE_F16
 
 
 class Context:
@@ -267,8 +274,12 @@ class Context:
         params.n_threads = threads
         params.n_threads_batch = threads
         params.no_perf = True
-        if opts.flash_attn is not None:
-            params.flash_attn_type = 1 if opts.flash_attn else 0
+        if opts.flash_attn is None:
+            params.flash_attn_type = FLASH_ATTN_AUTO
+        else:
+            params.flash_attn_type = FLASH_ATTN_ENABLED if opts.flash_attn else FLASH_ATTN_DISABLED
+        params.type_k = opts.type_k
+        params.type_v = opts.type_v
         if ctx_other is not None:
             params.ctx_other = ctx_other.ptr
         if cb_eval is not None:
