@@ -713,3 +713,24 @@ class LogCapture:
             captured, _log_lines = _log_lines, self._saved or deque(maxlen=50)
             self.lines = [ln.rstrip("\n") for ln in captured]
             _log_lines.extend(captured)
+
+
+_FTYPES = {"f16": 1, "q8_0": 7, "q4_k_m": 15, "q5_k_m": 17, "q6_k": 18}
+
+
+def quantize(src: str | os.PathLike[str], dst: str | os.PathLike[str], ftype: str = "q4_k_m", threads: int = 0) -> Path:
+    """Quantise a GGUF with llama.cpp's own recipe (``llama_model_quantize``, what ``llama-quantize`` runs).
+
+    llama-cpp-python ships no ``llama-quantize`` binary, but its libllama has the function.
+    """
+    _install_logger()
+    code = _FTYPES.get(ftype.lower())
+    if code is None:
+        raise LlamaError(f"unknown quantisation type {ftype!r}; expected one of {', '.join(_FTYPES)}")
+    params = C.llama_model_quantize_default_params()
+    params.ftype = code
+    params.nthread = threads
+    rc = C.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(params))
+    if rc != 0:
+        raise LlamaError(f"{src}: llama.cpp could not quantise to {ftype} ({last_log_error()})")
+    return Path(dst)
