@@ -85,6 +85,7 @@ class Facts:
     llama_cpp_version: str | None
     llama_importable: bool
     import_error: str = ""
+    registry_error: str = ""
     gpu_offload_supported: bool = False
     backends: list[str] = field(default_factory=list)
     devices: list[bindings.BackendDevice] = field(default_factory=list)
@@ -185,7 +186,7 @@ def gather(load_test: bool = True) -> Facts:
         facts.backends = bindings.backend_names()
         facts.devices = bindings.backend_devices()
     except bindings.LlamaError as e:
-        facts.import_error = str(e)
+        facts.registry_error = str(e)
     if load_test:
         facts.offload = probe_offload(facts.gpu_offload_supported)
     return facts
@@ -196,6 +197,20 @@ def gather(load_test: bool = True) -> Facts:
 
 def _gib(n: int) -> str:
     return f"{n / 2**30:.1f} GiB"
+
+
+_NOT_GPU_BACKENDS = ("CPU", "BLAS", "RPC")
+
+
+def gpu_backends(facts: Facts) -> list[str]:
+    """Backends compiled in that drive a GPU (CUDA, Metal, Vulkan, ...), whether or not they found one."""
+    return [b for b in facts.backends if b not in _NOT_GPU_BACKENDS]
+
+
+_DRIVER_FIX = (
+    "check that the driver supports the CUDA version llama-cpp-python was built with (nvidia-smi shows it), "
+    "that CUDA_VISIBLE_DEVICES does not hide the GPU, then run: local-eagle doctor"
+)
 
 
 def _gpu_devices(facts: Facts) -> list[bindings.BackendDevice]:
@@ -225,9 +240,9 @@ def evaluate(facts: Facts) -> list[Check]:
 
     gpu_devs = _gpu_devices(facts)
     backends = ", ".join(facts.backends) or "none found"
-    build = "GPU build" if facts.gpu_offload_supported else "CPU build"
-    if facts.import_error and not facts.backends:
-        checks.append(Check("backends", WARN, f"could not read ggml's backend registry: {facts.import_error}"))
+    build = "GPU build" if gpu_backends(facts) else "CPU build"
+    if facts.registry_error:
+        checks.append(Check("backends", WARN, f"could not read ggml's backend registry: {facts.registry_error}"))
     else:
         checks.append(Check("backends", OK, f"{backends} ({build})"))
 
@@ -235,6 +250,16 @@ def evaluate(facts: Facts) -> list[Check]:
     if gpu_devs:
         desc = "; ".join(f"{d.name} {d.description}: {_gib(d.free)} free of {_gib(d.total)}" for d in gpu_devs)
         checks.append(Check("GPU", OK, desc))
+    elif gpu is not None and gpu_backends(facts):
+        checks.append(
+            Check(
+                "GPU",
+                FAIL,
+                f"{gpu.name} is present and llama.cpp has {', '.join(gpu_backends(facts))}, but the backend found "
+                "no device: everything runs on the CPU",
+                _DRIVER_FIX,
+            )
+        )
     elif gpu is not None:
         n = f"{gpu.count} x " if gpu.count > 1 else ""
         checks.append(
@@ -270,6 +295,13 @@ def _offload_check(facts: Facts, gpu_devs: list[bindings.BackendDevice]) -> Chec
             "run with LOCAL_EAGLE_LLAMA_LOG=1 to see llama.cpp's log",
         )
     where = ", ".join(f"{k} {v:.2f} MiB" for k, v in probe.buffers.items())
+    if not probe.gpu_build and gpu_backends(facts):
+        return Check(
+            "GPU offload",
+            INFO,
+            f"no GPU offload: {', '.join(gpu_backends(facts))} built in but no device found; the tiny model "
+            f"loads on the CPU ({where})",
+        )
     if not probe.gpu_build:
         return Check("GPU offload", OK, f"no GPU offload (CPU build); the tiny model loads on the CPU ({where})")
     names = [d.name for d in gpu_devs]

@@ -168,6 +168,16 @@ def test_cuda_build_that_kept_weights_on_cpu_fails() -> None:
     assert c.status == doctor.FAIL and c.fix
 
 
+def test_cuda_build_without_device() -> None:
+    facts = replace(cpu_facts(), backends=["CUDA", "CPU"])
+    checks = doctor.evaluate(facts)
+    assert "GPU build" in check(checks, "backends").detail
+    assert "no device found" in check(checks, "GPU offload").detail
+    assert doctor.Report(facts, checks).ok
+    c = check(doctor.evaluate(replace(facts, detected_gpu=RTX4090)), "GPU")
+    assert c.status == doctor.FAIL and "found no device" in c.detail and "driver" in c.fix
+
+
 def test_old_llama_cpp_and_import_failure() -> None:
     c = check(doctor.evaluate(replace(cpu_facts(), llama_cpp_version="0.3.16")), "llama-cpp-python")
     assert c.status == doctor.FAIL and bindings.PINNED_VERSION in c.fix
