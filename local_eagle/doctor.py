@@ -156,14 +156,14 @@ def probe_offload(gpu_build: bool) -> OffloadProbe:
     from local_eagle.errors import LocalEagleError
     from local_eagle.tiny import write_tiny_target
 
-    with tempfile.TemporaryDirectory(prefix="local-eagle-doctor-") as d:
-        path = write_tiny_target(Path(d) / "tiny.gguf")
-        with bindings.LogCapture() as log:
-            try:
+    try:
+        with tempfile.TemporaryDirectory(prefix="local-eagle-doctor-") as d:
+            path = write_tiny_target(Path(d) / "tiny.gguf")
+            with bindings.LogCapture() as log:
                 model = bindings.Model(path, n_gpu_layers=-1, what="doctor's tiny model")
-            except LocalEagleError as e:
-                return OffloadProbe(gpu_build=gpu_build, loaded=False, error=str(e))
-        model.close()
+            model.close()
+    except (LocalEagleError, OSError) as e:
+        return OffloadProbe(gpu_build=gpu_build, loaded=False, error=str(e))
     return parse_load_log(log.lines, gpu_build)
 
 
