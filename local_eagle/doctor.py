@@ -225,6 +225,8 @@ def evaluate(facts: Facts) -> list[Check]:
     """Verdicts for the facts: a FAIL is something to fix on this setup, with the fix that does it."""
     pinned = bindings.PINNED_VERSION
     reinstall = f"pip install --force-reinstall --no-cache-dir llama-cpp-python=={pinned}"
+    if facts.detected_gpu is not None or "CUDA" in facts.backends:
+        reinstall = _fix_for_gpu(facts)  # a plain reinstall would leave a CPU-only build
     if not facts.llama_importable:
         return [
             Check("llama-cpp-python", FAIL, f"not importable: {facts.import_error}", reinstall),

@@ -94,7 +94,8 @@ def test_missing_staging_symbol_fails_with_fix(monkeypatch: pytest.MonkeyPatch) 
     c = check([doctor.Check(**x) for x in json.loads(r.output)["checks"]], "staging symbols")
     assert c.status == doctor.FAIL
     assert "llama_get_embeddings_nextn_ith" in c.detail
-    assert f"pip install --force-reinstall --no-cache-dir llama-cpp-python=={bindings.PINNED_VERSION}" in c.fix
+    assert "pip install" in c.fix and "--force-reinstall --no-cache-dir" in c.fix
+    assert f"llama-cpp-python=={bindings.PINNED_VERSION}" in c.fix
     r = runner.invoke(app, ["doctor"])
     assert r.exit_code == 1 and "FAIL" in r.output and "Traceback" not in r.output
 
@@ -180,7 +181,9 @@ def test_cuda_build_without_device() -> None:
 
 def test_old_llama_cpp_and_import_failure() -> None:
     c = check(doctor.evaluate(replace(cpu_facts(), llama_cpp_version="0.3.16")), "llama-cpp-python")
-    assert c.status == doctor.FAIL and bindings.PINNED_VERSION in c.fix
+    assert c.status == doctor.FAIL and bindings.PINNED_VERSION in c.fix and "GGML_CUDA" not in c.fix
+    c = check(doctor.evaluate(replace(cuda_facts(CUDA_LOG), llama_cpp_version="0.3.16")), "llama-cpp-python")
+    assert c.fix.startswith('CMAKE_ARGS="-DGGML_CUDA=on')
     checks = doctor.evaluate(replace(cpu_facts(), llama_importable=False, import_error="libllama.so: not found"))
     assert checks[0].status == doctor.FAIL and "libllama.so" in checks[0].detail
 
