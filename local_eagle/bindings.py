@@ -35,6 +35,11 @@ PINNED_VERSION = "0.3.36"
 ENCODE = 0  # LLAMA_PROCESS_TYPE_ENCODE
 DECODE = 1  # LLAMA_PROCESS_TYPE_DECODE
 
+FLASH_ATTN_AUTO = -1  # LLAMA_FLASH_ATTN_TYPE_AUTO: llama.cpp enables it where every layer's device supports it
+FLASH_ATTN_DISABLED = 0
+FLASH_ATTN_ENABLED = 1
+GGML_TYPE_F16 = 1
+
 _c_ctx = ctypes.c_void_p
 _c_model = ctypes.c_void_p
 _f32p = ctypes.POINTER(ctypes.c_float)
@@ -244,7 +249,9 @@ class ContextOptions:
     n_batch: int = 512
     n_ubatch: int = 512
     n_threads: int = 0  # 0: all cores
-    flash_attn: bool | None = None  # None: llama.cpp decides
+    flash_attn: bool | None = None  # None: LLAMA_FLASH_ATTN_TYPE_AUTO, on where the backend supports it
+    type_k: int = GGML_TYPE_F16  # KV cache element types (ggml_type)
+    type_v: int = GGML_TYPE_F16
 
 
 class Context:
@@ -267,8 +274,12 @@ class Context:
         params.n_threads = threads
         params.n_threads_batch = threads
         params.no_perf = True
-        if opts.flash_attn is not None:
-            params.flash_attn_type = 1 if opts.flash_attn else 0
+        if opts.flash_attn is None:
+            params.flash_attn_type = FLASH_ATTN_AUTO
+        else:
+            params.flash_attn_type = FLASH_ATTN_ENABLED if opts.flash_attn else FLASH_ATTN_DISABLED
+        params.type_k = opts.type_k
+        params.type_v = opts.type_v
         if ctx_other is not None:
             params.ctx_other = ctx_other.ptr
         if cb_eval is not None:
@@ -575,3 +586,151 @@ def log_lines() -> list[str]:
     """The lines llama.cpp logged most recently (at most 50), oldest first."""
     with _log_lock:
         return [ln.rstrip("\n") for ln in _log_lines]
+
+
+# ==================================================================================================
+# ggml backend registry and log capture, for ``local-eagle doctor``.
+#
+# The registry says which backends this libllama was built with (CPU, CUDA, Metal, Vulkan, ...)
+# and which devices they found; llama-cpp-python does not bind it, so it is bound here.
+# ==================================================================================================
+
+_DEV_KINDS = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel", 4: "meta"}
+_ggml_main: ctypes.CDLL | None = None
+
+
+@dataclass(frozen=True)
+class BackendDevice:
+    """One device of one registered ggml backend (memory in bytes, as the backend reports it)."""
+
+    backend: str
+    name: str
+    description: str
+    kind: str
+    free: int
+    total: int
+
+
+def _sibling_lib(stem: str) -> ctypes.CDLL:
+    _require_llama()
+    libdir = Path(C._lib._name).resolve().parent
+    candidates = sorted(libdir.glob(f"lib{stem}.so*")) + sorted(libdir.glob(f"lib{stem}.dylib"))
+    candidates += sorted(libdir.glob(f"{stem}.dll"))
+    if not candidates:
+        raise LlamaError(f"lib{stem} not found next to libllama in {libdir}")
+    return ctypes.CDLL(str(candidates[0]))
+
+
+def _registry() -> tuple[ctypes.CDLL, ctypes.CDLL]:
+    """(libggml with the registry, libggml-base with the device accessors), typed once."""
+    global _ggml_main
+    _install_logger()
+    base = _ggml_base()
+    if _ggml_main is None:
+        lib = _sibling_lib("ggml")
+        lib.ggml_backend_reg_count.argtypes = []
+        lib.ggml_backend_reg_count.restype = ctypes.c_size_t
+        lib.ggml_backend_reg_get.argtypes = [ctypes.c_size_t]
+        lib.ggml_backend_reg_get.restype = ctypes.c_void_p
+        for fn, restype in (
+            ("ggml_backend_reg_name", ctypes.c_char_p),
+            ("ggml_backend_reg_dev_count", ctypes.c_size_t),
+            ("ggml_backend_dev_name", ctypes.c_char_p),
+            ("ggml_backend_dev_description", ctypes.c_char_p),
+            ("ggml_backend_dev_type", ctypes.c_int),
+        ):
+            f = getattr(base, fn)
+            f.argtypes = [ctypes.c_void_p]
+            f.restype = restype
+        base.ggml_backend_reg_dev_get.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        base.ggml_backend_reg_dev_get.restype = ctypes.c_void_p
+        base.ggml_backend_dev_memory.argtypes = [
+            ctypes.c_void_p,
+            ctypes.POINTER(ctypes.c_size_t),
+            ctypes.POINTER(ctypes.c_size_t),
+        ]
+        base.ggml_backend_dev_memory.restype = None
+        _ggml_main = lib
+    return _ggml_main, base
+
+
+def backend_names() -> list[str]:
+    """Every backend registered in this build, in registry order (a backend may have no device)."""
+    lib, base = _registry()
+    names = []
+    for i in range(lib.ggml_backend_reg_count()):
+        reg = lib.ggml_backend_reg_get(i)
+        names.append((base.ggml_backend_reg_name(reg) or b"?").decode("utf-8", "replace"))
+    return names
+
+
+def backend_devices() -> list[BackendDevice]:
+    """Every device the registered backends found, with the memory each reports."""
+    lib, base = _registry()
+    devices = []
+    for i in range(lib.ggml_backend_reg_count()):
+        reg = lib.ggml_backend_reg_get(i)
+        backend = (base.ggml_backend_reg_name(reg) or b"?").decode("utf-8", "replace")
+        for j in range(base.ggml_backend_reg_dev_count(reg)):
+            dev = base.ggml_backend_reg_dev_get(reg, j)
+            free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
+            base.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
+            devices.append(
+                BackendDevice(
+                    backend=backend,
+                    name=(base.ggml_backend_dev_name(dev) or b"").decode("utf-8", "replace"),
+                    description=(base.ggml_backend_dev_description(dev) or b"").decode("utf-8", "replace"),
+                    kind=_DEV_KINDS.get(int(base.ggml_backend_dev_type(dev)), "unknown"),
+                    free=int(free.value),
+                    total=int(total.value),
+                )
+            )
+    return devices
+
+
+class LogCapture:
+    """Every line llama.cpp logs inside a ``with`` block, unbounded (``log_lines`` keeps only 50).
+
+    A model load logs one line per tensor and a row of progress dots, which pushes the few
+    lines saying where the weights went out of the short buffer.
+    """
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self._saved: deque[str] | None = None
+
+    def __enter__(self) -> LogCapture:
+        global _log_lines
+        _install_logger()
+        with _log_lock:
+            self._saved = _log_lines
+            _log_lines = deque()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        global _log_lines
+        with _log_lock:
+            captured, _log_lines = _log_lines, self._saved or deque(maxlen=50)
+            self.lines = [ln.rstrip("\n") for ln in captured]
+            _log_lines.extend(captured)
+
+
+_FTYPES = {"f16": 1, "q8_0": 7, "q4_k_m": 15, "q5_k_m": 17, "q6_k": 18}
+
+
+def quantize(src: str | os.PathLike[str], dst: str | os.PathLike[str], ftype: str = "q4_k_m", threads: int = 0) -> Path:
+    """Quantise a GGUF with llama.cpp's own recipe (``llama_model_quantize``, what ``llama-quantize`` runs).
+
+    llama-cpp-python ships no ``llama-quantize`` binary, but its libllama has the function.
+    """
+    _install_logger()
+    code = _FTYPES.get(ftype.lower())
+    if code is None:
+        raise LlamaError(f"unknown quantisation type {ftype!r}; expected one of {', '.join(_FTYPES)}")
+    params = C.llama_model_quantize_default_params()
+    params.ftype = code
+    params.nthread = threads
+    rc = C.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(params))
+    if rc != 0:
+        raise LlamaError(f"{src}: llama.cpp could not quantise to {ftype} ({last_log_error()})")
+    return Path(dst)

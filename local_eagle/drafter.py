@@ -8,13 +8,13 @@ post-norm state (``norm(prenorm) * output_norm.weight``) fed to the next draft s
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from converters.eagle3_gguf import KEY_FC_NORM, KEY_FC_NORM_EPS, KEY_FC_NORM_WEIGHT, KEY_NORM_OUTPUT
-from local_eagle.bindings import Context, ContextOptions, Model
+from local_eagle.bindings import GGML_TYPE_F16, Context, ContextOptions, Model
 from local_eagle.errors import LocalEagleError
 from local_eagle.ggufinfo import DRAFTER_ARCH, field_value, model_info, open_gguf, tensor_f32
 from local_eagle.norms import fc_norm, rms_norm
@@ -106,7 +106,9 @@ class Drafter:
         self.spec = read_spec(path)
         check_pair(self.spec, target.model, path)
         self.model = Model(path, n_gpu_layers=n_gpu_layers, what="drafter")
-        self.ctx = Context(self.model, opts or ContextOptions(n_ctx=target.n_ctx), ctx_other=target)
+        # the drafter has one layer of KV: quantising it saves almost nothing, so it stays f16
+        opts = replace(opts or ContextOptions(n_ctx=target.n_ctx), type_k=GGML_TYPE_F16, type_v=GGML_TYPE_F16)
+        self.ctx = Context(self.model, opts, ctx_other=target)
         # without this the encoder output pointer is NULL (DESIGN.md section 2)
         self.ctx.set_embeddings_nextn(True, True)
         self.n_embd = self.model.n_embd
