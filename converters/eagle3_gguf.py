@@ -251,6 +251,9 @@ def atomic_output(outfile: Path) -> Iterator[Path]:
     os.close(fd)
     try:
         yield Path(tmp)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; a model file is not
         os.replace(tmp, outfile)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
