@@ -1,0 +1,200 @@
+"""`local-eagle serve` through the official ``ollama`` and ``openai`` clients, on a free localhost port.
+
+The tiny cycle pair answers any prompt ending outside A..P with "PABCDEFGHIJKLMNOP..." greedily,
+so every output below is known exactly.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import httpx
+import ollama
+import openai
+import pytest
+import uvicorn
+
+from converters import convert, write_checkpoint
+from local_eagle.engine import Engine, EngineOptions
+from local_eagle.server import EagleServer, ServeConfig, create_app
+from local_eagle.tiny_pair import make_cycle_drafter, write_cycle_target
+
+CYCLE = "P" + "ABCDEFGHIJKLMNOP" * 300
+GREEDY = {"temperature": 0}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    d = tmp_path_factory.mktemp("serve")
+    target = write_cycle_target(d / "target.gguf")
+    m = make_cycle_drafter(True)
+    draft = convert(write_checkpoint(m.state_dict(), m.cfg.to_dict(), d / "ckpt"), target, d / "draft.gguf").outfile
+    engine = Engine(target, draft, EngineOptions(n_ctx=4096, n_threads=1))
+    server = EagleServer(engine, ServeConfig(name="cycle", model=target, draft=draft))
+    port = _free_port()
+    uv = uvicorn.Server(uvicorn.Config(create_app(server), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=uv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not uv.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
+        time.sleep(0.05)
+    try:
+        yield server, f"http://127.0.0.1:{port}"
+    finally:
+        uv.should_exit = True
+        thread.join(timeout=30)
+        engine.close()
+
+
+@pytest.fixture
+def oll(served):
+    return ollama.Client(host=served[1])
+
+
+@pytest.fixture
+def oai(served):
+    return openai.OpenAI(base_url=served[1] + "/v1", api_key="x", max_retries=0)
+
+
+def test_ollama_generate_and_chat(oll):
+    r = oll.generate(model="cycle", prompt="hi", options={**GREEDY, "num_predict": 20})
+    assert r.response == CYCLE[:20]
+    assert r.done and r.done_reason == "length"
+    assert r.eval_count == 20 and r.prompt_eval_count > 0
+    assert r.total_duration > 0 and r.eval_duration > 0 and r.load_duration is not None
+    c = oll.chat(model="cycle:latest", messages=[{"role": "user", "content": "hi"}], options={**GREEDY, "num_predict": 9})
+    assert c.message.role == "assistant" and c.message.content == CYCLE[:9]
+    assert c.eval_count == 9 and c.done_reason == "length"
+    # the ollama client drops fields it does not know: read our speculative stats raw
+    raw = httpx.post(str(oll._client.base_url) + "/api/generate",
+                     json={"model": "cycle", "prompt": "hi", "stream": False, "options": {**GREEDY, "num_predict": 40}})  # fmt: skip
+    stats = raw.json()["speculative"]
+    assert stats["acceptance_length"] > 2 and stats["drafted_tokens"] > 0 and stats["generated_tokens"] == 40
+
+
+def test_ollama_stop_draft_and_stream(oll):
+    r = oll.generate(model="cycle", prompt="hi", options={**GREEDY, "num_predict": 50, "stop": ["G"],
+                                                          "draft_num_predict": 0})  # fmt: skip
+    assert r.response == "PABCDEF" and r.done_reason == "stop"
+    parts = list(oll.generate(model="cycle", prompt="hi", stream=True, options={**GREEDY, "num_predict": 30}))
+    assert len(parts) > 2 and all(not p.done for p in parts[:-1])
+    assert "".join(p.response for p in parts) == CYCLE[:30]
+    assert parts[-1].done and parts[-1].eval_count == 30
+    chunks = list(oll.chat(model="cycle", messages=[{"role": "user", "content": "x"}], stream=True,
+                           options={**GREEDY, "num_predict": 12}))  # fmt: skip
+    assert "".join(c.message.content for c in chunks) == CYCLE[:12] and chunks[-1].done
+
+
+def test_ollama_listing(oll):
+    (m,) = oll.list().models
+    assert m.model == "cycle:latest" and m.details.format == "gguf" and m.size > 0
+    s = oll.show("cycle")
+    assert "FROM" in s.modelfile and "DRAFT" in s.modelfile and s.details.format == "gguf"
+    (p,) = oll.ps().models
+    assert p.model == "cycle:latest" and p.context_length == 4096
+    assert httpx.get(str(oll._client.base_url) + "/api/version").json()["version"]
+
+
+def test_ollama_errors(oll):
+    with pytest.raises(ollama.ResponseError) as e:
+        oll.generate(model="nope", prompt="hi")
+    assert e.value.status_code == 404 and "not found" in e.value.error
+    with pytest.raises(ollama.ResponseError) as e:
+        oll.generate(model="cycle", prompt="hi", options={"temperature": "hot"})
+    assert e.value.status_code == 400
+    with pytest.raises(ollama.ResponseError) as e:
+        list(oll.chat(model="cycle", messages=[{"role": "user", "content": "hi"}], stream=True, options={"top_p": 5}))
+    assert e.value.status_code == 400 and "top_p" in e.value.error
+    assert oll.chat(model="cycle", messages=[]).done_reason == "load"  # Ollama's way to preload a model
+    base = str(oll._client.base_url)
+    r = httpx.post(base + "/api/chat", content=b"{not json")
+    assert r.status_code == 400 and "error" in r.json()
+    r = httpx.post(base + "/api/generate", json={"model": "cycle", "prompt": "x" * 5000, "stream": True})
+    assert r.status_code == 400 and "context" in r.json()["error"]
+    r = httpx.post(base + "/api/chat", json={"model": "cycle", "messages": [{"content": "no role"}]})
+    assert r.status_code == 400 and "role" in r.json()["error"]
+    r = httpx.post(base + "/api/generate", json=["model"])
+    assert r.status_code == 400 and isinstance(r.json()["error"], str)
+    assert oll.generate(model="cycle", prompt="hi", options={**GREEDY, "num_predict": 3}).response == "PAB"
+
+
+def test_openai_chat_and_completions(oai):
+    r = oai.chat.completions.create(model="cycle", messages=[{"role": "user", "content": "hi"}], max_tokens=10,
+                                    temperature=0)  # fmt: skip
+    assert r.choices[0].message.content == CYCLE[:10] and r.choices[0].finish_reason == "length"
+    assert r.usage.completion_tokens == 10 and r.usage.total_tokens == r.usage.prompt_tokens + 10
+    assert r.model_extra["speculative"]["acceptance_length"] > 2
+    c = oai.completions.create(model="cycle", prompt="hi", max_tokens=40, temperature=0, stop=["H"])
+    assert c.choices[0].text == "PABCDEFG" and c.choices[0].finish_reason == "stop"
+    assert [m.id for m in oai.models.list()] == ["cycle"]
+
+
+def test_openai_streaming(oai):
+    s = oai.chat.completions.create(model="cycle", messages=[{"role": "user", "content": "hi"}], max_tokens=25,
+                                    temperature=0, stream=True, stream_options={"include_usage": True})  # fmt: skip
+    chunks = list(s)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == CYCLE[:25]
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+    assert chunks[-1].usage.completion_tokens == 25
+    s = oai.completions.create(model="cycle", prompt="hi", max_tokens=7, temperature=0, stream=True)
+    assert "".join(c.choices[0].text for c in s) == CYCLE[:7]
+
+
+def test_openai_errors(oai):
+    with pytest.raises(openai.NotFoundError) as e:
+        oai.chat.completions.create(model="gpt-4", messages=[{"role": "user", "content": "hi"}])
+    assert e.value.body["code"] == "model_not_found" and "not found" in e.value.body["message"]
+    with pytest.raises(openai.BadRequestError) as e:
+        oai.chat.completions.create(model="cycle", messages="hi")
+    assert e.value.body["type"] == "invalid_request_error"
+    with pytest.raises(openai.BadRequestError):
+        oai.completions.create(model="cycle", prompt="hi", max_tokens=-3, stream=True)
+    assert oai.completions.create(model="cycle", prompt="hi", max_tokens=2, temperature=0).choices[0].text == "PA"
+
+
+def test_two_concurrent_clients(served, oll, oai):
+    server, _ = served
+    n_before = len(server.records)
+    results: dict[str, str] = {}
+
+    def with_ollama() -> None:
+        results["ollama"] = oll.generate(model="cycle", prompt="hi", options={**GREEDY, "num_predict": 300}).response
+
+    def with_openai() -> None:
+        s = oai.completions.create(model="cycle", prompt="hi", max_tokens=250, temperature=0, stream=True)
+        results["openai"] = "".join(c.choices[0].text for c in s)
+
+    threads = [threading.Thread(target=f) for f in (with_ollama, with_openai)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert results == {"ollama": CYCLE[:300], "openai": CYCLE[:250]}
+    a, b = sorted(list(server.records)[n_before:], key=lambda r: r.started)
+    assert a.finished <= b.started  # one generation at a time
+
+
+def test_client_disconnect_cancels_generation(served, oll):
+    server, base = served
+    n_before = len(server.records)
+    with httpx.stream("POST", base + "/api/generate",
+                      json={"model": "cycle", "prompt": "hi", "options": {**GREEDY, "num_predict": 4000}}) as r:  # fmt: skip
+        lines = r.iter_lines()
+        assert '"response"' in next(lines)
+    deadline = time.monotonic() + 30
+    while len(server.records) == n_before:
+        assert time.monotonic() < deadline, "the cancelled generation never ended"
+        time.sleep(0.05)
+    rec = server.records[-1]
+    assert rec.stop_reason == "cancelled" and rec.pieces < 4000
+    assert oll.generate(model="cycle", prompt="hi", options={**GREEDY, "num_predict": 5}).response == "PABCD"
