@@ -213,14 +213,19 @@ class EagleServer:
         threading.Thread(target=self._work, args=(job, put), name="local-eagle-generate", daemon=True).start()
         text: list[str] = []
         queue_seconds = 0.0
+        checked = time.monotonic()
         try:
             while True:
                 try:
                     item = await asyncio.wait_for(q.get(), _POLL_SECONDS)
                 except TimeoutError:
+                    item = None
+                if time.monotonic() - checked >= _POLL_SECONDS:
+                    checked = time.monotonic()
                     if await request.is_disconnected():
                         job.cancel.set()
                         return
+                if item is None:
                     continue
                 kind = item[0]
                 if kind == "error":

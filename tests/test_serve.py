@@ -187,6 +187,7 @@ def test_two_concurrent_clients(served, oll, oai):
 def test_client_disconnect_cancels_generation(served, oll):
     server, base = served
     n_before = len(server.records)
+    t0 = time.perf_counter()
     with httpx.stream("POST", base + "/api/generate",
                       json={"model": "cycle", "prompt": "hi", "options": {**GREEDY, "num_predict": 4000}}) as r:  # fmt: skip
         lines = r.iter_lines()
@@ -196,5 +197,45 @@ def test_client_disconnect_cancels_generation(served, oll):
         assert time.monotonic() < deadline, "the cancelled generation never ended"
         time.sleep(0.05)
     rec = server.records[-1]
-    assert rec.stop_reason == "cancelled" and rec.pieces < 4000
+    assert rec.stop_reason == "cancelled" and rec.pieces < 4000 and rec.finished - t0 < 5
     assert oll.generate(model="cycle", prompt="hi", options={**GREEDY, "num_predict": 5}).response == "PABCD"
+
+
+def test_non_streaming_client_that_gives_up_cancels(served, oll):
+    server, base = served
+    n_before = len(server.records)
+    t0 = time.perf_counter()  # the clock of the server's records
+    with pytest.raises(httpx.ReadTimeout):  # 4000 tokens take tens of seconds here
+        httpx.post(base + "/api/generate", json={"model": "cycle", "prompt": "hi", "stream": False,
+                                                 "options": {**GREEDY, "num_predict": 4000}}, timeout=0.5)  # fmt: skip
+    deadline = time.monotonic() + 30
+    while len(server.records) == n_before:
+        assert time.monotonic() < deadline, "the abandoned generation never ended"
+        time.sleep(0.05)
+    rec = server.records[-1]
+    assert rec.stop_reason == "cancelled" and rec.pieces < 4000
+    assert rec.finished - t0 < 5  # stopped soon after the client left, not at the end of the generation
+    assert oll.generate(model="cycle", prompt="hi", options={**GREEDY, "num_predict": 4}).response == "PABC"
+
+
+def test_timeouts(served, oll):
+    server, base = served
+    cfg = server.config
+    cfg.generation_timeout = 0.05
+    try:
+        r = httpx.post(base + "/api/generate", json={"model": "cycle", "prompt": "hi", "stream": False,
+                                                     "options": {**GREEDY, "num_predict": 4000}}).json()  # fmt: skip
+    finally:
+        cfg.generation_timeout = None
+    assert r["done_reason"] == "length" and r["speculative"]["stop_reason"] == "timeout"
+    assert 0 < r["eval_count"] < 4000 and CYCLE.startswith(r["response"])
+    cfg.queue_timeout = 0.2
+    server.lock.acquire()  # another generation holds the engine
+    try:
+        with pytest.raises(ollama.ResponseError) as e:
+            oll.generate(model="cycle", prompt="hi", options={"num_predict": 2})
+        assert e.value.status_code == 503 and "busy" in e.value.error
+    finally:
+        server.lock.release()
+        cfg.queue_timeout = 300.0
+    assert oll.generate(model="cycle", prompt="hi", options={**GREEDY, "num_predict": 2}).response == "PA"
