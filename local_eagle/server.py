@@ -727,3 +727,33 @@ def create_app(server: EagleServer) -> FastAPI:
         return await openai_respond(request, body, Job(prompt, n, sp, k, stop), chat=False)
 
     return app
+
+
+# ------------------------------------------------------------------------------------------------
+# running it
+
+
+def model_name(model: Path, modelfile: Path | None = None) -> str:
+    """The name clients use: the Modelfile's (``llama3.Modelfile`` -> ``llama3``), else the GGUF's stem."""
+    if modelfile is not None:
+        stem = modelfile.name.removesuffix(".Modelfile").removesuffix(".modelfile")
+        if stem and stem.lower() != "modelfile":
+            return stem
+    return model.stem
+
+
+def load(config: ServeConfig, options: Any) -> EagleServer:
+    """Load the pair once; every request reuses it."""
+    t0 = time.perf_counter()
+    engine = Engine(config.model, config.draft, options)
+    return EagleServer(engine, config, load_seconds=time.perf_counter() - t0)
+
+
+def serve(server: EagleServer, host: str = "127.0.0.1", port: int = 11434, log_level: str = "info") -> None:
+    """Run until interrupted, then free the model."""
+    import uvicorn
+
+    try:
+        uvicorn.run(create_app(server), host=host, port=port, log_level=log_level)
+    finally:
+        server.engine.close()

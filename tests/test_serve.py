@@ -6,7 +6,10 @@ so every output below is known exactly.
 
 from __future__ import annotations
 
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -15,14 +18,21 @@ import ollama
 import openai
 import pytest
 import uvicorn
+from typer.testing import CliRunner
 
 from converters import convert, write_checkpoint
+from local_eagle.cli import app
 from local_eagle.engine import Engine, EngineOptions
 from local_eagle.server import EagleServer, ServeConfig, create_app
 from local_eagle.tiny_pair import make_cycle_drafter, write_cycle_target
 
 CYCLE = "P" + "ABCDEFGHIJKLMNOP" * 300
 GREEDY = {"temperature": 0}
+
+
+def greedy_body(n: int, stream: bool = False) -> dict:
+    """A raw /api/generate request for n greedy tokens after "hi"."""
+    return {"model": "cycle", "prompt": "hi", "stream": stream, "options": {**GREEDY, "num_predict": n}}
 
 
 def _free_port() -> int:
@@ -32,11 +42,17 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
+def pair(tmp_path_factory):
     d = tmp_path_factory.mktemp("serve")
     target = write_cycle_target(d / "target.gguf")
     m = make_cycle_drafter(True)
     draft = convert(write_checkpoint(m.state_dict(), m.cfg.to_dict(), d / "ckpt"), target, d / "draft.gguf").outfile
+    return d, target, draft
+
+
+@pytest.fixture(scope="module")
+def served(pair):
+    _, target, draft = pair
     engine = Engine(target, draft, EngineOptions(n_ctx=4096, n_threads=1))
     server = EagleServer(engine, ServeConfig(name="cycle", model=target, draft=draft))
     port = _free_port()
@@ -71,12 +87,12 @@ def test_ollama_generate_and_chat(oll):
     assert r.done and r.done_reason == "length"
     assert r.eval_count == 20 and r.prompt_eval_count > 0
     assert r.total_duration > 0 and r.eval_duration > 0 and r.load_duration is not None
-    c = oll.chat(model="cycle:latest", messages=[{"role": "user", "content": "hi"}], options={**GREEDY, "num_predict": 9})
+    hi = [{"role": "user", "content": "hi"}]
+    c = oll.chat(model="cycle:latest", messages=hi, options={**GREEDY, "num_predict": 9})
     assert c.message.role == "assistant" and c.message.content == CYCLE[:9]
     assert c.eval_count == 9 and c.done_reason == "length"
     # the ollama client drops fields it does not know: read our speculative stats raw
-    raw = httpx.post(str(oll._client.base_url) + "/api/generate",
-                     json={"model": "cycle", "prompt": "hi", "stream": False, "options": {**GREEDY, "num_predict": 40}})  # fmt: skip
+    raw = httpx.post(str(oll._client.base_url) + "/api/generate", json=greedy_body(40))
     stats = raw.json()["speculative"]
     assert stats["acceptance_length"] > 2 and stats["drafted_tokens"] > 0 and stats["generated_tokens"] == 40
 
@@ -188,8 +204,7 @@ def test_client_disconnect_cancels_generation(served, oll):
     server, base = served
     n_before = len(server.records)
     t0 = time.perf_counter()
-    with httpx.stream("POST", base + "/api/generate",
-                      json={"model": "cycle", "prompt": "hi", "options": {**GREEDY, "num_predict": 4000}}) as r:  # fmt: skip
+    with httpx.stream("POST", base + "/api/generate", json=greedy_body(4000, stream=True)) as r:
         lines = r.iter_lines()
         assert '"response"' in next(lines)
     deadline = time.monotonic() + 30
@@ -206,8 +221,7 @@ def test_non_streaming_client_that_gives_up_cancels(served, oll):
     n_before = len(server.records)
     t0 = time.perf_counter()  # the clock of the server's records
     with pytest.raises(httpx.ReadTimeout):  # 4000 tokens take tens of seconds here
-        httpx.post(base + "/api/generate", json={"model": "cycle", "prompt": "hi", "stream": False,
-                                                 "options": {**GREEDY, "num_predict": 4000}}, timeout=0.5)  # fmt: skip
+        httpx.post(base + "/api/generate", json=greedy_body(4000), timeout=0.5)
     deadline = time.monotonic() + 30
     while len(server.records) == n_before:
         assert time.monotonic() < deadline, "the abandoned generation never ended"
@@ -223,8 +237,7 @@ def test_timeouts(served, oll):
     cfg = server.config
     cfg.generation_timeout = 0.05
     try:
-        r = httpx.post(base + "/api/generate", json={"model": "cycle", "prompt": "hi", "stream": False,
-                                                     "options": {**GREEDY, "num_predict": 4000}}).json()  # fmt: skip
+        r = httpx.post(base + "/api/generate", json=greedy_body(4000)).json()
     finally:
         cfg.generation_timeout = None
     assert r["done_reason"] == "length" and r["speculative"]["stop_reason"] == "timeout"
@@ -239,3 +252,37 @@ def test_timeouts(served, oll):
         server.lock.release()
         cfg.queue_timeout = 300.0
     assert oll.generate(model="cycle", prompt="hi", options={**GREEDY, "num_predict": 2}).response == "PA"
+
+
+def test_serve_command_with_a_modelfile(pair):
+    d, target, draft = pair
+    mf = d / "cyc.Modelfile"
+    mf.write_text(f"FROM {target}\nDRAFT {draft}\nPARAMETER temperature 0\nPARAMETER stop E\nPARAMETER num_ctx 512\n")
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "local_eagle", "serve", "-f", str(mf), "--port", str(port), "--threads", "1",
+         "--log-level", "warning"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        client = ollama.Client(host=f"http://127.0.0.1:{port}")
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                models = client.list().models
+                break
+            except (httpx.ConnectError, ConnectionError):
+                assert proc.poll() is None and time.monotonic() < deadline, "serve did not start"
+                time.sleep(0.2)
+        assert [m.model for m in models] == ["cyc:latest"]
+        assert client.ps().models[0].context_length == 512
+        assert client.generate(model="cyc", prompt="hi").response == "PABCD"  # the Modelfile's parameters
+    finally:
+        proc.send_signal(signal.SIGINT)
+        output = proc.communicate(timeout=30)[0]
+    assert "serving cyc" in output and "Traceback" not in output
+
+
+def test_serve_command_needs_a_model():
+    r = CliRunner().invoke(app, ["serve"])
+    assert r.exit_code == 2 and "give --model" in r.output
