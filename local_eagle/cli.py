@@ -620,6 +620,10 @@ def serve(
     log_level: Annotated[str, typer.Option("--log-level", help="uvicorn's: warning, info, debug.")] = "info",
 ) -> None:
     """Serve one model pair over Ollama's (/api) and OpenAI's (/v1) HTTP APIs; requests queue for it."""
+    import importlib.util
+
+    if any(importlib.util.find_spec(m) is None for m in ("fastapi", "uvicorn")):
+        raise LocalEagleError("serve needs FastAPI and uvicorn: pip install 'local-eagle[serve]'")
     from local_eagle.engine import EngineOptions
     from local_eagle.server import ServeConfig, load, model_name
     from local_eagle.server import serve as run_server

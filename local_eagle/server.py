@@ -160,13 +160,13 @@ class EagleServer:
             put(("error", ApiError(503, f"the server is busy: waited {self.config.queue_timeout:g}s for the model")))
             return
         started = time.perf_counter()
-        pieces = 0
+        pieces: list[str] = []
         reason = ""
         error: str | None = None
+        final: tuple | None = None  # sent once the engine is free again
         try:
             if job.cancel.is_set():
                 reason = CANCELLED
-                put(("end", None, reason, 0))
                 return
             try:
                 stream = self.engine.stream(
@@ -175,13 +175,15 @@ class EagleServer:
                 )  # fmt: skip
             except LocalEagleError as e:
                 error = str(e)
-                put(("error", ApiError(400, str(e))))
+                final = ("error", ApiError(400, str(e)))
                 return
             put(("start", started - job.received))
             deadline = None if self.config.generation_timeout is None else started + self.config.generation_timeout
+            first_piece = None
             it = iter(stream)
             for piece in it:
-                pieces += 1
+                first_piece = first_piece or time.perf_counter()
+                pieces.append(piece)
                 put(("piece", piece))
                 if job.cancel.is_set():
                     reason = CANCELLED
@@ -190,16 +192,46 @@ class EagleServer:
                     reason = TIMEOUT
                     break
             it.close()
-            put(("end", stream.result, reason or stream.result.stats.stop_reason, pieces))
+            if reason == CANCELLED:
+                return
+            outcome = self._outcome(job, stream.result, reason, "".join(pieces), started, first_piece)
+            reason = outcome.stop_reason
+            final = ("end", outcome)
         except Exception as e:  # a failing generation must not take the server down
             error = f"{type(e).__name__}: {e}"
-            put(("error", ApiError(500, f"generation failed: {error}")))
+            final = ("error", ApiError(500, f"generation failed: {error}"))
         finally:
             self.lock.release()
-            self.records.append(JobRecord(started, time.perf_counter(), pieces, reason or "error", error))
+            self.records.append(JobRecord(started, time.perf_counter(), len(pieces), reason or "error", error))
+            if final is not None:
+                put(final)
+
+    def _outcome(
+        self, job: Job, result: Any, reason: str, text: str, started: float, first_piece: float | None
+    ) -> Outcome:
+        """Counts and timings for the final message; runs in the worker, under the engine's lock."""
+        now = time.perf_counter()
+        queue_seconds, total = started - job.received, now - job.received
+        if result is not None:
+            st = result.stats
+            return Outcome(
+                text=result.text, stop_reason=reason or st.stop_reason, prompt_tokens=st.prompt_tokens,
+                generated_tokens=st.generated_tokens, queue_seconds=queue_seconds, prefill_seconds=st.prefill_seconds,
+                decode_seconds=st.decode_seconds, total_seconds=total, stats=st.to_dict(),
+            )  # fmt: skip
+        # stopped by the server's timeout: the engine's stats ended with its stream, so count the
+        # text and take the first piece's arrival as the end of the prefill
+        n_prompt = len(self.engine.tokenize(job.prompt))
+        n_out = len(self.engine.model.tokenize(text, add_special=False, parse_special=False)) if text else 0
+        first = first_piece or now
+        return Outcome(
+            text=text, stop_reason=reason, prompt_tokens=n_prompt, generated_tokens=n_out,
+            queue_seconds=queue_seconds, prefill_seconds=first - started, decode_seconds=now - first,
+            total_seconds=total, stats={"stop_reason": reason, "generated_tokens": n_out},
+        )  # fmt: skip
 
     async def run(self, job: Job, request: Request) -> AsyncIterator[tuple]:
-        """Events of one job: ``("start", queue_s)``, ``("piece", text)``..., then an ``Outcome``.
+        """Events of one job: ``("start", queue_s)``, ``("piece", text)``..., ``("end", Outcome)``.
 
         Raises ApiError before ``start`` (queue timeout, bad prompt). Leaving the iteration early,
         or the client disconnecting, cancels the generation.
@@ -211,8 +243,6 @@ class EagleServer:
             loop.call_soon_threadsafe(q.put_nowait, item)
 
         threading.Thread(target=self._work, args=(job, put), name="local-eagle-generate", daemon=True).start()
-        text: list[str] = []
-        queue_seconds = 0.0
         checked = time.monotonic()
         try:
             while True:
@@ -223,43 +253,16 @@ class EagleServer:
                 if time.monotonic() - checked >= _POLL_SECONDS:
                     checked = time.monotonic()
                     if await request.is_disconnected():
-                        job.cancel.set()
                         return
                 if item is None:
                     continue
-                kind = item[0]
-                if kind == "error":
+                if item[0] == "error":
                     raise item[1]
-                if kind == "start":
-                    queue_seconds = item[1]
-                    yield item
-                elif kind == "piece":
-                    text.append(item[1])
-                    yield item
-                else:
-                    _, result, reason, _pieces = item
-                    yield ("end", self._outcome(job, result, reason, "".join(text), queue_seconds))
+                yield item
+                if item[0] == "end":
                     return
         finally:
             job.cancel.set()
-
-    def _outcome(self, job: Job, result: Any, reason: str, text: str, queue_seconds: float) -> Outcome:
-        total = time.perf_counter() - job.received
-        if result is not None:
-            st = result.stats
-            return Outcome(
-                text=result.text, stop_reason=reason, prompt_tokens=st.prompt_tokens,
-                generated_tokens=st.generated_tokens, queue_seconds=queue_seconds, prefill_seconds=st.prefill_seconds,
-                decode_seconds=st.decode_seconds, total_seconds=total, stats=st.to_dict(),
-            )  # fmt: skip
-        # stopped by the server (timeout): the engine's stats died with its stream; count the text
-        n_prompt = len(self.engine.tokenize(job.prompt))
-        n_out = len(self.engine.model.tokenize(text, add_special=False, parse_special=False)) if text else 0
-        return Outcome(
-            text=text, stop_reason=reason, prompt_tokens=n_prompt, generated_tokens=n_out,
-            queue_seconds=queue_seconds, prefill_seconds=0.0, decode_seconds=max(0.0, total - queue_seconds),
-            total_seconds=total, stats={"stop_reason": reason, "generated_tokens": n_out},
-        )  # fmt: skip
 
     async def complete(self, job: Job, request: Request) -> Outcome:
         """Run a job to its end (non-streaming responses)."""

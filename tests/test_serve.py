@@ -198,6 +198,7 @@ def test_two_concurrent_clients(served, oll, oai):
     assert results == {"ollama": CYCLE[:300], "openai": CYCLE[:250]}
     a, b = sorted(list(server.records)[n_before:], key=lambda r: r.started)
     assert a.finished <= b.started  # one generation at a time
+    assert (a.stop_reason, b.stop_reason) == ("length", "length")
 
 
 def test_client_disconnect_cancels_generation(served, oll):
