@@ -109,14 +109,13 @@ def _now_iso() -> str:
 class EagleServer:
     """The engine, its lock and the model's public description, shared by both APIs."""
 
-    def __init__(self, engine: Engine, config: ServeConfig, load_seconds: float = 0.0) -> None:
+    def __init__(self, engine: Engine, config: ServeConfig) -> None:
         self.engine = engine
         self.config = config
-        self.load_seconds = load_seconds
         self.lock = threading.Lock()
         self.records: deque[JobRecord] = deque(maxlen=64)
         self.created = int(time.time())
-        self._info = _model_info(config.model)
+        self.info = _model_info(config.model)
 
     # -- names -----------------------------------------------------------------------------------
 
@@ -135,10 +134,10 @@ class EagleServer:
         return {
             "parent_model": "",
             "format": "gguf",
-            "family": self._info["arch"],
-            "families": [self._info["arch"]],
-            "parameter_size": self._info["parameter_size"],
-            "quantization_level": self._info["quantization"],
+            "family": self.info["arch"],
+            "families": [self.info["arch"]],
+            "parameter_size": self.info["parameter_size"],
+            "quantization_level": self.info["quantization"],
         }
 
     def model_entry(self) -> dict[str, Any]:
@@ -550,7 +549,7 @@ def create_app(server: EagleServer) -> FastAPI:
             for k, vs in sorted(mf.parameters.items())
             for v in (vs if isinstance(vs, list) else [vs])
         )
-        info = server._info
+        info = server.info
         model_info = {
             "general.architecture": info["arch"],
             f"{info['arch']}.context_length": server.engine.n_ctx,
@@ -711,8 +710,14 @@ def create_app(server: EagleServer) -> FastAPI:
     async def chat_completions(request: Request) -> Any:
         body = await _json_body(request)
         server.check_model(body.get("model"))
+        fmt = body.get("response_format")
+        if body.get("logprobs") or (fmt is not None and (not isinstance(fmt, dict) or fmt.get("type") != "text")):
+            raise ApiError(400, "logprobs and response_format other than text are not supported by local-eagle serve")
         sp, n, k, stop = _settings(server, openai_options(body), "request")
-        text = _render(server, _messages(body.get("messages")), None, None)
+        tools = body.get("tools") or None
+        if tools is not None and not isinstance(tools, list):
+            raise ApiError(400, "tools must be a list")
+        text = _render(server, _messages(body.get("messages")), None, None, tools)
         return await openai_respond(request, body, Job(text, n, sp, k, stop), chat=True)
 
     @app.post("/v1/completions")
@@ -747,9 +752,7 @@ def model_name(model: Path, modelfile: Path | None = None) -> str:
 
 def load(config: ServeConfig, options: Any) -> EagleServer:
     """Load the pair once; every request reuses it."""
-    t0 = time.perf_counter()
-    engine = Engine(config.model, config.draft, options)
-    return EagleServer(engine, config, load_seconds=time.perf_counter() - t0)
+    return EagleServer(Engine(config.model, config.draft, options), config)
 
 
 def serve(server: EagleServer, host: str = "127.0.0.1", port: int = 11434, log_level: str = "info") -> None:

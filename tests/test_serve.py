@@ -138,6 +138,9 @@ def test_ollama_errors(oll):
     assert r.status_code == 400 and "context" in r.json()["error"]
     r = httpx.post(base + "/api/chat", json={"model": "cycle", "messages": [{"content": "no role"}]})
     assert r.status_code == 400 and "role" in r.json()["error"]
+    r = httpx.post(base + "/api/show", json={"model": "nope"})
+    assert r.status_code == 404 and "not found" in r.json()["error"]
+    assert httpx.get(base + "/api/nowhere").json() == {"error": "Not Found"}
     r = httpx.post(base + "/api/generate", json=["model"])
     assert r.status_code == 400 and isinstance(r.json()["error"], str)
     assert oll.generate(model="cycle", prompt="hi", options={**GREEDY, "num_predict": 3}).response == "PAB"
@@ -175,6 +178,12 @@ def test_openai_errors(oai):
     assert e.value.body["type"] == "invalid_request_error"
     with pytest.raises(openai.BadRequestError):
         oai.completions.create(model="cycle", prompt="hi", max_tokens=-3, stream=True)
+    with pytest.raises(openai.BadRequestError) as e:
+        oai.chat.completions.create(model="cycle", messages=[{"role": "user", "content": "hi"}],
+                                    response_format={"type": "json_object"})  # fmt: skip
+    assert "not supported" in e.value.body["message"]
+    r = httpx.get(str(oai.base_url) + "nowhere")
+    assert r.status_code == 404 and r.json()["error"]["message"]
     assert oai.completions.create(model="cycle", prompt="hi", max_tokens=2, temperature=0).choices[0].text == "PA"
 
 
