@@ -74,7 +74,8 @@ class Job:
 
 @dataclass
 class JobRecord:
-    """What happened to a finished job; the last few are kept for ``/api/ps`` and for tests."""
+    """What happened to a finished job; the last few are kept so that the outcome of a request
+    whose client left (and the tests) can still be seen."""
 
     started: float
     finished: float
@@ -243,12 +244,14 @@ class EagleServer:
 
         threading.Thread(target=self._work, args=(job, put), name="local-eagle-generate", daemon=True).start()
         checked = time.monotonic()
+        getter: asyncio.Task | None = None  # kept across polls: cancelling a get can lose its item
         try:
             while True:
-                try:
-                    item = await asyncio.wait_for(q.get(), _POLL_SECONDS)
-                except TimeoutError:
-                    item = None
+                getter = getter or asyncio.ensure_future(q.get())
+                done, _ = await asyncio.wait({getter}, timeout=_POLL_SECONDS)
+                item = getter.result() if done else None
+                if done:
+                    getter = None
                 if time.monotonic() - checked >= _POLL_SECONDS:
                     checked = time.monotonic()
                     if await request.is_disconnected():
@@ -262,6 +265,8 @@ class EagleServer:
                     return
         finally:
             job.cancel.set()
+            if getter is not None:
+                getter.cancel()
 
     async def complete(self, job: Job, request: Request) -> Outcome:
         """Run a job to its end (non-streaming responses)."""
