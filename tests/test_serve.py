@@ -226,6 +226,49 @@ def test_client_disconnect_cancels_generation(served, oll):
     assert oll.generate(model="cycle", prompt="hi", options={**GREEDY, "num_predict": 5}).response == "PABCD"
 
 
+def test_openai_stream_closed_early_cancels(served, oai):
+    server, _ = served
+    n_before = len(server.records)
+    t0 = time.perf_counter()
+    s = oai.chat.completions.create(model="cycle", messages=[{"role": "user", "content": "hi"}], max_tokens=4000,
+                                    temperature=0, stream=True)  # fmt: skip
+    assert next(iter(s)).choices[0].delta.content == "P"
+    s.close()
+    deadline = time.monotonic() + 30
+    while len(server.records) == n_before:
+        assert time.monotonic() < deadline, "the cancelled generation never ended"
+        time.sleep(0.05)
+    rec = server.records[-1]
+    assert rec.stop_reason == "cancelled" and rec.pieces < 4000 and rec.finished - t0 < 5
+    assert oai.completions.create(model="cycle", prompt="hi", max_tokens=3, temperature=0).choices[0].text == "PAB"
+
+
+def test_a_failing_generation_is_a_500_and_the_server_goes_on(served, oll, oai, monkeypatch):
+    server, _ = served
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("llama.cpp fell over")
+
+    monkeypatch.setattr(server.engine, "stream", boom)
+    with pytest.raises(ollama.ResponseError) as e:
+        oll.generate(model="cycle", prompt="hi")
+    assert e.value.status_code == 500 and "fell over" in e.value.error
+    with pytest.raises(openai.InternalServerError) as e:
+        oai.completions.create(model="cycle", prompt="hi", max_tokens=3)
+    assert e.value.body["type"] == "server_error"
+    monkeypatch.undo()
+    assert oll.generate(model="cycle", prompt="hi", options={**GREEDY, "num_predict": 2}).response == "PA"
+
+
+def test_sampling_follows_the_seed(oai):
+    def once(seed: int) -> str:
+        return oai.completions.create(model="cycle", prompt="hi", max_tokens=30, temperature=1.5, top_p=1.0,
+                                      seed=seed, extra_body={"top_k": 0, "min_p": 0.0}).choices[0].text  # fmt: skip
+
+    assert once(7) == once(7)
+    assert once(1) != once(2)  # at temperature 1.5 the cycle pair's samples differ by seed
+
+
 def test_non_streaming_client_that_gives_up_cancels(served, oll):
     server, base = served
     n_before = len(server.records)
