@@ -647,11 +647,12 @@ def serve(
     )  # fmt: skip
     server = load(config, EngineOptions(n_ctx=n_ctx, n_gpu_layers=gpu_layers, n_threads=threads))
     if host not in ("127.0.0.1", "localhost", "::1"):
-        err.print(f"[yellow]warning:[/] listening on {host}: whoever reaches it can use the model", highlight=False)
+        err.print(f"[yellow]warning:[/] listening on {host}: whoever reaches it can use the model", soft_wrap=True)
     pair = model.name + (f" + {draft.name}" if draft else "")
     err.print(
         f"serving [bold]{config.name}[/] ({pair}, ctx {server.engine.n_ctx}) "
         f"on http://{host}:{port}: Ollama API at /api, OpenAI API at /v1",
         highlight=False,
+        soft_wrap=True,
     )
     run_server(server, host, port, log_level)
