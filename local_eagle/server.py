@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import threading
 import time
 import uuid
@@ -324,6 +325,8 @@ def _typed(value: Any, kind: type | tuple[type, ...], name: str) -> Any:
         raise ApiError(400, f"{name} must be a number, got {json.dumps(value)}")
     if not isinstance(value, kind):
         raise ApiError(400, f"{name} has the wrong type: {json.dumps(value)[:80]}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ApiError(400, f"{name} must be a finite number")
     return value
 
 
@@ -372,12 +375,14 @@ def _settings(server: EagleServer, options: dict[str, Any], where: str) -> tuple
             min_p=float(params.get("min_p", d.min_p)),
             repeat_penalty=float(params.get("repeat_penalty", d.repeat_penalty)),
             repeat_last_n=int(params.get("repeat_last_n", d.repeat_last_n)),
-            seed=params.get("seed"),
+            seed=None if params.get("seed") is None or params["seed"] < 0 else params["seed"],  # Ollama: -1 = random
         )
     except (TypeError, ValueError) as e:
         raise ApiError(400, f"bad sampling options: {e}") from None
     if not 0.0 <= sp.top_p <= 1.0 or not 0.0 <= sp.min_p <= 1.0:
         raise ApiError(400, f"{where}.top_p and min_p must be between 0 and 1")
+    if sp.repeat_penalty <= 0.0:
+        raise ApiError(400, f"{where}.repeat_penalty must be positive (1 is off)")
     return sp, n_predict, draft_max, list(stop)
 
 

@@ -138,6 +138,13 @@ def test_ollama_errors(oll):
     assert r.status_code == 400 and "context" in r.json()["error"]
     r = httpx.post(base + "/api/chat", json={"model": "cycle", "messages": [{"content": "no role"}]})
     assert r.status_code == 400 and "role" in r.json()["error"]
+    for bad in ({"repeat_penalty": 0}, {"top_p": 2}, {"seed": "x"}, {"num_predict": True}):
+        r = httpx.post(base + "/api/generate", json={"model": "cycle", "prompt": "hi", "options": bad})
+        assert r.status_code == 400 and isinstance(r.json()["error"], str), bad
+    nan = b'{"model": "cycle", "prompt": "hi", "options": {"temperature": NaN}}'  # Python's json reads NaN
+    r = httpx.post(base + "/api/generate", content=nan)
+    assert r.status_code == 400 and "finite" in r.json()["error"]
+    assert oll.generate(model="cycle", prompt="hi", options={"seed": -1, "num_predict": 2}).done  # -1: a random seed
     r = httpx.post(base + "/api/show", json={"model": "nope"})
     assert r.status_code == 404 and "not found" in r.json()["error"]
     assert httpx.get(base + "/api/nowhere").json() == {"error": "Not Found"}
