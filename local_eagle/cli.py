@@ -692,3 +692,69 @@ def doctor(
         out.print("[green]nothing to fix[/]" if report.ok else "[red]fix the FAIL rows above[/]")
     if not report.ok:
         raise typer.Exit(1)
+
+
+@app.command()
+@friendly
+def serve(
+    model: Annotated[Path | None, typer.Option("--model", "-m", help="Target model GGUF.")] = None,
+    draft: DraftOpt = None,
+    modelfile: Annotated[
+        Path | None, typer.Option("--file", "-f", help="Ollama Modelfile: model, DRAFT, parameters, template.")
+    ] = None,
+    name: Annotated[
+        str | None, typer.Option(help="The model name clients ask for (default: the Modelfile's or GGUF's name).")
+    ] = None,
+    host: Annotated[str, typer.Option(help="Address to bind; keep 127.0.0.1 unless others must connect.")] = (
+        "127.0.0.1"
+    ),
+    port: Annotated[int, typer.Option(help="Port (Ollama's is 11434).")] = 11434,
+    draft_max: Annotated[int | None, typer.Option("--draft-max", help="Default tokens drafted per step.")] = None,
+    ctx: Annotated[int | None, typer.Option("--ctx", help="Context length, fixed for the server (default 4096).")] = (
+        None
+    ),
+    timeout: Annotated[float, typer.Option(help="Stop any generation after this many seconds (0: never).")] = 0.0,
+    queue_timeout: Annotated[
+        float, typer.Option("--queue-timeout", help="Answer 503 after waiting this long for the model (0: never).")
+    ] = 300.0,
+    gpu_layers: GpuOpt = -1,
+    threads: ThreadsOpt = 0,
+    log_level: Annotated[str, typer.Option("--log-level", help="uvicorn's: warning, info, debug.")] = "info",
+) -> None:
+    """Serve one model pair over Ollama's (/api) and OpenAI's (/v1) HTTP APIs; requests queue for it."""
+    import importlib.util
+
+    if any(importlib.util.find_spec(m) is None for m in ("fastapi", "uvicorn")):
+        raise LocalEagleError("serve needs FastAPI and uvicorn: pip install 'local-eagle[serve]'")
+    from local_eagle.engine import EngineOptions
+    from local_eagle.server import ServeConfig, load, model_name
+    from local_eagle.server import serve as run_server
+
+    params: dict[str, Any] = {}
+    mf = None
+    if modelfile is not None:
+        s = _from_modelfile(modelfile)
+        model, draft, params, mf = model or s.model, draft or s.draft, s.parameters, s.modelfile
+        if draft_max is None and s.draft is not None:
+            draft_max = mf.draft_num_predict
+    if model is None:
+        raise LocalEagleError("give --model (or -f Modelfile)")
+    if timeout < 0 or queue_timeout < 0:
+        raise LocalEagleError("--timeout and --queue-timeout must be 0 (never) or positive")
+    n_ctx = ctx or params.get("num_ctx", 4096)
+    config = ServeConfig(
+        name=name or model_name(model, modelfile), model=model, draft=draft, modelfile=mf, parameters=params,
+        draft_max=4 if draft_max is None else draft_max, queue_timeout=queue_timeout or None,
+        generation_timeout=timeout or None,
+    )  # fmt: skip
+    server = load(config, EngineOptions(n_ctx=n_ctx, n_gpu_layers=gpu_layers, n_threads=threads))
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        err.print(f"[yellow]warning:[/] listening on {host}: whoever reaches it can use the model", soft_wrap=True)
+    pair = model.name + (f" + {draft.name}" if draft else "")
+    err.print(
+        f"serving [bold]{config.name}[/] ({pair}, ctx {server.engine.n_ctx}) "
+        f"on http://{host}:{port}: Ollama API at /api, OpenAI API at /v1",
+        highlight=False,
+        soft_wrap=True,
+    )
+    run_server(server, host, port, log_level)

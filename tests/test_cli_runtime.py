@@ -119,7 +119,7 @@ def test_generate_and_fit_from_a_modelfile(pair, tmp_path):
     d, target, draft = pair
     mf = tmp_path / "Modelfile"
     mf.write_text(
-        f"FROM {target}\nDRAFT {draft}\nTEMPLATE \"\"\"Q: {{{{ .Prompt }}}}\"\"\"\n"
+        f'FROM {target}\nDRAFT {draft}\nTEMPLATE """Q: {{{{ .Prompt }}}}"""\n'
         "PARAMETER temperature 0\nPARAMETER num_predict 30\nPARAMETER stop JK\nPARAMETER draft_num_predict 3\n"
         "PARAMETER num_ctx 512\n"
     )
