@@ -15,7 +15,9 @@ turns in a row that strict chat templates refuse).
 from __future__ import annotations
 
 import difflib
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -611,6 +613,16 @@ def _answer(session: ChatSession, engine: Any, user: str, load_seconds: float, o
     t0 = time.perf_counter()
     stream = None
     wrote = ""
+    interrupted = False
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        # a flag, not an exception: an exception raised inside a ctypes callback would be lost
+        nonlocal interrupted
+        interrupted = True
+
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGINT, on_sigint)
     try:
         tokens, skipped = session.fit_prompt(user, engine.tokenize)
         if skipped:
@@ -621,6 +633,10 @@ def _answer(session: ChatSession, engine: Any, user: str, load_seconds: float, o
             out.write(piece)
             out.flush()
             wrote = piece or wrote
+            if interrupted:
+                raise KeyboardInterrupt
+        if interrupted:
+            raise KeyboardInterrupt
     except KeyboardInterrupt:
         if stream is not None:
             stream.close()
@@ -633,6 +649,9 @@ def _answer(session: ChatSession, engine: Any, user: str, load_seconds: float, o
             err.write("(/clear starts a new conversation; /set parameter num_ctx N gives a larger context)\n")
         err.flush()
         return
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
     res = stream.result
     out.write("\n\n" if not wrote.endswith("\n") else "\n")
     out.flush()
