@@ -240,6 +240,15 @@ DraftOpt = Annotated[Path | None, typer.Option("--draft", "-d", help="EAGLE 3 / 
 CtxOpt = Annotated[int, typer.Option("--ctx", help="Context length (tokens).")]
 GpuOpt = Annotated[int, typer.Option("--gpu-layers", help="Layers to offload to the GPU (-1: all).")]
 ThreadsOpt = Annotated[int, typer.Option("--threads", help="CPU threads (0: all cores).")]
+TemperatureOpt = Annotated[float | None, typer.Option(help="0 = greedy. Default 0.8.")]
+TopKOpt = Annotated[int | None, typer.Option("--top-k", help="Default 40.")]
+TopPOpt = Annotated[float | None, typer.Option("--top-p", help="Default 0.95.")]
+MinPOpt = Annotated[float | None, typer.Option("--min-p", help="Default 0.05.")]
+RepeatPenaltyOpt = Annotated[float | None, typer.Option("--repeat-penalty", help="Default 1.0 (off).")]
+RepeatLastNOpt = Annotated[int | None, typer.Option("--repeat-last-n", help="Default 64.")]
+SeedOpt = Annotated[int | None, typer.Option(help="Sampling seed.")]
+StopOpt = Annotated[list[str] | None, typer.Option("--stop", help="Stop string (repeatable).")]
+DraftMaxOpt = Annotated[int | None, typer.Option("--draft-max", help="Most tokens drafted per step (k).")]
 
 
 @app.command()
@@ -253,15 +262,15 @@ def generate(
     prompt: Annotated[str | None, typer.Option("--prompt", "-p", help="Prompt text.")] = None,
     prompt_file: Annotated[Path | None, typer.Option("--prompt-file", help="Read the prompt from a file.")] = None,
     max_tokens: Annotated[int | None, typer.Option("--max-tokens", "-n", help="Default 128.")] = None,
-    temperature: Annotated[float | None, typer.Option(help="0 = greedy. Default 0.8.")] = None,
-    top_k: Annotated[int | None, typer.Option("--top-k", help="Default 40.")] = None,
-    top_p: Annotated[float | None, typer.Option("--top-p", help="Default 0.95.")] = None,
-    min_p: Annotated[float | None, typer.Option("--min-p", help="Default 0.05.")] = None,
-    repeat_penalty: Annotated[float | None, typer.Option("--repeat-penalty", help="Default 1.0 (off).")] = None,
-    repeat_last_n: Annotated[int | None, typer.Option("--repeat-last-n", help="Default 64.")] = None,
-    seed: Annotated[int | None, typer.Option(help="Sampling seed.")] = None,
-    stop: Annotated[list[str] | None, typer.Option("--stop", help="Stop string (repeatable).")] = None,
-    draft_max: Annotated[int | None, typer.Option("--draft-max", help="Most tokens drafted per step (k).")] = None,
+    temperature: TemperatureOpt = None,
+    top_k: TopKOpt = None,
+    top_p: TopPOpt = None,
+    min_p: MinPOpt = None,
+    repeat_penalty: RepeatPenaltyOpt = None,
+    repeat_last_n: RepeatLastNOpt = None,
+    seed: SeedOpt = None,
+    stop: StopOpt = None,
+    draft_max: DraftMaxOpt = None,
     draft_p_min: Annotated[float, typer.Option("--draft-p-min", help="Stop drafting below this probability.")] = 0.0,
     ctx: Annotated[int | None, typer.Option("--ctx", help="Context length (default 4096).")] = None,
     gpu_layers: GpuOpt = -1,
@@ -340,16 +349,16 @@ def chat(
     max_tokens: Annotated[
         int | None, typer.Option("--max-tokens", "-n", help="Most tokens per answer (default: no limit).")
     ] = None,
-    temperature: Annotated[float | None, typer.Option(help="0 = greedy. Default 0.8.")] = None,
-    top_k: Annotated[int | None, typer.Option("--top-k", help="Default 40.")] = None,
-    top_p: Annotated[float | None, typer.Option("--top-p", help="Default 0.95.")] = None,
-    min_p: Annotated[float | None, typer.Option("--min-p", help="Default 0.05.")] = None,
-    repeat_penalty: Annotated[float | None, typer.Option("--repeat-penalty", help="Default 1.0 (off).")] = None,
-    repeat_last_n: Annotated[int | None, typer.Option("--repeat-last-n", help="Default 64.")] = None,
-    seed: Annotated[int | None, typer.Option(help="Sampling seed.")] = None,
-    stop: Annotated[list[str] | None, typer.Option("--stop", help="Stop string (repeatable).")] = None,
+    temperature: TemperatureOpt = None,
+    top_k: TopKOpt = None,
+    top_p: TopPOpt = None,
+    min_p: MinPOpt = None,
+    repeat_penalty: RepeatPenaltyOpt = None,
+    repeat_last_n: RepeatLastNOpt = None,
+    seed: SeedOpt = None,
+    stop: StopOpt = None,
     system: Annotated[str | None, typer.Option("--system", help="System message.")] = None,
-    draft_max: Annotated[int | None, typer.Option("--draft-max", help="Most tokens drafted per step (k).")] = None,
+    draft_max: DraftMaxOpt = None,
     draft_p_min: Annotated[float, typer.Option("--draft-p-min", help="Stop drafting below this probability.")] = 0.0,
     ctx: Annotated[int | None, typer.Option("--ctx", help="Context length (default 4096).")] = None,
     gpu_layers: Annotated[int | None, typer.Option("--gpu-layers", help="Layers on the GPU (-1: all).")] = None,
