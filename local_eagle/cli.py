@@ -240,6 +240,10 @@ DraftOpt = Annotated[Path | None, typer.Option("--draft", "-d", help="EAGLE 3 / 
 CtxOpt = Annotated[int, typer.Option("--ctx", help="Context length (tokens).")]
 GpuOpt = Annotated[int, typer.Option("--gpu-layers", help="Layers to offload to the GPU (-1: all).")]
 ThreadsOpt = Annotated[int, typer.Option("--threads", help="CPU threads (0: all cores).")]
+OptionalModelOpt = Annotated[Path | None, typer.Option("--model", "-m", help="Target model GGUF.")]
+ModelfileOpt = Annotated[
+    Path | None, typer.Option("--file", "-f", help="Ollama Modelfile: model, DRAFT, parameters, template.")
+]
 TemperatureOpt = Annotated[float | None, typer.Option(help="0 = greedy. Default 0.8.")]
 TopKOpt = Annotated[int | None, typer.Option("--top-k", help="Default 40.")]
 TopPOpt = Annotated[float | None, typer.Option("--top-p", help="Default 0.95.")]
@@ -254,11 +258,9 @@ DraftMaxOpt = Annotated[int | None, typer.Option("--draft-max", help="Most token
 @app.command()
 @friendly
 def generate(
-    model: Annotated[Path | None, typer.Option("--model", "-m", help="Target model GGUF.")] = None,
+    model: OptionalModelOpt = None,
     draft: DraftOpt = None,
-    modelfile: Annotated[
-        Path | None, typer.Option("--file", "-f", help="Ollama Modelfile: model, DRAFT, parameters, template.")
-    ] = None,
+    modelfile: ModelfileOpt = None,
     prompt: Annotated[str | None, typer.Option("--prompt", "-p", help="Prompt text.")] = None,
     prompt_file: Annotated[Path | None, typer.Option("--prompt-file", help="Read the prompt from a file.")] = None,
     max_tokens: Annotated[int | None, typer.Option("--max-tokens", "-n", help="Default 128.")] = None,
@@ -341,7 +343,7 @@ def generate(
 @app.command()
 @friendly
 def chat(
-    model: Annotated[Path | None, typer.Option("--model", "-m", help="Target model GGUF.")] = None,
+    model: OptionalModelOpt = None,
     draft: DraftOpt = None,
     modelfile: Annotated[
         Path | None, typer.Option("--file", "-f", help="Ollama Modelfile: model, DRAFT, parameters, system, template.")
@@ -706,11 +708,9 @@ def doctor(
 @app.command()
 @friendly
 def serve(
-    model: Annotated[Path | None, typer.Option("--model", "-m", help="Target model GGUF.")] = None,
+    model: OptionalModelOpt = None,
     draft: DraftOpt = None,
-    modelfile: Annotated[
-        Path | None, typer.Option("--file", "-f", help="Ollama Modelfile: model, DRAFT, parameters, template.")
-    ] = None,
+    modelfile: ModelfileOpt = None,
     name: Annotated[
         str | None, typer.Option(help="The model name clients ask for (default: the Modelfile's or GGUF's name).")
     ] = None,
