@@ -36,6 +36,7 @@ STOP_EOS = "eos"
 STOP_STRING = "stop"
 STOP_LENGTH = "length"
 STOP_CONTEXT = "context"
+NO_HISTORY = np.zeros(0, dtype=np.int64)
 
 
 @dataclass
@@ -205,6 +206,7 @@ class Engine:
         V = self.n_vocab
         clock = time.perf_counter
         text = TextStream(stop)
+        penalized = sp.repeat_penalty != 1.0  # the token history is only read by the repeat penalty
         out_tokens: list[int] = []
         history = list(int(t) for t in prompt)
 
@@ -287,7 +289,8 @@ class Engine:
                             top = 1.0 / np.sum(np.exp(row[np.isfinite(row)] - m))
                             if top < p_min:
                                 break
-                        d, q = self._choose(row, np.asarray(history + [t_L] + drafts), sp, rng)
+                        recent = np.asarray(history + [t_L] + drafts) if penalized else NO_HISTORY
+                        d, q = self._choose(row, recent, sp, rng)
                         drafts.append(d)
                         if q is not None:
                             qs.append(q)
@@ -307,7 +310,7 @@ class Engine:
                 st.target_seconds += clock() - tv
                 st.target_calls += 1
 
-                hist = np.asarray(history + [t_L] + drafts)
+                hist = np.asarray(history + [t_L] + drafts) if penalized else NO_HISTORY
                 if sp.greedy:
                     if sp.repeat_penalty != 1.0:
                         tops = [

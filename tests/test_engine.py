@@ -226,3 +226,16 @@ def test_gemma3_target_through_the_callback_capture(tmp_path):
             base = eng.generate(prompt, max_tokens=40, draft_max=0)
             for k in (1, 4):
                 assert eng.generate(prompt, max_tokens=40, draft_max=k).tokens == base.tokens
+
+
+def test_repeat_penalty_is_applied_identically(engine):
+    """The penalty sees the same history in drafting and verifying as it would decoding alone."""
+    eng = engine("noisy-3.1")
+    sp = SamplingParams(temperature=0.0, repeat_penalty=1.5, repeat_last_n=16)
+    changed = False
+    for prompt in prompts(6, seed=21):
+        base = eng.generate(prompt, max_tokens=48, sampling=sp, draft_max=0)
+        changed |= base.tokens != eng.generate(prompt, max_tokens=48, draft_max=0).tokens
+        for k in (2, 5):
+            assert eng.generate(prompt, max_tokens=48, sampling=sp, draft_max=k).tokens == base.tokens
+    assert changed  # the penalty does change the greedy output here
