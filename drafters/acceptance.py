@@ -4,36 +4,39 @@ Used for the EAGLE 3 vs EAGLE 3.1 comparison in README.md, where timing was not 
 python drafters/acceptance.py DRAFTER.gguf PROMPTS.jsonl N_TOKENS
 """
 
+from __future__ import annotations
+
 import json
 import sys
 
 import numpy as np
 
 from local_eagle.assets import demo_target
+from local_eagle.bench import read_prompts
 from local_eagle.engine import Engine, EngineOptions
 
-G = demo_target()
-draft, prompts_file, n_tokens = sys.argv[1], sys.argv[2], int(sys.argv[3])
-prompts = [json.loads(l)["prompt"] for l in open(prompts_file)]
-eng = Engine(G, draft, EngineOptions(n_ctx=4096, n_threads=2))
-verified = calls = 0
-acc = np.zeros(4)
-dr = np.zeros(4)
-for p in prompts:
-    st = eng.generate(p, max_tokens=n_tokens, draft_max=4).stats
-    verified += st.generated_tokens - 1
-    calls += st.target_calls
-    acc += st.accepted_per_position
-    dr += st.drafted_per_position
-print(
-    json.dumps(
-        {
-            "draft": draft,
-            "prompts": prompts_file,
-            "n": len(prompts),
-            "tokens": n_tokens,
-            "acceptance_length": verified / calls,
-            "per_position": (acc / np.maximum(dr, 1)).round(3).tolist(),
-        }
-    )
-)
+
+def main(draft: str, prompts_file: str, n_tokens: int) -> dict:
+    prompts = read_prompts(prompts_file)
+    verified = calls = 0
+    accepted = np.zeros(4)
+    drafted = np.zeros(4)
+    with Engine(demo_target(), draft, EngineOptions(n_ctx=4096, n_threads=2)) as eng:
+        for p in prompts:
+            st = eng.generate(p, max_tokens=n_tokens, draft_max=4).stats
+            verified += st.generated_tokens - 1
+            calls += st.target_calls
+            accepted += st.accepted_per_position
+            drafted += st.drafted_per_position
+    return {
+        "draft": draft,
+        "prompts": prompts_file,
+        "n": len(prompts),
+        "tokens": n_tokens,
+        "acceptance_length": verified / calls,
+        "per_position": (accepted / np.maximum(drafted, 1)).round(3).tolist(),
+    }
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(sys.argv[1], sys.argv[2], int(sys.argv[3]))))
