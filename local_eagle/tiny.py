@@ -40,6 +40,20 @@ def byte_vocab(extra: tuple[str, ...]) -> tuple[list[str], list[float], list[int
     return tokens, scores, [int(t) for t in types]
 
 
+def add_byte_tokenizer(w: GGUFWriter, tokens: list[str], scores: list[float], types: list[int]) -> None:
+    """The SentencePiece-style tokenizer keys of the byte vocabulary (BOS added, no EOS)."""
+    w.add_tokenizer_model("llama")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+    w.add_add_bos_token(True)
+    w.add_add_eos_token(False)
+
+
 def write_tiny_target(
     path: str | os.PathLike[str],
     spec: TinyTargetSpec | None = None,
@@ -76,16 +90,7 @@ def write_tiny_target(
     w.add_rope_freq_base(spec.rope_theta)
     w.add_layer_norm_rms_eps(spec.eps)
     w.add_vocab_size(n_vocab)
-    w.add_tokenizer_model("llama")
-    w.add_tokenizer_pre("default")
-    w.add_token_list(tokens)
-    w.add_token_scores(scores)
-    w.add_token_types(types)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    w.add_unk_token_id(0)
-    w.add_add_bos_token(True)
-    w.add_add_eos_token(False)
+    add_byte_tokenizer(w, tokens, scores, types)
 
     def put(name: str, value: np.ndarray) -> None:
         w.add_tensor(name, np.ascontiguousarray(overrides.get(name, value), dtype=np.float32))
@@ -232,16 +237,7 @@ def write_tiny_gemma3_target(path: str | os.PathLike[str], spec: TinyGemma3Spec 
     w.add_layer_norm_rms_eps(spec.eps)
     w.add_sliding_window(spec.sliding_window)
     w.add_vocab_size(n_vocab)
-    w.add_tokenizer_model("llama")
-    w.add_tokenizer_pre("default")
-    w.add_token_list(tokens)
-    w.add_token_scores(scores)
-    w.add_token_types(types)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    w.add_unk_token_id(0)
-    w.add_add_bos_token(True)
-    w.add_add_eos_token(False)
+    add_byte_tokenizer(w, tokens, scores, types)
     w.add_add_space_prefix(False)
     # the graph multiplies embeddings by sqrt(n_embd)
     w.add_tensor("token_embd.weight", (rng.standard_normal((n_vocab, h)) * 0.5 / np.sqrt(h)).astype(np.float32))
