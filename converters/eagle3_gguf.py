@@ -2,7 +2,7 @@
 
 The pinned llama.cpp refuses unknown tensors, so the EAGLE 3.1 parts that its graph lacks
 (the per-chunk FC norms and the post-norm feedback flag) travel as metadata under the
-``eagle3.`` prefix; local-eagle applies them on the host (see ``local_eagle.drafter``).
+``eagle3.`` prefix; local-eagle applies them on the host (see ``local_eagle.runtime.drafter``).
 """
 
 from __future__ import annotations
@@ -22,18 +22,20 @@ from gguf.quants import quantize
 
 from converters.formats import Checkpoint, read_checkpoint
 from local_eagle.errors import CheckpointError, LocalEagleError
-from local_eagle.ggufinfo import DRAFTER_ARCH, ModelInfo, copy_fields, model_info, open_gguf, tensor_f32
+from local_eagle.gguf import ModelInfo, copy_fields, model_info, open_gguf, tensor_f32
+from local_eagle.gguf.keys import (
+    DRAFTER_ARCH,
+    KEY_DRAFT_VOCAB,
+    KEY_FC_NORM,
+    KEY_FC_NORM_EPS,
+    KEY_FC_NORM_WEIGHT,
+    KEY_NORM_OUTPUT,
+    KEY_SOURCE_FORMAT,
+)
 
 ARCH = DRAFTER_ARCH
 OUTTYPES = ("f32", "f16", "bf16", "q8_0")
 
-# keys of our own (stock llama.cpp ignores them)
-KEY_FC_NORM = f"{ARCH}.fc_norm"
-KEY_FC_NORM_WEIGHT = f"{ARCH}.fc_norm.weight"
-KEY_FC_NORM_EPS = f"{ARCH}.fc_norm.epsilon"
-KEY_NORM_OUTPUT = f"{ARCH}.norm_output"
-KEY_DRAFT_VOCAB = f"{ARCH}.draft_vocab_size"
-KEY_SOURCE_FORMAT = f"{ARCH}.source_format"
 
 TENSOR_NAMES = {
     "fc.weight": "fc.weight",

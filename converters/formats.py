@@ -2,7 +2,7 @@
 
 Every format is mapped onto one canonical layout: the original EAGLE-3 tensor names
 (``midlayer.*``, ``fc.weight``, ``fc_norm.{i}.weight`` ...) and a ``DrafterConfig``. Reading
-and writing live side by side so the name tables exist once (DESIGN.md section 4).
+and writing live side by side so the name tables exist once (docs/architecture.md).
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ import sys
 import numpy as np
 
 from local_eagle.assets import demo_target
-from local_eagle.bench import read_prompts
-from local_eagle.engine import Engine, EngineOptions
+from local_eagle.bench.run import read_prompts
+from local_eagle.runtime.engine import Engine, EngineOptions
 
 
 def main(draft: str, prompts_file: str, n_tokens: int) -> dict:

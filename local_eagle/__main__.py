@@ -1,3 +1,3 @@
-from local_eagle.cli import app
+from local_eagle.cli.app import app
 
 app(prog_name="local-eagle")

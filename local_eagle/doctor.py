@@ -16,8 +16,8 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from local_eagle import bindings
-from local_eagle.gpus import DetectedGPU, detect
+from local_eagle.llamacpp import bindings
+from local_eagle.vram.gpus import DetectedGPU, detect
 
 OK = "ok"
 INFO = "info"
@@ -154,7 +154,7 @@ def parse_load_log(lines: list[str], gpu_build: bool) -> OffloadProbe:
 def probe_offload(gpu_build: bool) -> OffloadProbe:
     """Load a tiny generated model with n_gpu_layers=-1 and read where llama.cpp put its weights."""
     from local_eagle.errors import LocalEagleError
-    from local_eagle.tiny import write_tiny_target
+    from local_eagle.testing.tiny import write_tiny_target
 
     try:
         with tempfile.TemporaryDirectory(prefix="local-eagle-doctor-") as d:

@@ -1,9 +1,9 @@
 """Torch reference implementation of the EAGLE 3 / 3.1 drafter.
 
-Written from the maths (DESIGN.md section 1), not from llama.cpp, so that the tests can use it
-as the oracle for the llama.cpp path; drafter training (``local-eagle train``) trains this
-same module. Parameter names follow the original EAGLE-3 checkpoints (``midlayer.*``), which
-``converters.formats`` treats as the canonical names.
+Written from the maths (docs/architecture.md, "EAGLE 3.1 on llama.cpp"), not from llama.cpp,
+so that the tests can use it as the oracle for the llama.cpp path; drafter training
+(``local-eagle train``) trains this same module. Parameter names follow the original EAGLE-3
+checkpoints (``midlayer.*``), which ``converters.formats`` treats as the canonical names.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from converters.formats import write_checkpoint
-from local_eagle.tiny import TinyTargetSpec, make_drafter, write_tiny_target
+from local_eagle.testing.tiny import TinyTargetSpec, make_drafter, write_tiny_target
 
 TARGET_LAYERS = [1, 3, 4]
 SPEC = TinyTargetSpec()

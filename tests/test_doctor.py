@@ -8,9 +8,10 @@ from dataclasses import replace
 import pytest
 from typer.testing import CliRunner
 
-from local_eagle import bindings, doctor
-from local_eagle.cli import app
-from local_eagle.gpus import DetectedGPU
+from local_eagle import doctor
+from local_eagle.cli.app import app
+from local_eagle.llamacpp import bindings
+from local_eagle.vram.gpus import DetectedGPU
 
 runner = CliRunner()
 GiB = 2**30

@@ -1,0 +1,147 @@
+"""``local-eagle bench``: speculative decoding against the plain target, in one process.
+
+Each prompt runs the baseline (k = 0, same loop) and speculative decoding back to back, the
+order alternating between prompts so slow drift on a noisy machine hits both sides alike.
+Speed is reported as a ratio within the run, next to the acceptance figures that explain it
+and the ideal speedup the measured costs allow, so the loop's own overhead shows.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+
+from local_eagle.errors import LocalEagleError
+from local_eagle.runtime.engine import Engine, GenerationStats
+from local_eagle.runtime.sampling import GREEDY
+
+
+def read_prompts(path: str | os.PathLike[str]) -> list[str]:
+    """Prompts from JSONL (``prompt``/``text`` field, or a bare string per line) or plain-text paragraphs."""
+    from local_eagle.train.data import read_samples
+
+    return [s.text for s in read_samples(path)]
+
+
+@dataclass
+class Side:
+    """Totals for one side (baseline or speculative) over all prompts."""
+
+    tokens: int = 0
+    decode_seconds: float = 0.0
+    target_seconds: float = 0.0
+    drafter_seconds: float = 0.0
+    target_calls: int = 0
+    draft_steps: int = 0
+    verified_tokens: int = 0
+    drafted_per_position: list[int] = field(default_factory=list)
+    accepted_per_position: list[int] = field(default_factory=list)
+
+    def add(self, st: GenerationStats) -> None:
+        self.tokens += st.generated_tokens
+        self.decode_seconds += st.decode_seconds
+        self.target_seconds += st.target_seconds
+        self.drafter_seconds += st.drafter_seconds
+        self.target_calls += st.target_calls
+        self.draft_steps += st.draft_steps
+        self.verified_tokens += max(0, st.generated_tokens - 1)
+        if not self.drafted_per_position:
+            self.drafted_per_position = [0] * len(st.drafted_per_position)
+            self.accepted_per_position = [0] * len(st.accepted_per_position)
+        for i, (d, a) in enumerate(zip(st.drafted_per_position, st.accepted_per_position, strict=True)):
+            self.drafted_per_position[i] += d
+            self.accepted_per_position[i] += a
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.decode_seconds if self.decode_seconds else 0.0
+
+
+@dataclass
+class BenchRow:
+    draft_max: int
+    prompts: int
+    baseline_tps: float
+    speculative_tps: float
+    speedup: float
+    acceptance_length: float
+    acceptance_per_position: list[float]
+    identical: bool
+    mismatches: int
+    target_call_ms: float
+    verify_call_ms: float
+    draft_ms_per_round: float
+    draft_step_ms: float
+    ideal_speedup: float
+    host_ms_per_round: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def summarize(k: int, base: Side, spec: Side, n_prompts: int, mismatches: int) -> BenchRow:
+    t1 = base.target_seconds / base.target_calls if base.target_calls else 0.0
+    tv = spec.target_seconds / spec.target_calls if spec.target_calls else 0.0
+    draft_round = spec.drafter_seconds / spec.target_calls if spec.target_calls else 0.0
+    tau = spec.verified_tokens / spec.target_calls if spec.target_calls else 0.0
+    host_round = (
+        (spec.decode_seconds - spec.target_seconds - spec.drafter_seconds) / spec.target_calls
+        if spec.target_calls
+        else 0.0
+    )
+    base_round = base.decode_seconds / base.target_calls if base.target_calls else 0.0
+    return BenchRow(
+        draft_max=k,
+        prompts=n_prompts,
+        baseline_tps=base.tokens_per_second,
+        speculative_tps=spec.tokens_per_second,
+        speedup=spec.tokens_per_second / base.tokens_per_second if base.tokens_per_second else 0.0,
+        acceptance_length=tau,
+        acceptance_per_position=[
+            a / d if d else 0.0 for a, d in zip(spec.accepted_per_position, spec.drafted_per_position, strict=True)
+        ],
+        identical=mismatches == 0,
+        mismatches=mismatches,
+        target_call_ms=1000 * t1,
+        verify_call_ms=1000 * tv,
+        draft_ms_per_round=1000 * draft_round,
+        draft_step_ms=1000 * spec.drafter_seconds / spec.draft_steps if spec.draft_steps else 0.0,
+        # what the loop would reach with no host overhead: tau tokens per (verify + drafting) against t1 per token
+        ideal_speedup=tau * base_round / (tv + draft_round) if (tv + draft_round) else 0.0,
+        host_ms_per_round=1000 * host_round,
+    )
+
+
+def run_bench(
+    engine: Engine,
+    prompts: list[str],
+    draft_values: list[int],
+    max_tokens: int = 128,
+    draft_p_min: float = 0.0,
+    progress: bool = True,
+) -> list[BenchRow]:
+    """Greedy baseline vs speculative for every prompt and every k; outputs must match token for token."""
+    from rich.progress import Progress
+
+    if engine.drafter is None:
+        raise LocalEagleError("bench needs a drafter (--draft)")
+    rows = []
+    with Progress(transient=True, disable=not progress) as bar:
+        task = bar.add_task("benchmarking", total=len(prompts) * len(draft_values))
+        engine.generate(prompts[0], max_tokens=8, sampling=GREEDY, draft_max=max(draft_values))  # warm-up
+        for k in draft_values:
+            base, spec, mismatches = Side(), Side(), 0
+            for i, prompt in enumerate(prompts):
+                order = (0, k) if i % 2 == 0 else (k, 0)
+                results = {}
+                for kk in order:
+                    results[kk] = engine.generate(
+                        prompt, max_tokens=max_tokens, sampling=GREEDY, draft_max=kk, draft_p_min=draft_p_min
+                    )
+                base.add(results[0].stats)
+                spec.add(results[k].stats)
+                if results[0].tokens != results[k].tokens:
+                    mismatches += 1
+                bar.advance(task)
+            rows.append(summarize(k, base, spec, len(prompts), mismatches))
+    return rows

@@ -1,0 +1,662 @@
+"""``local-eagle chat``: an ``ollama run``-style conversation with a target and its EAGLE drafter.
+
+:class:`ChatSession` holds what a conversation is made of (history, parameters, system prompt,
+template, verbosity, running statistics) and answers slash commands without a terminal, so the
+command language is unit-testable. :func:`run_repl` is the thin terminal loop around it: it
+reads lines, joins ``\"\"\"`` blocks, streams answers and turns Ctrl+C into "stop this answer".
+
+Every turn re-renders the whole conversation through the template and the engine prefills it
+again, as Ollama does (leaving out the oldest exchanges when it outgrows the context); an
+interrupted answer is dropped together with the question that
+started it (Ollama drops the partial answer but keeps the question, which leaves two user
+turns in a row that strict chat templates refuse).
+"""
+
+from __future__ import annotations
+
+import difflib
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from local_eagle.errors import LocalEagleError
+from local_eagle.ollama.modelfile import (
+    DEFAULT_DRAFT_NUM_PREDICT,
+    DEPRECATED_PARAMETERS,
+    LIST_PARAMETERS,
+    PARAMETERS,
+    Message,
+    Modelfile,
+    ModelfileError,
+    format_modelfile,
+    format_parameter,
+    parse_parameter,
+)
+from local_eagle.runtime.sampling import SamplingParams
+
+DEFAULT_CTX = 4096
+# parameters fixed when the engine is created: changing one reloads the model
+LOAD_PARAMETERS = frozenset({"num_ctx", "num_gpu", "num_thread"})
+# parameters Ollama accepts that local-eagle's engine has no use for
+UNUSED_PARAMETERS = frozenset(
+    {"num_keep", "num_batch", "main_gpu", "use_mmap", "typical_p", "presence_penalty", "frequency_penalty"}
+)
+
+HELP = """Available Commands:
+  /set            Set session variables
+  /show           Show model information
+  /stats          Show acceptance and speed for this session
+  /clear          Clear session context
+  /bye            Exit
+  /?, /help       Help for a command
+  /? shortcuts    Help for keyboard shortcuts
+
+Use \"\"\" to begin a multi-line message.
+"""
+
+SET_HELP = """Available Commands:
+  /set parameter ...     Set a parameter
+  /set system <string>   Set system message
+  /set verbose           Show LLM stats
+  /set quiet             Disable LLM stats
+"""
+
+SHOW_HELP = """Available Commands:
+  /show info         Show details for this model
+  /show modelfile    Show Modelfile for this model
+  /show parameters   Show parameters for this model
+  /show system       Show system message
+  /show template     Show prompt template
+"""
+
+PARAMETER_HELP = """Available Parameters:
+  /set parameter seed <int>               Random number seed
+  /set parameter num_predict <int>        Max number of tokens to predict (-1: until the context is full)
+  /set parameter top_k <int>              Pick from top k num of tokens
+  /set parameter top_p <float>            Pick token based on sum of probabilities
+  /set parameter min_p <float>            Pick token based on top token probability * min_p
+  /set parameter num_ctx <int>            Set the context size (reloads the model)
+  /set parameter temperature <float>      Set creativity level (0: greedy)
+  /set parameter repeat_penalty <float>   How strongly to penalize repetitions
+  /set parameter repeat_last_n <int>      Set how far back to look for penalties
+  /set parameter num_gpu <int>            The number of layers to send to the GPU (reloads the model)
+  /set parameter num_thread <int>         CPU threads (reloads the model)
+  /set parameter draft_num_predict <int>  Most tokens drafted per step (0: no drafting)
+  /set parameter stop <string> <string> ...   Set the stop parameters
+"""
+
+SHORTCUTS_HELP = """Available keyboard shortcuts:
+  Ctrl + c            Stop the answer being generated
+  Ctrl + d            Exit (on an empty prompt)
+  Up / Down           Previous / next input (where Python has readline)
+"""
+
+COMMANDS = ("/set", "/show", "/stats", "/clear", "/bye", "/exit", "/?", "/help")
+# Ollama /set options local-eagle chat does not have
+UNSUPPORTED_SET = ("history", "nohistory", "wordwrap", "nowordwrap", "format", "noformat", "think", "nothink")
+
+
+@dataclass
+class Reply:
+    """What the terminal loop should do after one line: print ``output``, send ``message`` to the
+    model, or exit."""
+
+    output: str = ""
+    message: str | None = None
+    exit: bool = False
+
+
+@dataclass
+class SessionStats:
+    """Statistics summed over every completed answer of the session."""
+
+    answers: int = 0
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+    verified_tokens: int = 0
+    target_calls: int = 0
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
+    drafted_per_position: list[int] = field(default_factory=list)
+    accepted_per_position: list[int] = field(default_factory=list)
+    prefill_seconds: float = 0.0
+    decode_seconds: float = 0.0
+
+    def add(self, st: Any) -> None:
+        """Add one answer's :class:`~local_eagle.runtime.engine.GenerationStats`."""
+        self.answers += 1
+        self.prompt_tokens += st.prompt_tokens
+        self.generated_tokens += st.generated_tokens
+        self.verified_tokens += max(0, st.generated_tokens - 1)
+        self.target_calls += st.target_calls
+        self.drafted_tokens += st.drafted_tokens
+        self.accepted_tokens += st.accepted_tokens
+        n = max(len(self.drafted_per_position), len(st.drafted_per_position))
+        for lst in (self.drafted_per_position, self.accepted_per_position):
+            lst.extend([0] * (n - len(lst)))
+        for i, (d, a) in enumerate(zip(st.drafted_per_position, st.accepted_per_position, strict=True)):
+            self.drafted_per_position[i] += d
+            self.accepted_per_position[i] += a
+        self.prefill_seconds += st.prefill_seconds
+        self.decode_seconds += st.decode_seconds
+
+    @property
+    def acceptance_length(self) -> float:
+        """Tokens emitted per target verify call, over the session (as GenerationStats defines it)."""
+        return self.verified_tokens / self.target_calls if self.target_calls else 0.0
+
+    @property
+    def acceptance_per_position(self) -> list[float]:
+        return [a / d if d else 0.0 for a, d in zip(self.accepted_per_position, self.drafted_per_position, strict=True)]
+
+    def report(self) -> str:
+        if not self.answers:
+            return "No answers yet in this session.\n"
+        tps = self.generated_tokens / self.decode_seconds if self.decode_seconds > 0 else 0.0
+        pps = self.prompt_tokens / self.prefill_seconds if self.prefill_seconds > 0 else 0.0
+        lines = [
+            f"answers:                 {self.answers}",
+            f"prompt tokens:           {self.prompt_tokens} in {self.prefill_seconds:.2f}s ({pps:.2f} tokens/s)",
+            f"generated tokens:        {self.generated_tokens} in {self.decode_seconds:.2f}s ({tps:.2f} tokens/s)",
+            f"target calls:            {self.target_calls}",
+            f"drafted tokens:          {self.drafted_tokens}",
+            f"accepted tokens:         {self.accepted_tokens}",
+            f"acceptance length:       {self.acceptance_length:.2f}",
+        ]
+        if self.drafted_per_position:
+            per = " ".join(f"{a:.2f}" for a in self.acceptance_per_position)
+            lines.append(f"acceptance per position: {per}")
+        return "\n".join(lines) + "\n"
+
+
+def go_duration(seconds: float) -> str:
+    """A duration the way Go's ``time.Duration`` prints it (``1.5s``, ``36.4ms``, ``834µs``), to the
+    microsecond, so the verbose stats read like ``ollama run --verbose``."""
+
+    def trim(x: float, digits: int) -> str:
+        return f"{x:.{digits}f}".rstrip("0").rstrip(".")
+
+    if seconds >= 1.0:
+        return trim(seconds, 6) + "s"
+    if seconds >= 1e-3:
+        return trim(seconds * 1e3, 3) + "ms"
+    if seconds > 0:
+        return trim(seconds * 1e6, 0) + "µs"
+    return "0s"
+
+
+def verbose_report(st: Any, total_seconds: float, load_seconds: float) -> str:
+    """``ollama run --verbose``'s statistics for one answer, plus the speculative decoding counts."""
+    prompt_rate = st.prompt_tokens / st.prefill_seconds if st.prefill_seconds > 0 else 0.0
+    lines = [
+        f"total duration:       {go_duration(total_seconds)}",
+        f"load duration:        {go_duration(load_seconds)}",
+        f"prompt eval count:    {st.prompt_tokens} token(s)",
+        f"prompt eval duration: {go_duration(st.prefill_seconds)}",
+        f"prompt eval rate:     {prompt_rate:.2f} tokens/s",
+        f"eval count:           {st.generated_tokens} token(s)",
+        f"eval duration:        {go_duration(st.decode_seconds)}",
+        f"eval rate:            {st.tokens_per_second:.2f} tokens/s",
+        f"drafted tokens:       {st.drafted_tokens}",
+        f"accepted tokens:      {st.accepted_tokens}",
+        f"acceptance length:    {st.acceptance_length:.2f}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+class ChatSession:
+    """One conversation's state and its slash commands; knows nothing about terminals or engines.
+
+    ``parameters`` use Ollama's names and types (the Modelfile's, then command-line flags, then
+    ``/set parameter``), so ``/show parameters`` and ``/show modelfile`` print what is in force.
+    """
+
+    def __init__(
+        self,
+        model: Path,
+        draft: Path | None = None,
+        parameters: dict[str, Any] | None = None,
+        system: str | None = None,
+        template: str | None = None,
+        messages: list[Message] | None = None,
+        verbose: bool = False,
+        draft_p_min: float = 0.0,
+    ) -> None:
+        self.model = Path(model)
+        self.draft = Path(draft) if draft is not None else None
+        self.parameters: dict[str, Any] = dict(parameters or {})
+        self.system = system
+        self.template = template
+        self.messages = list(messages or [])
+        self.verbose = verbose
+        self.draft_p_min = draft_p_min
+        self.history: list[dict[str, str]] = []
+        self.stats = SessionStats()
+        self.reload_needed = False
+
+    @classmethod
+    def from_modelfile(cls, m: Modelfile, model: Path, draft: Path | None, **kw: Any) -> ChatSession:
+        """A session from a parsed Modelfile, with the resolved GGUF paths of its FROM and DRAFT."""
+        return cls(model, draft, dict(m.parameters), m.system, m.template, list(m.messages), **kw)
+
+    # --- what the engine needs ----------------------------------------------------------------
+
+    @property
+    def n_ctx(self) -> int:
+        return int(self.parameters.get("num_ctx", DEFAULT_CTX))
+
+    @property
+    def n_gpu_layers(self) -> int:
+        return int(self.parameters.get("num_gpu", -1))
+
+    @property
+    def n_threads(self) -> int:
+        return int(self.parameters.get("num_thread", 0))
+
+    def sampling(self) -> SamplingParams:
+        p = self.parameters
+        return SamplingParams(
+            temperature=p.get("temperature", 0.8),
+            top_k=p.get("top_k", 40),
+            top_p=p.get("top_p", 0.95),
+            min_p=p.get("min_p", 0.05),
+            repeat_penalty=p.get("repeat_penalty", 1.0),
+            repeat_last_n=p.get("repeat_last_n", 64),
+            seed=p.get("seed"),
+        )
+
+    def stream_options(self) -> dict[str, Any]:
+        """Keyword arguments for :meth:`Engine.stream`: an answer runs to EOS, a stop string,
+        num_predict tokens or the end of the context (Ollama's default num_predict is -1)."""
+        n_predict = int(self.parameters.get("num_predict", -1))
+        default_k = DEFAULT_DRAFT_NUM_PREDICT if self.draft is not None else 0
+        return {
+            "max_tokens": n_predict if n_predict > 0 else self.n_ctx,
+            "sampling": self.sampling(),
+            "draft_max": int(self.parameters.get("draft_num_predict", default_k)),
+            "draft_p_min": self.draft_p_min,
+            "stop": list(self.parameters.get("stop", [])),
+        }
+
+    def conversation(self, user: str, skip: int = 0) -> list[dict[str, str]]:
+        return [*self.history[2 * skip :], {"role": "user", "content": user}]
+
+    def prompt(self, user: str, skip: int = 0) -> str:
+        """The conversation so far (less its ``skip`` oldest turns) plus ``user``, rendered as the target expects."""
+        from local_eagle.ollama.prompt import render_prompt
+
+        return render_prompt(
+            self.conversation(user, skip), system=self.system, template=self.template, gguf_path=self.model,
+            history=[m.to_dict() for m in self.messages],
+        )  # fmt: skip
+
+    def fit_prompt(self, user: str, tokenize: Callable[[str], Any]) -> tuple[Any, int]:
+        """The prompt's tokens and how many old turns were left out so that it fits the context.
+
+        Like Ollama, the oldest turns go first; the system message, MESSAGE history and the new
+        message always stay (if they alone overflow, the engine says so). The turns stay in
+        ``history``: only this request's prompt is shortened.
+        """
+        turns = len(self.history) // 2
+        skip = 0
+        while True:
+            tokens = tokenize(self.prompt(user, skip))
+            if len(tokens) < self.n_ctx or skip >= turns:
+                return tokens, skip
+            skip += 1
+
+    def record(self, user: str, answer: str, stats: Any) -> None:
+        """Keep a completed turn in the history and its numbers in the session statistics."""
+        self.history += [{"role": "user", "content": user}, {"role": "assistant", "content": answer}]
+        self.stats.add(stats)
+
+    # --- commands -----------------------------------------------------------------------------
+
+    def handle(self, line: str) -> Reply:
+        """One line typed at ``>>> ``: a slash command, or a message for the model."""
+        text = line.strip()
+        if not text:
+            return Reply()
+        if not text.startswith("/"):
+            return Reply(message=line)
+        cmd, _, rest = text.partition(" ")
+        args = rest.split()
+        if cmd in ("/bye", "/exit"):
+            return Reply(exit=True)
+        if cmd in ("/?", "/help"):
+            return Reply(self._help(args))
+        if cmd == "/clear":
+            self.history.clear()
+            return Reply("Cleared session context\n")
+        if cmd == "/stats":
+            return Reply(self.stats.report())
+        if cmd == "/set":
+            return Reply(self._set(rest.strip()))
+        if cmd == "/show":
+            return Reply(self._show(args))
+        close = difflib.get_close_matches(cmd, COMMANDS, n=1, cutoff=0.6)
+        hint = f" Did you mean {close[0]}?" if close else ""
+        return Reply(f"Unknown command '{cmd}'.{hint} Type /? for help\n")
+
+    def set_system(self, text: str) -> str:
+        self.system = text if text else None
+        return "Set system message.\n"
+
+    def _help(self, args: list[str]) -> str:
+        topic = args[0] if args else ""
+        if topic in ("set", "/set"):
+            return SET_HELP
+        if topic in ("show", "/show"):
+            return SHOW_HELP
+        if topic in ("shortcut", "shortcuts"):
+            return SHORTCUTS_HELP
+        return HELP
+
+    def _set(self, rest: str) -> str:
+        what, _, value = rest.partition(" ")
+        if what == "":
+            return SET_HELP
+        if what == "parameter":
+            return self._set_parameter(value.split())
+        if what == "system":
+            return self.set_system(value.strip())
+        if what == "verbose":
+            self.verbose = True
+            return "Set 'verbose' mode.\n"
+        if what == "quiet":
+            self.verbose = False
+            return "Set 'quiet' mode.\n"
+        if what in UNSUPPORTED_SET:
+            return f"'/set {what}' is not supported by local-eagle chat.\n"
+        return f"Unknown command '/set {what}'. Type /? set for help\n"
+
+    def _set_parameter(self, args: list[str]) -> str:
+        if len(args) < 2:
+            return PARAMETER_HELP
+        name, values = args[0], args[1:]
+        if name in DEPRECATED_PARAMETERS:
+            return f"Couldn't set parameter: {name} is deprecated and ignored (as in Ollama)\n"
+        if name not in PARAMETERS:
+            close = difflib.get_close_matches(name, sorted(PARAMETERS), n=1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            return f"Couldn't set parameter: unknown parameter '{name}'{hint}\n"
+        if name in LIST_PARAMETERS:
+            self.parameters[name] = list(values)
+            return f"Set parameter '{name}' to '{', '.join(values)}'\n"
+        if len(values) != 1:
+            return f"Couldn't set parameter: {name} takes one value, got {len(values)}\n"
+        at = "/set parameter"
+        try:
+            value = parse_parameter(name, values[0], at)
+        except ModelfileError as e:
+            msg = str(e).removeprefix(f"{at}: ").removeprefix("PARAMETER ")
+            return f"Couldn't set parameter: {msg}\n"
+        problem = check_parameter(name, value)
+        if problem:
+            return f"Couldn't set parameter: {problem}\n"
+        old = self.parameters.get(name)
+        self.parameters[name] = value
+        note = ""
+        if name in LOAD_PARAMETERS and old != value:
+            self.reload_needed = True
+            note = " (the model reloads before the next answer)"
+        elif name in UNUSED_PARAMETERS:
+            note = f" (local-eagle does not use {name})"
+        return f"Set parameter '{name}' to '{format_parameter(value)}'{note}\n"
+
+    def _show(self, args: list[str]) -> str:
+        what = args[0] if args else ""
+        if what == "info":
+            return self._info()
+        if what == "modelfile":
+            return self.modelfile_text()
+        if what in ("parameters", "parameter", "params"):
+            return self._parameters()
+        if what == "system":
+            return (self.system + "\n") if self.system else "No system message was specified for this model.\n"
+        if what == "template":
+            return self.template_text() + "\n"
+        if what == "":
+            return SHOW_HELP
+        return f"Unknown command '/show {what}'. Type /? show for help\n"
+
+    def _parameters(self) -> str:
+        if not self.parameters:
+            return "No parameters were specified for this model.\n"
+        lines = ["Parameters:"]
+        for name in sorted(self.parameters):
+            value = self.parameters[name]
+            for v in value if isinstance(value, list) else [value]:
+                shown = f'"{v}"' if isinstance(v, str) else format_parameter(v)
+                lines.append(f"{name:<30} {shown}")
+        return "\n".join(lines) + "\n"
+
+    def modelfile_text(self) -> str:
+        """The session as a Modelfile (FROM, DRAFT, TEMPLATE, SYSTEM, parameters, MESSAGE)."""
+        m = Modelfile(
+            model=self.model, draft=self.draft, parameters=self.parameters, template=self.template,
+            system=self.system, messages=self.messages,
+        )  # fmt: skip
+        return '# Modelfile generated by "local-eagle chat"\n\n' + format_modelfile(m)
+
+    def template_text(self) -> str:
+        """The template in use: the Modelfile's TEMPLATE, else the GGUF's chat template, else Ollama's default."""
+        from local_eagle.ollama.prompt import DEFAULT_TEMPLATE, read_chat_template
+
+        if self.template is not None:
+            return self.template
+        ct = read_chat_template(self.model)
+        return ct.template if ct.template is not None else DEFAULT_TEMPLATE
+
+    def _info(self) -> str:
+        from local_eagle.gguf import read_model_info
+
+        t = read_model_info(self.model)
+        main_type = max(t.tensor_bytes, key=lambda k: t.tensor_bytes[k]) if t.tensor_bytes else "?"
+        rows = [
+            "  Model",
+            f"    {'file':<22}{self.model}",
+            f"    {'architecture':<22}{t.arch}",
+            f"    {'layers':<22}{t.n_layer}",
+            f"    {'embedding length':<22}{t.n_embd}",
+            f"    {'vocabulary':<22}{t.n_vocab}",
+            f"    {'quantization':<22}{main_type}",
+            f"    {'context length':<22}{self.n_ctx}",
+        ]
+        if self.draft is not None:
+            d = read_model_info(self.draft)
+            rows += [
+                "",
+                "  Drafter",
+                f"    {'file':<22}{self.draft}",
+                f"    {'kind':<22}EAGLE {d.eagle_version}",
+                f"    {'target layers':<22}{d.target_layers}",
+                f"    {'draft vocabulary':<22}{d.draft_vocab_size}",
+                f"    {'draft tokens/step':<22}{self.stream_options()['draft_max']}",
+            ]
+        else:
+            rows += ["", "  Drafter", "    none (the target decodes alone)"]
+        return "\n".join(rows) + "\n"
+
+
+def check_parameter(name: str, value: Any) -> str:
+    """Why a value of the right type cannot run (empty when it can): the engine's own limits."""
+    if name == "draft_num_predict" and value < 0:
+        return f"draft_num_predict must be 0 (no drafting) or more, got {value}"
+    if name == "num_ctx" and value < 16:
+        return f"num_ctx must be at least 16, got {value}"
+    if name == "num_predict" and value == 0:
+        return "num_predict must be at least 1, or -1 for no limit"
+    if name == "num_thread" and value < 0:
+        return f"num_thread must be 0 (all cores) or more, got {value}"
+    if name in ("top_p", "min_p") and not 0.0 <= value <= 1.0:
+        return f"{name} must be between 0 and 1, got {format_parameter(value)}"
+    if name == "repeat_penalty" and value <= 0:
+        return f"repeat_penalty must be positive, got {format_parameter(value)}"
+    return ""
+
+
+class MultilineReader:
+    """Joins ``\"\"\"`` blocks the way ``ollama run`` does.
+
+    A line starting with ``\"\"\"`` (or ``/set system \"\"\"``) opens a block that runs to the next
+    line ending in ``\"\"\"``; the quotes are removed and the lines joined with newlines.
+    """
+
+    def __init__(self) -> None:
+        self._parts: list[str] | None = None
+        self._kind = ""
+
+    @property
+    def open(self) -> bool:
+        return self._parts is not None
+
+    def reset(self) -> None:
+        self._parts = None
+
+    def feed(self, line: str) -> tuple[str, str] | None:
+        """Returns ``(kind, text)`` once an input is complete (kind ``line``, ``message`` or
+        ``system``), or None while a block is open."""
+        if self._parts is None:
+            for prefix, kind in (('"""', "message"), ('/set system """', "system")):
+                if line.startswith(prefix):
+                    body = line[len(prefix) :]
+                    if body.endswith('"""'):
+                        return kind, body[:-3]
+                    self._parts, self._kind = [body], kind
+                    return None
+            return "line", line
+        if line.rstrip().endswith('"""'):
+            self._parts.append(line.rstrip()[:-3])
+            text = "\n".join(self._parts)
+            self._parts = None
+            return self._kind, text
+        self._parts.append(line)
+        return None
+
+
+def _setup_readline() -> None:
+    try:
+        import readline  # noqa: F401  (line editing and history for input())
+    except ImportError:
+        pass
+
+
+def run_repl(
+    session: ChatSession,
+    open_engine: Callable[[ChatSession], Any],
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+    read: Callable[[str], str] = input,
+) -> None:
+    """The interactive loop: ``>>> `` prompts, streamed answers, Ctrl+C stops an answer, Ctrl+D exits."""
+    out = out or sys.stdout
+    err = err or sys.stderr
+    if read is input and sys.stdin.isatty():
+        _setup_readline()
+    t0 = time.perf_counter()
+    engine = open_engine(session)
+    load_seconds = time.perf_counter() - t0
+    reader = MultilineReader()
+    try:
+        while True:
+            try:
+                line = read("... " if reader.open else ">>> ")
+            except EOFError:
+                out.write("\n")
+                return
+            except KeyboardInterrupt:
+                reader.reset()
+                out.write("\nUse Ctrl + d or /bye to exit.\n\n")
+                continue
+            got = reader.feed(line)
+            if got is None:
+                continue
+            kind, text = got
+            if kind == "system":
+                out.write(session.set_system(text))
+                continue
+            if kind == "message" and not text.strip():
+                continue
+            try:
+                reply = Reply(message=text) if kind == "message" else session.handle(text)
+            except LocalEagleError as e:
+                err.write(f"error: {e}\n")
+                err.flush()
+                continue
+            if reply.output:
+                out.write(reply.output)
+                out.flush()
+            if reply.exit:
+                return
+            if reply.message is None:
+                continue
+            if session.reload_needed:
+                engine.close()
+                t0 = time.perf_counter()
+                engine = open_engine(session)
+                load_seconds += time.perf_counter() - t0
+                session.reload_needed = False
+            _answer(session, engine, reply.message, load_seconds, out, err)
+            load_seconds = 0.0
+    finally:
+        engine.close()
+
+
+def _answer(session: ChatSession, engine: Any, user: str, load_seconds: float, out: TextIO, err: TextIO) -> None:
+    """Stream one answer; on Ctrl+C stop it and leave the turn out of the history."""
+    t0 = time.perf_counter()
+    stream = None
+    wrote = ""
+    interrupted = False
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        # a flag, not an exception: an exception raised inside a ctypes callback would be lost
+        nonlocal interrupted
+        interrupted = True
+
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        tokens, skipped = session.fit_prompt(user, engine.tokenize)
+        if skipped:
+            err.write(f"(the {skipped} oldest exchange(s) left out of the prompt to fit the context)\n")
+            err.flush()
+        stream = engine.stream(tokens, **session.stream_options())
+        for piece in stream:
+            out.write(piece)
+            out.flush()
+            wrote = piece or wrote
+            if interrupted:
+                raise KeyboardInterrupt
+        if interrupted:
+            raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        if stream is not None:
+            stream.close()
+        out.write("\n\n")
+        out.flush()
+        return
+    except LocalEagleError as e:
+        err.write(f"error: {e}\n")
+        if "context" in str(e):
+            err.write("(/clear starts a new conversation; /set parameter num_ctx N gives a larger context)\n")
+        err.flush()
+        return
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+    res = stream.result
+    out.write("\n\n" if not wrote.endswith("\n") else "\n")
+    out.flush()
+    session.record(user, res.text, res.stats)
+    if session.verbose:
+        err.write(verbose_report(res.stats, time.perf_counter() - t0 + load_seconds, load_seconds))
+        err.write("\n")
+        err.flush()

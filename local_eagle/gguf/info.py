@@ -1,0 +1,119 @@
+"""What a target or a drafter GGUF holds, as the runtime, the planner and the converter need it."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gguf import GGMLQuantizationType
+
+from local_eagle.errors import GGUFError
+from local_eagle.gguf.keys import DRAFTER_ARCH
+from local_eagle.gguf.reader import GGUFHeader, read_header
+
+
+@dataclass
+class ModelInfo:
+    """What local-eagle needs to know about a GGUF model, target or drafter."""
+
+    path: Path
+    arch: str
+    n_layer: int
+    n_embd: int
+    n_vocab: int
+    name: str | None = None
+    tensor_count: int = 0
+    tensor_bytes: dict[str, int] = field(default_factory=dict)
+    tensor_counts: dict[str, int] = field(default_factory=dict)
+    tensor_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    # drafter only
+    target_layers: list[int] | None = None
+    target_hidden_size: int | None = None
+    draft_vocab_size: int | None = None
+    fc_norm: bool = False
+    norm_output: bool = False
+    norm_before_fc: bool = False
+    norm_before_residual: bool = False
+    has_own_embeddings: bool = False
+    has_own_lm_head: bool = False
+
+    @property
+    def is_drafter(self) -> bool:
+        return self.arch == DRAFTER_ARCH
+
+    @property
+    def eagle_version(self) -> str | None:
+        if not self.is_drafter:
+            return None
+        return "3.1" if (self.fc_norm and self.norm_output) else "3"
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {k: v for k, v in self.__dict__.items() if k != "tensor_shapes"}
+        d["path"] = str(self.path)
+        d["is_drafter"] = self.is_drafter
+        d["eagle_version"] = self.eagle_version
+        return d
+
+
+def read_model_info(path: str | os.PathLike[str], what: str = "GGUF") -> ModelInfo:
+    return model_info(read_header(path, what), Path(path), what)
+
+
+def model_info(header: GGUFHeader, path: Path | None = None, what: str = "GGUF") -> ModelInfo:
+    path = path or header.path
+    kv = header.kv
+    arch = kv.get("general.architecture")
+    if not isinstance(arch, str):
+        raise GGUFError(f"{path}: {what} has no general.architecture")
+
+    def need_int(key: str) -> int:
+        v = kv.get(key)
+        if v is None:
+            raise GGUFError(f"{path}: {what} lacks the key '{key}'")
+        return int(v)
+
+    tokens = kv.get("tokenizer.ggml.tokens")
+    if tokens is not None:
+        n_vocab = len(tokens)
+    elif kv.get(f"{arch}.vocab_size") is not None:
+        n_vocab = int(kv[f"{arch}.vocab_size"])
+    else:
+        raise GGUFError(f"{path}: {what} has no tokenizer.ggml.tokens (a GGUF without its vocabulary)")
+
+    by_type: Counter[str] = Counter()
+    count_by_type: Counter[str] = Counter()
+    shapes: dict[str, tuple[int, ...]] = {}
+    for t in header.tensors:
+        tname = GGMLQuantizationType(t.type).name
+        by_type[tname] += int(t.nbytes)
+        count_by_type[tname] += 1
+        shapes[t.name] = t.ne
+    info = ModelInfo(
+        path=path,
+        arch=arch,
+        n_layer=need_int(f"{arch}.block_count"),
+        n_embd=need_int(f"{arch}.embedding_length"),
+        n_vocab=n_vocab,
+        name=kv.get("general.name"),
+        tensor_count=len(header.tensors),
+        tensor_bytes=dict(by_type),
+        tensor_counts=dict(count_by_type),
+        tensor_shapes=shapes,
+    )
+    if arch == DRAFTER_ARCH:
+        layers = kv.get(f"{arch}.target_layers")
+        info.target_layers = [int(x) for x in layers] if layers is not None else None
+        ths = kv.get(f"{arch}.target_hidden_size")
+        info.target_hidden_size = int(ths) if ths is not None else None
+        d2t = shapes.get("d2t")
+        info.draft_vocab_size = d2t[0] if d2t else n_vocab
+        info.fc_norm = bool(kv.get(f"{arch}.fc_norm", False))
+        info.norm_output = bool(kv.get(f"{arch}.norm_output", False))
+        info.norm_before_fc = bool(kv.get(f"{arch}.norm_before_fc", False))
+        info.norm_before_residual = bool(kv.get(f"{arch}.norm_before_residual", False))
+        info.has_own_embeddings = "token_embd.weight" in shapes
+        info.has_own_lm_head = "output.weight" in shapes
+    return info

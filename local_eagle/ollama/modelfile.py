@@ -1,0 +1,662 @@
+"""Ollama Modelfiles: read them as ``ollama create`` does, write them as ``ollama show --modelfile`` does.
+
+People describe a local model as a Modelfile, so local-eagle takes the same file: the same
+instruction and quoting rules (a value runs to the end of its line unless a ``"`` or ``\"\"\"``
+keeps it open), the same parameter names and types, plus the ``DRAFT`` instruction and the
+``draft_num_predict`` parameter that Ollama added for speculative decoding. What local-eagle
+cannot honour is refused with the file and line: a FROM naming a registry model (it needs the
+GGUF file itself) and ADAPTER.
+
+A DRAFT may also point at an EAGLE 3 / 3.1 checkpoint directory: :func:`resolve_draft`
+converts it against the FROM model once and caches the GGUF.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import math
+import os
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from local_eagle.errors import LocalEagleError
+from local_eagle.ollama.template import GoTemplateError, go_float
+from local_eagle.ollama.template import parse as parse_template
+
+INSTRUCTIONS = ("from", "parameter", "template", "system", "message", "license", "draft", "adapter")
+INSTRUCTIONS += ("requires", "renderer", "parser")
+ROLES = ("system", "user", "assistant")
+
+# api.Options / api.Runner: the json names Ollama's FormatParams accepts, by Go type
+INT_PARAMETERS = frozenset(
+    {"num_keep", "seed", "num_predict", "top_k", "repeat_last_n", "num_ctx", "num_batch", "num_gpu", "main_gpu"}
+    | {"num_thread", "draft_num_predict"}
+)
+FLOAT_PARAMETERS = frozenset(
+    {"top_p", "min_p", "typical_p", "temperature", "repeat_penalty", "presence_penalty", "frequency_penalty"}
+)
+BOOL_PARAMETERS = frozenset({"use_mmap"})
+LIST_PARAMETERS = frozenset({"stop"})
+PARAMETERS = INT_PARAMETERS | FLOAT_PARAMETERS | BOOL_PARAMETERS | LIST_PARAMETERS
+# Ollama warns "parameter X is deprecated" and drops these
+DEPRECATED_PARAMETERS = frozenset(
+    {"penalize_newline", "low_vram", "f16_kv", "logits_all", "vocab_only", "use_mlock", "mirostat"}
+    | {"mirostat_tau", "mirostat_eta"}
+)
+# Ollama: "separate draft models default to 4"; no DRAFT means no drafting
+DEFAULT_DRAFT_NUM_PREDICT = 4
+
+_FLOAT32_MAX = 3.4028234663852886e38
+_INT64 = 2**63
+
+
+class ModelfileError(LocalEagleError):
+    """A Modelfile that Ollama or local-eagle would refuse; the message starts with ``file:line:``."""
+
+
+@dataclass(frozen=True)
+class Message:
+    """One MESSAGE line: a turn of example history placed before the conversation."""
+
+    role: str
+    content: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"role": self.role, "content": self.content}
+
+
+@dataclass
+class Modelfile:
+    """A parsed Modelfile with typed values. Paths are absolute; ``parameters`` hold Ollama's
+    types (``stop`` is a list). ``source``, ``lines`` and ``warnings`` do not take part in ``==``."""
+
+    model: Path
+    draft: Path | None = None
+    parameters: dict[str, Any] = field(default_factory=dict)
+    template: str | None = None
+    system: str | None = None
+    messages: list[Message] = field(default_factory=list)
+    license: list[str] = field(default_factory=list)
+    requires: str | None = None
+    renderer: str | None = None
+    parser: str | None = None
+    extra_models: list[Path] = field(default_factory=list)
+    source: Path | None = field(default=None, compare=False)
+    lines: dict[str, int] = field(default_factory=dict, compare=False)
+    warnings: list[str] = field(default_factory=list, compare=False)
+
+    @property
+    def stop(self) -> list[str]:
+        return list(self.parameters.get("stop", []))
+
+    @property
+    def draft_num_predict(self) -> int:
+        """Most tokens drafted per step: the parameter, else 4 with a DRAFT, else 0 (no drafting)."""
+        default = DEFAULT_DRAFT_NUM_PREDICT if self.draft is not None else 0
+        return int(self.parameters.get("draft_num_predict", default))
+
+    def where(self, key: str) -> str:
+        """``file:line`` of an instruction, for error messages."""
+        name = str(self.source) if self.source else "Modelfile"
+        line = self.lines.get(key)
+        return f"{name}:{line}" if line else name
+
+
+# ----------------------------------------------------------------------------------------------
+# lexing: Ollama's parser.ParseFile state machine
+
+
+@dataclass(frozen=True)
+class _Command:
+    name: str  # "model" for FROM, a lower-case instruction, or the parameter name
+    args: str
+    line: int
+    parameter: bool = False
+    role: str = ""
+
+
+_NIL, _NAME, _VALUE, _PARAM, _MESSAGE, _COMMENT = range(6)
+
+
+def _is_newline(c: str) -> bool:
+    return c in "\r\n"
+
+
+def _is_space(c: str) -> bool:
+    return c in " \t"
+
+
+def _unquote(s: str) -> tuple[str, bool]:
+    if s.startswith('"""'):
+        if len(s) >= 6 and s.endswith('"""'):
+            return s[3:-3], True
+        return "", False
+    if s.startswith('"'):
+        if len(s) >= 2 and s.endswith('"'):
+            return s[1:-1], True
+        return "", False
+    return s, True
+
+
+def _go_trim_space(s: str) -> str:
+    return s.strip(" \t\n\r\v\f\x85\xa0")
+
+
+def _commands(text: str, where: str) -> Iterator[_Command]:
+    """Split Modelfile text into commands exactly where Ollama does.
+
+    A value ends at the first newline after which its trimmed text is balanced: bare, ``"..."``
+    or ``\"\"\"...\"\"\"``. Spaces never end a value; ``#`` starts a comment only where an
+    instruction could start. Characters Go does not consider printable are dropped.
+    """
+    state = _NIL
+    buf: list[str] = []
+    line = 1
+    start_line = 1
+    name = ""
+    param = False
+    role = ""
+    i, n = 0, len(text)
+
+    def err(msg: str, at: int) -> ModelfileError:
+        return ModelfileError(f"{where}:{at}: {msg}")
+
+    while i < n:
+        c = text[i]
+        i += 1
+        if c == "\n" or (c == "\r" and not text.startswith("\n", i)):
+            line_after = line + 1
+        else:
+            line_after = line
+        if state == _NIL:
+            if c == "#":
+                state = _COMMENT
+            elif not (_is_space(c) or _is_newline(c)):
+                state, buf, start_line = _NAME, [c], line
+        elif state == _COMMENT:
+            if _is_newline(c):
+                state = _NIL
+        elif state == _NAME:
+            if c.isascii() and c.isalpha():
+                buf.append(c)
+            elif _is_space(c):
+                word = "".join(buf)
+                low = word.lower()
+                if low not in INSTRUCTIONS:
+                    raise err(_unknown_instruction(word), line)
+                buf, role = [], ""
+                if low == "parameter":
+                    state = _PARAM
+                elif low == "message":
+                    state, name, param = _MESSAGE, "message", False
+                else:
+                    state, name, param = _VALUE, "model" if low == "from" else low, False
+            else:
+                word = "".join(buf)
+                if _is_newline(c) and word.lower() in INSTRUCTIONS:
+                    raise err(f"{word.upper()} needs a value on the same line", line)
+                rest = re.match(r"\S*", text[i:])
+                raise err(_unknown_instruction(word + c + (rest.group(0) if rest else "")), line)
+        elif state == _PARAM:
+            if c.isascii() and (c.isalnum() or c == "_"):
+                buf.append(c)
+            elif _is_space(c):
+                if not buf:
+                    raise err("PARAMETER needs a name, e.g. PARAMETER temperature 0.7", line)
+                state, name, param, buf = _VALUE, "".join(buf), True, []
+            elif _is_newline(c):
+                raise err(f"PARAMETER {''.join(buf)} needs a value on the same line", line)
+            else:
+                raise err(f"invalid character {c!r} in parameter name {''.join(buf) + c!r}", line)
+        elif state == _MESSAGE:
+            if c.isascii() and c.isalpha():
+                buf.append(c)
+            elif _is_space(c):
+                word = "".join(buf)
+                if word not in ROLES:
+                    raise err(f"MESSAGE role must be system, user or assistant, got {word!r}", line)
+                state, role, buf = _VALUE, word, []
+            else:
+                raise err("MESSAGE needs a role (system, user or assistant) and then the message", line)
+        else:  # _VALUE
+            if _is_newline(c) or _is_space(c):
+                value, ok = _unquote(_go_trim_space("".join(buf)))
+                if not ok or _is_space(c):
+                    buf.append(c)
+                else:
+                    yield _Command(name, value, start_line, param, role)
+                    state, buf = _NIL, []
+            elif c.isprintable():
+                buf.append(c)
+        line = line_after
+
+    if state == _VALUE:
+        raw = _go_trim_space("".join(buf))
+        value, ok = _unquote(raw)
+        if not ok:
+            quote = '"""' if raw.startswith('"""') else '"'
+            what = _display(name, param)
+            raise err(f"unterminated {quote} in the {what} value that starts here", start_line)
+        yield _Command(name, value, start_line, param, role)
+    elif state in (_NAME, _PARAM, _MESSAGE):
+        word = "".join(buf)
+        if state == _NAME and word.lower() not in INSTRUCTIONS:
+            raise err(_unknown_instruction(word), start_line)
+        raise err(f"unexpected end of file: the {_display(name or word, state == _PARAM)} has no value", start_line)
+
+
+def _display(name: str, param: bool) -> str:
+    if param:
+        return f"PARAMETER {name}"
+    return "FROM" if name == "model" else name.upper()
+
+
+def _unknown_instruction(word: str) -> str:
+    known = ", ".join(x.upper() for x in INSTRUCTIONS)
+    return f"unknown instruction {word!r}; expected one of {known}"
+
+
+# ----------------------------------------------------------------------------------------------
+# building the typed Modelfile
+
+
+def parse(text: str, base_dir: str | os.PathLike[str] = ".", source: str | os.PathLike[str] | None = None) -> Modelfile:
+    """Parse Modelfile text; relative paths are taken from ``base_dir`` (the Modelfile's folder)."""
+    where = str(source) if source is not None else "Modelfile"
+    text = text.removeprefix("\ufeff")
+    base = Path(base_dir)
+    froms: list[tuple[Path, int]] = []
+    draft: tuple[Path, int] | None = None
+    params: dict[str, Any] = {}
+    lines: dict[str, int] = {}
+    warnings: list[str] = []
+    values: dict[str, str] = {}
+    messages: list[Message] = []
+    licenses: list[str] = []
+    last_line = 1
+
+    for cmd in _commands(text, where):
+        last_line = cmd.line
+        at = f"{where}:{cmd.line}"
+        if cmd.parameter:
+            _set_parameter(params, cmd, at, warnings)
+            lines.setdefault(f"parameter {cmd.name}", cmd.line)
+            continue
+        if cmd.name == "model":
+            froms.append((_from_path(cmd.args, base, at), cmd.line))
+            lines.setdefault("from", cmd.line)
+        elif cmd.name == "draft":
+            if draft is not None:
+                raise ModelfileError(f"{at}: a second DRAFT (the first is on line {draft[1]}); give one drafter")
+            if not cmd.args:
+                raise ModelfileError(f"{at}: DRAFT needs the path of a drafter GGUF or checkpoint directory")
+            draft = (_expand_path(cmd.args, base, at), cmd.line)
+            lines["draft"] = cmd.line
+        elif cmd.name == "adapter":
+            raise ModelfileError(
+                f"{at}: ADAPTER is not supported by local-eagle, which runs the FROM GGUF as it is; merge the "
+                "LoRA into the model first (e.g. llama.cpp's llama-export-lora) and point FROM at the merged GGUF"
+            )
+        elif cmd.name == "message":
+            messages.append(Message(cmd.role, cmd.args))
+        elif cmd.name == "license":
+            licenses.append(cmd.args)
+        elif cmd.name == "requires":
+            values["requires"] = _semver(cmd.args, at)
+            lines["requires"] = cmd.line
+        else:  # template, system, renderer, parser: the last one wins, as in Ollama
+            if cmd.name == "template":
+                _check_template(cmd.args, where, cmd.line)
+            values[cmd.name] = cmd.args
+            lines[cmd.name] = cmd.line
+
+    if not froms:
+        raise ModelfileError(
+            f"{where}:{last_line}: no FROM line; a Modelfile starts with the model, e.g. FROM ./model.gguf"
+        )
+    if draft is not None:
+        for path, line in froms:
+            if _same_path(path, draft[0]):
+                raise ModelfileError(
+                    f"{where}:{draft[1]}: DRAFT must not reference the same local path as FROM (line {line})"
+                )
+    return Modelfile(
+        model=froms[0][0],
+        draft=draft[0] if draft else None,
+        parameters=params,
+        template=values.get("template"),
+        system=values.get("system"),
+        messages=messages,
+        license=licenses,
+        requires=values.get("requires"),
+        renderer=values.get("renderer"),
+        parser=values.get("parser"),
+        extra_models=[p for p, _ in froms[1:]],
+        source=Path(source) if source is not None else None,
+        lines=lines,
+        warnings=warnings,
+    )
+
+
+def parse_file(path: str | os.PathLike[str]) -> Modelfile:
+    """Read and parse a Modelfile; paths in it are relative to its folder."""
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except FileNotFoundError:
+        raise ModelfileError(f"{p}: Modelfile not found") from None
+    except IsADirectoryError:
+        raise ModelfileError(f"{p}: is a directory, expected a Modelfile") from None
+    except OSError as e:
+        raise ModelfileError(f"{p}: cannot read Modelfile ({e.strerror})") from None
+    return parse(_decode(data, p), base_dir=p.parent.absolute(), source=p)
+
+
+def _decode(data: bytes, p: Path) -> str:
+    """UTF-8, or UTF-16 when a byte-order mark says so (Ollama's BOMOverride)."""
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return data.decode("utf-16")
+    try:
+        return data.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise ModelfileError(f"{p}:{line}: not valid UTF-8 (byte {e.start})") from None
+
+
+_NAME_RE = re.compile(r"([A-Za-z0-9][\w.-]*/){0,2}[A-Za-z0-9][\w.-]*(:[\w][\w.-]{0,127})?(@sha256:[0-9a-fA-F]{64})?")
+
+
+def _looks_like_path(value: str) -> bool:
+    return (
+        value.startswith(("/", "./", "../", "~", "\\", ".\\", "..\\"))
+        or value in (".", "..")
+        or value.lower().endswith((".gguf", ".bin", ".safetensors"))
+        or bool(re.match(r"[A-Za-z]:[\\/]", value))
+    )
+
+
+def _from_path(value: str, base: Path, at: str) -> Path:
+    if not value:
+        raise ModelfileError(f"{at}: FROM needs the path of a GGUF file")
+    path = _expand_path(value, base, at)
+    if not path.exists() and not _looks_like_path(value) and _NAME_RE.fullmatch(value):
+        raise ModelfileError(
+            f"{at}: FROM {value} names an Ollama registry model, not a file; local-eagle needs the GGUF itself: "
+            f"download it (e.g. from Hugging Face) and write FROM ./file.gguf, or run `ollama pull {value}` and "
+            f"use the blob path on the FROM line of `ollama show --modelfile {value}`"
+        )
+    return path
+
+
+def _expand_path(value: str, base: Path, at: str) -> Path:
+    """Ollama's expandPath: ``~`` and ``~user`` expanded, relative paths joined to the Modelfile's folder."""
+    p = value
+    if p.startswith("~"):
+        p = os.path.expanduser(p)
+        if p.startswith("~"):
+            raise ModelfileError(f"{at}: cannot expand {value!r}: no such user")
+    return Path(os.path.abspath(os.path.join(base, p)))
+
+
+def _same_path(a: Path, b: Path) -> bool:
+    if a == b:
+        return True
+    try:
+        return a.exists() and b.exists() and os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+_SEMVER_RE = re.compile(
+    r"v(0|[1-9]\d*)(\.(0|[1-9]\d*)(\.(0|[1-9]\d*)(-[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?(\+[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?)?)?"
+)
+
+
+def _semver(value: str, at: str) -> str:
+    v = value if value.startswith("v") else "v" + value
+    if not _SEMVER_RE.fullmatch(v):
+        raise ModelfileError(f"{at}: REQUIRES must be a version such as 0.14.0, got {value!r}")
+    return v[1:]
+
+
+def _check_template(text: str, where: str, line: int) -> None:
+    try:
+        parse_template(text)
+    except GoTemplateError as e:
+        at = line + (e.line - 1 if e.line else 0)
+        raise ModelfileError(f"{where}:{at}: TEMPLATE: {e.msg}") from None
+
+
+def _set_parameter(params: dict[str, Any], cmd: _Command, at: str, warnings: list[str]) -> None:
+    name, raw = cmd.name, cmd.args
+    if name in DEPRECATED_PARAMETERS:
+        warnings.append(f"{at}: parameter {name} is deprecated and ignored (as in Ollama)")
+        return
+    if name not in PARAMETERS:
+        close = difflib.get_close_matches(name, sorted(PARAMETERS), n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        raise ModelfileError(f"{at}: unknown parameter {name!r}{hint}")
+    if name in LIST_PARAMETERS:
+        params.setdefault(name, []).append(raw)
+        return
+    params[name] = parse_parameter(name, raw, at)
+
+
+_INT_RE = re.compile(r"[+-]?[0-9]+")
+_FLOAT_RE = re.compile(r"[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|inf|infinity|nan)", re.IGNORECASE)
+_BOOLS = {"1": True, "t": True, "T": True, "true": True, "TRUE": True, "True": True}
+_BOOLS |= {"0": False, "f": False, "F": False, "false": False, "FALSE": False, "False": False}
+
+
+def parse_parameter(name: str, raw: str, at: str = "Modelfile") -> Any:
+    """A parameter value with Ollama's type (Go's ParseInt, ParseFloat(32), ParseBool rules)."""
+    if name in INT_PARAMETERS:
+        if not _INT_RE.fullmatch(raw) or not -_INT64 <= int(raw) < _INT64:
+            raise ModelfileError(f"{at}: PARAMETER {name} expects an integer, got {raw!r}")
+        value = int(raw)
+        if name == "draft_num_predict" and value < 0:
+            raise ModelfileError(f"{at}: PARAMETER draft_num_predict expects 0 (no drafting) or more, got {value}")
+        return value
+    if name in FLOAT_PARAMETERS:
+        if not _FLOAT_RE.fullmatch(raw):
+            raise ModelfileError(f"{at}: PARAMETER {name} expects a number, got {raw!r}")
+        x = float(raw)
+        if math.isfinite(x) and abs(x) > _FLOAT32_MAX * (1 + 2**-24):
+            raise ModelfileError(f"{at}: PARAMETER {name} is out of range for a 32-bit float: {raw!r}")
+        return x
+    if name in BOOL_PARAMETERS:
+        if raw not in _BOOLS:
+            raise ModelfileError(f"{at}: PARAMETER {name} expects true or false, got {raw!r}")
+        return _BOOLS[raw]
+    if name in LIST_PARAMETERS:
+        return [raw]
+    raise ModelfileError(f"{at}: unknown parameter {name!r}")
+
+
+# ----------------------------------------------------------------------------------------------
+# writing
+
+
+def _ollama_quote(s: str) -> str:
+    if "\n" in s or s.startswith(" ") or s.endswith(" "):
+        return f'"""{s}"""' if '"' in s else f'"{s}"'
+    return s
+
+
+def encode_value(s: str, what: str = "value") -> str:
+    """How a value is written: as Ollama's ``quote`` would, unless that would not read back as the
+    same string, then the first of bare, ``"..."`` and ``\"\"\"...\"\"\"`` that does."""
+    candidates = ['""'] if s == "" else [_ollama_quote(s), s, f'"{s}"', f'"""{s}"""']
+    for c in candidates:
+        try:
+            cmds = list(_commands(f"SYSTEM {c}\n", "check"))
+        except ModelfileError:
+            continue
+        if len(cmds) == 1 and cmds[0].args == s:
+            return c
+    raise ModelfileError(f"the {what} {s!r} cannot be written in a Modelfile (no quoting reads it back unchanged)")
+
+
+def format_parameter(value: Any) -> str:
+    """A typed parameter value as text: ints in decimal, floats like Go's ``%v``, bools as true/false."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return go_float(value)
+    return str(value)
+
+
+def format_modelfile(m: Modelfile) -> str:
+    """The Modelfile in the order ``ollama show --modelfile`` prints: FROM, DRAFT, further FROMs,
+    TEMPLATE, SYSTEM, RENDERER, PARSER, REQUIRES, parameters by name, LICENSE, MESSAGE."""
+    out = [f"FROM {encode_value(str(m.model), 'FROM path')}"]
+    if m.draft is not None:
+        out.append(f"DRAFT {encode_value(str(m.draft), 'DRAFT path')}")
+    out += [f"FROM {encode_value(str(p), 'FROM path')}" for p in m.extra_models]
+    for key in ("template", "system", "renderer", "parser", "requires"):
+        value = getattr(m, key)
+        if value is not None:
+            out.append(f"{key.upper()} {encode_value(value, key.upper())}")
+    for name in sorted(m.parameters):
+        value = m.parameters[name]
+        for v in value if isinstance(value, list) else [value]:
+            out.append(f"PARAMETER {name} {encode_value(format_parameter(v), f'PARAMETER {name}')}")
+    out += [f"LICENSE {encode_value(text, 'LICENSE')}" for text in m.license]
+    out += [f"MESSAGE {msg.role} {encode_value(msg.content, 'MESSAGE')}" for msg in m.messages]
+    return "\n".join(out) + "\n"
+
+
+def show(m: Modelfile) -> str:
+    """``format_modelfile`` under a comment header, like ``ollama show --modelfile``."""
+    src = f" from {m.source}" if m.source else ""
+    return f'# Modelfile generated by "local-eagle modelfile show"{src}\n\n' + format_modelfile(m)
+
+
+# ----------------------------------------------------------------------------------------------
+# the files behind FROM and DRAFT
+
+
+def _is_gguf(p: Path) -> bool:
+    try:
+        with open(p, "rb") as f:
+            return f.read(4) == b"GGUF"
+    except OSError:
+        return False
+
+
+def resolve_model(m: Modelfile) -> Path:
+    """The target GGUF to load: the FROM file, or the one ``.gguf`` inside a FROM directory."""
+    p = m.model
+    at = m.where("from")
+    if p.is_dir():
+        ggufs = sorted(p.glob("*.gguf"))
+        if len(ggufs) != 1:
+            found = f"{len(ggufs)} .gguf files" if ggufs else "no .gguf file"
+            raise ModelfileError(f"{at}: FROM {p} is a directory with {found}; point FROM at the GGUF file")
+        p = ggufs[0]
+    if not p.exists():
+        raise ModelfileError(f"{at}: FROM {p}: file not found")
+    if not _is_gguf(p):
+        raise ModelfileError(f"{at}: FROM {p} is not a GGUF file; local-eagle runs llama.cpp GGUF models")
+    return p
+
+
+def default_cache_dir() -> Path:
+    """``$LOCAL_EAGLE_CACHE/drafters``, else ``$XDG_CACHE_HOME/local-eagle/drafters``, else ``~/.cache/...``."""
+    root = os.environ.get("LOCAL_EAGLE_CACHE")
+    if root:
+        return Path(root).expanduser() / "drafters"
+    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(xdg) / "local-eagle" / "drafters"
+
+
+def _stat_list(root: Path) -> list[tuple[str, int, int]]:
+    out = []
+    for p in sorted(root.rglob("*")):
+        if p.is_file():
+            st = p.stat()
+            out.append((str(p.relative_to(root)), st.st_size, st.st_mtime_ns))
+    return out
+
+
+def draft_cache_key(checkpoint: Path, target: Path, outtype: str) -> str:
+    """What a converted drafter depends on: the checkpoint's files, the target file, the output type
+    and the converter's own source (a fixed converter must not serve stale files)."""
+    import converters.eagle3_gguf as conv
+    import converters.formats as fmt
+
+    st = target.stat()
+    h = hashlib.sha256()
+    for mod in (conv, fmt):
+        h.update(Path(mod.__file__ or "").read_bytes())
+    desc = {
+        "checkpoint": str(checkpoint),
+        "files": _stat_list(checkpoint),
+        "target": [str(target), st.st_size, st.st_mtime_ns],
+        "outtype": outtype,
+    }
+    h.update(json.dumps(desc, sort_keys=True).encode())
+    return h.hexdigest()[:32]
+
+
+def resolve_draft(
+    m: Modelfile, cache_dir: str | os.PathLike[str] | None = None, outtype: str = "f16", progress: bool = False
+) -> Path:
+    """The drafter GGUF for this Modelfile.
+
+    A DRAFT that names a GGUF is used as is. A DRAFT that names a checkpoint directory (with
+    ``config.json``) is converted with the FROM model as target on first use and cached as
+    ``<cache_dir>/<key>.gguf``; the key changes when the checkpoint, the target or the converter
+    changes.
+    """
+    if m.draft is None:
+        raise ModelfileError(f"{m.where('from')}: the Modelfile has no DRAFT line; add DRAFT ./drafter.gguf")
+    p = m.draft
+    at = m.where("draft")
+    if p.is_file():
+        if not _is_gguf(p):
+            raise ModelfileError(
+                f"{at}: DRAFT {p} is not a GGUF file; expected a drafter GGUF or a checkpoint directory "
+                "with config.json"
+            )
+        return p
+    if p.is_dir():
+        if (p / "config.json").is_file():
+            target = resolve_model(m)
+            cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+            out = cache / f"{draft_cache_key(p, target, outtype)}.gguf"
+            if out.is_file():
+                return out
+            from converters.eagle3_gguf import convert
+
+            try:
+                cache.mkdir(parents=True, exist_ok=True)
+                convert(p, target, out, outtype=outtype, progress=progress)
+            except OSError as e:
+                raise ModelfileError(f"{at}: cannot write the converted drafter to {cache} ({e.strerror})") from None
+            except LocalEagleError as e:
+                raise ModelfileError(f"{at}: DRAFT checkpoint could not be converted: {e}") from None
+            return out
+        ggufs = sorted(p.glob("*.gguf"))
+        if len(ggufs) == 1:
+            return ggufs[0]
+        raise ModelfileError(
+            f"{at}: DRAFT {p} is a directory without config.json; expected a drafter checkpoint directory "
+            "or a drafter GGUF"
+        )
+    raise ModelfileError(
+        f"{at}: DRAFT {p}: not found; make the drafter GGUF with `local-eagle convert CHECKPOINT_DIR "
+        f"--target {m.model} --outfile {p}` or point DRAFT at the checkpoint directory"
+    )
+
+
+def to_dicts(messages: list[Message]) -> list[Mapping[str, str]]:
+    """MESSAGE history as the ``{"role", "content"}`` dicts that :mod:`local_eagle.ollama.prompt` takes."""
+    return [msg.to_dict() for msg in messages]

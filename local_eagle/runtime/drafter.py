@@ -1,0 +1,172 @@
+"""An EAGLE 3 / 3.1 drafter running on llama.cpp's ``eagle3`` graphs.
+
+llama.cpp computes ``fc`` (encoder) and the decoder layer; the EAGLE 3.1 parts its graph
+lacks are applied here on the host: the per-chunk FC norm before the encoder, and the
+post-norm state (``norm(prenorm) * output_norm.weight``) fed to the next draft step.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from local_eagle.errors import LocalEagleError
+from local_eagle.gguf import DRAFTER_ARCH, field_value, model_info, open_gguf, tensor_f32
+from local_eagle.gguf.keys import KEY_FC_NORM, KEY_FC_NORM_EPS, KEY_FC_NORM_WEIGHT, KEY_NORM_OUTPUT
+from local_eagle.llamacpp.bindings import GGML_TYPE_F16, Context, ContextOptions, Model
+from local_eagle.runtime.norms import fc_norm, rms_norm
+
+
+@dataclass
+class DrafterSpec:
+    """What the host needs from a drafter GGUF beyond what llama.cpp reads."""
+
+    target_layers: list[int]
+    target_hidden_size: int
+    n_embd: int
+    n_vocab: int
+    draft_vocab_size: int
+    eps: float
+    fc_norm_weight: np.ndarray | None
+    norm_output: bool
+    output_norm_weight: np.ndarray
+
+    @property
+    def eagle_version(self) -> str:
+        return "3.1" if self.fc_norm_weight is not None and self.norm_output else "3"
+
+
+def read_spec(path: str | os.PathLike[str]) -> DrafterSpec:
+    reader = open_gguf(path, "drafter GGUF", keep=lambda k: k == KEY_FC_NORM_WEIGHT)
+    info = model_info(reader, Path(path), "drafter GGUF")
+    if not info.is_drafter:
+        raise LocalEagleError(f"{path}: architecture is {info.arch!r}, expected an {DRAFTER_ARCH} drafter")
+    if info.target_layers is None or len(info.target_layers) != 3:
+        raise LocalEagleError(f"{path}: {DRAFTER_ARCH}.target_layers must hold 3 layer ids")
+    eps = float(
+        field_value(reader, KEY_FC_NORM_EPS) or field_value(reader, f"{DRAFTER_ARCH}.attention.layer_norm_rms_epsilon")
+    )
+    w = None
+    if field_value(reader, KEY_FC_NORM, False):
+        raw = field_value(reader, KEY_FC_NORM_WEIGHT)
+        ht = info.target_hidden_size or 0
+        if raw is None or len(raw) != 3 * ht:
+            raise LocalEagleError(
+                f"{path}: {KEY_FC_NORM_WEIGHT} must hold 3 x {ht} floats, found {0 if raw is None else len(raw)}"
+            )
+        w = np.asarray(raw, dtype=np.float32)
+    return DrafterSpec(
+        target_layers=info.target_layers,
+        target_hidden_size=int(info.target_hidden_size or 0),
+        n_embd=info.n_embd,
+        n_vocab=info.n_vocab,
+        draft_vocab_size=int(info.draft_vocab_size or info.n_vocab),
+        eps=eps,
+        fc_norm_weight=w,
+        norm_output=bool(field_value(reader, KEY_NORM_OUTPUT, False)),
+        output_norm_weight=tensor_f32(reader, "output_norm.weight"),
+    )
+
+
+def check_pair(spec: DrafterSpec, target: Model, path: str | os.PathLike[str]) -> None:
+    """Refuse a drafter made for another target before llama.cpp is asked to run the pair.
+
+    Enabling capture of a layer the target lacks aborts llama.cpp, so this runs first.
+    """
+    if spec.target_hidden_size != target.n_embd:
+        raise LocalEagleError(
+            f"{path}: drafter expects target hidden size {spec.target_hidden_size}, "
+            f"target {target.path.name} has {target.n_embd}"
+        )
+    for lid in spec.target_layers:
+        if not 0 <= lid < target.n_layer:
+            raise LocalEagleError(
+                f"{path}: target layer id {lid} is out of range for target {target.path.name} "
+                f"with {target.n_layer} layers"
+            )
+    if spec.n_vocab != target.n_vocab:
+        raise LocalEagleError(
+            f"{path}: drafter vocabulary has {spec.n_vocab} tokens, target {target.path.name} has {target.n_vocab}"
+        )
+
+
+class Drafter:
+    """The drafter's llama.cpp context bound to a target context (``ctx_other``)."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        target: Context,
+        opts: ContextOptions | None = None,
+        n_gpu_layers: int = -1,
+    ) -> None:
+        self.spec = read_spec(path)
+        check_pair(self.spec, target.model, path)
+        self.model = Model(path, n_gpu_layers=n_gpu_layers, what="drafter")
+        # the drafter has one layer of KV: quantising it saves almost nothing, so it stays f16
+        opts = replace(opts or ContextOptions(n_ctx=target.n_ctx), type_k=GGML_TYPE_F16, type_v=GGML_TYPE_F16)
+        self.ctx = Context(self.model, opts, ctx_other=target)
+        # without this the encoder output pointer is NULL (docs/architecture.md)
+        self.ctx.set_embeddings_nextn(True, True)
+        self.n_embd = self.model.n_embd
+        self.n_vocab = self.model.n_vocab
+
+    def prepare_features(self, features: np.ndarray) -> np.ndarray:
+        """Apply EAGLE 3.1's per-chunk FC norm (a no-op for EAGLE 3 drafters)."""
+        f = np.ascontiguousarray(features, dtype=np.float32)
+        if self.spec.fc_norm_weight is not None:
+            f = fc_norm(f, self.spec.fc_norm_weight, self.spec.eps)
+        return f
+
+    def encode(self, features: np.ndarray) -> np.ndarray:
+        """Target features [T, 3*H_target] -> g [T, H_draft], in ubatch-sized chunks."""
+        f = self.prepare_features(features)
+        out = np.empty((len(f), self.n_embd), dtype=np.float32)
+        step = self.ctx.n_ubatch
+        for i in range(0, len(f), step):
+            chunk = f[i : i + step]
+            # the encoder ignores positions, but llama.cpp checks them against the cache
+            first = self.ctx.pos_max() + 1
+            self.ctx.encode_rows(chunk, np.arange(first, first + len(chunk)))
+            out[i : i + len(chunk)] = self.ctx.embeddings_nextn(len(chunk), self.n_embd)
+        return out
+
+    def decode(self, tokens: np.ndarray, g: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Rows (token[P+1], g[P]) at positions P -> (logits [n, n_vocab], prenorm [n, H]).
+
+        Every row is marked as an output and read by index: this llama.cpp's eagle3 decoder
+        ignores the output selection in multi-row batches (docs/architecture.md).
+        """
+        n = len(tokens)
+        logits = np.empty((n, self.n_vocab), dtype=np.float32)
+        prenorm = np.empty((n, self.n_embd), dtype=np.float32)
+        step = self.ctx.n_batch
+        for s in range(0, n, step):
+            e = min(n, s + step)
+            self.ctx.decode(tokens[s:e], positions[s:e], True, g[s:e])
+            for i in range(e - s):
+                logits[s + i] = self.ctx.logits(i, self.n_vocab)
+                prenorm[s + i] = self.ctx.embeddings_nextn_ith(i, self.n_embd)
+        return logits, prenorm
+
+    def decode_kv(self, tokens: np.ndarray, g: np.ndarray, positions: np.ndarray) -> None:
+        """Decode real rows whose outputs nobody reads: only their cache entries matter."""
+        step = self.ctx.n_batch
+        for s in range(0, len(tokens), step):
+            self.ctx.decode(tokens[s : s + step], positions[s : s + step], False, g[s : s + step])
+
+    def feedback(self, prenorm: np.ndarray) -> np.ndarray:
+        """The state the next draft step takes as g: post-norm under EAGLE 3.1's norm_output."""
+        if self.spec.norm_output:
+            return rms_norm(prenorm, self.spec.output_norm_weight, self.spec.eps)
+        return prenorm
+
+    def remove_from(self, pos: int) -> None:
+        self.ctx.remove_from(pos)
+
+    def close(self) -> None:
+        self.ctx.close()
+        self.model.close()

@@ -1,0 +1,306 @@
+"""``local-eagle train``: an EAGLE 3.1 (or 3) drafter for any GGUF target, trained with torch.
+
+The drafter is the torch reference module; training unrolls ``ttt_steps`` chained draft steps
+(training-time test) that feed the drafter's own feedback state forward, exactly as the
+inference loop does, and fits the target's next-token distribution restricted to a draft
+vocabulary of the most frequent target tokens in the data.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from local_eagle.errors import LocalEagleError
+from local_eagle.gguf import field_value, model_info, open_gguf, tensor_f32
+
+CHECKPOINT = "train-state.pt"
+
+
+@dataclass
+class TrainConfig:
+    arch: str = "eagle3.1"  # or "eagle3"
+    draft_vocab: int = 8192
+    target_layers: list[int] | None = None
+    ttt_steps: int = 3
+    epochs: int = 3
+    lr: float = 3e-4
+    max_tokens_per_sample: int = 256
+    heldout_fraction: float = 0.1
+    device: str = "cpu"
+    seed: int = 0
+    n_threads: int = 0
+
+
+@dataclass
+class EpochReport:
+    epoch: int
+    train_loss: float
+    heldout_accuracy: list[float]  # top-1 agreement with the target per draft depth
+
+
+def _target_shape(target: str | os.PathLike[str]) -> dict[str, Any]:
+    reader = open_gguf(target, "target GGUF")
+    info = model_info(reader, Path(target), "target GGUF")
+    arch = info.arch
+    ff = field_value(reader, f"{arch}.feed_forward_length")
+    ff = max(ff) if isinstance(ff, list) else ff
+    return {
+        "reader": reader,
+        "info": info,
+        "n_ff": int(ff or 4 * info.n_embd),
+        "rope_theta": float(field_value(reader, f"{arch}.rope.freq_base", 10000.0)),
+        "eps": float(field_value(reader, f"{arch}.attention.layer_norm_rms_epsilon", 1e-6)),
+        "n_ctx": int(field_value(reader, f"{arch}.context_length", 4096)),
+    }
+
+
+def choose_draft_vocab(data: list[dict[str, np.ndarray]], n_vocab: int, size: int) -> np.ndarray:
+    """The ``size`` target tokens most often predicted in the data (sorted ids); all of them if size >= vocab."""
+    if size >= n_vocab:
+        return np.arange(n_vocab)
+    counts = np.zeros(n_vocab, dtype=np.int64)
+    for d in data:
+        np.add.at(counts, d["tokens"][1:], 1)
+        np.add.at(counts, d["top_ids"][:, 0], 1)
+    order = np.argsort(-counts, kind="stable")[:size]
+    return np.sort(order)
+
+
+def load_data(paths: list[Path]) -> list[dict[str, np.ndarray]]:
+    out = []
+    for p in paths:
+        with np.load(p) as z:
+            out.append({k: z[k] for k in z.files})
+    return out
+
+
+def make_model(target: str | os.PathLike[str], cfg: TrainConfig, vocab_ids: np.ndarray, layers: list[int]):
+    """A drafter shaped after the target, with its head initialised from the target's head rows."""
+    import torch
+
+    from local_eagle.reference import DrafterConfig, Eagle3Drafter
+
+    shape = _target_shape(target)
+    info = shape["info"]
+    h = info.n_embd
+    head_dim = 64 if h % 64 == 0 else h // max(1, h // 64)
+    n_head = max(1, h // head_dim)
+    n_kv = 2 if n_head % 2 == 0 else 1
+    e31 = cfg.arch == "eagle3.1"
+    dcfg = DrafterConfig(
+        hidden_size=h,
+        intermediate_size=shape["n_ff"],
+        num_attention_heads=n_head,
+        num_key_value_heads=n_kv,
+        head_dim=head_dim,
+        vocab_size=info.n_vocab,
+        draft_vocab_size=len(vocab_ids),
+        target_hidden_size=h,
+        target_layers=list(layers),
+        rms_norm_eps=shape["eps"],
+        rope_theta=shape["rope_theta"],
+        max_position_embeddings=shape["n_ctx"],
+        fc_norm=e31,
+        norm_output=e31,
+        own_embeddings=False,
+        own_lm_head=True,
+    )
+    torch.manual_seed(cfg.seed)
+    model = Eagle3Drafter(dcfg)
+    reader = shape["reader"]
+    names = {t.name for t in reader.tensors}
+    head = tensor_f32(reader, "output.weight" if "output.weight" in names else "token_embd.weight")
+    with torch.no_grad():
+        model.lm_head.weight.copy_(torch.from_numpy(np.array(head[vocab_ids], dtype=np.float32)))
+        model.set_draft_vocab(torch.from_numpy(vocab_ids))
+    embed = torch.from_numpy(np.array(tensor_f32(reader, "token_embd.weight"), dtype=np.float32))
+    return model, embed
+
+
+def _loss_and_accuracy(model, embed, sample, t2d, depth: int, device: str):
+    """Soft cross-entropy per depth against the target's top-k (restricted to the draft vocab), plus top-1 hits."""
+    import torch
+
+    from local_eagle.reference import ttt_forward
+
+    tokens = torch.from_numpy(sample["tokens"].astype(np.int64))
+    feats = torch.from_numpy(sample["features"].astype(np.float32))
+    n = len(tokens)
+    rows = n - 1  # bases p = 0..n-2 predict a token inside the sample at depth 0
+    padded = torch.cat([tokens, torch.zeros(depth, dtype=torch.int64)])
+    logits = ttt_forward(model, padded.to(device), feats[:rows].to(device), depth, embed_weight=embed)
+    top_ids = torch.from_numpy(sample["top_ids"].astype(np.int64))
+    top_lp = torch.from_numpy(sample["top_logprobs"].astype(np.float32))
+    total = torch.zeros((), device=device)
+    hits, counts = [], []
+    for j, lg in enumerate(logits):
+        valid = rows - j  # label position p + 1 + j must be < n
+        if valid <= 0:
+            hits.append(0)
+            counts.append(0)
+            continue
+        ids = top_ids[1 + j : 1 + j + valid]
+        lp = top_lp[1 + j : 1 + j + valid]
+        di = t2d[ids]  # draft index or -1
+        probs = torch.where(di >= 0, lp.exp(), torch.zeros_like(lp))
+        mass = probs.sum(-1, keepdim=True)
+        keep = mass.squeeze(-1) > 0
+        teacher = probs / mass.clamp_min(1e-12)
+        logp = torch.log_softmax(lg[:valid].float(), dim=-1)
+        gathered = torch.gather(logp, 1, di.clamp_min(0).to(device))
+        ce = -(teacher.to(device) * gathered).sum(-1)
+        if keep.any():
+            total = total + (0.8**j) * ce[keep.to(device)].mean()
+        pred = lg[:valid].argmax(-1).cpu()
+        hits.append(int((model.draft_to_target()[pred] == ids[:, 0]).sum()))
+        counts.append(valid)
+    return total, hits, counts
+
+
+def _save_state(path: Path, state: dict) -> None:
+    import torch
+
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        torch.save(state, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def train(
+    target: str | os.PathLike[str],
+    prompts: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str],
+    cfg: TrainConfig,
+    resume: bool = False,
+    gguf_out: str | os.PathLike[str] | None = None,
+    gguf_type: str = "q8_0",
+    progress: bool = True,
+) -> list[EpochReport]:
+    """Capture data, train, write ``out_dir/drafter`` (HF checkpoint) and optionally a GGUF."""
+    import torch
+    from rich.progress import Progress
+
+    from converters.eagle3_gguf import convert, default_target_layers
+    from converters.formats import write_checkpoint
+    from local_eagle.train.data import build_dataset, read_samples
+
+    if cfg.arch not in ("eagle3.1", "eagle3"):
+        raise LocalEagleError(f"--arch: expected eagle3.1 or eagle3, got {cfg.arch!r}")
+    out = Path(out_dir)
+    state_path = out / CHECKPOINT
+    if out.exists() and any(out.iterdir()) and not resume and state_path.exists():
+        raise LocalEagleError(
+            f"{out}: holds an earlier training run; pass --resume to continue it or pick another --out"
+        )
+    samples = read_samples(prompts)
+    shape = _target_shape(target)
+    n_layer = shape["info"].n_layer
+    layers = cfg.target_layers or default_target_layers(n_layer)
+    for lid in layers:
+        if not 0 < lid < n_layer:
+            raise LocalEagleError(f"--target-layers: layer {lid} is out of range for a target with {n_layer} layers")
+    if cfg.n_threads:
+        torch.set_num_threads(cfg.n_threads)
+    paths = build_dataset(
+        target, samples, layers, out / "data", cfg.max_tokens_per_sample, n_threads=cfg.n_threads, progress=progress
+    )
+    data = load_data(paths)
+    if not data:
+        raise LocalEagleError(f"{prompts}: no sample produced enough tokens to train on")
+    rng = np.random.default_rng(cfg.seed)
+    order = rng.permutation(len(data))
+    n_held = max(1, int(len(data) * cfg.heldout_fraction)) if len(data) > 1 else 0
+    held = [data[i] for i in order[:n_held]]
+    train_set = [data[i] for i in order[n_held:]] or held
+
+    vocab_ids = choose_draft_vocab(train_set, shape["info"].n_vocab, cfg.draft_vocab)
+    model, embed = make_model(target, cfg, vocab_ids, layers)
+    t2d = torch.full((shape["info"].n_vocab,), -1, dtype=torch.int64)
+    t2d[torch.from_numpy(vocab_ids)] = torch.arange(len(vocab_ids))
+    dev = cfg.device
+    model.to(dev)
+    embed = embed.to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
+    total_steps = cfg.epochs * len(train_set)
+    warm = max(1, total_steps // 50)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / max(1, total_steps))))
+    )
+    start_epoch = 0
+    reports: list[EpochReport] = []
+    if resume and state_path.exists():
+        st = torch.load(state_path, map_location=dev, weights_only=False)
+        if st["vocab_ids"].tolist() != vocab_ids.tolist() or st["config"]["arch"] != cfg.arch:
+            raise LocalEagleError(f"{state_path}: was trained with other data or settings; start a new --out")
+        model.load_state_dict(st["model"])
+        opt.load_state_dict(st["optimizer"])
+        sched.load_state_dict(st["scheduler"])
+        start_epoch = st["epoch"]
+        reports = [EpochReport(**r) for r in st["reports"]]
+
+    with Progress(disable=not progress) as bar:
+        task = bar.add_task("training", total=total_steps, completed=start_epoch * len(train_set))
+        for epoch in range(start_epoch, cfg.epochs):
+            model.train()
+            perm = rng.permutation(len(train_set))
+            losses = []
+            for i in perm:
+                loss, _, _ = _loss_and_accuracy(model, embed, train_set[i], t2d, cfg.ttt_steps, dev)
+                opt.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+                opt.step()
+                sched.step()
+                losses.append(float(loss.detach()))
+                bar.update(task, advance=1, description=f"epoch {epoch + 1} loss {np.mean(losses[-50:]):.3f}")
+            acc = evaluate(model, embed, held, t2d, cfg.ttt_steps, dev)
+            reports.append(EpochReport(epoch + 1, float(np.mean(losses)), acc))
+            bar.console.print(
+                f"epoch {epoch + 1}: loss {np.mean(losses):.3f}, held-out top-1 by depth "
+                + " ".join(f"{a:.2f}" for a in acc)
+            )
+            _save_state(
+                state_path,
+                {
+                    "model": model.state_dict(),
+                    "optimizer": opt.state_dict(),
+                    "scheduler": sched.state_dict(),
+                    "epoch": epoch + 1,
+                    "config": asdict(cfg),
+                    "vocab_ids": vocab_ids,
+                    "reports": [asdict(r) for r in reports],
+                },
+            )
+    model.to("cpu")
+    ckpt = write_checkpoint(model.state_dict(), model.cfg.to_dict(), out / "drafter", fmt="eagle3")
+    if gguf_out is not None:
+        convert(ckpt, target, gguf_out, outtype=gguf_type, progress=progress)
+    return reports
+
+
+def evaluate(model, embed, data: list[dict[str, np.ndarray]], t2d, depth: int, device: str) -> list[float]:
+    import torch
+
+    if not data:
+        return [0.0] * depth
+    model.eval()
+    hits = np.zeros(depth)
+    counts = np.zeros(depth)
+    with torch.no_grad():
+        for d in data:
+            _, h, c = _loss_and_accuracy(model, embed, d, t2d, depth, device)
+            hits += h
+            counts += c
+    model.train()
+    return [float(x) for x in np.where(counts > 0, hits / np.maximum(counts, 1), 0.0)]

@@ -1,0 +1,137 @@
+"""`generate` and `bench` as a user runs them, and the pair checks' error messages."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from converters import convert, write_checkpoint
+from local_eagle.cli.app import app
+from local_eagle.testing.tiny import TinyTargetSpec, write_tiny_target
+from local_eagle.testing.tiny_pair import make_cycle_drafter, write_cycle_target
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cli")
+    target = write_cycle_target(d / "target.gguf")
+    m = make_cycle_drafter(True)
+    ckpt = write_checkpoint(m.state_dict(), m.cfg.to_dict(), d / "ckpt")
+    draft = convert(ckpt, target, d / "draft.gguf", outtype="f16").outfile
+    return d, target, draft
+
+
+def test_generate_streams_text_and_stats(pair):
+    _, target, draft = pair
+    r = runner.invoke(
+        app, ["generate", "-m", str(target), "-d", str(draft), "-p", "hi", "-n", "20", "--temperature", "0",
+              "--threads", "1"],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert "PABCDEFGHIJKLMNOPABC" in r.output
+    assert "acceptance length" in r.output
+
+
+def test_generate_json(pair):
+    _, target, draft = pair
+    r = runner.invoke(
+        app, ["generate", "-m", str(target), "-d", str(draft), "-p", "hi", "-n", "12", "--temperature", "0",
+              "--draft-max", "3", "--json", "--threads", "1"],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    obj = json.loads(r.output)
+    assert obj["text"] == "PABCDEFGHIJK"
+    assert len(obj["tokens"]) == 12
+    st = obj["stats"]
+    assert st["acceptance_length"] > 2 and len(st["acceptance_per_position"]) == 3
+    for key in ("target_seconds", "drafter_seconds", "host_seconds", "tokens_per_second", "stop_reason"):
+        assert key in st
+
+
+def test_bench_table_and_json(pair):
+    d, target, draft = pair
+    prompts = d / "prompts.jsonl"
+    prompts.write_text("\n".join(json.dumps({"prompt": p}) for p in ["hello", "abc", "ABC xyz"]) + "\n")
+    r = runner.invoke(
+        app, ["bench", "-m", str(target), "-d", str(draft), "--prompts", str(prompts), "-n", "32",
+              "--draft-max", "2", "--draft-max", "4", "--json", "--threads", "1"],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.output)
+    assert [row["draft_max"] for row in rows] == [2, 4]
+    for row in rows:
+        assert row["identical"] and row["prompts"] == 3
+        assert row["acceptance_length"] > 2 and row["baseline_tps"] > 0 and row["speculative_tps"] > 0
+        assert row["ideal_speedup"] > 0 and row["verify_call_ms"] > 0
+    r = runner.invoke(
+        app, ["bench", "-m", str(target), "-d", str(draft), "--prompts", str(prompts), "-n", "16", "--threads", "1"]
+    )
+    assert r.exit_code == 0, r.output
+    assert "speedup" in r.output and "accept len" in r.output
+
+
+def assert_one_line_error(r, *needles):
+    assert r.exit_code == 2, r.output
+    assert "Traceback" not in r.output
+    text = " ".join(r.output.split())
+    for n in needles:
+        assert n in text, text
+
+
+def test_missing_model_file(pair, tmp_path):
+    r = runner.invoke(app, ["generate", "-m", str(tmp_path / "none.gguf"), "-p", "x"])
+    assert_one_line_error(r, "not found")
+
+
+def test_needs_exactly_one_prompt(pair):
+    _, target, _ = pair
+    assert_one_line_error(runner.invoke(app, ["generate", "-m", str(target)]), "--prompt")
+
+
+@pytest.mark.parametrize(
+    ("spec", "needle"),
+    [
+        (TinyTargetSpec(n_embd=32), "hidden size 64"),
+        (TinyTargetSpec(n_layer=3), "out of range"),
+        (TinyTargetSpec(extra_tokens=("\u2581",)), "vocabulary"),
+    ],
+)
+def test_drafter_for_another_target_is_refused(pair, tmp_path, spec, needle):
+    _, _, draft = pair
+    other = write_tiny_target(tmp_path / "other.gguf", spec)
+    r = runner.invoke(app, ["generate", "-m", str(other), "-d", str(draft), "-p", "x", "-n", "2"])
+    assert_one_line_error(r, needle)
+
+
+def test_bad_prompts_file(pair, tmp_path):
+    _, target, draft = pair
+    bad = tmp_path / "p.jsonl"
+    bad.write_text('{"prompt": "ok"}\n{oops\n')
+    r = runner.invoke(app, ["bench", "-m", str(target), "-d", str(draft), "--prompts", str(bad)])
+    assert_one_line_error(r, "p.jsonl:2", "not valid JSON")
+
+
+def test_generate_and_fit_from_a_modelfile(pair, tmp_path):
+    d, target, draft = pair
+    mf = tmp_path / "Modelfile"
+    mf.write_text(
+        f'FROM {target}\nDRAFT {draft}\nTEMPLATE """Q: {{{{ .Prompt }}}}"""\n'
+        "PARAMETER temperature 0\nPARAMETER num_predict 30\nPARAMETER stop JK\nPARAMETER draft_num_predict 3\n"
+        "PARAMETER num_ctx 512\n"
+    )
+    r = runner.invoke(app, ["generate", "-f", str(mf), "-p", "hi", "--json", "--threads", "1"])
+    assert r.exit_code == 0, r.output
+    obj = json.loads(r.output)
+    # the template ends in the prompt's last letter 'i' -> outside the cycle -> 'P' first, stop before JK
+    assert obj["text"] == "PABCDEFGHI"
+    assert obj["stats"]["stop_reason"] == "stop"
+    assert len(obj["stats"]["acceptance_per_position"]) == 3
+    # a flag overrides the Modelfile
+    r = runner.invoke(app, ["generate", "-f", str(mf), "-p", "hi", "-n", "5", "--json", "--threads", "1"])
+    assert json.loads(r.output)["text"] == "PABCD"
+    r = runner.invoke(app, ["fit", "-f", str(mf), "--vram-gb", "24", "--json"])
+    assert r.exit_code == 0, r.output

@@ -1,0 +1,202 @@
+"""Every bad input gets one clear line, exit status 2, and leaves no output file behind."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from local_eagle.cli.app import app
+
+runner = CliRunner()
+
+
+def run_convert(ckpt: Path, target: Path, out: Path, *extra: str):
+    return runner.invoke(app, ["convert", str(ckpt), "--target", str(target), "--outfile", str(out), *extra])
+
+
+def assert_fails(result, out: Path, *needles: str) -> None:
+    assert result.exit_code == 2, result.output
+    text = " ".join(result.output.split())
+    assert "error:" in text
+    assert "Traceback" not in result.output
+    for n in needles:
+        assert n in text, text
+    assert not out.exists()
+    assert not list(out.parent.glob(f".{out.name}.*")), "temporary file left behind"
+
+
+def test_missing_config(tmp_path, target_gguf):
+    (tmp_path / "ckpt").mkdir()
+    out = tmp_path / "o.gguf"
+    assert_fails(run_convert(tmp_path / "ckpt", target_gguf, out), out, "missing config.json")
+
+
+def test_missing_weights(tmp_path, target_gguf, checkpoint_factory):
+    _, ckpt = checkpoint_factory()
+    (ckpt / "model.safetensors").unlink()
+    out = tmp_path / "o.gguf"
+    assert_fails(run_convert(ckpt, target_gguf, out), out, "no weights found")
+
+
+def test_unknown_format(tmp_path, target_gguf, checkpoint_factory):
+    _, ckpt = checkpoint_factory()
+    (ckpt / "config.json").write_text(json.dumps({"architectures": ["BertModel"], "hidden_size": 8}))
+    out = tmp_path / "o.gguf"
+    assert_fails(run_convert(ckpt, target_gguf, out), out, "unknown drafter format", "BertModel")
+
+
+def test_missing_tensor(tmp_path, target_gguf, checkpoint_factory):
+    _, ckpt = checkpoint_factory(mutate=lambda sd, cfg: sd.pop("midlayer.mlp.up_proj.weight"))
+    out = tmp_path / "o.gguf"
+    assert_fails(run_convert(ckpt, target_gguf, out), out, "missing tensor 'midlayer.mlp.up_proj.weight'")
+
+
+def test_missing_fc_norm_tensor(tmp_path, target_gguf, checkpoint_factory):
+    _, ckpt = checkpoint_factory(eagle31=True, mutate=lambda sd, cfg: sd.pop("fc_norm.1.weight"))
+    out = tmp_path / "o.gguf"
+    assert_fails(run_convert(ckpt, target_gguf, out), out, "fc_norm.1.weight")
+
+
+def test_shape_mismatch(tmp_path, target_gguf, checkpoint_factory):
+    import torch
+
+    def bad(sd, cfg):
+        sd["midlayer.self_attn.o_proj.weight"] = torch.zeros(64, 32)
+
+    _, ckpt = checkpoint_factory(mutate=bad)
+    out = tmp_path / "o.gguf"
+    assert_fails(run_convert(ckpt, target_gguf, out), out, "midlayer.self_attn.o_proj.weight", "[64, 32]", "[64, 64]")
+
+
+def test_d2t_out_of_range(tmp_path, target_gguf, checkpoint_factory):
+    def bad(sd, cfg):
+        sd["d2t"] = sd["d2t"].clone()
+        sd["d2t"][-1] = 10_000
+
+    _, ckpt = checkpoint_factory(draft_vocab=128, mutate=bad)
+    out = tmp_path / "o.gguf"
+    assert_fails(run_convert(ckpt, target_gguf, out), out, "d2t", "outside the target vocabulary of 265")
+
+
+def test_d2t_duplicate(tmp_path, target_gguf, checkpoint_factory):
+    import torch
+
+    def bad(sd, cfg):
+        absolute = sd["d2t"].numpy() + np.arange(128)
+        absolute[5] = absolute[4]
+        sd["d2t"] = torch.from_numpy(absolute - np.arange(128))
+
+    _, ckpt = checkpoint_factory(draft_vocab=128, mutate=bad)
+    out = tmp_path / "o.gguf"
+    assert_fails(run_convert(ckpt, target_gguf, out), out, "d2t maps several draft tokens")
+
+
+def test_missing_d2t_with_small_vocab(tmp_path, target_gguf, checkpoint_factory):
+    _, ckpt = checkpoint_factory(draft_vocab=128, with_d2t=False)
+    out = tmp_path / "o.gguf"
+    assert_fails(run_convert(ckpt, target_gguf, out), out, "no d2t tensor")
+
+
+def test_target_layer_out_of_range(tmp_path, target_gguf, checkpoint_factory):
+    _, ckpt = checkpoint_factory()
+    out = tmp_path / "o.gguf"
+    assert_fails(run_convert(ckpt, target_gguf, out, "--target-layers", "1,2,6"), out, "target layer id 6", "6 layers")
+
+
+def test_target_layers_malformed(tmp_path, target_gguf, checkpoint_factory):
+    _, ckpt = checkpoint_factory()
+    out = tmp_path / "o.gguf"
+    assert_fails(run_convert(ckpt, target_gguf, out, "--target-layers", "1,x"), out, "--target-layers")
+
+
+def test_config_layer_out_of_range(tmp_path, target_gguf, checkpoint_factory):
+    _, ckpt = checkpoint_factory(target_layers=[2, 3, 40])
+    out = tmp_path / "o.gguf"
+    assert_fails(run_convert(ckpt, target_gguf, out), out, "target layer id 40")
+
+
+def test_target_not_gguf(tmp_path, checkpoint_factory):
+    _, ckpt = checkpoint_factory()
+    target = tmp_path / "target.gguf"
+    target.write_bytes(b"not a model at all")
+    out = tmp_path / "o.gguf"
+    assert_fails(run_convert(ckpt, target, out), out, "not a GGUF file")
+
+
+def test_target_truncated(tmp_path, target_gguf, checkpoint_factory):
+    _, ckpt = checkpoint_factory()
+    target = tmp_path / "truncated.gguf"
+    target.write_bytes(target_gguf.read_bytes()[:3000])
+    out = tmp_path / "o.gguf"
+    assert_fails(run_convert(ckpt, target, out), out, "truncated or damaged")
+
+
+def test_target_missing(tmp_path, checkpoint_factory):
+    _, ckpt = checkpoint_factory()
+    out = tmp_path / "o.gguf"
+    assert_fails(run_convert(ckpt, tmp_path / "nope.gguf", out), out, "not found")
+
+
+def test_hidden_size_mismatch(tmp_path, target_gguf, checkpoint_factory):
+    def bad(sd, cfg):
+        cfg["target_hidden_size"] = 32
+
+    _, ckpt = checkpoint_factory(mutate=bad)
+    out = tmp_path / "o.gguf"
+    assert_fails(run_convert(ckpt, target_gguf, out), out, "hidden size mismatch", "32", "64")
+
+
+def test_fc_input_mismatch(tmp_path, target_gguf, drafter_factory, checkpoint_factory):
+    import torch
+
+    def bad(sd, cfg):
+        sd["fc.weight"] = torch.zeros(64, 96)
+        cfg["target_hidden_size"] = None
+
+    _, ckpt = checkpoint_factory(mutate=bad)
+    out = tmp_path / "o.gguf"
+    assert_fails(run_convert(ckpt, target_gguf, out), out, "hidden size mismatch", "96", "192")
+
+
+def test_bad_outtype(tmp_path, target_gguf, checkpoint_factory):
+    _, ckpt = checkpoint_factory()
+    out = tmp_path / "o.gguf"
+    assert_fails(run_convert(ckpt, target_gguf, out, "--outtype", "q4_0"), out, "--outtype")
+
+
+def test_invalid_json_config(tmp_path, target_gguf, checkpoint_factory):
+    _, ckpt = checkpoint_factory()
+    (ckpt / "config.json").write_text("{not json")
+    out = tmp_path / "o.gguf"
+    assert_fails(run_convert(ckpt, target_gguf, out), out, "not valid JSON")
+
+
+def test_unexpected_tensor(tmp_path, target_gguf, checkpoint_factory):
+    import torch
+
+    _, ckpt = checkpoint_factory(mutate=lambda sd, cfg: sd.__setitem__("extra_head.weight", torch.zeros(2)))
+    out = tmp_path / "o.gguf"
+    assert_fails(run_convert(ckpt, target_gguf, out), out, "unexpected tensor 'extra_head.weight'")
+
+
+def test_existing_output_untouched_on_failure(tmp_path, target_gguf, checkpoint_factory):
+    _, ckpt = checkpoint_factory(mutate=lambda sd, cfg: sd.pop("norm.weight"))
+    out = tmp_path / "o.gguf"
+    out.write_bytes(b"previous")
+    result = run_convert(ckpt, target_gguf, out)
+    assert result.exit_code == 2
+    assert out.read_bytes() == b"previous"
+
+
+@pytest.mark.parametrize("kind", ["garbage", "missing"])
+def test_inspect_bad_file(tmp_path, kind):
+    f = tmp_path / "x.gguf"
+    if kind == "garbage":
+        f.write_bytes(b"\x00" * 64)
+    result = runner.invoke(app, ["inspect", str(f)])
+    assert result.exit_code == 2
+    assert "Traceback" not in result.output

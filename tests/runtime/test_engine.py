@@ -1,0 +1,241 @@
+"""The draft-verify loop on llama.cpp: lossless against the target alone, accept path, rollback, stops."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from converters import convert, write_checkpoint
+from local_eagle.errors import LocalEagleError
+from local_eagle.runtime.engine import STOP_CONTEXT, STOP_EOS, STOP_LENGTH, STOP_STRING, Engine, EngineOptions
+from local_eagle.runtime.sampling import SamplingParams
+from local_eagle.testing.tiny import make_drafter, write_tiny_target
+from local_eagle.testing.tiny_pair import LAYERS, N_VOCAB, SPEC, make_cycle_drafter, write_cycle_target
+
+OPTS = EngineOptions(n_ctx=512, n_batch=64, n_threads=1)
+
+
+def _drafter_gguf(model, target: Path, out: Path) -> Path:
+    ckpt = write_checkpoint(model.state_dict(), model.cfg.to_dict(), out.with_suffix(".ckpt"))
+    return convert(ckpt, target, out, outtype="f32").outfile
+
+
+@pytest.fixture(scope="session")
+def pairs(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
+    d = tmp_path_factory.mktemp("pairs")
+    random_target = write_tiny_target(d / "random-target.gguf", SPEC, seed=5)
+    cycle = write_cycle_target(d / "cycle-target.gguf")
+    noisy = write_cycle_target(d / "noisy-target.gguf", noise=0.35, seed=2)
+    eos = write_cycle_target(d / "eos-target.gguf", eos_after="H")
+
+    def rnd(e31: bool) -> object:
+        return make_drafter(N_VOCAB, SPEC.n_embd, LAYERS, eagle31=e31, draft_vocab=128, seed=11)
+
+    return {
+        "random-3.1": (random_target, _drafter_gguf(rnd(True), random_target, d / "r31.gguf")),
+        "random-3": (random_target, _drafter_gguf(rnd(False), random_target, d / "r3.gguf")),
+        "cycle-3.1": (cycle, _drafter_gguf(make_cycle_drafter(True), cycle, d / "c31.gguf")),
+        "cycle-3": (cycle, _drafter_gguf(make_cycle_drafter(False), cycle, d / "c3.gguf")),
+        "noisy-3.1": (noisy, _drafter_gguf(make_cycle_drafter(True, noise=0.05, seed=3), noisy, d / "n31.gguf")),
+        "noisy-3": (noisy, _drafter_gguf(make_cycle_drafter(False, noise=0.02, seed=4), noisy, d / "n3.gguf")),
+        "eos": (eos, _drafter_gguf(make_cycle_drafter(True), eos, d / "e31.gguf")),
+    }
+
+
+_engines: dict[tuple[str, int], Engine] = {}
+
+
+@pytest.fixture
+def engine(pairs):
+    def get(name: str, n_batch: int = OPTS.n_batch, n_ctx: int = OPTS.n_ctx) -> Engine:
+        key = (name, n_batch, n_ctx)
+        if key not in _engines:
+            target, draft = pairs[name]
+            _engines[key] = Engine(target, draft, EngineOptions(n_ctx=n_ctx, n_batch=n_batch, n_threads=1))
+        return _engines[key]
+
+    return get
+
+
+def prompts(n: int, seed: int) -> list[str]:
+    rng = np.random.default_rng(seed)
+    alphabet = list("ABCDEFGHIJKLMNOP") + list("abcxyz ,.!?") + ["é", "ß", "→", "日本"]
+    return ["".join(rng.choice(alphabet, size=rng.integers(1, 24))) for _ in range(n)]
+
+
+@pytest.mark.parametrize("name", ["noisy-3.1", "noisy-3"])
+def test_greedy_is_lossless_30_prompts(engine, name):
+    eng = engine(name)
+    settings = [(1, 0.0), (3, 0.0), (6, 0.0), (4, 0.5)]
+    accepted = rejected = 0
+    for prompt in prompts(30, seed=hash(name) % 1000):
+        base = eng.generate(prompt, max_tokens=64, draft_max=0)
+        assert base.stats.generated_tokens == 64
+        for k, p_min in settings:
+            spec = eng.generate(prompt, max_tokens=64, draft_max=k, draft_p_min=p_min)
+            assert spec.tokens == base.tokens, (prompt, k, p_min)
+            assert spec.text == base.text
+            accepted += spec.stats.accepted_tokens
+            rejected += spec.stats.drafted_tokens - spec.stats.accepted_tokens
+    # both paths of the loop were exercised
+    assert accepted > 500 and rejected > 100, (accepted, rejected)
+
+
+@pytest.mark.parametrize("name", ["random-3.1", "random-3", "cycle-3.1", "cycle-3"])
+def test_greedy_is_lossless_other_pairs(engine, name):
+    eng = engine(name)
+    for prompt in prompts(8, seed=7):
+        base = eng.generate(prompt, max_tokens=64, draft_max=0)
+        for k in (1, 3, 6):
+            assert eng.generate(prompt, max_tokens=64, draft_max=k).tokens == base.tokens, (prompt, k)
+
+
+@pytest.mark.parametrize("name", ["cycle-3.1", "cycle-3"])
+def test_accept_path_acceptance_length(engine, name):
+    eng = engine(name)
+    res = eng.generate("hello", max_tokens=64, draft_max=4)
+    st = res.stats
+    assert st.acceptance_length > 2.0
+    assert st.acceptance_length > 4.0  # the cycle drafter is right once inside the cycle
+    assert min(st.acceptance_per_position) > 0.8
+    assert st.target_calls < 20
+
+
+def test_draft_p_min_stops_drafting(engine):
+    eng = engine("random-3.1")
+    free = eng.generate("abc", max_tokens=32, draft_max=4, draft_p_min=0.0)
+    strict = eng.generate("abc", max_tokens=32, draft_max=4, draft_p_min=0.99)
+    assert strict.tokens == free.tokens
+    assert strict.stats.drafted_tokens < free.stats.drafted_tokens
+
+
+@pytest.mark.parametrize("name", ["random-3.1", "noisy-3"])
+def test_rollback_leaves_the_target_cache_as_a_fresh_prefill(engine, pairs, name):
+    eng = engine(name)
+    for text in prompts(40, seed=9):
+        res = eng.generate(text, max_tokens=40, draft_max=6)
+        st = res.stats
+        if st.drafted_tokens > st.accepted_tokens and (st.accepted_tokens > 0 or name.startswith("random")):
+            break  # rejections to roll back (after partial accepts where the drafter can get some right)
+    else:
+        pytest.fail("no prompt produced rejections")
+    prompt = eng.tokenize(text)
+    kept = np.concatenate([prompt, np.array(res.tokens[:-1], dtype=np.int32)])
+    L = len(kept)
+    assert eng.ctx.pos_max() == L - 1
+    eng.ctx.decode(np.array([res.tokens[-1]]), np.array([L]), True)
+    after_loop = eng.ctx.logits(0, eng.n_vocab)
+    fresh = Engine(pairs[name][0], None, EngineOptions(n_ctx=512, n_batch=64, n_threads=1))
+    try:
+        everything = np.concatenate([kept, np.array([res.tokens[-1]], dtype=np.int32)])
+        fresh.ctx.decode(everything, np.arange(len(everything)), np.arange(len(everything)) == len(everything) - 1)
+        np.testing.assert_allclose(after_loop, fresh.ctx.logits(len(everything) - 1, fresh.n_vocab), atol=1e-4)
+    finally:
+        fresh.close()
+
+
+def test_stop_string_is_not_emitted(engine):
+    eng = engine("cycle-3.1")
+    for k in (0, 4):
+        res = eng.generate("hi", max_tokens=64, draft_max=k, stop=["FG"])
+        assert res.text == "PABCDE"
+        assert res.stats.stop_reason == STOP_STRING
+
+
+def test_stream_pieces_add_up_and_hold_back_stop_prefixes(engine):
+    eng = engine("cycle-3.1")
+    s = eng.stream("hi", max_tokens=64, draft_max=4, stop=["KLX"])
+    pieces = list(s)
+    assert "".join(pieces) == s.result.text
+    assert s.result.stats.stop_reason == STOP_LENGTH
+    assert len(s.result.tokens) == 64
+
+
+def test_max_tokens(engine):
+    eng = engine("cycle-3.1")
+    for n in (1, 2, 5, 17):
+        res = eng.generate("hi", max_tokens=n, draft_max=6)
+        assert len(res.tokens) == n and res.stats.stop_reason == STOP_LENGTH
+
+
+def test_eos_stops_without_emitting(engine):
+    eng = engine("eos")
+    for k in (0, 4):
+        res = eng.generate("hi", max_tokens=64, draft_max=k)
+        assert res.text == "PABCDEFGH"
+        assert res.stats.stop_reason == STOP_EOS
+
+
+def test_context_full_is_a_stop_reason(engine):
+    eng = engine("cycle-3.1", n_ctx=64)
+    base = eng.generate("hello", max_tokens=500, draft_max=0)
+    spec = eng.generate("hello", max_tokens=500, draft_max=6)
+    assert base.stats.stop_reason == spec.stats.stop_reason == STOP_CONTEXT
+    assert spec.tokens == base.tokens
+    assert len(base.tokens) + len(eng.tokenize("hello")) == eng.n_ctx + 1
+
+
+def test_prompt_longer_than_the_context_is_a_clear_error(engine):
+    eng = engine("cycle-3.1", n_ctx=64)
+    with pytest.raises(LocalEagleError, match="more than the context"):
+        eng.generate("x" * (eng.n_ctx + 10), max_tokens=4)
+
+
+def test_prompt_longer_than_one_ubatch(engine):
+    small = engine("noisy-3.1", n_batch=16)
+    big = engine("noisy-3.1", n_batch=256)
+    prompt = "".join(prompts(10, seed=3))[:150]
+    assert len(small.tokenize(prompt)) > 3 * 16
+    want = big.generate(prompt, max_tokens=48, draft_max=0).tokens
+    a = small.generate(prompt, max_tokens=48, draft_max=4)
+    b = big.generate(prompt, max_tokens=48, draft_max=4)
+    assert a.tokens == want and b.tokens == want
+    # the drafter saw the same prefill features whatever the chunking
+    assert a.stats.accepted_per_position == b.stats.accepted_per_position
+
+
+def test_sampling_with_seed_is_reproducible(engine):
+    eng = engine("noisy-3.1")
+    sp = SamplingParams(temperature=1.0, top_k=5, top_p=1.0, min_p=0.0, seed=42)
+    a = eng.generate("hi", max_tokens=32, sampling=sp, draft_max=4)
+    b = eng.generate("hi", max_tokens=32, sampling=sp, draft_max=4)
+    assert a.tokens == b.tokens
+
+
+def test_no_drafter_is_plain_decoding(pairs):
+    target, _ = pairs["cycle-3.1"]
+    with Engine(target, None, OPTS) as eng:
+        res = eng.generate("hi", max_tokens=20, draft_max=4)
+    assert res.text == "PABCDEFGHIJKLMNOPABC"
+    assert res.stats.target_calls == 19 and res.stats.drafted_tokens == 0
+
+
+def test_gemma3_target_through_the_callback_capture(tmp_path):
+    """An architecture without native capture runs the loop losslessly (eval-callback features)."""
+    from local_eagle.testing.tiny import TinyGemma3Spec, write_tiny_gemma3_target
+
+    spec = TinyGemma3Spec()
+    target = write_tiny_gemma3_target(tmp_path / "gemma3.gguf", spec)
+    model = make_drafter(N_VOCAB, spec.n_embd, [2, 4, 5], eagle31=True, draft_vocab=100, seed=2)
+    draft = _drafter_gguf(model, target, tmp_path / "d.gguf")
+    with Engine(target, draft, EngineOptions(n_ctx=256, n_batch=16, n_threads=1)) as eng:
+        assert eng.capture.mode == "callback"
+        for prompt in prompts(4, seed=1):
+            base = eng.generate(prompt, max_tokens=40, draft_max=0)
+            for k in (1, 4):
+                assert eng.generate(prompt, max_tokens=40, draft_max=k).tokens == base.tokens
+
+
+def test_repeat_penalty_is_applied_identically(engine):
+    """The penalty sees the same history in drafting and verifying as it would decoding alone."""
+    eng = engine("noisy-3.1")
+    sp = SamplingParams(temperature=0.0, repeat_penalty=1.5, repeat_last_n=16)
+    changed = False
+    for prompt in prompts(6, seed=21):
+        base = eng.generate(prompt, max_tokens=48, sampling=sp, draft_max=0)
+        changed |= base.tokens != eng.generate(prompt, max_tokens=48, draft_max=0).tokens
+        for k in (2, 5):
+            assert eng.generate(prompt, max_tokens=48, sampling=sp, draft_max=k).tokens == base.tokens
+    assert changed  # the penalty does change the greedy output here

@@ -1,0 +1,166 @@
+"""Sampling maths (pure) and the distribution of speculative sampling on llama.cpp."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from local_eagle.runtime.engine import Engine, EngineOptions
+from local_eagle.runtime.sampling import (
+    SamplingParams,
+    apply_repeat_penalty,
+    probabilities,
+    sample,
+    verify_greedy,
+    verify_stochastic,
+)
+
+
+def test_probabilities_top_k_top_p_min_p_temperature():
+    logits = np.log(np.array([0.5, 0.2, 0.15, 0.1, 0.05]))
+    p = probabilities(logits, SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0))
+    np.testing.assert_allclose(p, [0.5, 0.2, 0.15, 0.1, 0.05])
+    p = probabilities(logits, SamplingParams(temperature=1.0, top_k=2, top_p=1.0, min_p=0.0))
+    np.testing.assert_allclose(p, [0.5 / 0.7, 0.2 / 0.7, 0, 0, 0])
+    # top-p keeps the smallest prefix reaching p: 0.5+0.2 = 0.7 >= 0.7
+    p = probabilities(logits, SamplingParams(temperature=1.0, top_k=0, top_p=0.7, min_p=0.0))
+    np.testing.assert_allclose(p, [0.5 / 0.7, 0.2 / 0.7, 0, 0, 0])
+    # min-p is relative to the top token: 0.15 / 0.5 = 0.3 >= 0.3, 0.1 / 0.5 < 0.3
+    p = probabilities(logits, SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.3))
+    np.testing.assert_allclose(p, np.array([0.5, 0.2, 0.15, 0, 0]) / 0.85)
+    # temperature applies after the filters
+    p = probabilities(logits, SamplingParams(temperature=0.5, top_k=2, top_p=1.0, min_p=0.0))
+    np.testing.assert_allclose(p, np.array([0.25, 0.04, 0, 0, 0]) / 0.29)
+
+
+def test_probabilities_ignore_minus_infinity():
+    logits = np.array([-np.inf, 1.0, -np.inf, 0.0])
+    p = probabilities(logits, SamplingParams(temperature=1.0, top_k=40, top_p=1.0, min_p=0.0))
+    assert p[0] == 0 and p[2] == 0
+    np.testing.assert_allclose(p[[1, 3]], np.exp([1.0, 0.0]) / np.exp([1.0, 0.0]).sum())
+
+
+def test_repeat_penalty_matches_llama_cpp_rule():
+    logits = np.array([2.0, -2.0, 1.0, 0.5])
+    out = apply_repeat_penalty(logits, np.array([0, 1, 1]), 2.0, 64)
+    np.testing.assert_allclose(out, [1.0, -4.0, 1.0, 0.5])
+    assert apply_repeat_penalty(logits, np.array([0, 1]), 2.0, 1)[0] == 2.0  # only the last token counts
+
+
+def test_verify_greedy():
+    assert verify_greedy(np.array([5, 6, 7]), np.array([5, 6, 7, 8])) == 3
+    assert verify_greedy(np.array([5, 9, 7]), np.array([5, 6, 7, 8])) == 1
+    assert verify_greedy(np.array([], dtype=np.int64), np.array([4])) == 0
+
+
+def test_sample_follows_the_distribution():
+    rng = np.random.default_rng(0)
+    p = np.array([0.1, 0.0, 0.6, 0.3])
+    counts = np.bincount([sample(p, rng) for _ in range(20000)], minlength=4)
+    assert counts[1] == 0
+    assert stats.chisquare(counts[[0, 2, 3]], 20000 * p[[0, 2, 3]]).pvalue > 1e-3
+
+
+def test_rejection_sampling_one_position_gives_p():
+    """x ~ q, accept with min(1, p/q), else residual: the emitted token is distributed as p."""
+    rng = np.random.default_rng(1)
+    p = np.array([0.05, 0.4, 0.3, 0.2, 0.05])
+    q = np.array([0.4, 0.1, 0.1, 0.0, 0.4])
+    p_next = np.full(5, 0.2)
+    n = 40000
+    firsts = np.empty(n, dtype=int)
+    accepted = 0
+    for i in range(n):
+        x = sample(q, rng)
+        n_acc, nxt = verify_stochastic(np.array([x]), [q], [p, p_next], rng)
+        accepted += n_acc
+        firsts[i] = x if n_acc == 1 else nxt
+    counts = np.bincount(firsts, minlength=5)
+    assert stats.chisquare(counts, n * p).pvalue > 1e-3
+    expected_accept = np.minimum(p, q).sum()
+    assert abs(accepted / n - expected_accept) < 0.02
+
+
+def test_rejection_sampling_chain_gives_joint_p():
+    """Two drafted positions with context-dependent p: the joint of the first two emitted tokens is p."""
+    rng = np.random.default_rng(2)
+    v = 3
+    p1 = np.array([0.5, 0.3, 0.2])
+    p2 = {a: rng.dirichlet(np.ones(v)) for a in range(v)}
+    q1 = np.array([0.2, 0.2, 0.6])
+    q2 = {a: rng.dirichlet(np.ones(v)) for a in range(v)}
+    n = 30000
+    counts = np.zeros((v, v))
+    for _ in range(n):
+        d1 = sample(q1, rng)
+        d2 = sample(q2[d1], rng)
+        n_acc, nxt = verify_stochastic(np.array([d1, d2]), [q1, q2[d1]], [p1, p2[d1], np.full(v, 1 / v)], rng)
+        if n_acc == 0:
+            a = nxt
+            b = sample(p2[a], rng)  # the next round would sample the second token from the target
+        elif n_acc == 1:
+            a, b = d1, nxt
+        else:
+            a, b = d1, d2
+        counts[a, b] += 1
+    expected = np.array([[p1[a] * p2[a][b] for b in range(v)] for a in range(v)]) * n
+    assert stats.chisquare(counts.ravel(), expected.ravel()).pvalue > 1e-3
+
+
+@pytest.fixture(scope="module")
+def noisy_pair(tmp_path_factory):
+    from converters import convert, write_checkpoint
+    from local_eagle.testing.tiny_pair import make_cycle_drafter, write_cycle_target
+
+    d = tmp_path_factory.mktemp("sampling")
+    target = write_cycle_target(d / "t.gguf", margin=0.25, noise=0.1, seed=4)
+    m = make_cycle_drafter(True, noise=0.05, seed=5)
+    ckpt = write_checkpoint(m.state_dict(), m.cfg.to_dict(), d / "ckpt")
+    draft = convert(ckpt, target, d / "d.gguf", outtype="f32").outfile
+    eng = Engine(target, draft, EngineOptions(n_ctx=256, n_batch=32, n_threads=1))
+    yield eng
+    eng.close()
+
+
+def _target_joint(eng: Engine, prompt: str, sp: SamplingParams) -> dict[tuple[int, int], float]:
+    """Exact distribution of the first two tokens when sampling from the target alone."""
+    toks = eng.tokenize(prompt)
+    ctx, n = eng.ctx, len(toks)
+    ctx.clear()
+    ctx.decode(toks, np.arange(n), np.arange(n) == n - 1)
+    p1 = probabilities(ctx.logits(n - 1, eng.n_vocab), sp)
+    joint = {}
+    for a in np.nonzero(p1)[0]:
+        ctx.remove_from(n)
+        ctx.decode(np.array([a]), np.array([n]), True)
+        p2 = probabilities(ctx.logits(0, eng.n_vocab), sp)
+        for b in np.nonzero(p2)[0]:
+            joint[(int(a), int(b))] = p1[a] * p2[b]
+    return joint
+
+
+def test_speculative_sampling_matches_target_distribution(noisy_pair):
+    eng = noisy_pair
+    sp = SamplingParams(temperature=1.0, top_k=4, top_p=1.0, min_p=0.0)
+    prompt = "xyzA"
+    joint = _target_joint(eng, prompt, sp)
+    keys = sorted(joint)
+    n = 3000
+    counts = dict.fromkeys(keys, 0)
+    drafted = accepted = 0
+    for seed in range(n):
+        # three tokens, so the round after the first token drafts; the first two are compared
+        res = eng.generate(prompt, max_tokens=3, sampling=SamplingParams(**{**sp.__dict__, "seed": seed}), draft_max=4)
+        counts[tuple(res.tokens[:2])] += 1
+        drafted += res.stats.drafted_tokens
+        accepted += res.stats.accepted_tokens
+    assert 0 < accepted < drafted  # both acceptance and rejection-resampling were exercised
+    obs = np.array([counts[k] for k in keys], dtype=float)
+    exp = np.array([joint[k] for k in keys]) * n
+    # merge rare cells so the chi-square approximation holds
+    rare = exp < 5
+    if rare.any():
+        obs = np.append(obs[~rare], obs[rare].sum())
+        exp = np.append(exp[~rare], exp[rare].sum())
+    assert stats.chisquare(obs, exp).pvalue > 1e-3

@@ -1,0 +1,348 @@
+"""`local-eagle serve` through the official ``ollama`` and ``openai`` clients, on a free localhost port.
+
+The tiny cycle pair answers any prompt ending outside A..P with "PABCDEFGHIJKLMNOP..." greedily,
+so every output below is known exactly.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import ollama
+import openai
+import pytest
+import uvicorn
+from typer.testing import CliRunner
+
+from converters import convert, write_checkpoint
+from local_eagle.cli.app import app
+from local_eagle.runtime.engine import Engine, EngineOptions
+from local_eagle.serve.server import EagleServer, ServeConfig, create_app
+from local_eagle.testing.tiny_pair import make_cycle_drafter, write_cycle_target
+
+CYCLE = "P" + "ABCDEFGHIJKLMNOP" * 300
+GREEDY = {"temperature": 0}
+
+
+def greedy_body(n: int, stream: bool = False) -> dict:
+    """A raw /api/generate request for n greedy tokens after "hi"."""
+    return {"model": "cycle", "prompt": "hi", "stream": stream, "options": {**GREEDY, "num_predict": n}}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    d = tmp_path_factory.mktemp("serve")
+    target = write_cycle_target(d / "target.gguf")
+    m = make_cycle_drafter(True)
+    draft = convert(write_checkpoint(m.state_dict(), m.cfg.to_dict(), d / "ckpt"), target, d / "draft.gguf").outfile
+    return d, target, draft
+
+
+@pytest.fixture(scope="module")
+def served(pair):
+    _, target, draft = pair
+    engine = Engine(target, draft, EngineOptions(n_ctx=4096, n_threads=1))
+    server = EagleServer(engine, ServeConfig(name="cycle", model=target, draft=draft))
+    port = _free_port()
+    uv = uvicorn.Server(uvicorn.Config(create_app(server), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=uv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not uv.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
+        time.sleep(0.05)
+    try:
+        yield server, f"http://127.0.0.1:{port}"
+    finally:
+        uv.should_exit = True
+        thread.join(timeout=30)
+        engine.close()
+
+
+@pytest.fixture
+def oll(served):
+    return ollama.Client(host=served[1])
+
+
+@pytest.fixture
+def oai(served):
+    return openai.OpenAI(base_url=served[1] + "/v1", api_key="x", max_retries=0)
+
+
+def test_ollama_generate_and_chat(oll):
+    r = oll.generate(model="cycle", prompt="hi", options={**GREEDY, "num_predict": 20})
+    assert r.response == CYCLE[:20]
+    assert r.done and r.done_reason == "length"
+    assert r.eval_count == 20 and r.prompt_eval_count > 0
+    assert r.total_duration > 0 and r.eval_duration > 0 and r.load_duration is not None
+    hi = [{"role": "user", "content": "hi"}]
+    c = oll.chat(model="cycle:latest", messages=hi, options={**GREEDY, "num_predict": 9})
+    assert c.message.role == "assistant" and c.message.content == CYCLE[:9]
+    assert c.eval_count == 9 and c.done_reason == "length"
+    # the ollama client drops fields it does not know: read our speculative stats raw
+    raw = httpx.post(str(oll._client.base_url) + "/api/generate", json=greedy_body(40))
+    stats = raw.json()["speculative"]
+    assert stats["acceptance_length"] > 2 and stats["drafted_tokens"] > 0 and stats["generated_tokens"] == 40
+
+
+def test_ollama_stop_draft_and_stream(oll):
+    r = oll.generate(model="cycle", prompt="hi", options={**GREEDY, "num_predict": 50, "stop": ["G"],
+                                                          "draft_num_predict": 0})  # fmt: skip
+    assert r.response == "PABCDEF" and r.done_reason == "stop"
+    parts = list(oll.generate(model="cycle", prompt="hi", stream=True, options={**GREEDY, "num_predict": 30}))
+    assert len(parts) > 2 and all(not p.done for p in parts[:-1])
+    assert "".join(p.response for p in parts) == CYCLE[:30]
+    assert parts[-1].done and parts[-1].eval_count == 30
+    chunks = list(oll.chat(model="cycle", messages=[{"role": "user", "content": "x"}], stream=True,
+                           options={**GREEDY, "num_predict": 12}))  # fmt: skip
+    assert "".join(c.message.content for c in chunks) == CYCLE[:12] and chunks[-1].done
+
+
+def test_ollama_listing(oll):
+    (m,) = oll.list().models
+    assert m.model == "cycle:latest" and m.details.format == "gguf" and m.size > 0
+    s = oll.show("cycle")
+    assert "FROM" in s.modelfile and "DRAFT" in s.modelfile and s.details.format == "gguf"
+    (p,) = oll.ps().models
+    assert p.model == "cycle:latest" and p.context_length == 4096
+    assert httpx.get(str(oll._client.base_url) + "/api/version").json()["version"]
+
+
+def test_ollama_errors(oll):
+    with pytest.raises(ollama.ResponseError) as e:
+        oll.generate(model="nope", prompt="hi")
+    assert e.value.status_code == 404 and "not found" in e.value.error
+    with pytest.raises(ollama.ResponseError) as e:
+        oll.generate(model="cycle", prompt="hi", options={"temperature": "hot"})
+    assert e.value.status_code == 400
+    with pytest.raises(ollama.ResponseError) as e:
+        list(oll.chat(model="cycle", messages=[{"role": "user", "content": "hi"}], stream=True, options={"top_p": 5}))
+    assert e.value.status_code == 400 and "top_p" in e.value.error
+    assert oll.chat(model="cycle", messages=[]).done_reason == "load"  # Ollama's way to preload a model
+    base = str(oll._client.base_url)
+    r = httpx.post(base + "/api/chat", content=b"{not json")
+    assert r.status_code == 400 and "error" in r.json()
+    r = httpx.post(base + "/api/generate", json={"model": "cycle", "prompt": "x" * 5000, "stream": True})
+    assert r.status_code == 400 and "context" in r.json()["error"]
+    r = httpx.post(base + "/api/chat", json={"model": "cycle", "messages": [{"content": "no role"}]})
+    assert r.status_code == 400 and "role" in r.json()["error"]
+    for bad in ({"repeat_penalty": 0}, {"top_p": 2}, {"seed": "x"}, {"num_predict": True}):
+        r = httpx.post(base + "/api/generate", json={"model": "cycle", "prompt": "hi", "options": bad})
+        assert r.status_code == 400 and isinstance(r.json()["error"], str), bad
+    nan = b'{"model": "cycle", "prompt": "hi", "options": {"temperature": NaN}}'  # Python's json reads NaN
+    r = httpx.post(base + "/api/generate", content=nan)
+    assert r.status_code == 400 and "finite" in r.json()["error"]
+    assert oll.generate(model="cycle", prompt="hi", options={"seed": -1, "num_predict": 2}).done  # -1: a random seed
+    r = httpx.post(base + "/api/show", json={"model": "nope"})
+    assert r.status_code == 404 and "not found" in r.json()["error"]
+    assert httpx.get(base + "/api/nowhere").json() == {"error": "Not Found"}
+    r = httpx.post(base + "/api/generate", json=["model"])
+    assert r.status_code == 400 and isinstance(r.json()["error"], str)
+    assert oll.generate(model="cycle", prompt="hi", options={**GREEDY, "num_predict": 3}).response == "PAB"
+
+
+def test_openai_chat_and_completions(oai):
+    r = oai.chat.completions.create(model="cycle", messages=[{"role": "user", "content": "hi"}], max_tokens=10,
+                                    temperature=0)  # fmt: skip
+    assert r.choices[0].message.content == CYCLE[:10] and r.choices[0].finish_reason == "length"
+    assert r.usage.completion_tokens == 10 and r.usage.total_tokens == r.usage.prompt_tokens + 10
+    assert r.model_extra["speculative"]["acceptance_length"] > 2
+    c = oai.completions.create(model="cycle", prompt="hi", max_tokens=40, temperature=0, stop=["H"])
+    assert c.choices[0].text == "PABCDEFG" and c.choices[0].finish_reason == "stop"
+    assert [m.id for m in oai.models.list()] == ["cycle"]
+
+
+def test_openai_streaming(oai):
+    s = oai.chat.completions.create(model="cycle", messages=[{"role": "user", "content": "hi"}], max_tokens=25,
+                                    temperature=0, stream=True, stream_options={"include_usage": True})  # fmt: skip
+    chunks = list(s)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == CYCLE[:25]
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+    assert chunks[-1].usage.completion_tokens == 25
+    s = oai.completions.create(model="cycle", prompt="hi", max_tokens=7, temperature=0, stream=True)
+    assert "".join(c.choices[0].text for c in s) == CYCLE[:7]
+
+
+def test_openai_errors(oai):
+    with pytest.raises(openai.NotFoundError) as e:
+        oai.chat.completions.create(model="gpt-4", messages=[{"role": "user", "content": "hi"}])
+    assert e.value.body["code"] == "model_not_found" and "not found" in e.value.body["message"]
+    with pytest.raises(openai.BadRequestError) as e:
+        oai.chat.completions.create(model="cycle", messages="hi")
+    assert e.value.body["type"] == "invalid_request_error"
+    with pytest.raises(openai.BadRequestError):
+        oai.completions.create(model="cycle", prompt="hi", max_tokens=-3, stream=True)
+    with pytest.raises(openai.BadRequestError) as e:
+        oai.chat.completions.create(model="cycle", messages=[{"role": "user", "content": "hi"}],
+                                    response_format={"type": "json_object"})  # fmt: skip
+    assert "not supported" in e.value.body["message"]
+    r = httpx.get(str(oai.base_url) + "nowhere")
+    assert r.status_code == 404 and r.json()["error"]["message"]
+    assert oai.completions.create(model="cycle", prompt="hi", max_tokens=2, temperature=0).choices[0].text == "PA"
+
+
+def test_two_concurrent_clients(served, oll, oai):
+    server, _ = served
+    n_before = len(server.records)
+    results: dict[str, str] = {}
+
+    def with_ollama() -> None:
+        results["ollama"] = oll.generate(model="cycle", prompt="hi", options={**GREEDY, "num_predict": 300}).response
+
+    def with_openai() -> None:
+        s = oai.completions.create(model="cycle", prompt="hi", max_tokens=250, temperature=0, stream=True)
+        results["openai"] = "".join(c.choices[0].text for c in s)
+
+    threads = [threading.Thread(target=f) for f in (with_ollama, with_openai)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert results == {"ollama": CYCLE[:300], "openai": CYCLE[:250]}
+    a, b = sorted(list(server.records)[n_before:], key=lambda r: r.started)
+    assert a.finished <= b.started  # one generation at a time
+    assert (a.stop_reason, b.stop_reason) == ("length", "length")
+
+
+def test_client_disconnect_cancels_generation(served, oll):
+    server, base = served
+    n_before = len(server.records)
+    t0 = time.perf_counter()
+    with httpx.stream("POST", base + "/api/generate", json=greedy_body(4000, stream=True)) as r:
+        lines = r.iter_lines()
+        assert '"response"' in next(lines)
+    deadline = time.monotonic() + 30
+    while len(server.records) == n_before:
+        assert time.monotonic() < deadline, "the cancelled generation never ended"
+        time.sleep(0.05)
+    rec = server.records[-1]
+    assert rec.stop_reason == "cancelled" and rec.pieces < 4000 and rec.finished - t0 < 5
+    assert oll.generate(model="cycle", prompt="hi", options={**GREEDY, "num_predict": 5}).response == "PABCD"
+
+
+def test_openai_stream_closed_early_cancels(served, oai):
+    server, _ = served
+    n_before = len(server.records)
+    t0 = time.perf_counter()
+    s = oai.chat.completions.create(model="cycle", messages=[{"role": "user", "content": "hi"}], max_tokens=4000,
+                                    temperature=0, stream=True)  # fmt: skip
+    assert next(iter(s)).choices[0].delta.content == "P"
+    s.close()
+    deadline = time.monotonic() + 30
+    while len(server.records) == n_before:
+        assert time.monotonic() < deadline, "the cancelled generation never ended"
+        time.sleep(0.05)
+    rec = server.records[-1]
+    assert rec.stop_reason == "cancelled" and rec.pieces < 4000 and rec.finished - t0 < 5
+    assert oai.completions.create(model="cycle", prompt="hi", max_tokens=3, temperature=0).choices[0].text == "PAB"
+
+
+def test_a_failing_generation_is_a_500_and_the_server_goes_on(served, oll, oai, monkeypatch):
+    server, _ = served
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("llama.cpp fell over")
+
+    monkeypatch.setattr(server.engine, "stream", boom)
+    with pytest.raises(ollama.ResponseError) as e:
+        oll.generate(model="cycle", prompt="hi")
+    assert e.value.status_code == 500 and "fell over" in e.value.error
+    with pytest.raises(openai.InternalServerError) as e:
+        oai.completions.create(model="cycle", prompt="hi", max_tokens=3)
+    assert e.value.body["type"] == "server_error"
+    monkeypatch.undo()
+    assert oll.generate(model="cycle", prompt="hi", options={**GREEDY, "num_predict": 2}).response == "PA"
+
+
+def test_sampling_follows_the_seed(oai):
+    def once(seed: int) -> str:
+        return oai.completions.create(model="cycle", prompt="hi", max_tokens=30, temperature=1.5, top_p=1.0,
+                                      seed=seed, extra_body={"top_k": 0, "min_p": 0.0}).choices[0].text  # fmt: skip
+
+    assert once(7) == once(7)
+    assert once(1) != once(2)  # at temperature 1.5 the cycle pair's samples differ by seed
+
+
+def test_non_streaming_client_that_gives_up_cancels(served, oll):
+    server, base = served
+    n_before = len(server.records)
+    t0 = time.perf_counter()  # the clock of the server's records
+    with pytest.raises(httpx.ReadTimeout):  # 4000 tokens take tens of seconds here
+        httpx.post(base + "/api/generate", json=greedy_body(4000), timeout=0.5)
+    deadline = time.monotonic() + 30
+    while len(server.records) == n_before:
+        assert time.monotonic() < deadline, "the abandoned generation never ended"
+        time.sleep(0.05)
+    rec = server.records[-1]
+    assert rec.stop_reason == "cancelled" and rec.pieces < 4000
+    assert rec.finished - t0 < 5  # stopped soon after the client left, not at the end of the generation
+    assert oll.generate(model="cycle", prompt="hi", options={**GREEDY, "num_predict": 4}).response == "PABC"
+
+
+def test_timeouts(served, oll):
+    server, base = served
+    cfg = server.config
+    cfg.generation_timeout = 0.05
+    try:
+        r = httpx.post(base + "/api/generate", json=greedy_body(4000)).json()
+    finally:
+        cfg.generation_timeout = None
+    assert r["done_reason"] == "length" and r["speculative"]["stop_reason"] == "timeout"
+    assert 0 < r["eval_count"] < 4000 and CYCLE.startswith(r["response"])
+    cfg.queue_timeout = 0.2
+    server.lock.acquire()  # another generation holds the engine
+    try:
+        with pytest.raises(ollama.ResponseError) as e:
+            oll.generate(model="cycle", prompt="hi", options={"num_predict": 2})
+        assert e.value.status_code == 503 and "busy" in e.value.error
+    finally:
+        server.lock.release()
+        cfg.queue_timeout = 300.0
+    assert oll.generate(model="cycle", prompt="hi", options={**GREEDY, "num_predict": 2}).response == "PA"
+
+
+def test_serve_command_with_a_modelfile(pair):
+    d, target, draft = pair
+    mf = d / "cyc.Modelfile"
+    mf.write_text(f"FROM {target}\nDRAFT {draft}\nPARAMETER temperature 0\nPARAMETER stop E\nPARAMETER num_ctx 512\n")
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "local_eagle", "serve", "-f", str(mf), "--port", str(port), "--threads", "1",
+         "--log-level", "warning"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        client = ollama.Client(host=f"http://127.0.0.1:{port}")
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                models = client.list().models
+                break
+            except (httpx.ConnectError, ConnectionError):
+                assert proc.poll() is None and time.monotonic() < deadline, "serve did not start"
+                time.sleep(0.2)
+        assert [m.model for m in models] == ["cyc:latest"]
+        assert client.ps().models[0].context_length == 512
+        assert client.generate(model="cyc", prompt="hi").response == "PABCD"  # the Modelfile's parameters
+    finally:
+        proc.send_signal(signal.SIGINT)
+        output = proc.communicate(timeout=30)[0]
+    assert "serving cyc" in output and "Traceback" not in output
+
+
+def test_serve_command_needs_a_model():
+    r = CliRunner().invoke(app, ["serve"])
+    assert r.exit_code == 2 and "give --model" in r.output

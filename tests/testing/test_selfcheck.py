@@ -1,0 +1,29 @@
+"""The built-in jobs: the tiny self-check (default run) and the Gemma 3 270M demo pair (slow)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from local_eagle.cli.app import app
+
+runner = CliRunner()
+
+
+def test_selfcheck_agrees_with_the_reference():
+    r = runner.invoke(app, ["selfcheck", "--json"])
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.output.strip().splitlines()[-1])
+    assert {row["outtype"] for row in rows} == {"f32", "f16", "q8_0"}
+    assert all(row["ok"] for row in rows)
+
+
+@pytest.mark.slow
+def test_demo_pair_is_lossless_and_accepts():
+    r = runner.invoke(app, ["demo", "--json", "-n", "64"])
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.output.strip().splitlines()[-1])
+    assert res["identical"]
+    assert res["speculative"]["acceptance_length"] > 1.5

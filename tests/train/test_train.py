@@ -1,0 +1,103 @@
+"""`local-eagle train` end to end on a tiny target: capture, training, checkpoint, conversion, speculation."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from converters.formats import read_checkpoint, to_reference
+from local_eagle.cli.app import app
+from local_eagle.errors import LocalEagleError
+from local_eagle.runtime.engine import Engine, EngineOptions
+from local_eagle.testing.oracle import agrees, compare
+from local_eagle.testing.tiny_pair import write_cycle_target
+from local_eagle.train.trainer import TrainConfig, train
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    d = tmp_path_factory.mktemp("train")
+    target = write_cycle_target(d / "target.gguf")
+    rng = np.random.default_rng(0)
+    alpha = list("ABCDEFGHIJKLMNOPabcxyz ")
+    prompts = d / "prompts.jsonl"
+    with prompts.open("w") as f:
+        for _ in range(16):
+            f.write(json.dumps({"prompt": "".join(rng.choice(alpha, size=rng.integers(3, 12)))}) + "\n")
+        f.write(json.dumps({"text": "ABCDEFGHIJ xyz ABCDEFG"}) + "\n")
+    return d, target, prompts
+
+
+def cfg(**kw) -> TrainConfig:
+    base = dict(draft_vocab=64, epochs=6, lr=1e-3, max_tokens_per_sample=40, n_threads=1, target_layers=[1, 3, 4])
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def mean_acceptance(target, draft) -> float:
+    with Engine(target, draft, EngineOptions(n_ctx=256, n_threads=1)) as eng:
+        lens = [eng.generate(p, max_tokens=48, draft_max=4).stats.acceptance_length for p in ("hello", "abc", "xyz")]
+    return float(np.mean(lens))
+
+
+def test_train_end_to_end_beats_untrained(setup, tmp_path):
+    d, target, prompts = setup
+    train(target, prompts, tmp_path / "untrained", cfg(epochs=0), gguf_out=tmp_path / "u.gguf", progress=False)
+    reports = train(target, prompts, tmp_path / "trained", cfg(), gguf_out=tmp_path / "t.gguf", progress=False)
+    assert len(reports) == 6 and reports[-1].train_loss < reports[0].train_loss
+    assert len(list((tmp_path / "trained" / "data").glob("sample-*.npz"))) == 17
+    ck = read_checkpoint(tmp_path / "trained" / "drafter")
+    assert ck.flags["fc_norm"] and ck.flags["norm_output"] and ck.config["draft_vocab_size"] == 64
+    untrained, trained = mean_acceptance(target, tmp_path / "u.gguf"), mean_acceptance(target, tmp_path / "t.gguf")
+    assert trained > untrained + 1.0, (untrained, trained)
+    # the trained checkpoint converts and runs on llama.cpp as the torch reference says
+    steps = compare(tmp_path / "t.gguf", target, to_reference(ck), n_steps=3)
+    assert all(agrees("q8_0", s) for s in steps)
+
+
+def test_resume_continues(setup, tmp_path):
+    d, target, prompts = setup
+    out = tmp_path / "run"
+    first = train(target, prompts, out, cfg(epochs=1), progress=False)
+    with pytest.raises(LocalEagleError, match="--resume"):
+        train(target, prompts, out, cfg(epochs=2), progress=False)
+    both = train(target, prompts, out, cfg(epochs=2), resume=True, progress=False)
+    assert len(first) == 1 and len(both) == 2
+    assert both[0] == first[0]
+
+
+def test_eagle3_arch_and_cli(setup, tmp_path):
+    d, target, prompts = setup
+    r = runner.invoke(
+        app, ["train", "--target", str(target), "--prompts", str(prompts), "--out", str(tmp_path / "e3"),
+              "--arch", "eagle3", "--draft-vocab", "64", "--epochs", "1", "--max-tokens-per-sample", "24",
+              "--target-layers", "1,3,4", "--threads", "1", "--json"],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert len(json.loads(r.output.strip().splitlines()[-1])) == 1
+    ck = read_checkpoint(tmp_path / "e3" / "drafter")
+    assert not ck.flags["fc_norm"] and not ck.flags["norm_output"]
+
+
+def test_empty_prompt_set(setup, tmp_path):
+    _, target, _ = setup
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    r = runner.invoke(app, ["train", "--target", str(target), "--prompts", str(empty), "--out", str(tmp_path / "o")])
+    assert r.exit_code == 2 and "empty" in r.output
+
+
+def test_disk_space_is_checked(setup, tmp_path, monkeypatch):
+    import shutil
+
+    from local_eagle.train import data as traindata
+
+    _, target, prompts = setup
+    monkeypatch.setattr(traindata.shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(10**9, 10**9, 1000))
+    with pytest.raises(LocalEagleError, match="is free"):
+        train(target, prompts, tmp_path / "full", cfg(), progress=False)
