@@ -155,6 +155,18 @@ def assert_matches_reference(feats: np.ndarray, ref: list[np.ndarray], layers: l
                 assert np.abs(got - ref[other]).max() > 0.1 * scale, f"layer {k} also matches layer {other}"
 
 
+def assert_same_rows_across_shapes(got: np.ndarray, ref: np.ndarray) -> None:
+    """Rows computed in batches of other shapes equal the reference rows, in order.
+
+    llama.cpp's CPU kernels differ by batch shape and instruction set, so rows agree to about 1e-3
+    of their magnitude, not to the last bit; one row out of place would be off by far more.
+    """
+    tol = 1e-3 * float(np.abs(ref).max())
+    assert got.shape == ref.shape
+    assert np.abs(got - ref).max() <= tol
+    assert np.abs(got[1:] - ref[:-1]).max() > 10 * tol, "rows out of order would pass too"
+
+
 # --- llama: native staging vs the callback --------------------------------------------------------
 
 
@@ -195,7 +207,7 @@ def test_multi_ubatch_decode_is_captured_whole(llama: Model, contexts: list[Cont
     for mode in ("native", "callback"):
         cap, ctx = open_capture(llama, LLAMA_LAYERS, mode, contexts, n_ubatch=8)
         (feats,) = decode_chunks(cap, ctx, toks, [N_TOKENS])
-        np.testing.assert_allclose(feats, ref, rtol=0, atol=1e-5)
+        assert_same_rows_across_shapes(feats, ref)
 
 
 def test_callback_keeps_up_over_many_decodes(llama: Model, contexts: list[Context]) -> None:
@@ -219,7 +231,7 @@ def test_rollback_and_redecode(llama: Model, contexts: list[Context]) -> None:
         first = cap.features(5)
         ctx.remove_from(12)
         ctx.decode(toks[12:15], np.arange(12, 15), True)
-        np.testing.assert_allclose(cap.features(3), first[2:], rtol=0, atol=1e-5)
+        assert_same_rows_across_shapes(cap.features(3), first[2:])
 
 
 # --- gemma3: no native staging; the callback path ---------------------------------------------------
@@ -240,11 +252,10 @@ def test_gemma3_chunked_prefill_equals_single(gemma: Model, contexts: list[Conte
     (single,) = decode_chunks(cap, ctx, toks, [N_TOKENS])
     cap, ctx = open_capture(gemma, GEMMA_LAYERS, "callback", contexts)
     chunked = np.concatenate(decode_chunks(cap, ctx, toks, [5, 5, 1, 12, 7]))
-    tol = 1e-4 * np.abs(single).max()  # kernels differ between 1-row and many-row batches
-    np.testing.assert_allclose(chunked, single, rtol=0, atol=tol)
+    assert_same_rows_across_shapes(chunked, single)
     cap, ctx = open_capture(gemma, GEMMA_LAYERS, "callback", contexts, n_ubatch=4)
     (split,) = decode_chunks(cap, ctx, toks, [N_TOKENS])
-    np.testing.assert_allclose(split, single, rtol=0, atol=tol)
+    assert_same_rows_across_shapes(split, single)
 
 
 def test_gemma3_features_follow_the_tokens_causally(gemma: Model, contexts: list[Context]) -> None:

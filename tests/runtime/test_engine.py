@@ -111,8 +111,23 @@ def test_draft_p_min_stops_drafting(engine):
     assert strict.stats.drafted_tokens < free.stats.drafted_tokens
 
 
+def _fresh_last_logits(target: Path, tokens: np.ndarray) -> np.ndarray:
+    """Logits of the last row after a fresh prefill of ``tokens`` in a new context."""
+    fresh = Engine(target, None, OPTS)
+    try:
+        fresh.ctx.decode(tokens, np.arange(len(tokens)), np.arange(len(tokens)) == len(tokens) - 1)
+        return fresh.ctx.logits(len(tokens) - 1, fresh.n_vocab).copy()
+    finally:
+        fresh.close()
+
+
 @pytest.mark.parametrize("name", ["random-3.1", "noisy-3"])
 def test_rollback_leaves_the_target_cache_as_a_fresh_prefill(engine, pairs, name):
+    """After rejections and rollbacks the target's cache holds exactly the kept tokens.
+
+    A 1-row decode and a many-row prefill run different CPU kernels (AVX2, AVX-512, AMX differ
+    too), so they agree only to about 1e-3 of the logits' spread; a cache row left over from a
+    rejected draft moves the logits by far more than that (the control below)."""
     eng = engine(name)
     for text in prompts(40, seed=9):
         res = eng.generate(text, max_tokens=40, draft_max=6)
@@ -121,19 +136,20 @@ def test_rollback_leaves_the_target_cache_as_a_fresh_prefill(engine, pairs, name
             break  # rejections to roll back (after partial accepts where the drafter can get some right)
     else:
         pytest.fail("no prompt produced rejections")
-    prompt = eng.tokenize(text)
-    kept = np.concatenate([prompt, np.array(res.tokens[:-1], dtype=np.int32)])
-    L = len(kept)
-    assert eng.ctx.pos_max() == L - 1
-    eng.ctx.decode(np.array([res.tokens[-1]]), np.array([L]), True)
+    kept = np.concatenate([eng.tokenize(text), np.array(res.tokens[:-1], dtype=np.int32)])
+    n_kept = len(kept)
+    assert eng.ctx.pos_max() == n_kept - 1
+    eng.ctx.decode(np.array([res.tokens[-1]]), np.array([n_kept]), True)
     after_loop = eng.ctx.logits(0, eng.n_vocab)
-    fresh = Engine(pairs[name][0], None, EngineOptions(n_ctx=512, n_batch=64, n_threads=1))
-    try:
-        everything = np.concatenate([kept, np.array([res.tokens[-1]], dtype=np.int32)])
-        fresh.ctx.decode(everything, np.arange(len(everything)), np.arange(len(everything)) == len(everything) - 1)
-        np.testing.assert_allclose(after_loop, fresh.ctx.logits(len(everything) - 1, fresh.n_vocab), atol=1e-4)
-    finally:
-        fresh.close()
+    everything = np.concatenate([kept, np.array([res.tokens[-1]], dtype=np.int32)])
+    target = pairs[name][0]
+    reference = _fresh_last_logits(target, everything)
+    tolerance = 2e-3 * float(reference.max() - reference.min())
+    assert np.abs(after_loop - reference).max() <= tolerance
+    if name.startswith("random"):  # the cycle targets read only the last token, so a stale row cannot show
+        stale = everything.copy()
+        stale[-3] = (stale[-3] + 7) % eng.n_vocab  # a rejected draft kept in place of an accepted token
+        assert np.abs(_fresh_last_logits(target, stale) - reference).max() > 10 * tolerance
 
 
 def test_stop_string_is_not_emitted(engine):
