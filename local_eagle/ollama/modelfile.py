@@ -424,12 +424,17 @@ def _semver(value: str, at: str) -> str:
     return v[1:]
 
 
+def template_error(where: str, line: int, e: GoTemplateError) -> ModelfileError:
+    """A template error at its line in the Modelfile (the TEMPLATE starts on ``line``)."""
+    at = line + (e.line - 1 if e.line else 0)
+    return ModelfileError(f"{where}:{at}: TEMPLATE: {e.msg}")
+
+
 def _check_template(text: str, where: str, line: int) -> None:
     try:
         parse_template(text)
     except GoTemplateError as e:
-        at = line + (e.line - 1 if e.line else 0)
-        raise ModelfileError(f"{where}:{at}: TEMPLATE: {e.msg}") from None
+        raise template_error(where, line, e) from None
 
 
 def _set_parameter(params: dict[str, Any], cmd: _Command, at: str, warnings: list[str]) -> None:

@@ -168,15 +168,21 @@ def render_prompt(
     return render_ollama(DEFAULT_TEMPLATE, msgs)
 
 
-def modelfile_prompt(modelfile: Any, messages: Sequence[Any], tools: Sequence[Mapping[str, Any]] | None = None) -> str:
-    """:func:`render_prompt` with a parsed Modelfile's TEMPLATE, SYSTEM, MESSAGE history and FROM GGUF."""
+def modelfile_prompt(
+    modelfile: Any,
+    messages: Sequence[Any],
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    system: str | None = None,
+) -> str:
+    """:func:`render_prompt` with a parsed Modelfile's TEMPLATE, SYSTEM, MESSAGE history and FROM GGUF;
+    ``system`` replaces the Modelfile's SYSTEM, as ``/set system`` and a request's ``system`` do."""
     from local_eagle.ollama.modelfile import Modelfile, resolve_model
 
     assert isinstance(modelfile, Modelfile)
     gguf: Path | None = None if modelfile.template is not None else resolve_model(modelfile)
     return render_prompt(
         messages,
-        system=modelfile.system,
+        system=system if system is not None else modelfile.system,
         template=modelfile.template,
         gguf_path=gguf,
         history=[m.to_dict() for m in modelfile.messages],
