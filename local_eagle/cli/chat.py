@@ -25,27 +25,20 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from local_eagle.errors import LocalEagleError
+from local_eagle.ollama import parameters
 from local_eagle.ollama.modelfile import (
     DEFAULT_DRAFT_NUM_PREDICT,
-    DEPRECATED_PARAMETERS,
-    LIST_PARAMETERS,
-    PARAMETERS,
     Message,
     Modelfile,
-    ModelfileError,
     format_modelfile,
     format_parameter,
-    parse_parameter,
 )
 from local_eagle.runtime.sampling import SamplingParams
 
 DEFAULT_CTX = 4096
 # parameters fixed when the engine is created: changing one reloads the model
-LOAD_PARAMETERS = frozenset({"num_ctx", "num_gpu", "num_thread"})
-# parameters Ollama accepts that local-eagle's engine has no use for
-UNUSED_PARAMETERS = frozenset(
-    {"num_keep", "num_batch", "main_gpu", "use_mmap", "typical_p", "presence_penalty", "frequency_penalty"}
-)
+LOAD_PARAMETERS = parameters.LOAD
+UNUSED_PARAMETERS = parameters.UNUSED
 
 HELP = """Available Commands:
   /set            Set session variables
@@ -379,26 +372,20 @@ class ChatSession:
         if len(args) < 2:
             return PARAMETER_HELP
         name, values = args[0], args[1:]
-        if name in DEPRECATED_PARAMETERS:
+        if name in parameters.DEPRECATED:
             return f"Couldn't set parameter: {name} is deprecated and ignored (as in Ollama)\n"
-        if name not in PARAMETERS:
-            close = difflib.get_close_matches(name, sorted(PARAMETERS), n=1)
-            hint = f"; did you mean {close[0]}?" if close else ""
-            return f"Couldn't set parameter: unknown parameter '{name}'{hint}\n"
-        if name in LIST_PARAMETERS:
-            self.parameters[name] = list(values)
-            return f"Set parameter '{name}' to '{', '.join(values)}'\n"
-        if len(values) != 1:
-            return f"Couldn't set parameter: {name} takes one value, got {len(values)}\n"
-        at = "/set parameter"
         try:
-            value = parse_parameter(name, values[0], at)
-        except ModelfileError as e:
-            msg = str(e).removeprefix(f"{at}: ").removeprefix("PARAMETER ")
-            return f"Couldn't set parameter: {msg}\n"
-        problem = check_parameter(name, value)
-        if problem:
-            return f"Couldn't set parameter: {problem}\n"
+            if name in parameters.LISTS:
+                value: Any = parameters.check(name, list(values))
+            elif len(values) != 1:
+                return f"Couldn't set parameter: {name} takes one value, got {len(values)}\n"
+            else:
+                value = parameters.parse_text(name, values[0])
+        except parameters.ParameterError as e:
+            return f"Couldn't set parameter: {e}\n"
+        if name in parameters.LISTS:
+            self.parameters[name] = value
+            return f"Set parameter '{name}' to '{', '.join(values)}'\n"
         old = self.parameters.get(name)
         self.parameters[name] = value
         note = ""
@@ -485,19 +472,11 @@ class ChatSession:
 
 
 def check_parameter(name: str, value: Any) -> str:
-    """Why a value of the right type cannot run (empty when it can): the engine's own limits."""
-    if name == "draft_num_predict" and value < 0:
-        return f"draft_num_predict must be 0 (no drafting) or more, got {value}"
-    if name == "num_ctx" and value < 16:
-        return f"num_ctx must be at least 16, got {value}"
-    if name == "num_predict" and value == 0:
-        return "num_predict must be at least 1, or -1 for no limit"
-    if name == "num_thread" and value < 0:
-        return f"num_thread must be 0 (all cores) or more, got {value}"
-    if name in ("top_p", "min_p") and not 0.0 <= value <= 1.0:
-        return f"{name} must be between 0 and 1, got {format_parameter(value)}"
-    if name == "repeat_penalty" and value <= 0:
-        return f"repeat_penalty must be positive, got {format_parameter(value)}"
+    """Why a value cannot run (empty when it can), by the one parameter table."""
+    try:
+        parameters.check(name, value)
+    except parameters.ParameterError as e:
+        return str(e)
     return ""
 
 

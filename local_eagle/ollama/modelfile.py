@@ -13,10 +13,8 @@ converts it against the FROM model once and caches the GGUF.
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
-import math
 import os
 import re
 from collections.abc import Iterator, Mapping
@@ -25,34 +23,17 @@ from pathlib import Path
 from typing import Any
 
 from local_eagle.errors import LocalEagleError
-from local_eagle.ollama.template import GoTemplateError, go_float
+from local_eagle.ollama.parameters import DEPRECATED, PARAMETERS, ParameterError, lookup, parse_text
+from local_eagle.ollama.parameters import format_value as format_parameter
+from local_eagle.ollama.template import GoTemplateError
 from local_eagle.ollama.template import parse as parse_template
 
 INSTRUCTIONS = ("from", "parameter", "template", "system", "message", "license", "draft", "adapter")
 INSTRUCTIONS += ("requires", "renderer", "parser")
 ROLES = ("system", "user", "assistant")
 
-# api.Options / api.Runner: the json names Ollama's FormatParams accepts, by Go type
-INT_PARAMETERS = frozenset(
-    {"num_keep", "seed", "num_predict", "top_k", "repeat_last_n", "num_ctx", "num_batch", "num_gpu", "main_gpu"}
-    | {"num_thread", "draft_num_predict"}
-)
-FLOAT_PARAMETERS = frozenset(
-    {"top_p", "min_p", "typical_p", "temperature", "repeat_penalty", "presence_penalty", "frequency_penalty"}
-)
-BOOL_PARAMETERS = frozenset({"use_mmap"})
-LIST_PARAMETERS = frozenset({"stop"})
-PARAMETERS = INT_PARAMETERS | FLOAT_PARAMETERS | BOOL_PARAMETERS | LIST_PARAMETERS
-# Ollama warns "parameter X is deprecated" and drops these
-DEPRECATED_PARAMETERS = frozenset(
-    {"penalize_newline", "low_vram", "f16_kv", "logits_all", "vocab_only", "use_mlock", "mirostat"}
-    | {"mirostat_tau", "mirostat_eta"}
-)
 # Ollama: "separate draft models default to 4"; no DRAFT means no drafting
-DEFAULT_DRAFT_NUM_PREDICT = 4
-
-_FLOAT32_MAX = 3.4028234663852886e38
-_INT64 = 2**63
+DEFAULT_DRAFT_NUM_PREDICT = PARAMETERS["draft_num_predict"].default
 
 
 class ModelfileError(LocalEagleError):
@@ -439,48 +420,26 @@ def _check_template(text: str, where: str, line: int) -> None:
 
 def _set_parameter(params: dict[str, Any], cmd: _Command, at: str, warnings: list[str]) -> None:
     name, raw = cmd.name, cmd.args
-    if name in DEPRECATED_PARAMETERS:
+    if name in DEPRECATED:
         warnings.append(f"{at}: parameter {name} is deprecated and ignored (as in Ollama)")
         return
-    if name not in PARAMETERS:
-        close = difflib.get_close_matches(name, sorted(PARAMETERS), n=1)
-        hint = f"; did you mean {close[0]}?" if close else ""
-        raise ModelfileError(f"{at}: unknown parameter {name!r}{hint}")
-    if name in LIST_PARAMETERS:
-        params.setdefault(name, []).append(raw)
-        return
-    params[name] = parse_parameter(name, raw, at)
-
-
-_INT_RE = re.compile(r"[+-]?[0-9]+")
-_FLOAT_RE = re.compile(r"[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|inf|infinity|nan)", re.IGNORECASE)
-_BOOLS = {"1": True, "t": True, "T": True, "true": True, "TRUE": True, "True": True}
-_BOOLS |= {"0": False, "f": False, "F": False, "false": False, "FALSE": False, "False": False}
+    value = parse_parameter(name, raw, at)
+    if isinstance(value, list):
+        params.setdefault(name, []).extend(value)
+    else:
+        params[name] = value
 
 
 def parse_parameter(name: str, raw: str, at: str = "Modelfile") -> Any:
-    """A parameter value with Ollama's type (Go's ParseInt, ParseFloat(32), ParseBool rules)."""
-    if name in INT_PARAMETERS:
-        if not _INT_RE.fullmatch(raw) or not -_INT64 <= int(raw) < _INT64:
-            raise ModelfileError(f"{at}: PARAMETER {name} expects an integer, got {raw!r}")
-        value = int(raw)
-        if name == "draft_num_predict" and value < 0:
-            raise ModelfileError(f"{at}: PARAMETER draft_num_predict expects 0 (no drafting) or more, got {value}")
-        return value
-    if name in FLOAT_PARAMETERS:
-        if not _FLOAT_RE.fullmatch(raw):
-            raise ModelfileError(f"{at}: PARAMETER {name} expects a number, got {raw!r}")
-        x = float(raw)
-        if math.isfinite(x) and abs(x) > _FLOAT32_MAX * (1 + 2**-24):
-            raise ModelfileError(f"{at}: PARAMETER {name} is out of range for a 32-bit float: {raw!r}")
-        return x
-    if name in BOOL_PARAMETERS:
-        if raw not in _BOOLS:
-            raise ModelfileError(f"{at}: PARAMETER {name} expects true or false, got {raw!r}")
-        return _BOOLS[raw]
-    if name in LIST_PARAMETERS:
-        return [raw]
-    raise ModelfileError(f"{at}: unknown parameter {name!r}")
+    """A parameter value with Ollama's type (Go's ParseInt, ParseFloat(32), ParseBool rules), in range."""
+    try:
+        lookup(name)
+    except ParameterError as e:
+        raise ModelfileError(f"{at}: {e}") from None
+    try:
+        return parse_text(name, raw)
+    except ParameterError as e:
+        raise ModelfileError(f"{at}: PARAMETER {e}") from None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -505,17 +464,6 @@ def encode_value(s: str, what: str = "value") -> str:
         if len(cmds) == 1 and cmds[0].args == s:
             return c
     raise ModelfileError(f"the {what} {s!r} cannot be written in a Modelfile (no quoting reads it back unchanged)")
-
-
-def format_parameter(value: Any) -> str:
-    """A typed parameter value as text: ints in decimal, floats like Go's ``%v``, bools as true/false."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return go_float(value)
-    return str(value)
 
 
 def format_modelfile(m: Modelfile) -> str:

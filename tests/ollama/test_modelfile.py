@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -13,10 +14,6 @@ from typer.testing import CliRunner
 from local_eagle.cli.app import app
 from local_eagle.gguf import read_model_info
 from local_eagle.ollama.modelfile import (
-    BOOL_PARAMETERS,
-    FLOAT_PARAMETERS,
-    INT_PARAMETERS,
-    PARAMETERS,
     ROLES,
     Message,
     Modelfile,
@@ -28,6 +25,7 @@ from local_eagle.ollama.modelfile import (
     resolve_draft,
     resolve_model,
 )
+from local_eagle.ollama.parameters import PARAMETERS
 
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATES = Path(__file__).parents[1] / "data" / "templates"
@@ -172,7 +170,7 @@ def test_lines_are_counted_across_crlf(tmp_path: Path) -> None:
         ("FROM ./t.gguf\nPARAMETER temperature warm\n", 2, "PARAMETER temperature expects a number, got 'warm'"),
         ("FROM ./t.gguf\nPARAMETER temperature 1e39\n", 2, "out of range for a 32-bit float"),
         ("FROM ./t.gguf\nPARAMETER use_mmap yes\n", 2, "PARAMETER use_mmap expects true or false"),
-        ("FROM ./t.gguf\nPARAMETER draft_num_predict -1\n", 2, "draft_num_predict expects 0 (no drafting) or more"),
+        ("FROM ./t.gguf\nPARAMETER draft_num_predict -1\n", 2, "draft_num_predict must be between 0 and 64"),
         ("FROM ./t.gguf\nPARAMETER  temperature 1\n", 2, "PARAMETER needs a name"),
         ("FROM ./t.gguf\nPARAMETER top-k 1\n", 2, "invalid character '-' in parameter name 'top-'"),
         ("FROM ./t.gguf\nPARAMETER num_ctx\n", 2, "PARAMETER num_ctx needs a value"),
@@ -317,13 +315,15 @@ TEMPLATES_OK = st.sampled_from(
 
 
 def _param_value(name: str) -> st.SearchStrategy[object]:
-    if name == "draft_num_predict":
-        return st.integers(0, 2**63 - 1)
-    if name in INT_PARAMETERS:
-        return st.integers(-(2**63), 2**63 - 1)
-    if name in FLOAT_PARAMETERS:
-        return st.floats(width=32, allow_nan=False)
-    if name in BOOL_PARAMETERS:
+    p = PARAMETERS[name]
+    if p.type is int:
+        low = -(2**63) if p.minimum is None else int(p.minimum)
+        high = 2**63 - 1 if p.maximum is None else int(p.maximum)
+        return st.integers(low, high) | st.sampled_from(p.special or (low,))
+    if p.type is float:
+        low = None if p.minimum is None else float(np.nextafter(np.float32(p.minimum), np.float32(np.inf)))
+        return st.floats(low, p.maximum, width=32, allow_nan=False)
+    if p.type is bool:
         return st.booleans()
     return st.lists(SAFE, min_size=1, max_size=3)
 
