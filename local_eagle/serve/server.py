@@ -1,49 +1,29 @@
 """``local-eagle serve``: one target (+ EAGLE drafter) behind Ollama's and OpenAI's HTTP APIs.
 
-One llama.cpp context can run one generation at a time, so requests queue on a lock; each
-generation runs in its own worker thread and hands text pieces to the async response through an
-``asyncio.Queue``. A client that goes away sets the job's cancel event; the worker then closes the
-engine's stream at the next piece, which stops llama.cpp and frees the lock for the next request.
+The model slot the requests queue for is in ``jobs``; this module parses requests and writes the answers.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
-import threading
 import time
 import uuid
-from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from local_eagle import __version__
 from local_eagle.errors import LocalEagleError
-from local_eagle.runtime.engine import STOP_CONTEXT, STOP_LENGTH, Engine
+from local_eagle.runtime.engine import Engine
 from local_eagle.runtime.sampling import SamplingParams
-
-CANCELLED = "cancelled"
-TIMEOUT = "timeout"
-_POLL_SECONDS = 0.1
-
-
-class ApiError(Exception):
-    """A request the server refuses: rendered as ``{"error": ...}`` in the calling API's own shape."""
-
-    def __init__(self, status: int, message: str, code: str | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.code = code
+from local_eagle.serve.errors import ApiError, install_error_handlers
+from local_eagle.serve.jobs import Job, JobSlot, Outcome, done_reason
 
 
 @dataclass
@@ -60,46 +40,6 @@ class ServeConfig:
     generation_timeout: float | None = None
 
 
-@dataclass
-class Job:
-    """One request's generation, as the worker thread and the response see it."""
-
-    prompt: str
-    max_tokens: int
-    sampling: SamplingParams
-    draft_max: int
-    stop: list[str]
-    cancel: threading.Event = field(default_factory=threading.Event)
-    received: float = field(default_factory=time.perf_counter)
-
-
-@dataclass
-class JobRecord:
-    """What happened to a finished job; the last few are kept so that the outcome of a request
-    whose client left (and the tests) can still be seen."""
-
-    started: float
-    finished: float
-    pieces: int
-    stop_reason: str
-    error: str | None = None
-
-
-@dataclass
-class Outcome:
-    """The end of a job: the text, counts and timings the final message reports."""
-
-    text: str
-    stop_reason: str
-    prompt_tokens: int
-    generated_tokens: int
-    queue_seconds: float
-    prefill_seconds: float
-    decode_seconds: float
-    total_seconds: float
-    stats: dict[str, Any]
-
-
 def _ns(seconds: float) -> int:
     return int(seconds * 1e9)
 
@@ -108,14 +48,13 @@ def _now_iso() -> str:
     return datetime.now(UTC).isoformat().replace("+00:00", "Z")
 
 
-class EagleServer:
+class EagleServer(JobSlot):
     """The engine, its lock and the model's public description, shared by both APIs."""
 
+    config: ServeConfig
+
     def __init__(self, engine: Engine, config: ServeConfig) -> None:
-        self.engine = engine
-        self.config = config
-        self.lock = threading.Lock()
-        self.records: deque[JobRecord] = deque(maxlen=64)
+        super().__init__(engine, config)
         self.created = int(time.time())
         self.info = _model_info(config.model)
 
@@ -152,139 +91,6 @@ class EagleServer:
             "digest": f"{st.st_size:x}{int(st.st_mtime):x}",
             "details": self.details(),
         }
-
-    # -- generation ------------------------------------------------------------------------------
-
-    def _work(self, job: Job, put: Callable[[tuple], None]) -> None:
-        """The worker thread: wait for the engine, generate, pass pieces on, stop when cancelled."""
-        if not self.lock.acquire(timeout=-1 if self.config.queue_timeout is None else self.config.queue_timeout):
-            put(("error", ApiError(503, f"the server is busy: waited {self.config.queue_timeout:g}s for the model")))
-            return
-        started = time.perf_counter()
-        pieces: list[str] = []
-        reason = ""
-        error: str | None = None
-        final: tuple | None = None  # sent once the engine is free again
-        try:
-            if job.cancel.is_set():
-                reason = CANCELLED
-                return
-            try:
-                stream = self.engine.stream(
-                    job.prompt, max_tokens=job.max_tokens, sampling=job.sampling, draft_max=job.draft_max,
-                    stop=job.stop,
-                )  # fmt: skip
-            except LocalEagleError as e:
-                error = str(e)
-                final = ("error", ApiError(400, str(e)))
-                return
-            put(("start", started - job.received))
-            deadline = None if self.config.generation_timeout is None else started + self.config.generation_timeout
-            first_piece = None
-            it = iter(stream)
-            for piece in it:
-                first_piece = first_piece or time.perf_counter()
-                pieces.append(piece)
-                put(("piece", piece))
-                if job.cancel.is_set():
-                    reason = CANCELLED
-                    break
-                if deadline is not None and time.perf_counter() > deadline:
-                    reason = TIMEOUT
-                    break
-            it.close()
-            if reason == CANCELLED:
-                return
-            outcome = self._outcome(job, stream.result, reason, "".join(pieces), started, first_piece)
-            reason = outcome.stop_reason
-            final = ("end", outcome)
-        except Exception as e:  # a failing generation must not take the server down
-            error = f"{type(e).__name__}: {e}"
-            final = ("error", ApiError(500, f"generation failed: {error}"))
-        finally:
-            self.lock.release()
-            self.records.append(JobRecord(started, time.perf_counter(), len(pieces), reason or "error", error))
-            if final is not None:
-                put(final)
-
-    def _outcome(
-        self, job: Job, result: Any, reason: str, text: str, started: float, first_piece: float | None
-    ) -> Outcome:
-        """Counts and timings for the final message; runs in the worker, under the engine's lock."""
-        now = time.perf_counter()
-        queue_seconds, total = started - job.received, now - job.received
-        if result is not None:
-            st = result.stats
-            return Outcome(
-                text=result.text, stop_reason=reason or st.stop_reason, prompt_tokens=st.prompt_tokens,
-                generated_tokens=st.generated_tokens, queue_seconds=queue_seconds, prefill_seconds=st.prefill_seconds,
-                decode_seconds=st.decode_seconds, total_seconds=total, stats=st.to_dict(),
-            )  # fmt: skip
-        # stopped by the server's timeout: the engine's stats ended with its stream, so count the
-        # text and take the first piece's arrival as the end of the prefill
-        n_prompt = len(self.engine.tokenize(job.prompt))
-        n_out = len(self.engine.model.tokenize(text, add_special=False, parse_special=False)) if text else 0
-        first = first_piece or now
-        return Outcome(
-            text=text, stop_reason=reason, prompt_tokens=n_prompt, generated_tokens=n_out,
-            queue_seconds=queue_seconds, prefill_seconds=first - started, decode_seconds=now - first,
-            total_seconds=total, stats={"stop_reason": reason, "generated_tokens": n_out},
-        )  # fmt: skip
-
-    async def run(self, job: Job, request: Request) -> AsyncIterator[tuple]:
-        """Events of one job: ``("start", queue_s)``, ``("piece", text)``..., ``("end", Outcome)``.
-
-        Raises ApiError before ``start`` (queue timeout, bad prompt). Leaving the iteration early,
-        or the client disconnecting, cancels the generation.
-        """
-        loop = asyncio.get_running_loop()
-        q: asyncio.Queue[tuple] = asyncio.Queue()
-
-        def put(item: tuple) -> None:
-            loop.call_soon_threadsafe(q.put_nowait, item)
-
-        threading.Thread(target=self._work, args=(job, put), name="local-eagle-generate", daemon=True).start()
-        checked = time.monotonic()
-        getter: asyncio.Task | None = None  # kept across polls: cancelling a get can lose its item
-        try:
-            while True:
-                getter = getter or asyncio.ensure_future(q.get())
-                done, _ = await asyncio.wait({getter}, timeout=_POLL_SECONDS)
-                item = getter.result() if done else None
-                if done:
-                    getter = None
-                if time.monotonic() - checked >= _POLL_SECONDS:
-                    checked = time.monotonic()
-                    if await request.is_disconnected():
-                        return
-                if item is None:
-                    continue
-                if item[0] == "error":
-                    raise item[1]
-                yield item
-                if item[0] == "end":
-                    return
-        finally:
-            job.cancel.set()
-            if getter is not None:
-                getter.cancel()
-
-    async def complete(self, job: Job, request: Request) -> Outcome:
-        """Run a job to its end (non-streaming responses)."""
-        async for ev in self.run(job, request):
-            if ev[0] == "end":
-                return ev[1]
-        raise ApiError(499, "client closed the request")
-
-    async def started(self, job: Job, request: Request) -> tuple[AsyncIterator[tuple], tuple]:
-        """Start a streaming job and wait until it really runs, so that a queue timeout or a bad
-        prompt still gets a proper 4xx/5xx status rather than an error inside a 200 stream."""
-        events = self.run(job, request)
-        try:
-            first = await events.__anext__()
-        except StopAsyncIteration:
-            raise ApiError(499, "client closed the request") from None
-        return events, first
 
 
 # ------------------------------------------------------------------------------------------------
@@ -433,11 +239,6 @@ def _render(
         raise ApiError(400, str(e)) from None
 
 
-def _done_reason(reason: str) -> str:
-    """Ollama and OpenAI know "stop" and "length"; a server timeout reads as a length limit."""
-    return "length" if reason in (STOP_LENGTH, STOP_CONTEXT, TIMEOUT) else "stop"
-
-
 # ------------------------------------------------------------------------------------------------
 # the app
 
@@ -447,36 +248,14 @@ def create_app(server: EagleServer) -> FastAPI:
     app = FastAPI(title="local-eagle", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.eagle = server
 
-    def error_response(request: Request, status: int, message: str, code: str | None = None) -> JSONResponse:
-        if request.url.path.startswith("/v1"):
-            kind = "invalid_request_error" if status < 500 else "server_error"
-            body: dict[str, Any] = {"error": {"message": message, "type": kind, "param": None, "code": code}}
-        else:
-            body = {"error": message}
-        return JSONResponse(body, status_code=status)
-
-    @app.exception_handler(ApiError)
-    async def _api_error(request: Request, e: ApiError) -> JSONResponse:
-        return error_response(request, e.status, e.message, e.code)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http_error(request: Request, e: StarletteHTTPException) -> JSONResponse:
-        return error_response(request, e.status_code, str(e.detail))
-
-    @app.exception_handler(RequestValidationError)
-    async def _validation_error(request: Request, e: RequestValidationError) -> JSONResponse:
-        return error_response(request, 400, str(e))
-
-    @app.exception_handler(Exception)
-    async def _any_error(request: Request, e: Exception) -> JSONResponse:
-        return error_response(request, 500, f"internal error: {type(e).__name__}: {e}")
+    install_error_handlers(app)
 
     def ollama_final(model: str, out: Outcome) -> dict[str, Any]:
         return {
             "model": model,
             "created_at": _now_iso(),
             "done": True,
-            "done_reason": _done_reason(out.stop_reason),
+            "done_reason": done_reason(out.stop_reason),
             "total_duration": _ns(out.total_seconds),
             "load_duration": _ns(out.queue_seconds),
             "prompt_eval_count": out.prompt_tokens,
@@ -679,7 +458,7 @@ def create_app(server: EagleServer) -> FastAPI:
         stream = body.get("stream")
         if not (False if stream is None else _typed(stream, bool, "stream")):
             out = await server.complete(job, request)
-            finish = _done_reason(out.stop_reason)
+            finish = done_reason(out.stop_reason)
             if chat:
                 ch = {"index": 0, "message": {"role": "assistant", "content": out.text}, "finish_reason": finish,
                       "logprobs": None}  # fmt: skip
@@ -705,7 +484,7 @@ def create_app(server: EagleServer) -> FastAPI:
                         first = False
                     elif ev[0] == "end":
                         out: Outcome = ev[1]
-                        yield sse(chunk(choice(None, _done_reason(out.stop_reason), first), speculative=out.stats))
+                        yield sse(chunk(choice(None, done_reason(out.stop_reason), first), speculative=out.stats))
                         if include_usage:
                             yield sse(chunk(None, usage=usage(out)))
                 yield b"data: [DONE]\n\n"
