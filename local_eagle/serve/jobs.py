@@ -12,11 +12,12 @@ import asyncio
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from fastapi import Request
+from fastapi.responses import StreamingResponse
 
 from local_eagle.errors import LocalEagleError
 from local_eagle.runtime.engine import STOP_CONTEXT, STOP_LENGTH, Engine
@@ -219,3 +220,34 @@ class JobSlot:
         except StopAsyncIteration:
             raise ApiError(499, "client closed the request") from None
         return events, first
+
+
+class Encoder(Protocol):
+    """How one API writes a running job on the wire; the job and its queue are the same for both."""
+
+    media_type: str
+
+    def event(self, event: tuple) -> Iterable[bytes]:
+        """The bytes for a ``piece`` or ``end`` event."""
+        ...
+
+    def error(self, e: ApiError) -> bytes:
+        """The last line of a stream whose job failed after the 200 status was sent."""
+        ...
+
+
+async def stream_response(slot: JobSlot, job: Job, request: Request, encoder: Encoder) -> StreamingResponse:
+    """Wait until the job runs (errors before that keep their status), then stream its events."""
+    events, _first = await slot.started(job, request)
+
+    async def body() -> AsyncIterator[bytes]:
+        try:
+            async for ev in events:
+                for chunk in encoder.event(ev):
+                    yield chunk
+        except ApiError as e:
+            yield encoder.error(e)
+        finally:
+            await events.aclose()
+
+    return StreamingResponse(body(), media_type=encoder.media_type)
