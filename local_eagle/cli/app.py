@@ -738,8 +738,8 @@ def serve(
     if any(importlib.util.find_spec(m) is None for m in ("fastapi", "uvicorn")):
         raise LocalEagleError("serve needs FastAPI and uvicorn: pip install 'local-eagle[serve]'")
     from local_eagle.runtime.engine import EngineOptions
-    from local_eagle.serve.server import ServeConfig, load, model_name
-    from local_eagle.serve.server import serve as run_server
+    from local_eagle.serve.app import ServeConfig, load, model_name
+    from local_eagle.serve.app import serve as run_server
 
     params: dict[str, Any] = {}
     mf = None

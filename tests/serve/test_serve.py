@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 from converters import convert, write_checkpoint
 from local_eagle.cli.app import app
 from local_eagle.runtime.engine import Engine, EngineOptions
-from local_eagle.serve.server import EagleServer, ServeConfig, create_app
+from local_eagle.serve.app import EagleServer, ServeConfig, create_app
 from local_eagle.testing.tiny_pair import make_cycle_drafter, write_cycle_target
 
 CYCLE = "P" + "ABCDEFGHIJKLMNOP" * 300

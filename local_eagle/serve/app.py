@@ -1,0 +1,36 @@
+"""``local-eagle serve``: one target (+ EAGLE drafter) behind Ollama's and OpenAI's HTTP APIs.
+
+The app is only wiring: the routes live in ``ollama_api`` and ``openai_api``, the queue they share in ``jobs``,
+and the server they find on ``app.state`` in ``server``.
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+from local_eagle import __version__
+from local_eagle.serve import ollama_api, openai_api
+from local_eagle.serve.errors import install_error_handlers
+from local_eagle.serve.server import EagleServer, ServeConfig, load, model_name
+
+__all__ = ["EagleServer", "ServeConfig", "create_app", "load", "model_name", "serve"]
+
+
+def create_app(server: EagleServer) -> FastAPI:
+    """The FastAPI app: Ollama's API under /api, OpenAI's under /v1; errors in each one's shape."""
+    app = FastAPI(title="local-eagle", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.eagle = server
+    install_error_handlers(app)
+    app.include_router(ollama_api.router)
+    app.include_router(openai_api.router)
+    return app
+
+
+def serve(server: EagleServer, host: str = "127.0.0.1", port: int = 11434, log_level: str = "info") -> None:
+    """Run until interrupted, then free the model."""
+    import uvicorn
+
+    try:
+        uvicorn.run(create_app(server), host=host, port=port, log_level=log_level)
+    finally:
+        server.engine.close()

@@ -1,0 +1,190 @@
+"""Ollama's native API: /api/generate, /api/chat and the listing endpoints its clients call first.
+
+Streams are NDJSON, one object a piece and a final one with the counts and durations Ollama reports, plus
+``speculative``: the drafter's statistics, which Ollama's own clients ignore and ours read raw.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+
+from local_eagle import __version__
+from local_eagle.serve.errors import ApiError
+from local_eagle.serve.jobs import Job, Outcome, done_reason, stream_response
+from local_eagle.serve.models import json_body, parse_messages, parse_tools, render, settings, stream_flag, typed
+from local_eagle.serve.server import EagleServer, Server
+
+router = APIRouter()
+
+
+def _ns(seconds: float) -> int:
+    return int(seconds * 1e9)
+
+
+def _now_iso() -> str:
+    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
+
+
+def _ndjson(obj: dict[str, Any]) -> bytes:
+    return (json.dumps(obj) + "\n").encode()
+
+
+@dataclass
+class OllamaReply:
+    """A /api/generate or /api/chat answer: the same messages but for where the text goes."""
+
+    model: str
+    chat: bool
+    media_type = "application/x-ndjson"
+
+    def _text(self, text: str) -> dict[str, Any]:
+        return {"message": {"role": "assistant", "content": text}} if self.chat else {"response": text}
+
+    def loaded(self) -> dict[str, Any]:
+        """What Ollama answers a request without a prompt: it only loads the model."""
+        return {"model": self.model, "created_at": _now_iso(), **self._text(""), "done": True, "done_reason": "load"}
+
+    def piece(self, text: str) -> dict[str, Any]:
+        return {"model": self.model, "created_at": _now_iso(), **self._text(text), "done": False}
+
+    def final(self, out: Outcome, text: str) -> dict[str, Any]:
+        """The last message; a stream's carries no text, since its pieces did."""
+        return {
+            "model": self.model,
+            "created_at": _now_iso(),
+            "done": True,
+            "done_reason": done_reason(out.stop_reason),
+            "total_duration": _ns(out.total_seconds),
+            "load_duration": _ns(out.queue_seconds),
+            "prompt_eval_count": out.prompt_tokens,
+            "prompt_eval_duration": _ns(out.prefill_seconds),
+            "eval_count": out.generated_tokens,
+            "eval_duration": _ns(out.decode_seconds),
+            "speculative": out.stats,
+            **self._text(text),
+        }
+
+    def event(self, event: tuple) -> Iterator[bytes]:
+        if event[0] == "piece":
+            yield _ndjson(self.piece(event[1]))
+        elif event[0] == "end":
+            yield _ndjson(self.final(event[1], ""))
+
+    def error(self, e: ApiError) -> bytes:
+        return _ndjson({"error": e.message})
+
+    async def respond(self, server: EagleServer, job: Job, request: Request, stream: Any) -> Response:
+        if not stream_flag(stream, True):
+            out = await server.complete(job, request)
+            return JSONResponse(self.final(out, out.text))
+        return await stream_response(server, job, request, self)
+
+
+@router.get("/")
+async def root() -> PlainTextResponse:
+    return PlainTextResponse("Ollama is running")  # what Ollama's clients probe for
+
+
+@router.get("/api/version")
+async def version() -> dict[str, Any]:
+    return {"version": __version__}
+
+
+@router.get("/api/tags")
+async def tags(server: Server) -> dict[str, Any]:
+    return {"models": [server.model_entry()]}
+
+
+@router.get("/api/ps")
+async def ps(server: Server) -> dict[str, Any]:
+    entry = server.model_entry()
+    entry.update(
+        expires_at="2099-01-01T00:00:00Z",
+        size_vram=entry["size"] if server.engine.options.n_gpu_layers != 0 else 0,
+        context_length=server.engine.n_ctx,
+    )
+    return {"models": [entry]}
+
+
+@router.post("/api/show")
+async def show(request: Request, server: Server) -> dict[str, Any]:
+    from local_eagle.ollama.modelfile import Modelfile, format_modelfile, format_parameter
+
+    body = await json_body(request)
+    server.check_model(body.get("model") or body.get("name"))
+    mf = server.config.modelfile or Modelfile(model=server.config.model, draft=server.config.draft)
+    params = "\n".join(
+        f"{k:<30} {json.dumps(v) if isinstance(v, str) else format_parameter(v)}"
+        for k, vs in sorted(mf.parameters.items())
+        for v in (vs if isinstance(vs, list) else [vs])
+    )
+    info = server.info
+    model_info = {
+        "general.architecture": info["arch"],
+        f"{info['arch']}.context_length": server.engine.n_ctx,
+        "local_eagle.draft": str(server.config.draft) if server.config.draft else None,
+        "local_eagle.draft_num_predict": server.config.draft_max if server.config.draft else 0,
+    }
+    return {
+        "modelfile": f"# Modelfile generated by local-eagle serve\n\n{format_modelfile(mf)}",
+        "parameters": params,
+        "template": mf.template or "",
+        "system": mf.system or "",
+        "license": "\n".join(mf.license),
+        "details": server.details(),
+        "model_info": model_info,
+        "capabilities": ["completion"],
+        "modified_at": server.model_entry()["modified_at"],
+    }
+
+
+@router.post("/api/generate")
+async def generate(request: Request, server: Server) -> Response:
+    body = await json_body(request)
+    model = body.get("model")
+    server.check_model(model)
+    prompt = body.get("prompt") or ""
+    typed(prompt, str, "prompt")
+    for key in ("images", "format", "suffix", "context"):
+        if body.get(key):
+            raise ApiError(400, f"'{key}' is not supported by local-eagle serve")
+    options = body.get("options") or {}
+    typed(options, dict, "options")
+    s = settings(server, options, "options")
+    reply = OllamaReply(model, chat=False)
+    if not prompt:  # Ollama: an empty prompt only loads the model
+        return JSONResponse(reply.loaded())
+    if body.get("raw"):
+        text = prompt
+    else:
+        system, template = body.get("system"), body.get("template")
+        for key, v in (("system", system), ("template", template)):
+            if v is not None:
+                typed(v, str, key)
+        text = render(server, [{"role": "user", "content": prompt}], system, template or None)
+    return await reply.respond(server, s.job(text), request, body.get("stream"))
+
+
+@router.post("/api/chat")
+async def chat(request: Request, server: Server) -> Response:
+    body = await json_body(request)
+    model = body.get("model")
+    server.check_model(model)
+    if body.get("format"):
+        raise ApiError(400, "'format' is not supported by local-eagle serve")
+    options = body.get("options") or {}
+    typed(options, dict, "options")
+    s = settings(server, options, "options")
+    reply = OllamaReply(model, chat=True)
+    if body.get("messages") == []:  # Ollama: no messages only loads the model
+        return JSONResponse(reply.loaded())
+    messages = parse_messages(body.get("messages"))
+    text = render(server, messages, None, None, parse_tools(body.get("tools")))
+    return await reply.respond(server, s.job(text), request, body.get("stream"))

@@ -1,0 +1,164 @@
+"""OpenAI's API as a translation onto the Ollama one: /v1/chat/completions, /v1/completions, /v1/models.
+
+As Ollama's own ``openai`` middleware does, a request's OpenAI fields become Ollama ``options`` (checked by the
+same code, so a parameter means the same in both), its messages or prompt become the same Job, that job runs on
+the same slot, and its events are written back as OpenAI objects and SSE chunks.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import APIRouter, Request
+
+from local_eagle.serve.errors import ApiError
+from local_eagle.serve.jobs import Job, Outcome, done_reason, stream_response
+from local_eagle.serve.models import json_body, parse_messages, parse_tools, render, settings, stream_flag, typed
+from local_eagle.serve.server import EagleServer, Server
+
+router = APIRouter(prefix="/v1")
+
+# request fields that are Ollama options by the same name: OpenAI's temperature, top_p and seed, and extensions
+# that llama.cpp's and Ollama's servers accept too (the openai client sends them through ``extra_body``)
+_SAME_NAME = ("temperature", "top_p", "seed", "top_k", "min_p", "repeat_penalty", "draft_num_predict")
+
+
+def openai_options(body: dict[str, Any]) -> dict[str, Any]:
+    """The request's fields as the Ollama ``options`` they stand for."""
+    opts: dict[str, Any] = {}
+    for key in _SAME_NAME:
+        if body.get(key) is not None:
+            opts[key] = body[key]
+    limit = body.get("max_completion_tokens", body.get("max_tokens"))
+    if limit is not None:
+        if typed(limit, int, "max_tokens") < 1:
+            raise ApiError(400, "max_tokens must be at least 1")
+        opts["num_predict"] = limit
+    stop = body.get("stop")
+    if stop is not None:
+        opts["stop"] = [stop] if isinstance(stop, str) else stop
+    if body.get("n", 1) != 1:
+        raise ApiError(400, "only n=1 is supported")
+    return opts
+
+
+def _usage(out: Outcome) -> dict[str, int]:
+    return {"prompt_tokens": out.prompt_tokens, "completion_tokens": out.generated_tokens,
+            "total_tokens": out.prompt_tokens + out.generated_tokens}  # fmt: skip
+
+
+def _sse(obj: Any) -> bytes:
+    return f"data: {json.dumps(obj)}\n\n".encode()
+
+
+@dataclass
+class OpenAIReply:
+    """One /v1 answer, whole or as chunks; its id and time are fixed when the request arrives, and every chunk
+    of a stream repeats them, as OpenAI's do."""
+
+    chat: bool
+    model: str
+    include_usage: bool = False
+    id: str = field(init=False)
+    created: int = field(init=False)
+    first: bool = field(init=False, default=True)  # a chat stream names the role in its first delta only
+    media_type = "text/event-stream"
+
+    def __post_init__(self) -> None:
+        self.id = ("chatcmpl-" if self.chat else "cmpl-") + uuid.uuid4().hex[:24]
+        self.created = int(time.time())
+
+    def whole(self, out: Outcome) -> dict[str, Any]:
+        finish = done_reason(out.stop_reason)
+        if self.chat:
+            ch = {"index": 0, "message": {"role": "assistant", "content": out.text}, "finish_reason": finish,
+                  "logprobs": None}  # fmt: skip
+        else:
+            ch = {"index": 0, "text": out.text, "finish_reason": finish, "logprobs": None}
+        obj = "chat.completion" if self.chat else "text_completion"
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.model, "choices": [ch],
+                "usage": _usage(out), "speculative": out.stats}  # fmt: skip
+
+    def _choice(self, text: str | None, finish: str | None) -> dict[str, Any]:
+        if self.chat:
+            delta: dict[str, Any] = {} if text is None else {"content": text}
+            if self.first:
+                delta["role"] = "assistant"
+            return {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
+        return {"index": 0, "text": text or "", "finish_reason": finish, "logprobs": None}
+
+    def _chunk(self, ch: dict[str, Any] | None, **extra: Any) -> bytes:
+        obj = "chat.completion.chunk" if self.chat else "text_completion"
+        d = {"id": self.id, "object": obj, "created": self.created, "model": self.model, "choices": [ch] if ch else []}
+        d.update(extra)
+        return _sse(d)
+
+    def event(self, event: tuple) -> Iterator[bytes]:
+        if event[0] == "piece":
+            yield self._chunk(self._choice(event[1], None))
+            self.first = False
+        elif event[0] == "end":
+            out: Outcome = event[1]
+            yield self._chunk(self._choice(None, done_reason(out.stop_reason)), speculative=out.stats)
+            if self.include_usage:
+                yield self._chunk(None, usage=_usage(out))
+            yield b"data: [DONE]\n\n"
+
+    def error(self, e: ApiError) -> bytes:
+        return _sse({"error": {"message": e.message, "type": "server_error", "param": None, "code": None}})
+
+
+async def _respond(request: Request, body: dict[str, Any], server: EagleServer, job: Job, chat: bool) -> Any:
+    reply = OpenAIReply(chat, server.config.name)
+    if not stream_flag(body.get("stream"), False):
+        return reply.whole(await server.complete(job, request))
+    reply.include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+    return await stream_response(server, job, request, reply)
+
+
+def _model_object(server: EagleServer) -> dict[str, Any]:
+    return {"id": server.config.name, "object": "model", "created": server.created, "owned_by": "local-eagle"}
+
+
+@router.get("/models")
+async def models(server: Server) -> dict[str, Any]:
+    return {"object": "list", "data": [_model_object(server)]}
+
+
+@router.get("/models/{name}")
+async def model(name: str, server: Server) -> dict[str, Any]:
+    server.check_model(name)
+    return _model_object(server)
+
+
+@router.post("/chat/completions")
+async def chat_completions(request: Request, server: Server) -> Any:
+    body = await json_body(request)
+    server.check_model(body.get("model"))
+    fmt = body.get("response_format")
+    if body.get("logprobs") or (fmt is not None and (not isinstance(fmt, dict) or fmt.get("type") != "text")):
+        raise ApiError(400, "logprobs and response_format other than text are not supported by local-eagle serve")
+    s = settings(server, openai_options(body), "request")
+    tools = parse_tools(body.get("tools"))
+    text = render(server, parse_messages(body.get("messages")), None, None, tools)
+    return await _respond(request, body, server, s.job(text), chat=True)
+
+
+@router.post("/completions")
+async def completions(request: Request, server: Server) -> Any:
+    body = await json_body(request)
+    server.check_model(body.get("model"))
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1:
+        prompt = prompt[0]
+    if not isinstance(prompt, str) or not prompt:
+        raise ApiError(400, "prompt must be a non-empty string")
+    if body.get("suffix") or body.get("echo") or body.get("logprobs"):
+        raise ApiError(400, "suffix, echo and logprobs are not supported by local-eagle serve")
+    s = settings(server, openai_options(body), "request")
+    return await _respond(request, body, server, s.job(prompt), chat=False)  # a completion's prompt is raw
