@@ -73,6 +73,7 @@ def read_model_info(path: str | os.PathLike[str], what: str = "GGUF", splits: bo
 
 
 def model_info(header: GGUFHeader, path: Path | None = None, what: str = "GGUF") -> ModelInfo:
+    """A header's ``ModelInfo``; a GGUF without a vocabulary or sizes is refused in one line."""
     path = path or header.path
     kv = header.kv
     arch = kv.get("general.architecture")

@@ -274,6 +274,7 @@ class _KVInputs:
 
 
 def _kv_inputs(g: _Graph, gd: GraphDims, n_kv: int) -> _KVInputs:
+    """The input leafs of one cache, created once per graph and shared by every layer that reads it."""
     T = gd.n_tokens
     return _KVInputs(
         n_kv=n_kv,

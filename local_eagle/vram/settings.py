@@ -38,6 +38,7 @@ class Settings:
     kv_unified: bool = False
 
     def validate(self) -> None:
+        """Refuse what llama.cpp would refuse, naming the CLI flag, before anything is priced."""
         flags = {"type_k": "--kv-type-k", "type_v": "--kv-type-v", "draft_type_k": "--draft-kv-type"}
         for k in ("type_k", "type_v", "draft_type_k", "draft_type_v"):
             v = getattr(self, k)

@@ -63,6 +63,7 @@ class ModelShape:
 
     @property
     def tied_output(self) -> bool:
+        """A target without ``output.weight`` reuses ``token_embd`` as its head (a copy on the output device)."""
         names = {t.name for t in self.tensors}
         return not self.is_drafter and "output.weight" not in names and "token_embd.weight" in names
 
@@ -74,6 +75,7 @@ class ModelShape:
 
 
 def _per_layer(v: Any, n: int, key: str, path: Path) -> list[int]:
+    """A hyper-parameter llama.cpp accepts as one value or one per layer, as one per layer."""
     if v is None:
         return []
     if isinstance(v, list):

@@ -65,6 +65,7 @@ class Backend:
     quant_row_pad: int = 0  # CUDA: last row of quantised matrices padded to MATRIX_ROW_PADDING
 
     def tensor_bytes(self, nbytes: int, ne0: int, t: int) -> int:
+        """What a tensor of ``nbytes`` (rows of ``ne0`` values of type ``t``) takes in this backend's buffer."""
         size = nbytes
         if self.quant_row_pad and GGML_QUANT_SIZES[GGMLQuantizationType(t)][0] > 1 and ne0 % self.quant_row_pad:
             size += row_bytes(t, self.quant_row_pad - ne0 % self.quant_row_pad)
