@@ -22,7 +22,7 @@ from gguf.quants import quantize
 
 from converters.formats import Checkpoint, read_checkpoint
 from local_eagle.errors import CheckpointError, LocalEagleError
-from local_eagle.gguf import ModelInfo, copy_fields, model_info, open_gguf, tensor_f32
+from local_eagle.gguf import ModelInfo, copy_fields, eagle_version, model_info, open_gguf, tensor_f32
 from local_eagle.gguf.keys import (
     DRAFTER_ARCH,
     KEY_DRAFT_VOCAB,
@@ -298,7 +298,7 @@ def convert(
     if "d2t" in tensors:
         ordered.append(("d2t", tensors["d2t"]))
 
-    version = "3.1" if cfg["fc_norm"] and cfg["norm_output"] else "3"
+    version = eagle_version(cfg["fc_norm"], cfg["norm_output"])
     with atomic_output(out) as tmp:
         w = GGUFWriter(tmp, ARCH)
         w.add_name(f"{target.name or target.path.stem} EAGLE {version} drafter")

@@ -587,8 +587,8 @@ def fit(
     """
     from dataclasses import replace
 
+    from local_eagle import vram
     from local_eagle.vram import gpus
-    from local_eagle.vram import plan as vram
     from local_eagle.vram import report as vram_report
 
     if modelfile is not None:

@@ -1,10 +1,12 @@
-"""GGUF files as local-eagle reads them: the header reader, model info and the drafter key schema.
+"""GGUF files as local-eagle reads them: the header reader, model info, the drafter key schema and
+the pair check.
 
 Imported by the runtime, the planner and ``converters/`` alike, so that a key's name lives once.
 """
 
-from local_eagle.gguf.info import ModelInfo, model_info, read_model_info
+from local_eagle.gguf.info import ModelInfo, eagle_version, model_info, read_model_info
 from local_eagle.gguf.keys import DRAFTER_ARCH
+from local_eagle.gguf.pair import check_pair, require_drafter
 from local_eagle.gguf.reader import (
     ArrayInfo,
     GGUFHeader,
@@ -14,6 +16,7 @@ from local_eagle.gguf.reader import (
     open_gguf,
     pad,
     read_header,
+    split_tensors,
     tensor_f32,
 )
 
@@ -23,12 +26,16 @@ __all__ = [
     "GGUFHeader",
     "ModelInfo",
     "Tensor",
+    "check_pair",
     "copy_fields",
+    "eagle_version",
     "field_value",
     "model_info",
     "open_gguf",
     "pad",
     "read_header",
     "read_model_info",
+    "require_drafter",
+    "split_tensors",
     "tensor_f32",
 ]

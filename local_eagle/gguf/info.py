@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +12,15 @@ from gguf import GGMLQuantizationType
 
 from local_eagle.errors import GGUFError
 from local_eagle.gguf.keys import DRAFTER_ARCH
-from local_eagle.gguf.reader import GGUFHeader, read_header
+from local_eagle.gguf.reader import GGUFHeader, read_header, split_tensors
+
+
+def eagle_version(fc_norm: bool, norm_output: bool) -> str:
+    """EAGLE 3.1 is EAGLE 3 plus both of its changes (per-chunk FC norm and post-norm feedback).
+
+    The one place that decides it, for a GGUF's keys as for a checkpoint the converter writes.
+    """
+    return "3.1" if fc_norm and norm_output else "3"
 
 
 @dataclass
@@ -46,9 +54,7 @@ class ModelInfo:
 
     @property
     def eagle_version(self) -> str | None:
-        if not self.is_drafter:
-            return None
-        return "3.1" if (self.fc_norm and self.norm_output) else "3"
+        return eagle_version(self.fc_norm, self.norm_output) if self.is_drafter else None
 
     def to_dict(self) -> dict[str, Any]:
         d = {k: v for k, v in self.__dict__.items() if k != "tensor_shapes"}
@@ -58,11 +64,16 @@ class ModelInfo:
         return d
 
 
-def read_model_info(path: str | os.PathLike[str], what: str = "GGUF") -> ModelInfo:
-    return model_info(read_header(path, what), Path(path), what)
+def read_model_info(path: str | os.PathLike[str], what: str = "GGUF", splits: bool = False) -> ModelInfo:
+    """``model_info`` of a file; with ``splits``, the tensors of a split GGUF's other files count too."""
+    header = read_header(path, what)
+    if splits:
+        header = replace(header, tensors=header.tensors + split_tensors(header, what))
+    return model_info(header, Path(path), what)
 
 
 def model_info(header: GGUFHeader, path: Path | None = None, what: str = "GGUF") -> ModelInfo:
+    """A header's ``ModelInfo``; a GGUF without a vocabulary or sizes is refused in one line."""
     path = path or header.path
     kv = header.kv
     arch = kv.get("general.architecture")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import mmap
 import os
+import re
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -72,6 +73,7 @@ _MAX_KEPT_ARRAY = 1 << 16
 
 
 def pad(n: int, a: int) -> int:
+    """``n`` rounded up to a multiple of ``a``: GGUF's data alignment, and ggml's buffer alignment alike."""
     return (n + a - 1) // a * a
 
 
@@ -100,6 +102,30 @@ def read_header(
     finally:
         if isinstance(buf, mmap.mmap):
             buf.close()
+
+
+def split_tensors(header: GGUFHeader, what: str = "GGUF") -> list[Tensor]:
+    """The tensors of the remaining files of a split GGUF (``name-00001-of-0000N.gguf``).
+
+    llama.cpp loads every split when given the first, so whatever judges a model by its tensors
+    (the planner, the pair check) must see them all; none for a file that is not split.
+    """
+    count = int(header.kv.get("split.count", 0) or 0)
+    if count <= 1:
+        return []
+    p = header.path
+    no = int(header.kv.get("split.no", 0) or 0)
+    m = re.match(r"(.*)-(\d{5})-of-(\d{5})\.gguf$", p.name)
+    if no != 0:
+        first = f"{m.group(1)}-00001-of-{m.group(3)}.gguf" if m else "the first split"
+        raise GGUFError(f"{p}: this is split {no + 1} of {count}; pass the first file ({first})")
+    if m is None:
+        raise GGUFError(f"{p}: split GGUF of {count} files not named <name>-00001-of-{count:05d}.gguf")
+    out: list[Tensor] = []
+    for i in range(2, count + 1):
+        q = p.with_name(f"{m.group(1)}-{i:05d}-of-{m.group(3)}.gguf")
+        out += read_header(q, f"{what} (split {i} of {count})").tensors
+    return out
 
 
 def _parse_header(p: Path, b: Any, size: int, what: str, keep: Callable[[str], bool]) -> GGUFHeader:

@@ -14,7 +14,17 @@ from pathlib import Path
 import numpy as np
 
 from local_eagle.errors import LocalEagleError
-from local_eagle.gguf import DRAFTER_ARCH, field_value, model_info, open_gguf, tensor_f32
+from local_eagle.gguf import (
+    DRAFTER_ARCH,
+    ModelInfo,
+    field_value,
+    model_info,
+    open_gguf,
+    read_model_info,
+    require_drafter,
+    tensor_f32,
+)
+from local_eagle.gguf import check_pair as gguf_check_pair
 from local_eagle.gguf.keys import KEY_FC_NORM, KEY_FC_NORM_EPS, KEY_FC_NORM_WEIGHT, KEY_NORM_OUTPUT
 from local_eagle.llamacpp.bindings import GGML_TYPE_F16, Context, ContextOptions, Model
 from local_eagle.runtime.norms import fc_norm, rms_norm
@@ -33,17 +43,13 @@ class DrafterSpec:
     fc_norm_weight: np.ndarray | None
     norm_output: bool
     output_norm_weight: np.ndarray
-
-    @property
-    def eagle_version(self) -> str:
-        return "3.1" if self.fc_norm_weight is not None and self.norm_output else "3"
+    info: ModelInfo  # the header facts the pair check reads
 
 
 def read_spec(path: str | os.PathLike[str]) -> DrafterSpec:
     reader = open_gguf(path, "drafter GGUF", keep=lambda k: k == KEY_FC_NORM_WEIGHT)
     info = model_info(reader, Path(path), "drafter GGUF")
-    if not info.is_drafter:
-        raise LocalEagleError(f"{path}: architecture is {info.arch!r}, expected an {DRAFTER_ARCH} drafter")
+    require_drafter(info)
     if info.target_layers is None or len(info.target_layers) != 3:
         raise LocalEagleError(f"{path}: {DRAFTER_ARCH}.target_layers must hold 3 layer ids")
     eps = float(
@@ -68,29 +74,17 @@ def read_spec(path: str | os.PathLike[str]) -> DrafterSpec:
         fc_norm_weight=w,
         norm_output=bool(field_value(reader, KEY_NORM_OUTPUT, False)),
         output_norm_weight=tensor_f32(reader, "output_norm.weight"),
+        info=info,
     )
 
 
-def check_pair(spec: DrafterSpec, target: Model, path: str | os.PathLike[str]) -> None:
+def check_pair(spec: DrafterSpec, target: Model) -> None:
     """Refuse a drafter made for another target before llama.cpp is asked to run the pair.
 
-    Enabling capture of a layer the target lacks aborts llama.cpp, so this runs first.
+    Enabling capture of a layer the target lacks aborts llama.cpp, so this runs first; the
+    check itself is ``local_eagle.gguf.check_pair``, the one the planner runs too.
     """
-    if spec.target_hidden_size != target.n_embd:
-        raise LocalEagleError(
-            f"{path}: drafter expects target hidden size {spec.target_hidden_size}, "
-            f"target {target.path.name} has {target.n_embd}"
-        )
-    for lid in spec.target_layers:
-        if not 0 <= lid < target.n_layer:
-            raise LocalEagleError(
-                f"{path}: target layer id {lid} is out of range for target {target.path.name} "
-                f"with {target.n_layer} layers"
-            )
-    if spec.n_vocab != target.n_vocab:
-        raise LocalEagleError(
-            f"{path}: drafter vocabulary has {spec.n_vocab} tokens, target {target.path.name} has {target.n_vocab}"
-        )
+    gguf_check_pair(read_model_info(target.path, "target GGUF", splits=True), spec.info)
 
 
 class Drafter:
@@ -104,7 +98,7 @@ class Drafter:
         n_gpu_layers: int = -1,
     ) -> None:
         self.spec = read_spec(path)
-        check_pair(self.spec, target.model, path)
+        check_pair(self.spec, target.model)
         self.model = Model(path, n_gpu_layers=n_gpu_layers, what="drafter")
         # the drafter has one layer of KV: quantising it saves almost nothing, so it stays f16
         opts = replace(opts or ContextOptions(n_ctx=target.n_ctx), type_k=GGML_TYPE_F16, type_v=GGML_TYPE_F16)

@@ -137,7 +137,7 @@ class Engine:
         self.drafter: Drafter | None = None
         if draft is not None:
             spec = read_spec(draft)
-            check_pair(spec, self.model, draft)
+            check_pair(spec, self.model)
             self.capture = LayerCapture.create(self.model, spec.target_layers, opts.capture)
         self.ctx = Context(self.model, ctx_opts, cb_eval=self.capture.callback if self.capture is not None else None)
         if self.capture is not None:

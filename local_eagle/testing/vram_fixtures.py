@@ -376,8 +376,8 @@ README_CONTEXTS = (8192, 32768, 131072)
 
 def readme_table(workdir: str | os.PathLike[str]) -> str:
     """The README's RTX 4090 table: predicted VRAM per component for common pairs (markdown, GiB)."""
+    from local_eagle.vram import GiB, Settings, make_plan, read_shape
     from local_eagle.vram.gpus import budget
-    from local_eagle.vram.plan import GiB, Settings, make_plan, read_shape
 
     d = Path(workdir)
     b = budget("rtx4090")

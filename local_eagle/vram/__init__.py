@@ -1,0 +1,96 @@
+"""VRAM budget planner (``fit``): what llama.cpp will allocate for a target (+ EAGLE drafter), before loading.
+
+Everything here is a pure function of GGUF headers and settings, so it runs on a laptop with
+no GPU. The formulas follow the pinned llama.cpp (``vendor/llama.cpp`` of llama-cpp-python
+0.3.36) allocation by allocation:
+
+* weights: every tensor goes to the device of its layer; ``token_embd`` stays on the host; the
+  repeating layers offload from the back and the output layer counts as one of ``-ngl``
+  (``llama_model::load_tensors``); a model with tied embeddings gets a copy of
+  ``token_embd`` as its output tensor on the output device. Each tensor is padded to the
+  buffer's alignment, and CUDA pads the last row of quantised matrices to 512 elements.
+* KV cache: one K and one V tensor per layer with KV on that layer's device, ``n_ctx`` padded to
+  256, per-layer KV heads and head sizes, sliding-window layers in a window-sized cache
+  (``n_swa + n_ubatch`` padded to 256), MLA layers storing only the compressed K, quantised
+  types in whole blocks (``llama_kv_cache``), recurrent state for SSM layers.
+* compute: llama.cpp sizes each context's compute buffer by running ggml-alloc over the
+  worst-case graph (``n_ubatch`` tokens, every one an output; ``llama_context::sched_reserve``).
+  The planner builds the same graph, node by node, for the architectures it knows and replays
+  the allocator, so logits, KQ mask, attention scores, FFN activations and in-place reuse come
+  out as llama.cpp's own peak; other architectures get a llama-like estimate and a note.
+* the drafter: its own weights (it borrows the target's ``token_embd``/``output`` when it has
+  none), a one-layer KV cache at the target's context, and the larger of its decoder graph
+  (logits over the draft vocabulary scattered into a full-vocabulary buffer) and encoder graph.
+
+What llama.cpp does not allocate through its buffers (the CUDA context, cuBLAS workspaces, the
+memory pool) is an ``overhead`` allowance. Host memory is reported apart from VRAM.
+
+Modules, lowest first: ``types`` (ggml cache types, backend rounding), ``shapes`` (GGUF headers),
+``settings``, ``memory`` (placement, weights, KV cache), ``graph`` (compute buffers), ``plan``,
+``suggest``; beside them ``gpus`` (budgets), ``report`` (tables, JSON) and ``measure`` (llama.cpp's
+own numbers). The names below are the planner's API; import the side modules by name.
+"""
+
+from local_eagle.units import GiB, MiB
+from local_eagle.vram.memory import (
+    KVLayer,
+    Split,
+    kv_cache,
+    kv_layers,
+    layer_on_gpu,
+    n_offloadable,
+    tensor_on_gpu,
+    weights,
+)
+from local_eagle.vram.plan import (
+    DEFAULT_OVERHEAD,
+    Component,
+    GPUBudget,
+    Plan,
+    breakdown,
+    compute_buffers,
+    draft_compute,
+    make_plan,
+    target_compute,
+)
+from local_eagle.vram.settings import CtxDims, Settings, ctx_dims
+from local_eagle.vram.shapes import ModelShape, check_pair, read_shape
+from local_eagle.vram.suggest import Suggestion, suggest
+from local_eagle.vram.types import CPU, CUDA, KV_TYPES, Backend, KVType, PlanError, row_bytes
+
+__all__ = [
+    "CPU",
+    "CUDA",
+    "DEFAULT_OVERHEAD",
+    "KV_TYPES",
+    "Backend",
+    "Component",
+    "CtxDims",
+    "GPUBudget",
+    "GiB",
+    "KVLayer",
+    "KVType",
+    "MiB",
+    "ModelShape",
+    "Plan",
+    "PlanError",
+    "Settings",
+    "Split",
+    "Suggestion",
+    "breakdown",
+    "check_pair",
+    "compute_buffers",
+    "ctx_dims",
+    "draft_compute",
+    "kv_cache",
+    "kv_layers",
+    "layer_on_gpu",
+    "make_plan",
+    "n_offloadable",
+    "read_shape",
+    "row_bytes",
+    "suggest",
+    "target_compute",
+    "tensor_on_gpu",
+    "weights",
+]

@@ -15,7 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from local_eagle.errors import LocalEagleError
-from local_eagle.vram.plan import DEFAULT_OVERHEAD, GPUBudget, MiB
+from local_eagle.units import GiB, MiB
+from local_eagle.vram.plan import DEFAULT_OVERHEAD, GPUBudget
 
 
 @dataclass(frozen=True)
@@ -145,7 +146,7 @@ def budget(
     if vram_gb is not None:
         if not vram_gb > 0:
             raise LocalEagleError(f"--vram-gb must be positive, got {vram_gb}")
-        total = int(vram_gb * 1024 * MiB)
+        total = int(vram_gb * GiB)
         return GPUBudget(f"{vram_gb:g} GiB GPU", total, total, "manual", overhead)
     if gpu is not None:
         p = PRESETS.get(gpu.lower().replace("_", "-"))

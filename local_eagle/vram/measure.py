@@ -22,7 +22,9 @@ from pathlib import Path
 
 from local_eagle.errors import LlamaError
 from local_eagle.llamacpp import bindings
-from local_eagle.vram.plan import KV_TYPES, Settings, check_pair, read_shape
+from local_eagle.vram.settings import Settings
+from local_eagle.vram.shapes import check_pair, read_shape
+from local_eagle.vram.types import KV_TYPES
 
 _BREAKDOWN_SYM = "_Z26llama_get_memory_breakdownPK13llama_context"
 _MAP_SIZE = 48  # sizeof(std::map) in libstdc++ (x86-64 and aarch64)

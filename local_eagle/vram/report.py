@@ -8,34 +8,13 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from local_eagle.vram.plan import (
-    CPU,
-    CUDA,
-    GiB,
-    MiB,
-    ModelShape,
-    Plan,
-    Settings,
-    Suggestion,
-    ctx_dims,
-    draft_compute,
-    kv_cache,
-    n_offloadable,
-    target_compute,
-    weights,
-)
-
-
-def human(n: float) -> str:
-    sign = "-" if n < 0 else ""
-    n = abs(n)
-    if n >= GiB:
-        return f"{sign}{n / GiB:.2f} GiB"
-    if n >= MiB:
-        return f"{sign}{n / MiB:.1f} MiB"
-    if n >= 1024:
-        return f"{sign}{n / 1024:.1f} KiB"
-    return f"{sign}{int(n)} B"
+from local_eagle.units import human_bytes
+from local_eagle.vram.memory import kv_cache, n_offloadable, weights
+from local_eagle.vram.plan import Plan, draft_compute, target_compute
+from local_eagle.vram.settings import Settings, ctx_dims
+from local_eagle.vram.shapes import ModelShape
+from local_eagle.vram.suggest import Suggestion
+from local_eagle.vram.types import CPU, CUDA
 
 
 def settings_line(p: Plan) -> str:
@@ -61,10 +40,10 @@ def verdict(p: Plan) -> str:
             if p.full_offload
             else f"partially offloaded, {p.n_gpu_layers}/{p.n_layers_max} layers on the GPU (slower)"
         )
-        return f"[bold green]fits[/]: {where}, {human(p.free)} free of {human(p.budget.free)}"
+        return f"[bold green]fits[/]: {where}, {human_bytes(p.free)} free of {human_bytes(p.budget.free)}"
     return (
-        f"[bold red]does not fit[/]: needs {human(p.total_gpu)}, {human(-p.free)} over the "
-        f"{human(p.budget.free)} available; try --suggest"
+        f"[bold red]does not fit[/]: needs {human_bytes(p.total_gpu)}, {human_bytes(-p.free)} over the "
+        f"{human_bytes(p.budget.free)} available; try --suggest"
     )
 
 
@@ -74,11 +53,11 @@ def plan_table(p: Plan, title: str | None = None) -> Table:
     t.add_column("VRAM", justify="right")
     t.add_column("host RAM", justify="right")
     for c in p.components:
-        t.add_row(c.label, human(c.gpu) if c.gpu else "-", human(c.host) if c.host else "-")
+        t.add_row(c.label, human_bytes(c.gpu) if c.gpu else "-", human_bytes(c.host) if c.host else "-")
     t.add_section()
-    t.add_row("[bold]total[/]", f"[bold]{human(p.total_gpu)}[/]", human(p.total_host))
+    t.add_row("[bold]total[/]", f"[bold]{human_bytes(p.total_gpu)}[/]", human_bytes(p.total_host))
     style = "green" if p.fits else "red"
-    t.add_row("free", f"[{style}]{human(p.free)}[/]", "")
+    t.add_row("free", f"[{style}]{human_bytes(p.free)}[/]", "")
     return t
 
 
@@ -86,7 +65,7 @@ def header(p: Plan) -> str:
     pair = p.target.name + (f" + {p.draft.name}" if p.draft is not None else "")
     b = p.budget
     src = {"preset": "preset", "detected": "detected, free memory", "manual": "--vram-gb"}[b.source]
-    return f"[bold]{pair}[/] on [bold]{b.name}[/] ({human(b.free)}, {src})"
+    return f"[bold]{pair}[/] on [bold]{b.name}[/] ({human_bytes(b.free)}, {src})"
 
 
 def print_plan(out: Console, p: Plan) -> None:

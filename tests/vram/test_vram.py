@@ -17,7 +17,10 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from local_eagle import vram
 from local_eagle.cli.app import app
+from local_eagle.errors import LocalEagleError
+from local_eagle.gguf import pad, read_header
 from local_eagle.testing.vram_fixtures import (
     LLAMA31_8B,
     LLAMA31_8B_EAGLE3,
@@ -27,10 +30,8 @@ from local_eagle.testing.vram_fixtures import (
     write_drafter_gguf,
     write_shape_gguf,
 )
-from local_eagle.vram import gpus
-from local_eagle.vram import plan as vram
+from local_eagle.vram import CPU, CUDA, GiB, MiB, Settings, gpus
 from local_eagle.vram.measure import measure
-from local_eagle.vram.plan import CPU, CUDA, GiB, MiB, Settings
 
 runner = CliRunner()
 
@@ -254,8 +255,8 @@ def test_tied_output_copied_only_to_a_different_device(shapes: dict[str, Path]) 
 def test_cuda_rounding() -> None:
     # a Q8_0 matrix with 4000-wide rows: CUDA pads the last row to 4096 (MATRIX_ROW_PADDING), then aligns to 128
     nbytes = vram.row_bytes(Q.Q8_0, 4000) * 10
-    assert CUDA.tensor_bytes(nbytes, 4000, Q.Q8_0) == vram.pad(nbytes + vram.row_bytes(Q.Q8_0, 96), 128)
-    assert CPU.tensor_bytes(nbytes, 4000, Q.Q8_0) == vram.pad(nbytes, 32)
+    assert CUDA.tensor_bytes(nbytes, 4000, Q.Q8_0) == pad(nbytes + vram.row_bytes(Q.Q8_0, 96), 128)
+    assert CPU.tensor_bytes(nbytes, 4000, Q.Q8_0) == pad(nbytes, 32)
     assert CUDA.tensor_bytes(1100, 550, Q.F16) == 1152 and CPU.tensor_bytes(1100, 550, Q.F16) == 1120
 
 
@@ -393,9 +394,9 @@ def test_gpu_presets_and_manual_sizes() -> None:
     b = gpus.budget("rtx4090")
     assert b.total == 24564 * MiB and b.source == "preset"
     assert gpus.budget(vram_gb=16).free == 16 * GiB
-    with pytest.raises(vram.LocalEagleError, match="unknown GPU preset"):
+    with pytest.raises(LocalEagleError, match="unknown GPU preset"):
         gpus.budget("gtx480")
-    with pytest.raises(vram.LocalEagleError, match="not both"):
+    with pytest.raises(LocalEagleError, match="not both"):
         gpus.budget("rtx4090", 24)
 
 
@@ -405,7 +406,7 @@ def test_gpu_detection_parses_nvidia_smi_and_absence_is_clear() -> None:
     assert gpus._parse_smi("") is None
     b = gpus.budget(detector=lambda: found)
     assert b.free == 23000 * MiB and b.source == "detected"
-    with pytest.raises(vram.LocalEagleError, match="no NVIDIA GPU found"):
+    with pytest.raises(LocalEagleError, match="no NVIDIA GPU found"):
         gpus.budget(detector=lambda: None)
 
 
@@ -506,7 +507,7 @@ def test_no_gpu_and_no_preset_is_bad_input(monkeypatch: pytest.MonkeyPatch, shap
 
 
 def test_header_reader_skips_big_vocabularies(llama8b: tuple[Path, Path]) -> None:
-    h = vram.read_header(llama8b[0])
+    h = read_header(llama8b[0])
     assert len(h.kv["tokenizer.ggml.tokens"]) == 128256
     assert h.kv["general.architecture"] == "llama"
     assert len(h.tensors) == 3 + 9 * 32
@@ -532,7 +533,7 @@ def test_split_gguf_reads_every_file(tmp_path: Path) -> None:
     from local_eagle.testing.tiny import TinyTargetSpec, write_tiny_target
 
     whole = write_tiny_target(tmp_path / "whole.gguf", TinyTargetSpec(n_layer=2))
-    src = vram.read_header(whole)
+    src = read_header(whole)
     from local_eagle.gguf import copy_fields, open_gguf, tensor_f32
 
     reader = open_gguf(whole, keep=lambda k: True)

@@ -1,0 +1,139 @@
+"""Weights and KV cache: which device each tensor lives on and how many bytes its buffer takes.
+
+Follows ``llama_model::load_tensors`` (placement from the back, ``-ngl`` counting the output
+layer) and ``llama_kv_cache`` (a layer's cache lives with the layer), so a partial offload is
+priced per side, GPU and host.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from local_eagle.gguf import Tensor, pad
+from local_eagle.vram.settings import CtxDims, Settings
+from local_eagle.vram.shapes import TOKEN_EMBD_HOST, ModelShape
+from local_eagle.vram.types import CPU, CUDA, KV_TYPES, Backend, PlanError, row_bytes
+
+
+def n_offloadable(shape: ModelShape) -> int:
+    """Highest useful ``-ngl``: every repeating layer plus the output layer."""
+    return shape.n_layer + 1
+
+
+def layer_on_gpu(shape: ModelShape, il: int, ngl: int) -> bool:
+    """llama.cpp's ``get_layer_buft_list``: the last ``ngl`` of (layers + output) go to the GPU."""
+    start = max(shape.n_layer + 1 - ngl, 0)
+    return il >= start
+
+
+def tensor_on_gpu(shape: ModelShape, t: Tensor, ngl: int) -> bool:
+    """Where llama.cpp puts one tensor: with its layer, token embeddings on the host (looked up by row)."""
+    if t.name in TOKEN_EMBD_HOST:
+        return False
+    if t.name == "rope_freqs.weight":
+        return layer_on_gpu(shape, 0, ngl)
+    il = t.layer
+    if il is None or il >= shape.n_layer:
+        il = shape.n_layer  # output layer (output, output_norm, fc, d2t, rope_freqs, ...)
+    return layer_on_gpu(shape, il, ngl)
+
+
+@dataclass
+class Split:
+    """Bytes on the GPU and on the host."""
+
+    gpu: int = 0
+    host: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.gpu + self.host
+
+
+def weights(shape: ModelShape, ngl: int, gpu: Backend = CUDA, host: Backend = CPU) -> Split:
+    """Weight buffers per side. A tied output is a second copy of token_embd on the output device."""
+    s = Split()
+    for t in shape.tensors:
+        if tensor_on_gpu(shape, t, ngl):
+            s.gpu += gpu.tensor_bytes(t.nbytes, t.ne[0], t.type)
+        else:
+            s.host += host.tensor_bytes(t.nbytes, t.ne[0], t.type)
+    # a duplicated tensor is created again only in a buffer type that lacks it (llama_model_loader)
+    te = shape.tensor("token_embd.weight")
+    if shape.tied_output and te is not None and layer_on_gpu(shape, shape.n_layer, ngl):
+        s.gpu += gpu.tensor_bytes(te.nbytes, te.ne[0], te.type)
+    rf = shape.tensor("rope_freqs.weight")
+    if rf is not None and 0 < ngl and not layer_on_gpu(shape, 0, ngl):
+        s.gpu += gpu.tensor_bytes(rf.nbytes, rf.ne[0], rf.type)
+    return s
+
+
+# --- KV cache and recurrent state ----------------------------------------------------------------
+
+
+@dataclass
+class KVLayer:
+    """One layer's cache: cells (context or window) and the bytes of its K and V tensors."""
+
+    il: int
+    cells: int
+    k_bytes: int
+    v_bytes: int
+
+
+def kv_layers(
+    shape: ModelShape, d: CtxDims, type_k: str, type_v: str, flash_attn: bool, swa_full: bool
+) -> list[KVLayer]:
+    """Per layer with a KV cache: cells and K/V bytes (``llama_kv_cache`` / ``llama_kv_cache_iswa``)."""
+    tk, tv = KV_TYPES[type_k], KV_TYPES[type_v]
+    v_trans = not flash_attn
+    size_swa = d.n_ctx_seq
+    if any(shape.is_swa) and not swa_full:
+        size_swa = pad(min(d.n_ctx_seq, shape.n_swa * (d.n_seq if d.unified else 1) + d.n_ubatch), 256)
+    v_max = max((hv * h for hv, h in zip(shape.head_v, shape.n_head_kv, strict=True)), default=0)
+    out = []
+    for il in range(shape.n_layer):
+        if shape.recurrent[il] or shape.n_head_kv[il] == 0:
+            continue
+        cells = (size_swa if shape.is_swa[il] else d.n_ctx_seq) * d.n_stream
+        n_k = shape.head_k[il] * shape.n_head_kv[il]
+        n_v = v_max if v_trans else shape.head_v[il] * shape.n_head_kv[il]
+        for n, t, what in ((n_k, tk, "K"), (n_v, tv, "V")):
+            if t.quantized and n % t.block:
+                raise PlanError(
+                    f"{shape.path.name}: layer {il} has {what} rows of {n} values, not a multiple of the "
+                    f"{t.name} block ({t.block}); llama.cpp cannot use that cache type"
+                )
+        k = row_bytes(tk.ggml, n_k) * cells
+        v = 0 if shape.mla else row_bytes(tv.ggml, n_v) * cells
+        out.append(KVLayer(il, cells, k, v))
+    return out
+
+
+def kv_cache(
+    shape: ModelShape, d: CtxDims, s: Settings, ngl: int, draft: bool = False, gpu: Backend = CUDA, host: Backend = CPU
+) -> Split:
+    """KV (and recurrent state) bytes per side; a layer's cache lives with the layer (offload_kqv)."""
+    tk, tv = (s.draft_type_k, s.draft_type_v) if draft else (s.type_k, s.type_v)
+    out = Split()
+    for kl in kv_layers(shape, d, tk, tv, s.flash_attn, s.swa_full):
+        on_gpu = layer_on_gpu(shape, kl.il, ngl)
+        b = gpu if on_gpu else host
+        n = b.tensor_bytes(kl.k_bytes, 0, 0) + (b.tensor_bytes(kl.v_bytes, 0, 0) if kl.v_bytes else 0)
+        if on_gpu:
+            out.gpu += n
+        else:
+            out.host += n
+    if shape.ssm_r or shape.ssm_s:
+        rows = max(1, s.n_seq)
+        for il in range(shape.n_layer):
+            if not shape.recurrent[il]:
+                continue
+            on_gpu = layer_on_gpu(shape, il, ngl)
+            b = gpu if on_gpu else host
+            n = b.tensor_bytes(4 * shape.ssm_r * rows, 0, 0) + b.tensor_bytes(4 * shape.ssm_s * rows, 0, 0)
+            if on_gpu:
+                out.gpu += n
+            else:
+                out.host += n
+    return out

@@ -1,0 +1,91 @@
+"""The llama.cpp settings that change memory, and the sizes a context derives from them.
+
+One frozen ``Settings`` is one configuration: the plan prices it and ``--suggest`` searches over
+copies of it, so everything here is a value with no reference to a model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from local_eagle.gguf import pad
+from local_eagle.vram.types import KV_TYPES, PlanError
+
+
+@dataclass(frozen=True)
+class Settings:
+    """One llama.cpp configuration: the knobs that change memory.
+
+    ``n_gpu_layers`` None means "auto": the most layers that fit. The drafter context is created
+    at the target's ``n_ctx`` (its KV cache covers the whole context) with its own batch sizes.
+    """
+
+    n_ctx: int = 8192
+    n_seq: int = 1
+    n_batch: int = 2048
+    n_ubatch: int = 512
+    type_k: str = "f16"
+    type_v: str = "f16"
+    flash_attn: bool = True
+    n_gpu_layers: int | None = None
+    draft_type_k: str = "f16"
+    draft_type_v: str = "f16"
+    draft_batch: int = 512
+    draft_ubatch: int = 512
+    draft_max: int = 8
+    swa_full: bool = True
+    kv_unified: bool = False
+
+    def validate(self) -> None:
+        """Refuse what llama.cpp would refuse, naming the CLI flag, before anything is priced."""
+        flags = {"type_k": "--kv-type-k", "type_v": "--kv-type-v", "draft_type_k": "--draft-kv-type"}
+        for k in ("type_k", "type_v", "draft_type_k", "draft_type_v"):
+            v = getattr(self, k)
+            if v not in KV_TYPES:
+                flag = flags.get(k, "--draft-kv-type")
+                raise PlanError(f"KV cache type {v!r} ({flag} / --kv-type): expected one of {', '.join(KV_TYPES)}")
+        if not self.flash_attn and (KV_TYPES[self.type_v].quantized or KV_TYPES[self.draft_type_v].quantized):
+            raise PlanError("a quantised V cache needs flash attention (llama.cpp refuses it otherwise)")
+        sizes = {
+            "n_ctx": "--ctx",
+            "n_seq": "--parallel",
+            "n_batch": "--batch",
+            "n_ubatch": "--ubatch",
+            "draft_batch": "drafter n_batch",
+            "draft_ubatch": "--draft-ubatch",
+        }
+        for k, flag in sizes.items():
+            if getattr(self, k) < 1:
+                raise PlanError(f"{flag} must be at least 1, got {getattr(self, k)}")
+        if self.draft_max < 0:
+            raise PlanError(f"--draft-max must be >= 0, got {self.draft_max}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class CtxDims:
+    """The sizes llama.cpp derives from Settings (``llama_context`` constructor)."""
+
+    n_ctx: int
+    n_ctx_seq: int
+    n_stream: int
+    n_batch: int
+    n_ubatch: int
+    n_seq: int
+    unified: bool
+
+
+def ctx_dims(n_ctx: int, n_seq: int, n_batch: int, n_ubatch: int, kv_unified: bool) -> CtxDims:
+    """What a context is really created with: the context padded to 256 cells and split per stream."""
+    b = min(n_ctx, n_batch)  # causal attention: a batch never exceeds the (unpadded) context
+    ub = min(b, n_ubatch)
+    c = pad(n_ctx, 256)
+    if kv_unified:
+        seq = c
+    else:
+        seq = pad(c // n_seq, 256)
+        c = seq * n_seq
+    return CtxDims(c, seq, 1 if kv_unified else n_seq, b, ub, n_seq, kv_unified)

@@ -1,0 +1,237 @@
+"""Model shapes from GGUF headers: what the planner needs to know about a target or a drafter.
+
+Only headers are read (the tensor table and hyper-parameters), so a 70B model is planned in
+milliseconds; a split GGUF's other files contribute their tensor tables.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from local_eagle.errors import GGUFError
+from local_eagle.gguf import DRAFTER_ARCH, ModelInfo, Tensor, read_header, split_tensors
+from local_eagle.gguf import check_pair as gguf_check_pair
+
+# Architectures whose compute graphs are rebuilt node by node (checked against llama.cpp);
+# others get generic estimates and a note saying so.
+KNOWN_ARCHS = {"llama", "qwen2", "qwen3", "gemma3", "eagle3"}
+# Default SWA layer pattern (every n-th layer is global) where llama.cpp hard-codes one.
+SWA_PATTERN_DEFAULTS = {"gemma2": 2, "gemma3": 6, "cohere2": 4, "gpt-oss": 2, "olmo2": 4, "exaone4": 4}
+SWA_WINDOW_DEFAULTS = {"gemma2": 4096}
+TOKEN_EMBD_HOST = ("token_embd.weight", "per_layer_token_embd.weight", "token_types.weight")
+
+
+@dataclass
+class ModelShape:
+    """What the planner needs from one GGUF: hyper-parameters per layer and the tensor table."""
+
+    path: Path
+    arch: str
+    name: str
+    n_layer: int
+    n_embd: int
+    n_vocab: int
+    n_ctx_train: int
+    n_head: list[int]
+    n_head_kv: list[int]
+    n_ff: list[int]
+    head_k: list[int]
+    head_v: list[int]
+    is_swa: list[bool]
+    n_swa: int
+    mla: bool
+    recurrent: list[bool]
+    ssm_r: int  # recurrent state floats per sequence and layer (conv / token shift)
+    ssm_s: int  # (ssm / wkv state)
+    tensors: list[Tensor]
+    known: bool
+    notes: list[str] = field(default_factory=list)
+    flags: set[str] = field(default_factory=set)
+    ssm_dims: tuple[int, int, int, int] = (0, 0, 0, 0)  # d_inner, d_state, dt_rank, d_conv
+    cache: dict[Any, int] = field(default_factory=dict, repr=False, compare=False)
+    # drafter only
+    target_hidden: int | None = None
+    draft_vocab: int | None = None
+    target_layers: list[int] | None = None
+
+    @property
+    def is_drafter(self) -> bool:
+        return self.arch == DRAFTER_ARCH
+
+    @property
+    def tied_output(self) -> bool:
+        """A target without ``output.weight`` reuses ``token_embd`` as its head (a copy on the output device)."""
+        names = {t.name for t in self.tensors}
+        return not self.is_drafter and "output.weight" not in names and "token_embd.weight" in names
+
+    def tensor(self, name: str) -> Tensor | None:
+        for t in self.tensors:
+            if t.name == name:
+                return t
+        return None
+
+
+def _per_layer(v: Any, n: int, key: str, path: Path) -> list[int]:
+    """A hyper-parameter llama.cpp accepts as one value or one per layer, as one per layer."""
+    if v is None:
+        return []
+    if isinstance(v, list):
+        if len(v) != n:
+            raise GGUFError(f"{path}: '{key}' holds {len(v)} values, expected one per layer ({n})")
+        return [int(x) for x in v]
+    return [int(v)] * n
+
+
+def read_shape(path: str | os.PathLike[str], what: str = "target GGUF") -> ModelShape:
+    """Read one GGUF's header into a ModelShape; the weights are never read."""
+    h = read_header(path, what)
+    p = h.path
+    more = split_tensors(h, what)
+    arch = h.kv.get("general.architecture")
+    if not isinstance(arch, str):
+        raise GGUFError(f"{p}: {what} has no general.architecture")
+
+    def key(k: str, default: Any = None) -> Any:
+        v = h.kv.get(f"{arch}.{k}", default)
+        return default if v is None else v
+
+    def need(k: str) -> int:
+        v = key(k)
+        if v is None:
+            raise GGUFError(f"{p}: {what} lacks the key '{arch}.{k}'")
+        return int(v)
+
+    n_layer = need("block_count")
+    n_embd = need("embedding_length")
+    if n_layer <= 0 or n_embd <= 0:
+        raise GGUFError(f"{p}: {what} has block_count={n_layer}, embedding_length={n_embd}; expected positive sizes")
+    tensors = h.tensors + more
+    names = {t.name for t in tensors}
+
+    tok = h.kv.get("tokenizer.ggml.tokens")
+    if tok is not None:
+        n_vocab = len(tok)
+    elif key("vocab_size") is not None:
+        n_vocab = int(key("vocab_size"))
+    elif "token_embd.weight" in names:
+        n_vocab = next(t.ne[1] for t in tensors if t.name == "token_embd.weight")
+    else:
+        raise GGUFError(f"{p}: {what} has no vocabulary (tokenizer.ggml.tokens or {arch}.vocab_size)")
+
+    notes: list[str] = []
+    known = arch in KNOWN_ARCHS
+    d_conv, d_inner = int(key("ssm.conv_kernel", 0) or 0), int(key("ssm.inner_size", 0) or 0)
+    d_state, n_group = int(key("ssm.state_size", 0) or 0), int(key("ssm.group_count", 0) or 0)
+    wkv = int(key("wkv.head_size", 0) or 0)
+    has_state = bool((d_inner and d_state) or wkv)
+    head = _per_layer(key("attention.head_count"), n_layer, f"{arch}.attention.head_count", p)
+    if not head:
+        head = [0 if has_state else max(1, n_embd // 128)] * n_layer
+        if not has_state:
+            notes.append(f"{arch}.attention.head_count missing: assumed {head[0]} heads of 128")
+    head_kv = _per_layer(key("attention.head_count_kv"), n_layer, f"{arch}.attention.head_count_kv", p) or list(head)
+    n_ff = _per_layer(key("feed_forward_length"), n_layer, f"{arch}.feed_forward_length", p) or [4 * n_embd] * n_layer
+    hk_default = n_embd // max(head) if max(head) else 0
+    hk = int(key("attention.key_length", hk_default))
+    hv = int(key("attention.value_length", hk))
+
+    n_swa = int(key("attention.sliding_window", 0) or 0) or SWA_WINDOW_DEFAULTS.get(arch, 0)
+    is_swa = [False] * n_layer
+    if n_swa > 0:
+        pat = key("attention.sliding_window_pattern")
+        if isinstance(pat, list):
+            is_swa = [bool(x) for x in pat][:n_layer] + [False] * max(0, n_layer - len(pat))
+        else:
+            n_pat = int(pat) if pat is not None else SWA_PATTERN_DEFAULTS.get(arch)
+            if n_pat is None:
+                n_pat = 0
+                notes.append(f"{arch}: sliding window without a layer pattern; assumed every layer is windowed")
+            is_swa = [n_pat == 0 or (il % n_pat < n_pat - 1) for il in range(n_layer)]
+    hk_swa = int(key("attention.key_length_swa", hk))
+    hv_swa = int(key("attention.value_length_swa", hv))
+    head_k = [hk_swa if s else hk for s in is_swa]
+    head_v = [hv_swa if s else hv for s in is_swa]
+
+    mla = key("attention.key_length_mla") is not None and key("attention.value_length_mla") is not None
+
+    ssm_r = ssm_s = 0
+    recurrent = [False] * n_layer
+    if d_inner and d_state:
+        ssm_r = max(d_conv - 1, 0) * (d_inner + 2 * n_group * d_state)
+        ssm_s = d_state * d_inner
+    elif wkv:
+        ssm_r = int(key("token_shift_count", 2) or 2) * n_embd
+        ssm_s = n_embd * wkv
+    if ssm_r or ssm_s:
+        # hybrid models mark attention layers with a zero KV-head count
+        recurrent = [h == 0 for h in head_kv] if any(head_kv) else [True] * n_layer
+        if not any(head_kv):
+            head_kv = [0] * n_layer
+
+    shape = ModelShape(
+        path=p,
+        arch=arch,
+        name=str(h.kv.get("general.name") or p.stem),
+        n_layer=n_layer,
+        n_embd=n_embd,
+        n_vocab=n_vocab,
+        n_ctx_train=int(key("context_length", 0) or 0),
+        n_head=head,
+        n_head_kv=head_kv,
+        n_ff=n_ff,
+        head_k=head_k,
+        head_v=head_v,
+        is_swa=is_swa,
+        n_swa=n_swa,
+        mla=mla,
+        recurrent=recurrent,
+        ssm_r=ssm_r,
+        ssm_s=ssm_s,
+        tensors=tensors,
+        known=known,
+        notes=notes,
+        ssm_dims=(d_inner, d_state, int(key("ssm.time_step_rank", 0) or 0), d_conv),
+    )
+    if not known:
+        shape.notes.insert(
+            0,
+            f"architecture '{arch}' is not modelled exactly: weights and KV/state come from the tensor table "
+            f"and generic keys, the compute buffer is estimated with a llama-like graph"
+            + (" (Mamba-like for recurrent layers)" if any(recurrent) else ""),
+        )
+    if arch == DRAFTER_ARCH:
+        ths = key("target_hidden_size")
+        if ths is None:
+            raise GGUFError(f"{p}: drafter lacks '{arch}.target_hidden_size'")
+        shape.target_hidden = int(ths)
+        d2t = shape.tensor("d2t")
+        shape.draft_vocab = d2t.ne[0] if d2t else n_vocab
+        shape.flags = {k for k in ("norm_before_residual", "norm_before_fc") if key(k, False)}
+        layers = key("target_layers")
+        shape.target_layers = [int(x) for x in layers] if layers is not None else None
+    return shape
+
+
+def pair_info(shape: ModelShape) -> ModelInfo:
+    """The header facts ``local_eagle.gguf.check_pair`` judges a pair by, from a shape (splits included)."""
+    return ModelInfo(
+        path=shape.path,
+        arch=shape.arch,
+        n_layer=shape.n_layer,
+        n_embd=shape.n_embd,
+        n_vocab=shape.n_vocab,
+        name=shape.name,
+        tensor_count=len(shape.tensors),
+        tensor_shapes={t.name: t.ne for t in shape.tensors},
+        target_layers=shape.target_layers,
+        target_hidden_size=shape.target_hidden,
+        draft_vocab_size=shape.draft_vocab,
+    )
+
+
+def check_pair(target: ModelShape, draft: ModelShape) -> None:
+    """The drafter must have been built for this target: the runtime's own check, on the planner's shapes."""
+    gguf_check_pair(pair_info(target), pair_info(draft))
