@@ -16,7 +16,7 @@ import numpy as np
 from local_eagle.errors import LocalEagleError
 from local_eagle.gguf import DRAFTER_ARCH, field_value, model_info, open_gguf, tensor_f32
 from local_eagle.gguf.keys import KEY_FC_NORM, KEY_FC_NORM_EPS, KEY_FC_NORM_WEIGHT, KEY_NORM_OUTPUT
-from local_eagle.llamacpp.bindings import GGML_TYPE_F16, Context, ContextOptions, Model
+from local_eagle.llamacpp.model import GGML_TYPE_F16, Context, ContextOptions, Model
 from local_eagle.runtime.norms import fc_norm, rms_norm
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from local_eagle.errors import LocalEagleError
-from local_eagle.llamacpp.bindings import Context, ContextOptions, Model
+from local_eagle.llamacpp.model import Context, ContextOptions, Model
 from local_eagle.runtime.drafter import Drafter, check_pair, read_spec
 from local_eagle.runtime.sampling import (
     GREEDY,
