@@ -205,7 +205,7 @@ class _Generation:
         self.text = TextStream(stop)
         self.output_tokens: list[int] = []
         self.stop_reason = ""
-        self.stats = SpecStats.for_draft_max(draft_max)
+        self.spec_stats = SpecStats.for_draft_max(draft_max)
         self.n_past = 0
         self.last_projection: np.ndarray | None = None
         self.primed_step: tuple[np.ndarray, np.ndarray] | None = None
@@ -214,7 +214,7 @@ class _Generation:
         self._reset_caches()
         started = clock()
         pending = [self.prefill()]  # tokens chosen but not yet emitted
-        self.stats.prefill_seconds = clock() - started
+        self.spec_stats.prefill_seconds = clock() - started
         started = clock()
         try:
             while True:
@@ -226,12 +226,12 @@ class _Generation:
                     break
                 pending = self.round(pending[-1])
         finally:
-            self.stats.decode_seconds = clock() - started
+            self.spec_stats.decode_seconds = clock() - started
         tail = self.text.finish()
         if tail:
             yield tail
-        stats = self.stats.generation_stats(len(self.prompt), len(self.output_tokens), self.stop_reason)
-        return GenerationResult(text=self.text.text, tokens=self.output_tokens, stats=stats, spec_stats=self.stats)
+        stats = self.spec_stats.generation_stats(len(self.prompt), len(self.output_tokens), self.stop_reason)
+        return GenerationResult(text=self.text.text, tokens=self.output_tokens, stats=stats, spec_stats=self.spec_stats)
 
     def _reset_caches(self) -> None:
         self.target.clear()
@@ -239,9 +239,6 @@ class _Generation:
             self.drafter.ctx.clear()
         if self.capture is not None:
             self.capture.set_enabled(self.speculative)
-
-    def choose(self, logits: np.ndarray, history: np.ndarray) -> tuple[int, np.ndarray | None]:
-        return choose(logits, history, self.sampling, self.rng)
 
     def recent_history(self, last_token: int, drafts: list[int]) -> np.ndarray:
         """The tokens before the next position, for the repeat penalty (empty when it is off)."""
@@ -263,7 +260,7 @@ class _Generation:
                 features.append(self.capture.features(len(chunk)))
         last_chunk_start = (n_prompt - 1) // ubatch * ubatch
         logits = self.target.logits(n_prompt - 1 - last_chunk_start, self.engine.n_vocab)
-        token, _ = self.choose(logits, np.asarray(self.history))
+        token, _ = choose(logits, np.asarray(self.history), self.sampling, self.rng)
         if self.speculative:
             projections = self.drafter.encode(np.concatenate(features))
             if n_prompt > 1:
@@ -280,7 +277,7 @@ class _Generation:
         n_accepted, next_token = self.accept(last_token, drafts, draft_distributions, target_logits, observed)
         accepted = drafts[:n_accepted] + [next_token]
         self.commit(last_token, accepted, verified_features, observed)
-        self.stats.observe(observed)
+        self.spec_stats.observe(observed)
         return accepted
 
     def draft_length(self) -> int:
@@ -310,7 +307,8 @@ class _Generation:
             row = logits[0]
             if self.draft_p_min > 0.0 and top_probability(row) < self.draft_p_min:
                 break
-            token, distribution = self.choose(row, self.recent_history(last_token, drafts))
+            history = self.recent_history(last_token, drafts)
+            token, distribution = choose(row, history, self.sampling, self.rng)
             drafts.append(token)
             if distribution is not None:
                 distributions.append(distribution)
