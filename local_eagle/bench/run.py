@@ -9,11 +9,12 @@ and the ideal speedup the measured costs allow, so the loop's own overhead shows
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 from local_eagle.errors import LocalEagleError
-from local_eagle.runtime.engine import Engine, GenerationStats
+from local_eagle.runtime.engine import Engine
 from local_eagle.runtime.sampling import GREEDY
+from local_eagle.runtime.stats import GenerationTotals
 
 
 def read_prompts(path: str | os.PathLike[str]) -> list[str]:
@@ -21,40 +22,6 @@ def read_prompts(path: str | os.PathLike[str]) -> list[str]:
     from local_eagle.train.data import read_samples
 
     return [s.text for s in read_samples(path)]
-
-
-@dataclass
-class Side:
-    """Totals for one side (baseline or speculative) over all prompts."""
-
-    tokens: int = 0
-    decode_seconds: float = 0.0
-    target_seconds: float = 0.0
-    drafter_seconds: float = 0.0
-    target_calls: int = 0
-    draft_steps: int = 0
-    verified_tokens: int = 0
-    drafted_per_position: list[int] = field(default_factory=list)
-    accepted_per_position: list[int] = field(default_factory=list)
-
-    def add(self, st: GenerationStats) -> None:
-        self.tokens += st.generated_tokens
-        self.decode_seconds += st.decode_seconds
-        self.target_seconds += st.target_seconds
-        self.drafter_seconds += st.drafter_seconds
-        self.target_calls += st.target_calls
-        self.draft_steps += st.draft_steps
-        self.verified_tokens += max(0, st.generated_tokens - 1)
-        if not self.drafted_per_position:
-            self.drafted_per_position = [0] * len(st.drafted_per_position)
-            self.accepted_per_position = [0] * len(st.accepted_per_position)
-        for i, (d, a) in enumerate(zip(st.drafted_per_position, st.accepted_per_position, strict=True)):
-            self.drafted_per_position[i] += d
-            self.accepted_per_position[i] += a
-
-    @property
-    def tokens_per_second(self) -> float:
-        return self.tokens / self.decode_seconds if self.decode_seconds else 0.0
 
 
 @dataclass
@@ -79,36 +46,32 @@ class BenchRow:
         return asdict(self)
 
 
-def summarize(k: int, base: Side, spec: Side, n_prompts: int, mismatches: int) -> BenchRow:
-    t1 = base.target_seconds / base.target_calls if base.target_calls else 0.0
-    tv = spec.target_seconds / spec.target_calls if spec.target_calls else 0.0
-    draft_round = spec.drafter_seconds / spec.target_calls if spec.target_calls else 0.0
-    tau = spec.verified_tokens / spec.target_calls if spec.target_calls else 0.0
-    host_round = (
-        (spec.decode_seconds - spec.target_seconds - spec.drafter_seconds) / spec.target_calls
-        if spec.target_calls
-        else 0.0
-    )
-    base_round = base.decode_seconds / base.target_calls if base.target_calls else 0.0
+def summarize(k: int, base: GenerationTotals, spec: GenerationTotals, n_prompts: int, mismatches: int) -> BenchRow:
+    baseline, speculative = base.total, spec.total
+    calls = speculative.target_calls
+    t1 = baseline.target_seconds / baseline.target_calls if baseline.target_calls else 0.0
+    tv = speculative.target_seconds / calls if calls else 0.0
+    draft_round = speculative.drafter_seconds / calls if calls else 0.0
+    tau = spec.acceptance_length
+    base_round = baseline.decode_seconds / baseline.target_calls if baseline.target_calls else 0.0
+    base_tps, spec_tps = baseline.tokens_per_second, speculative.tokens_per_second
     return BenchRow(
         draft_max=k,
         prompts=n_prompts,
-        baseline_tps=base.tokens_per_second,
-        speculative_tps=spec.tokens_per_second,
-        speedup=spec.tokens_per_second / base.tokens_per_second if base.tokens_per_second else 0.0,
+        baseline_tps=base_tps,
+        speculative_tps=spec_tps,
+        speedup=spec_tps / base_tps if base_tps else 0.0,
         acceptance_length=tau,
-        acceptance_per_position=[
-            a / d if d else 0.0 for a, d in zip(spec.accepted_per_position, spec.drafted_per_position, strict=True)
-        ],
+        acceptance_per_position=spec.acceptance_per_position,
         identical=mismatches == 0,
         mismatches=mismatches,
         target_call_ms=1000 * t1,
         verify_call_ms=1000 * tv,
         draft_ms_per_round=1000 * draft_round,
-        draft_step_ms=1000 * spec.drafter_seconds / spec.draft_steps if spec.draft_steps else 0.0,
+        draft_step_ms=1000 * speculative.drafter_seconds / speculative.draft_steps if speculative.draft_steps else 0.0,
         # what the loop would reach with no host overhead: tau tokens per (verify + drafting) against t1 per token
         ideal_speedup=tau * base_round / (tv + draft_round) if (tv + draft_round) else 0.0,
-        host_ms_per_round=1000 * host_round,
+        host_ms_per_round=1000 * speculative.host_seconds / calls if calls else 0.0,
     )
 
 
@@ -130,7 +93,7 @@ def run_bench(
         task = bar.add_task("benchmarking", total=len(prompts) * len(draft_values))
         engine.generate(prompts[0], max_tokens=8, sampling=GREEDY, draft_max=max(draft_values))  # warm-up
         for k in draft_values:
-            base, spec, mismatches = Side(), Side(), 0
+            base, spec, mismatches = GenerationTotals(), GenerationTotals(), 0
             for i, prompt in enumerate(prompts):
                 order = (0, k) if i % 2 == 0 else (k, 0)
                 results = {}

@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -34,6 +34,7 @@ from local_eagle.ollama.modelfile import (
     format_parameter,
 )
 from local_eagle.runtime.sampling import SamplingParams
+from local_eagle.runtime.stats import GenerationTotals
 
 DEFAULT_CTX = 4096
 # parameters fixed when the engine is created: changing one reloads the model
@@ -104,64 +105,25 @@ class Reply:
     exit: bool = False
 
 
-@dataclass
-class SessionStats:
+class SessionStats(GenerationTotals):
     """Statistics summed over every completed answer of the session."""
-
-    answers: int = 0
-    prompt_tokens: int = 0
-    generated_tokens: int = 0
-    verified_tokens: int = 0
-    target_calls: int = 0
-    drafted_tokens: int = 0
-    accepted_tokens: int = 0
-    drafted_per_position: list[int] = field(default_factory=list)
-    accepted_per_position: list[int] = field(default_factory=list)
-    prefill_seconds: float = 0.0
-    decode_seconds: float = 0.0
-
-    def add(self, st: Any) -> None:
-        """Add one answer's :class:`~local_eagle.runtime.engine.GenerationStats`."""
-        self.answers += 1
-        self.prompt_tokens += st.prompt_tokens
-        self.generated_tokens += st.generated_tokens
-        self.verified_tokens += max(0, st.generated_tokens - 1)
-        self.target_calls += st.target_calls
-        self.drafted_tokens += st.drafted_tokens
-        self.accepted_tokens += st.accepted_tokens
-        n = max(len(self.drafted_per_position), len(st.drafted_per_position))
-        for lst in (self.drafted_per_position, self.accepted_per_position):
-            lst.extend([0] * (n - len(lst)))
-        for i, (d, a) in enumerate(zip(st.drafted_per_position, st.accepted_per_position, strict=True)):
-            self.drafted_per_position[i] += d
-            self.accepted_per_position[i] += a
-        self.prefill_seconds += st.prefill_seconds
-        self.decode_seconds += st.decode_seconds
-
-    @property
-    def acceptance_length(self) -> float:
-        """Tokens emitted per target verify call, over the session (as GenerationStats defines it)."""
-        return self.verified_tokens / self.target_calls if self.target_calls else 0.0
-
-    @property
-    def acceptance_per_position(self) -> list[float]:
-        return [a / d if d else 0.0 for a, d in zip(self.accepted_per_position, self.drafted_per_position, strict=True)]
 
     def report(self) -> str:
         if not self.answers:
             return "No answers yet in this session.\n"
-        tps = self.generated_tokens / self.decode_seconds if self.decode_seconds > 0 else 0.0
-        pps = self.prompt_tokens / self.prefill_seconds if self.prefill_seconds > 0 else 0.0
+        total = self.total
+        prompt_rate = f"{total.prompt_tokens_per_second:.2f} tokens/s"
+        generated_rate = f"{total.tokens_per_second:.2f} tokens/s"
         lines = [
             f"answers:                 {self.answers}",
-            f"prompt tokens:           {self.prompt_tokens} in {self.prefill_seconds:.2f}s ({pps:.2f} tokens/s)",
-            f"generated tokens:        {self.generated_tokens} in {self.decode_seconds:.2f}s ({tps:.2f} tokens/s)",
-            f"target calls:            {self.target_calls}",
-            f"drafted tokens:          {self.drafted_tokens}",
-            f"accepted tokens:         {self.accepted_tokens}",
+            f"prompt tokens:           {total.prompt_tokens} in {total.prefill_seconds:.2f}s ({prompt_rate})",
+            f"generated tokens:        {total.generated_tokens} in {total.decode_seconds:.2f}s ({generated_rate})",
+            f"target calls:            {total.target_calls}",
+            f"drafted tokens:          {total.drafted_tokens}",
+            f"accepted tokens:         {total.accepted_tokens}",
             f"acceptance length:       {self.acceptance_length:.2f}",
         ]
-        if self.drafted_per_position:
+        if total.drafted_per_position:
             per = " ".join(f"{a:.2f}" for a in self.acceptance_per_position)
             lines.append(f"acceptance per position: {per}")
         return "\n".join(lines) + "\n"

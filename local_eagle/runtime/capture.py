@@ -30,16 +30,8 @@ from typing import Literal
 import numpy as np
 
 from local_eagle.errors import LlamaError, LocalEagleError
-from local_eagle.llamacpp.bindings import (
-    Context,
-    EvalCallback,
-    Model,
-    eval_callback_of,
-    f32_matrix_shape,
-    layer_input_view,
-    make_capture_callback,
-    tensor_get_into,
-)
+from local_eagle.llamacpp.callback import EvalCallback, f32_matrix_shape, make_capture_callback, tensor_get_into
+from local_eagle.llamacpp.model import Context, Model, eval_callback_of, layer_input_view
 
 Mode = Literal["auto", "native", "callback"]
 

@@ -26,7 +26,7 @@ from local_eagle.gguf import (
 )
 from local_eagle.gguf import check_pair as gguf_check_pair
 from local_eagle.gguf.keys import KEY_FC_NORM, KEY_FC_NORM_EPS, KEY_FC_NORM_WEIGHT, KEY_NORM_OUTPUT
-from local_eagle.llamacpp.bindings import GGML_TYPE_F16, Context, ContextOptions, Model
+from local_eagle.llamacpp.model import GGML_TYPE_F16, Context, ContextOptions, Model
 from local_eagle.runtime.norms import fc_norm, rms_norm
 
 

@@ -1,11 +1,9 @@
 """The lossless EAGLE 3 / 3.1 draft-verify loop on llama.cpp.
 
-Invariant at the start of every round, with t_L the last emitted token at position L:
-the target's cache holds positions 0..L-1 (t_L is not decoded yet); the drafter's cache holds
-the real rows 0..L-2, row P being (t[P+1], g[P]) with g the projected target features at P;
-``g_prev`` = g[L-1]. A round drafts a chain starting with the row (t_L, g[L-1]) at L-1,
-verifies [t_L, d1..dk] in one target decode, keeps the accepted prefix in both caches and
-feeds the accepted positions' features to the drafter.
+Each round runs the phases llama.cpp's ``common/speculative`` names (docs/architecture.md):
+*draft* a chain with the drafter, *verify* it in one target decode, *accept* a prefix (greedy
+match or rejection sampling), *commit* it (both caches rolled back to it, its rows fed to the
+drafter). The *prefill* before the first round decodes the prompt and primes the drafter.
 """
 
 from __future__ import annotations
@@ -13,30 +11,45 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from local_eagle.errors import LocalEagleError
-from local_eagle.llamacpp.bindings import Context, ContextOptions, Model
+from local_eagle.llamacpp.model import Context, ContextOptions, Model
 from local_eagle.runtime.drafter import Drafter, check_pair, read_spec
 from local_eagle.runtime.sampling import (
     GREEDY,
     SamplingParams,
     apply_repeat_penalty,
+    choose,
     probabilities,
-    sample,
+    top_probability,
     verify_greedy,
     verify_stochastic,
 )
+from local_eagle.runtime.stats import GenerationStats, RoundStats, SpecStats
 from local_eagle.runtime.textstream import TextStream
+
+__all__ = [
+    "STOP_CONTEXT",
+    "STOP_EOS",
+    "STOP_LENGTH",
+    "STOP_STRING",
+    "Engine",
+    "EngineOptions",
+    "GenerationResult",
+    "GenerationStats",
+    "Stream",
+]
 
 STOP_EOS = "eos"
 STOP_STRING = "stop"
 STOP_LENGTH = "length"
 STOP_CONTEXT = "context"
 NO_HISTORY = np.zeros(0, dtype=np.int64)
+clock = time.perf_counter
 
 
 @dataclass
@@ -50,55 +63,11 @@ class EngineOptions:
 
 
 @dataclass
-class GenerationStats:
-    prompt_tokens: int = 0
-    generated_tokens: int = 0
-    target_calls: int = 0
-    drafted_tokens: int = 0
-    accepted_tokens: int = 0
-    drafted_per_position: list[int] = field(default_factory=list)
-    accepted_per_position: list[int] = field(default_factory=list)
-    draft_steps: int = 0
-    prefill_seconds: float = 0.0
-    target_seconds: float = 0.0
-    drafter_seconds: float = 0.0
-    decode_seconds: float = 0.0
-    stop_reason: str = ""
-
-    @property
-    def acceptance_length(self) -> float:
-        """Tokens emitted per target verify call (1.0 without a drafter)."""
-        verified = self.generated_tokens - 1
-        return verified / self.target_calls if self.target_calls else 0.0
-
-    @property
-    def acceptance_per_position(self) -> list[float]:
-        return [a / d if d else 0.0 for a, d in zip(self.accepted_per_position, self.drafted_per_position, strict=True)]
-
-    @property
-    def host_seconds(self) -> float:
-        return max(0.0, self.decode_seconds - self.target_seconds - self.drafter_seconds)
-
-    @property
-    def tokens_per_second(self) -> float:
-        return self.generated_tokens / self.decode_seconds if self.decode_seconds > 0 else 0.0
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d.update(
-            acceptance_length=self.acceptance_length,
-            acceptance_per_position=self.acceptance_per_position,
-            host_seconds=self.host_seconds,
-            tokens_per_second=self.tokens_per_second,
-        )
-        return d
-
-
-@dataclass
 class GenerationResult:
     text: str
     tokens: list[int]
     stats: GenerationStats
+    spec_stats: SpecStats | None = None
 
 
 class Stream:
@@ -126,25 +95,26 @@ class Engine:
     ) -> None:
         from local_eagle.runtime.capture import LayerCapture
 
-        self.options = opts = options or EngineOptions()
-        self.model = Model(model, n_gpu_layers=opts.n_gpu_layers, what="target")
+        self.options = options = options or EngineOptions()
+        self.model = Model(model, n_gpu_layers=options.n_gpu_layers, what="target")
         self.n_vocab = self.model.n_vocab
-        ctx_opts = ContextOptions(
-            n_ctx=opts.n_ctx, n_batch=opts.n_batch, n_ubatch=opts.n_batch, n_threads=opts.n_threads,
-            flash_attn=opts.flash_attn,
+        context_options = ContextOptions(
+            n_ctx=options.n_ctx, n_batch=options.n_batch, n_ubatch=options.n_batch, n_threads=options.n_threads,
+            flash_attn=options.flash_attn,
         )  # fmt: skip
         self.capture = None
         self.drafter: Drafter | None = None
         if draft is not None:
             spec = read_spec(draft)
             check_pair(spec, self.model)
-            self.capture = LayerCapture.create(self.model, spec.target_layers, opts.capture)
-        self.ctx = Context(self.model, ctx_opts, cb_eval=self.capture.callback if self.capture is not None else None)
+            self.capture = LayerCapture.create(self.model, spec.target_layers, options.capture)
+        callback = self.capture.callback if self.capture is not None else None
+        self.ctx = Context(self.model, context_options, cb_eval=callback)
         if self.capture is not None:
             self.capture.attach(self.ctx)
-            self.drafter = Drafter(draft, self.ctx, ctx_opts, n_gpu_layers=opts.n_gpu_layers)
+            self.drafter = Drafter(draft, self.ctx, context_options, n_gpu_layers=options.n_gpu_layers)
         self.n_ctx = self.ctx.n_ctx
-        self.n_ub = self.ctx.n_ubatch
+        self.n_ubatch = self.ctx.n_ubatch
 
     @property
     def model_path(self) -> Path:
@@ -153,12 +123,12 @@ class Engine:
     def tokenize(self, text: str) -> np.ndarray:
         return self.model.tokenize(text, add_special=True, parse_special=True)
 
-    def generate(self, prompt: str | np.ndarray, **kw) -> GenerationResult:
-        s = self.stream(prompt, **kw)
-        for _ in s:
+    def generate(self, prompt: str | np.ndarray, **options) -> GenerationResult:
+        stream = self.stream(prompt, **options)
+        for _ in stream:
             pass
-        assert s.result is not None
-        return s.result
+        assert stream.result is not None
+        return stream.result
 
     def stream(
         self,
@@ -180,196 +150,10 @@ class Engine:
             raise LocalEagleError(f"max tokens must be at least 1, got {max_tokens}")
         if draft_max < 0:
             raise LocalEagleError(f"draft max must be >= 0, got {draft_max}")
-        k = draft_max if self.drafter is not None else 0
-        return Stream(self._run(tokens, max_tokens, sampling, k, draft_p_min, stop or []))
-
-    # ------------------------------------------------------------------------------------------
-
-    def _choose(
-        self, logits: np.ndarray, history: np.ndarray, sp: SamplingParams, rng
-    ) -> tuple[int, np.ndarray | None]:
-        x = apply_repeat_penalty(logits, history, sp.repeat_penalty, sp.repeat_last_n)
-        if sp.greedy:
-            return int(np.argmax(x)), None
-        p = probabilities(x, sp)
-        return sample(p, rng), p
-
-    def _run(
-        self, prompt: np.ndarray, max_tokens: int, sp: SamplingParams, k: int, p_min: float, stop: list[str]
-    ) -> Iterator[str]:
-        st = GenerationStats(prompt_tokens=len(prompt))
-        st.drafted_per_position = [0] * k
-        st.accepted_per_position = [0] * k
-        rng = np.random.default_rng(sp.seed)
-        tgt, dft, cap = self.ctx, self.drafter, self.capture
-        use_draft = dft is not None and cap is not None and k > 0
-        V = self.n_vocab
-        clock = time.perf_counter
-        text = TextStream(stop)
-        penalized = sp.repeat_penalty != 1.0  # the token history is only read by the repeat penalty
-        out_tokens: list[int] = []
-        history = list(int(t) for t in prompt)
-
-        tgt.clear()
-        if dft is not None:
-            dft.ctx.clear()
-        if cap is not None:
-            cap.set_enabled(use_draft)
-
-        # prefill -----------------------------------------------------------------------------
-        t0 = clock()
-        n = len(prompt)
-        feats = []
-        for s in range(0, n, self.n_ub):
-            chunk = prompt[s : s + self.n_ub]
-            last = s + len(chunk) == n
-            outputs = np.zeros(len(chunk), dtype=bool)
-            outputs[-1] = last
-            tgt.decode(chunk, np.arange(s, s + len(chunk)), outputs)
-            if use_draft:
-                feats.append(cap.features(len(chunk)))
-        logits = tgt.logits(len(prompt) - 1 - (n - 1) // self.n_ub * self.n_ub, V)
-        tok, _ = self._choose(logits, np.asarray(history), sp, rng)
-        g_prev = None
-        if use_draft:
-            g = dft.encode(np.concatenate(feats))
-            if n > 1:
-                dft.decode_kv(prompt[1:], g[:-1], np.arange(n - 1))
-            g_prev = g[-1]
-        st.prefill_seconds = clock() - t0
-
-        # decode ------------------------------------------------------------------------------
-        t_start = clock()
-        L = n
-        reason = ""
-        pending = [tok]  # tokens chosen but not yet emitted
-        primed = None  # the drafter's first step of the next round, when already computed
-
-        def emit(toks: list[int]) -> Iterator[str]:
-            nonlocal reason
-            for t in toks:
-                if self.model.is_eog(t):
-                    reason = STOP_EOS
-                    return
-                out_tokens.append(t)
-                piece = text.push(self.model.token_to_piece(t))
-                if piece:
-                    yield piece
-                if text.stopped:
-                    reason = STOP_STRING
-                    return
-                if len(out_tokens) >= max_tokens:
-                    reason = STOP_LENGTH
-                    return
-
-        try:
-            while True:
-                yield from emit(pending)
-                if reason:
-                    break
-                if L >= self.n_ctx:
-                    reason = STOP_CONTEXT
-                    break
-                t_L = pending[-1]
-                remaining = max_tokens - len(out_tokens)
-                k_eff = min(k, self.n_ctx - L - 1, remaining - 1) if use_draft else 0
-                drafts: list[int] = []
-                qs: list[np.ndarray] = []
-                step1_cached = primed is not None or k_eff > 0  # is row L-1 in the drafter's cache
-                if k_eff > 0:
-                    td = clock()
-                    if primed is None:
-                        lg, pre = dft.decode(np.array([t_L]), g_prev[None, :], np.array([L - 1]))
-                    else:
-                        lg, pre = primed
-                    for i in range(k_eff):
-                        row = lg[0]
-                        if p_min > 0.0:
-                            m = np.max(row)
-                            top = 1.0 / np.sum(np.exp(row[np.isfinite(row)] - m))
-                            if top < p_min:
-                                break
-                        recent = np.asarray(history + [t_L] + drafts) if penalized else NO_HISTORY
-                        d, q = self._choose(row, recent, sp, rng)
-                        drafts.append(d)
-                        if q is not None:
-                            qs.append(q)
-                        st.draft_steps += 1
-                        if i + 1 == k_eff:
-                            break
-                        lg, pre = dft.decode(np.array([d]), dft.feedback(pre), np.array([L + i]))
-                    st.drafter_seconds += clock() - td
-
-                # verify
-                tv = clock()
-                batch = np.array([t_L] + drafts, dtype=np.int32)
-                nb = len(batch)
-                tgt.decode(batch, np.arange(L, L + nb), True)
-                rows = np.stack([tgt.logits(i, V) for i in range(nb)])
-                new_feats = cap.features(nb) if use_draft else None
-                st.target_seconds += clock() - tv
-                st.target_calls += 1
-
-                hist = np.asarray(history + [t_L] + drafts) if penalized else NO_HISTORY
-                if sp.greedy:
-                    if sp.repeat_penalty != 1.0:
-                        tops = [
-                            int(np.argmax(apply_repeat_penalty(rows[i], hist[: len(history) + 1 + i], sp.repeat_penalty,
-                                                               sp.repeat_last_n)))
-                            for i in range(nb)
-                        ]  # fmt: skip
-                        argmax = np.array(tops)
-                    else:
-                        argmax = np.argmax(rows, axis=1)
-                    n_acc = verify_greedy(np.array(drafts, dtype=np.int64), argmax)
-                    t_new = int(argmax[n_acc])
-                else:
-                    ps = [
-                        probabilities(
-                            apply_repeat_penalty(
-                                rows[i], hist[: len(history) + 1 + i], sp.repeat_penalty, sp.repeat_last_n
-                            ),
-                            sp,
-                        )
-                        for i in range(nb)
-                    ]
-                    n_acc, t_new = verify_stochastic(np.array(drafts, dtype=np.int64), qs, ps, rng)
-
-                for i in range(len(drafts)):
-                    st.drafted_per_position[i] += 1
-                    if i < n_acc:
-                        st.accepted_per_position[i] += 1
-                st.drafted_tokens += len(drafts)
-                st.accepted_tokens += n_acc
-
-                accepted = drafts[:n_acc] + [t_new]
-                tr = clock()
-                tgt.remove_from(L + 1 + n_acc)
-                st.target_seconds += clock() - tr
-                primed = None
-                if use_draft:
-                    td = clock()
-                    dft.remove_from(L)
-                    g_new = dft.encode(new_feats[: n_acc + 1])
-                    # the accepted rows and the next round's first draft step in one decode
-                    toks, gs, first = np.array(accepted), g_new, L
-                    if not step1_cached:
-                        toks, gs, first = np.array([t_L, *accepted]), np.vstack([g_prev[None, :], g_new]), L - 1
-                    lg, pre = dft.decode(toks, gs, np.arange(first, L + n_acc + 1))
-                    primed = (lg[-1:], pre[-1:])
-                    g_prev = g_new[n_acc]
-                    st.drafter_seconds += clock() - td
-                history.extend([t_L] + drafts[:n_acc])
-                L += 1 + n_acc
-                pending = accepted
-        finally:
-            st.decode_seconds = clock() - t_start
-        tail = text.finish()
-        if tail:
-            yield tail
-        st.generated_tokens = len(out_tokens)
-        st.stop_reason = reason
-        return GenerationResult(text=text.text, tokens=out_tokens, stats=st)
+        generation = _Generation(
+            self, tokens, max_tokens, sampling, draft_max if self.drafter is not None else 0, draft_p_min, stop or []
+        )
+        return Stream(generation.run())
 
     def close(self) -> None:
         if self.drafter is not None:
@@ -382,3 +166,253 @@ class Engine:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _Generation:
+    """One call to :meth:`Engine.stream`: the state its phases share, and the phases.
+
+    Invariant at the start of every round, with ``last_token`` the last chosen token, at
+    position ``n_past``: the target's cache holds positions 0..n_past-1 (``last_token`` is not
+    decoded yet); the drafter's cache holds the rows 0..n_past-2, row P being (token[P+1], g[P])
+    with g the drafter's projection of the target features at P, and ``last_projection`` is
+    g[n_past-1]. When ``primed_step`` is set, the drafter has also decoded row n_past-1 and
+    these are its logits and prenorm state, the first step of the next chain.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        prompt: np.ndarray,
+        max_tokens: int,
+        sampling: SamplingParams,
+        draft_max: int,
+        draft_p_min: float,
+        stop: list[str],
+    ) -> None:
+        self.engine = engine
+        self.target = engine.ctx
+        self.drafter = engine.drafter
+        self.capture = engine.capture
+        self.prompt = prompt
+        self.max_tokens = max_tokens
+        self.sampling = sampling
+        self.draft_max = draft_max
+        self.draft_p_min = draft_p_min
+        self.speculative = self.drafter is not None and self.capture is not None and draft_max > 0
+        self.penalized = sampling.repeat_penalty != 1.0  # the token history is only read by the repeat penalty
+        self.rng = np.random.default_rng(sampling.seed)
+        self.history = [int(token) for token in prompt]
+        self.text = TextStream(stop)
+        self.output_tokens: list[int] = []
+        self.stop_reason = ""
+        self.spec_stats = SpecStats.for_draft_max(draft_max)
+        self.n_past = 0
+        self.last_projection: np.ndarray | None = None
+        self.primed_step: tuple[np.ndarray, np.ndarray] | None = None
+
+    def run(self) -> Iterator[str]:
+        self._reset_caches()
+        started = clock()
+        pending = [self.prefill()]  # tokens chosen but not yet emitted
+        self.spec_stats.prefill_seconds = clock() - started
+        started = clock()
+        try:
+            while True:
+                yield from self.emit(pending)
+                if self.stop_reason:
+                    break
+                if self.n_past >= self.engine.n_ctx:
+                    self.stop_reason = STOP_CONTEXT
+                    break
+                pending = self.round(pending[-1])
+        finally:
+            self.spec_stats.decode_seconds = clock() - started
+        tail = self.text.finish()
+        if tail:
+            yield tail
+        stats = self.spec_stats.generation_stats(len(self.prompt), len(self.output_tokens), self.stop_reason)
+        return GenerationResult(text=self.text.text, tokens=self.output_tokens, stats=stats, spec_stats=self.spec_stats)
+
+    def _reset_caches(self) -> None:
+        self.target.clear()
+        if self.drafter is not None:
+            self.drafter.ctx.clear()
+        if self.capture is not None:
+            self.capture.set_enabled(self.speculative)
+
+    def recent_history(self, last_token: int, drafts: list[int]) -> np.ndarray:
+        """The tokens before the next position, for the repeat penalty (empty when it is off)."""
+        return np.asarray(self.history + [last_token] + drafts) if self.penalized else NO_HISTORY
+
+    # --- phases -------------------------------------------------------------------------------
+
+    def prefill(self) -> int:
+        """Decode the prompt into the target, prime the drafter with its features; the first token."""
+        prompt, ubatch = self.prompt, self.engine.n_ubatch
+        n_prompt = len(prompt)
+        features = []
+        for start in range(0, n_prompt, ubatch):
+            chunk = prompt[start : start + ubatch]
+            outputs = np.zeros(len(chunk), dtype=bool)
+            outputs[-1] = start + len(chunk) == n_prompt
+            self.target.decode(chunk, np.arange(start, start + len(chunk)), outputs)
+            if self.speculative:
+                features.append(self.capture.features(len(chunk)))
+        last_chunk_start = (n_prompt - 1) // ubatch * ubatch
+        logits = self.target.logits(n_prompt - 1 - last_chunk_start, self.engine.n_vocab)
+        token, _ = choose(logits, np.asarray(self.history), self.sampling, self.rng)
+        if self.speculative:
+            projections = self.drafter.encode(np.concatenate(features))
+            if n_prompt > 1:
+                self.drafter.decode_kv(prompt[1:], projections[:-1], np.arange(n_prompt - 1))
+            self.last_projection = projections[-1]
+        self.n_past = n_prompt
+        return token
+
+    def round(self, last_token: int) -> list[int]:
+        """One draft-verify round after ``last_token``; the tokens it adds (accepted drafts, then one more)."""
+        observed = RoundStats()
+        drafts, draft_distributions = self.draft(last_token, observed)
+        target_logits, verified_features = self.verify(last_token, drafts, observed)
+        n_accepted, next_token = self.accept(last_token, drafts, draft_distributions, target_logits, observed)
+        accepted = drafts[:n_accepted] + [next_token]
+        self.commit(last_token, accepted, verified_features, observed)
+        self.spec_stats.observe(observed)
+        return accepted
+
+    def draft_length(self) -> int:
+        """How many tokens this round may draft: the draft limit, the context and max_tokens bound it."""
+        if not self.speculative:
+            return 0
+        remaining = self.max_tokens - len(self.output_tokens)
+        return min(self.draft_max, self.engine.n_ctx - self.n_past - 1, remaining - 1)
+
+    def draft(self, last_token: int, observed: RoundStats) -> tuple[list[int], list[np.ndarray]]:
+        """A chain of drafter steps from ``last_token``; the drafts and, when sampling, their distributions.
+
+        The chain stops early once the drafter's top probability falls under ``draft_p_min``.
+        """
+        drafts: list[int] = []
+        distributions: list[np.ndarray] = []
+        length = self.draft_length()
+        if length <= 0:
+            return drafts, distributions
+        started = clock()
+        drafter = self.drafter
+        if self.primed_step is None:
+            position = np.array([self.n_past - 1])
+            self.primed_step = drafter.decode(np.array([last_token]), self.last_projection[None, :], position)
+        logits, prenorm = self.primed_step
+        for step in range(length):
+            row = logits[0]
+            if self.draft_p_min > 0.0 and top_probability(row) < self.draft_p_min:
+                break
+            history = self.recent_history(last_token, drafts)
+            token, distribution = choose(row, history, self.sampling, self.rng)
+            drafts.append(token)
+            if distribution is not None:
+                distributions.append(distribution)
+            if step + 1 == length:
+                break
+            position = np.array([self.n_past + step])
+            logits, prenorm = drafter.decode(np.array([token]), drafter.feedback(prenorm), position)
+        observed.drafted = len(drafts)
+        observed.draft_seconds = clock() - started
+        return drafts, distributions
+
+    def verify(self, last_token: int, drafts: list[int], observed: RoundStats) -> tuple[np.ndarray, np.ndarray | None]:
+        """One target decode of [last_token, *drafts], every row with logits; those and the rows' features."""
+        started = clock()
+        batch = np.array([last_token, *drafts], dtype=np.int32)
+        n_rows = len(batch)
+        self.target.decode(batch, np.arange(self.n_past, self.n_past + n_rows), True)
+        target_logits = np.stack([self.target.logits(row, self.engine.n_vocab) for row in range(n_rows)])
+        features = self.capture.features(n_rows) if self.speculative else None
+        observed.verify_seconds = clock() - started
+        return target_logits, features
+
+    def accept(
+        self,
+        last_token: int,
+        drafts: list[int],
+        draft_distributions: list[np.ndarray],
+        target_logits: np.ndarray,
+        observed: RoundStats,
+    ) -> tuple[int, int]:
+        """How many drafts the target keeps, and the token it adds after them.
+
+        Every row's logits go through the same processing the target alone would apply at that
+        position, so the output is the target's own: token-identical greedy, same distribution
+        when sampling.
+        """
+        started = clock()
+        sampling = self.sampling
+        history = self.recent_history(last_token, drafts)
+        n_history = len(self.history) + 1
+        penalty, last_n = sampling.repeat_penalty, sampling.repeat_last_n
+
+        def processed(row: int) -> np.ndarray:
+            return apply_repeat_penalty(target_logits[row], history[: n_history + row], penalty, last_n)
+
+        draft_tokens = np.array(drafts, dtype=np.int64)
+        if sampling.greedy:
+            if self.penalized:
+                target_choices = np.array([int(np.argmax(processed(row))) for row in range(len(target_logits))])
+            else:
+                target_choices = np.argmax(target_logits, axis=1)
+            n_accepted = verify_greedy(draft_tokens, target_choices)
+            next_token = int(target_choices[n_accepted])
+        else:
+            targets = [probabilities(processed(row), sampling) for row in range(len(target_logits))]
+            n_accepted, next_token = verify_stochastic(draft_tokens, draft_distributions, targets, self.rng)
+        observed.accepted = n_accepted
+        observed.accept_seconds = clock() - started
+        return n_accepted, next_token
+
+    def commit(
+        self, last_token: int, accepted: list[int], verified_features: np.ndarray | None, observed: RoundStats
+    ) -> None:
+        """Keep the accepted prefix: roll both caches back to it and feed its rows to the drafter.
+
+        The drafter decodes the accepted rows and the next chain's first step in one call.
+        """
+        n_accepted = len(accepted) - 1
+        n_past = self.n_past
+        started = clock()
+        self.target.remove_from(n_past + 1 + n_accepted)
+        observed.rollback_seconds = clock() - started
+        if self.speculative:
+            started = clock()
+            drafter = self.drafter
+            drafter.remove_from(n_past)
+            projections = drafter.encode(verified_features[: n_accepted + 1])
+            tokens, first = np.array(accepted), n_past
+            if self.primed_step is None:  # the drafter has not decoded row n_past-1 yet
+                tokens, first = np.array([last_token, *accepted]), n_past - 1
+                projections_fed = np.vstack([self.last_projection[None, :], projections])
+            else:
+                projections_fed = projections
+            logits, prenorm = drafter.decode(tokens, projections_fed, np.arange(first, n_past + n_accepted + 1))
+            self.primed_step = (logits[-1:], prenorm[-1:])
+            self.last_projection = projections[n_accepted]
+            observed.feed_seconds = clock() - started
+        self.history.extend([last_token, *accepted[:-1]])
+        self.n_past += 1 + n_accepted
+
+    def emit(self, tokens: list[int]) -> Iterator[str]:
+        """Text for the chosen tokens, until one of them ends the generation (``stop_reason`` says why)."""
+        model = self.engine.model
+        for token in tokens:
+            if model.is_eog(token):
+                self.stop_reason = STOP_EOS
+                return
+            self.output_tokens.append(token)
+            piece = self.text.push(model.token_to_piece(token))
+            if piece:
+                yield piece
+            if self.text.stopped:
+                self.stop_reason = STOP_STRING
+                return
+            if len(self.output_tokens) >= self.max_tokens:
+                self.stop_reason = STOP_LENGTH
+                return

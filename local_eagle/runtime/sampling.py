@@ -75,6 +75,23 @@ def probabilities(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
     return out
 
 
+def choose(
+    logits: np.ndarray, history: np.ndarray, params: SamplingParams, rng: np.random.Generator
+) -> tuple[int, np.ndarray | None]:
+    """The token the target alone would pick, and the distribution it was drawn from (None when greedy)."""
+    processed = apply_repeat_penalty(logits, history, params.repeat_penalty, params.repeat_last_n)
+    if params.greedy:
+        return int(np.argmax(processed)), None
+    distribution = probabilities(processed, params)
+    return sample(distribution, rng), distribution
+
+
+def top_probability(logits: np.ndarray) -> float:
+    """The softmax probability of the most likely token: how sure the drafter is of its next draft."""
+    highest = np.max(logits)
+    return 1.0 / np.sum(np.exp(logits[np.isfinite(logits)] - highest))
+
+
 def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
     """Draw one token; inverse-CDF on the cumulative sum (no per-call allocation of the vocab)."""
     cum = np.cumsum(probs)

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from local_eagle.errors import LlamaError
 from local_eagle.llamacpp import bindings
+from local_eagle.llamacpp.lib import sibling_library
 from local_eagle.vram.settings import Settings
 from local_eagle.vram.shapes import check_pair, read_shape
 from local_eagle.vram.types import KV_TYPES
@@ -68,12 +69,7 @@ def _lib() -> tuple[ctypes.CDLL, ctypes.CDLL]:
             f"libllama lacks llama_get_memory_breakdown ({_BREAKDOWN_SYM}); --measure needs "
             f"llama-cpp-python=={bindings.PINNED_VERSION}"
         )
-    libdir = Path(C.__file__).parent / "lib"
-    names = [n for n in ("libggml-base.so", "libggml-base.dylib", "ggml-base.dll") if (libdir / n).exists()]
-    if not names:
-        raise LlamaError(f"cannot find libggml-base next to libllama in {libdir}")
-    ggml = ctypes.CDLL(str(libdir / names[0]))
-    return lib, ggml
+    return lib, sibling_library("ggml-base")
 
 
 def memory_breakdown(ctx_ptr: int) -> BufferSizes:

@@ -11,7 +11,7 @@ import pytest
 
 from local_eagle.errors import LocalEagleError
 from local_eagle.gguf import open_gguf, tensor_f32
-from local_eagle.llamacpp.bindings import Context, ContextOptions, Model
+from local_eagle.llamacpp.model import Context, ContextOptions, Model
 from local_eagle.runtime.capture import NATIVE_CAPTURE_ARCHS, LayerCapture
 from local_eagle.testing.tiny import TinyGemma3Spec, TinyTargetSpec, write_tiny_gemma3_target
 

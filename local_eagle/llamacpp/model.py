@@ -1,0 +1,295 @@
+"""A loaded model and a context, fed through one reusable ``llama_batch_ext`` each.
+
+Everything above this module speaks numpy arrays. Every buffer and callback handed to
+llama.cpp is kept referenced by its Python owner for as long as llama.cpp may read it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from local_eagle.errors import LlamaError
+from local_eagle.llamacpp.backends import gpu_offload_supported
+from local_eagle.llamacpp.lib import C, init_backend, last_log_error
+from local_eagle.llamacpp.staging import staging
+
+ENCODE = 0  # LLAMA_PROCESS_TYPE_ENCODE
+DECODE = 1  # LLAMA_PROCESS_TYPE_DECODE
+
+FLASH_ATTN_AUTO = -1  # LLAMA_FLASH_ATTN_TYPE_AUTO: llama.cpp enables it where every layer's device supports it
+FLASH_ATTN_DISABLED = 0
+FLASH_ATTN_ENABLED = 1
+GGML_TYPE_F16 = 1
+
+_f32_pointer = ctypes.POINTER(ctypes.c_float)
+
+
+class Model:
+    """A loaded GGUF model. ``use_extra_bufts`` stays off on CPU builds (AMX repack segfault)."""
+
+    def __init__(self, path: str | os.PathLike[str], n_gpu_layers: int = -1, what: str = "model") -> None:
+        init_backend()
+        file = Path(path)
+        if not file.is_file():
+            raise LlamaError(f"{file}: {what} file not found")
+        params = C.llama_model_default_params()
+        params.n_gpu_layers = n_gpu_layers if gpu_offload_supported() else 0
+        if not gpu_offload_supported():
+            params.use_extra_bufts = False
+        self._params = params
+        ptr = C.llama_model_load_from_file(str(file).encode(), params)
+        if not ptr:
+            detail = last_log_error()
+            raise LlamaError(f"{file}: llama.cpp could not load the {what}" + (f" ({detail})" if detail else ""))
+        self.ptr = ptr
+        self.path = file
+        self.vocab = C.llama_model_get_vocab(ptr)
+        self.n_embd = int(C.llama_model_n_embd(ptr))
+        self.n_layer = int(C.llama_model_n_layer(ptr))
+        self.n_vocab = int(C.llama_vocab_n_tokens(self.vocab))
+
+    def arch(self) -> str:
+        buffer = ctypes.create_string_buffer(128)
+        C.llama_model_meta_val_str(self.ptr, b"general.architecture", buffer, len(buffer))
+        return buffer.value.decode()
+
+    def target_layer_ids(self) -> list[int]:
+        n_ids = int(staging.model_target_layer_ids_n(self.ptr))
+        ids = staging.model_target_layer_ids(self.ptr)
+        return [int(ids[i]) for i in range(n_ids)]
+
+    def tokenize(self, text: str | bytes, add_special: bool = True, parse_special: bool = False) -> np.ndarray:
+        data = text.encode("utf-8") if isinstance(text, str) else text
+        n_max = len(data) + 16
+        buffer = (ctypes.c_int32 * n_max)()
+        n_tokens = C.llama_tokenize(self.vocab, data, len(data), buffer, n_max, add_special, parse_special)
+        if n_tokens < 0:  # the buffer was too small; -n_tokens is the size it needs
+            n_max = -n_tokens
+            buffer = (ctypes.c_int32 * n_max)()
+            n_tokens = C.llama_tokenize(self.vocab, data, len(data), buffer, n_max, add_special, parse_special)
+        if n_tokens < 0:
+            raise LlamaError("llama.cpp failed to tokenize the prompt")
+        return np.ctypeslib.as_array(buffer)[:n_tokens].astype(np.int32)
+
+    def token_to_piece(self, token: int, special: bool = False) -> bytes:
+        buffer = ctypes.create_string_buffer(64)
+        n_bytes = C.llama_token_to_piece(self.vocab, int(token), buffer, len(buffer), 0, special)
+        if n_bytes < 0:
+            buffer = ctypes.create_string_buffer(-n_bytes)
+            n_bytes = C.llama_token_to_piece(self.vocab, int(token), buffer, len(buffer), 0, special)
+        return buffer.raw[:n_bytes]
+
+    def is_eog(self, token: int) -> bool:
+        return bool(C.llama_vocab_is_eog(self.vocab, int(token)))
+
+    def bos(self) -> int:
+        return int(C.llama_vocab_bos(self.vocab))
+
+    def close(self) -> None:
+        if getattr(self, "ptr", None):
+            C.llama_model_free(self.ptr)
+            self.ptr = None
+
+    def __del__(self) -> None:  # pragma: no cover - interpreter shutdown order varies
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+@dataclass
+class ContextOptions:
+    n_ctx: int = 2048
+    n_batch: int = 512
+    n_ubatch: int = 512
+    n_threads: int = 0  # 0: all cores
+    flash_attn: bool | None = None  # None: LLAMA_FLASH_ATTN_TYPE_AUTO, on where the backend supports it
+    type_k: int = GGML_TYPE_F16  # KV cache element types (ggml_type)
+    type_v: int = GGML_TYPE_F16
+
+
+class Context:
+    """A llama_context plus the batch it is fed through."""
+
+    def __init__(
+        self,
+        model: Model,
+        opts: ContextOptions | None = None,
+        ctx_other: Context | None = None,
+        cb_eval: Callable | None = None,
+    ) -> None:
+        opts = opts or ContextOptions()
+        params = C.llama_context_default_params()
+        params.n_ctx = opts.n_ctx
+        params.n_batch = opts.n_batch
+        params.n_ubatch = min(opts.n_ubatch, opts.n_batch)
+        params.n_seq_max = 1
+        threads = opts.n_threads or (os.cpu_count() or 1)
+        params.n_threads = threads
+        params.n_threads_batch = threads
+        params.no_perf = True
+        if opts.flash_attn is None:
+            params.flash_attn_type = FLASH_ATTN_AUTO
+        else:
+            params.flash_attn_type = FLASH_ATTN_ENABLED if opts.flash_attn else FLASH_ATTN_DISABLED
+        params.type_k = opts.type_k
+        params.type_v = opts.type_v
+        if ctx_other is not None:
+            params.ctx_other = ctx_other.ptr
+        if cb_eval is not None:
+            params.cb_eval = cb_eval
+            params.cb_eval_user_data = None
+        self._cb_eval = cb_eval  # keep alive
+        self._ctx_other = ctx_other  # the other context must outlive this one
+        self.model = model
+        ptr = C.llama_init_from_model(model.ptr, params)
+        if not ptr:
+            detail = last_log_error()
+            raise LlamaError(f"{model.path}: llama.cpp could not create a context" + (f" ({detail})" if detail else ""))
+        self.ptr = ptr
+        self.n_ctx = int(C.llama_n_ctx(ptr))
+        self.n_batch = int(C.llama_n_batch(ptr))
+        self.n_ubatch = int(C.llama_n_ubatch(ptr))
+        self.mem = C.llama_get_memory(ptr)
+        self.batch = C.llama_batch_ext_init(ptr)
+        self._pos = ctypes.c_int32(0)
+
+    # batches ------------------------------------------------------------------------------------
+
+    def _add_token(self, token: int, pos: int, output: bool, embd: np.ndarray | None) -> None:
+        idx = C.llama_batch_ext_add_token(self.batch, 0, int(token))
+        if idx < 0:
+            raise LlamaError(f"batch rejected token {token} (code {idx}; batch holds at most {self.n_batch})")
+        self._pos.value = pos
+        C.llama_batch_ext_set_pos(self.batch, idx, ctypes.byref(self._pos))
+        if embd is not None:
+            e = C.llama_embd(embd.ctypes.data_as(_f32_pointer), 1, embd.shape[-1])
+            if not C.llama_batch_ext_set_embd_token(self.batch, idx, e):
+                raise LlamaError(f"batch rejected an embedding of width {embd.shape[-1]}: {last_log_error()}")
+        if output:
+            C.llama_batch_ext_set_output_logits(self.batch, idx, True)
+
+    def _add_embd(self, row: np.ndarray, pos: int, output: bool) -> None:
+        e = C.llama_embd(row.ctypes.data_as(_f32_pointer), 1, row.shape[-1])
+        idx = C.llama_batch_ext_add_embd(self.batch, 0, e)
+        if idx < 0:
+            raise LlamaError(f"batch rejected an embedding row of width {row.shape[-1]} (code {idx})")
+        self._pos.value = pos
+        C.llama_batch_ext_set_pos(self.batch, idx, ctypes.byref(self._pos))
+        if output:
+            C.llama_batch_ext_set_output_logits(self.batch, idx, True)
+
+    def _run(self, kind: int, what: str) -> None:
+        rc = C.llama_process(self.ptr, kind, self.batch)
+        if rc != 0:
+            hint = " (context full)" if rc == 1 else ""
+            raise LlamaError(f"llama.cpp {what} failed with code {rc}{hint}: {last_log_error()}")
+
+    def decode(
+        self,
+        tokens: np.ndarray,
+        positions: np.ndarray,
+        outputs: np.ndarray | bool = False,
+        embd: np.ndarray | None = None,
+    ) -> None:
+        """Decode rows (token, position[, embedding]); ``outputs`` marks rows whose logits are kept."""
+        n = len(tokens)
+        if n > self.n_batch:
+            raise LlamaError(f"batch of {n} rows exceeds n_batch={self.n_batch}")
+        out = np.broadcast_to(np.asarray(outputs, dtype=bool), (n,))
+        if embd is not None:
+            embd = np.ascontiguousarray(embd, dtype=np.float32)
+        C.llama_batch_ext_clear(self.batch)
+        for i in range(n):
+            self._add_token(int(tokens[i]), int(positions[i]), bool(out[i]), None if embd is None else embd[i])
+        self._run(DECODE, "decode")
+
+    def encode_rows(self, rows: np.ndarray, positions: np.ndarray) -> None:
+        """Run the encoder graph over embedding rows (every row is an output)."""
+        rows = np.ascontiguousarray(rows, dtype=np.float32)
+        C.llama_batch_ext_clear(self.batch)
+        for i in range(len(rows)):
+            self._add_embd(rows[i], int(positions[i]), True)
+        self._run(ENCODE, "encode")
+
+    # outputs ------------------------------------------------------------------------------------
+
+    def logits(self, i: int, n_vocab: int) -> np.ndarray:
+        ptr = C.llama_get_logits_ith(self.ptr, i)
+        if not ptr:
+            raise LlamaError(f"llama.cpp has no logits for output row {i}")
+        return np.ctypeslib.as_array(ptr, shape=(n_vocab,)).copy()
+
+    def embeddings_nextn(self, n_rows: int, width: int) -> np.ndarray:
+        ptr = staging.get_embeddings_nextn(self.ptr)
+        if not ptr:
+            raise LlamaError("llama.cpp returned no nextn embeddings (was set_embeddings_nextn called?)")
+        return np.ctypeslib.as_array(ptr, shape=(n_rows, width)).copy()
+
+    def embeddings_nextn_ith(self, i: int, width: int) -> np.ndarray:
+        ptr = staging.get_embeddings_nextn_ith(self.ptr, i)
+        if not ptr:
+            raise LlamaError(f"llama.cpp returned no nextn embedding for output row {i}")
+        return np.ctypeslib.as_array(ptr, shape=(width,)).copy()
+
+    def set_embeddings_nextn(self, value: bool, masked: bool) -> None:
+        staging.set_embeddings_nextn(self.ptr, value, masked)
+
+    def set_layer_capture(self, layer: int, value: bool) -> None:
+        staging.set_embeddings_layer_inp(self.ptr, layer, value)
+
+    def layer_input(self, layer: int, n_rows: int, width: int) -> np.ndarray:
+        ptr = staging.get_embeddings_layer_inp(self.ptr, layer)
+        if not ptr:
+            raise LlamaError(f"llama.cpp captured no input for layer {layer}")
+        return np.ctypeslib.as_array(ptr, shape=(n_rows, width)).copy()
+
+    # memory -------------------------------------------------------------------------------------
+
+    def remove_from(self, pos: int) -> None:
+        """Drop KV entries at positions >= pos."""
+        if not C.llama_memory_seq_rm(self.mem, 0, pos, -1):
+            raise LlamaError(f"llama.cpp could not roll its cache back to position {pos}")
+
+    def clear(self) -> None:
+        C.llama_memory_clear(self.mem, True)
+
+    def pos_max(self) -> int:
+        return int(C.llama_memory_seq_pos_max(self.mem, 0))
+
+    def close(self) -> None:
+        if getattr(self, "batch", None):
+            C.llama_batch_ext_free(self.batch)
+            self.batch = None
+        if getattr(self, "ptr", None):
+            C.llama_free(self.ptr)
+            self.ptr = None
+
+    def __del__(self) -> None:  # pragma: no cover
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def layer_input_view(ctx: Context, layer: int, n_rows: int, width: int) -> np.ndarray:
+    """llama.cpp's staged input of ``layer`` for the last decode, as a view valid until the next decode.
+
+    The caller must know the staging buffer exists (layer enabled before a decode that ran), or
+    llama.cpp aborts the process.
+    """
+    ptr = staging.get_embeddings_layer_inp(ctx.ptr, layer)
+    if not ptr:
+        raise LlamaError(f"llama.cpp captured no input for layer {layer}")
+    return np.ctypeslib.as_array(ptr, shape=(n_rows, width))
+
+
+def eval_callback_of(ctx: Context) -> object | None:
+    """The cb_eval a Context was created with (None if none), so a capture can check it is the one it owns."""
+    return ctx._cb_eval

@@ -1,0 +1,224 @@
+"""What speculative decoding cost and gained: one record per round, summed per generation.
+
+The engine hands every draft-verify round to one :class:`SpecStats` (as vLLM's spec-decode
+metrics observe every step), and :class:`GenerationStats`, what the CLI, the bench and the
+server print, is derived from it at the end. Costs are kept per phase and verify time per
+number of verified rows, because a target call's cost grows with its rows on a CPU and barely
+at all on a GPU (docs/architecture.md): a draft-length policy weighs exactly those numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+def _ratio(numerator: float, denominator: float) -> float:
+    return numerator / denominator if denominator else 0.0
+
+
+@dataclass(slots=True)
+class RoundStats:
+    """One round, phase by phase, as the engine measured it."""
+
+    drafted: int = 0
+    accepted: int = 0
+    draft_seconds: float = 0.0  # the drafter's chain of steps, choosing each draft included
+    verify_seconds: float = 0.0  # one target decode of 1 + drafted rows, reading logits and features
+    accept_seconds: float = 0.0  # greedy match or rejection sampling, on the host
+    rollback_seconds: float = 0.0  # commit: the target's cache back to the accepted prefix
+    feed_seconds: float = 0.0  # commit: the drafter's rollback, encode and decode of the accepted rows
+
+    @property
+    def verify_rows(self) -> int:
+        return self.drafted + 1
+
+
+@dataclass
+class SpecStats:
+    """Every round of one generation, summed; ``observe`` is called once per round.
+
+    ``verify_calls_by_rows[n]`` and ``verify_seconds_by_rows[n]`` count the target calls that
+    verified n rows (the last token plus n - 1 drafts) and their total time.
+    """
+
+    draft_max: int = 0
+    rounds: int = 0
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
+    drafted_per_position: list[int] = field(default_factory=list)
+    accepted_per_position: list[int] = field(default_factory=list)
+    verify_calls_by_rows: list[int] = field(default_factory=list)
+    verify_seconds_by_rows: list[float] = field(default_factory=list)
+    draft_seconds: float = 0.0
+    accept_seconds: float = 0.0
+    rollback_seconds: float = 0.0
+    feed_seconds: float = 0.0
+    prefill_seconds: float = 0.0
+    decode_seconds: float = 0.0
+
+    @classmethod
+    def for_draft_max(cls, draft_max: int) -> SpecStats:
+        """Counters sized once for chains of up to ``draft_max`` drafts, so ``observe`` never grows a list."""
+        return cls(
+            draft_max=draft_max,
+            drafted_per_position=[0] * draft_max,
+            accepted_per_position=[0] * draft_max,
+            verify_calls_by_rows=[0] * (draft_max + 2),
+            verify_seconds_by_rows=[0.0] * (draft_max + 2),
+        )
+
+    def observe(self, round_stats: RoundStats) -> None:
+        self.rounds += 1
+        self.drafted_tokens += round_stats.drafted
+        self.accepted_tokens += round_stats.accepted
+        for position in range(round_stats.drafted):
+            self.drafted_per_position[position] += 1
+        for position in range(round_stats.accepted):
+            self.accepted_per_position[position] += 1
+        rows = round_stats.verify_rows
+        self.verify_calls_by_rows[rows] += 1
+        self.verify_seconds_by_rows[rows] += round_stats.verify_seconds
+        self.draft_seconds += round_stats.draft_seconds
+        self.accept_seconds += round_stats.accept_seconds
+        self.rollback_seconds += round_stats.rollback_seconds
+        self.feed_seconds += round_stats.feed_seconds
+
+    def verify_seconds_per_call(self, rows: int) -> float:
+        """Mean time of a target call verifying ``rows`` rows (0.0 before one was seen)."""
+        return _ratio(self.verify_seconds_by_rows[rows], self.verify_calls_by_rows[rows])
+
+    @property
+    def draft_seconds_per_token(self) -> float:
+        """Mean time the draft phase spent per drafted token."""
+        return _ratio(self.draft_seconds, self.drafted_tokens)
+
+    @property
+    def target_seconds(self) -> float:
+        return sum(self.verify_seconds_by_rows) + self.rollback_seconds
+
+    @property
+    def drafter_seconds(self) -> float:
+        return self.draft_seconds + self.feed_seconds
+
+    @property
+    def host_seconds(self) -> float:
+        """Decode time spent outside llama.cpp calls: accepting, detokenizing, stop strings."""
+        return max(0.0, self.decode_seconds - self.target_seconds - self.drafter_seconds)
+
+    def generation_stats(self, prompt_tokens: int, generated_tokens: int, stop_reason: str) -> GenerationStats:
+        return GenerationStats(
+            prompt_tokens=prompt_tokens,
+            generated_tokens=generated_tokens,
+            target_calls=self.rounds,
+            drafted_tokens=self.drafted_tokens,
+            accepted_tokens=self.accepted_tokens,
+            drafted_per_position=list(self.drafted_per_position),
+            accepted_per_position=list(self.accepted_per_position),
+            draft_steps=self.drafted_tokens,
+            prefill_seconds=self.prefill_seconds,
+            target_seconds=self.target_seconds,
+            drafter_seconds=self.drafter_seconds,
+            decode_seconds=self.decode_seconds,
+            stop_reason=stop_reason,
+        )
+
+
+@dataclass
+class GenerationStats:
+    """One generation's totals, the shape callers print and serialize (``to_dict``)."""
+
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+    target_calls: int = 0
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
+    drafted_per_position: list[int] = field(default_factory=list)
+    accepted_per_position: list[int] = field(default_factory=list)
+    draft_steps: int = 0
+    prefill_seconds: float = 0.0
+    target_seconds: float = 0.0
+    drafter_seconds: float = 0.0
+    decode_seconds: float = 0.0
+    stop_reason: str = ""
+
+    @property
+    def verified_tokens(self) -> int:
+        """Generated tokens that came out of verify calls: all but the one the prefill chose."""
+        return max(0, self.generated_tokens - 1)
+
+    @property
+    def acceptance_length(self) -> float:
+        """Tokens emitted per target verify call (1.0 without a drafter)."""
+        return _ratio(self.verified_tokens, self.target_calls)
+
+    @property
+    def acceptance_per_position(self) -> list[float]:
+        pairs = zip(self.accepted_per_position, self.drafted_per_position, strict=True)
+        return [_ratio(accepted, drafted) for accepted, drafted in pairs]
+
+    @property
+    def host_seconds(self) -> float:
+        return max(0.0, self.decode_seconds - self.target_seconds - self.drafter_seconds)
+
+    @property
+    def tokens_per_second(self) -> float:
+        return _ratio(self.generated_tokens, self.decode_seconds)
+
+    @property
+    def prompt_tokens_per_second(self) -> float:
+        return _ratio(self.prompt_tokens, self.prefill_seconds)
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out.update(
+            acceptance_length=self.acceptance_length,
+            acceptance_per_position=self.acceptance_per_position,
+            host_seconds=self.host_seconds,
+            tokens_per_second=self.tokens_per_second,
+        )
+        return out
+
+
+@dataclass
+class GenerationTotals:
+    """Several generations summed, e.g. a chat session's answers.
+
+    The acceptance length is summed from each generation's verified tokens, because every
+    generation's first token comes from its prefill, not from a verify call.
+    """
+
+    answers: int = 0
+    verified_tokens: int = 0
+    total: GenerationStats = field(default_factory=GenerationStats)
+
+    def add(self, stats: GenerationStats) -> None:
+        total = self.total
+        self.answers += 1
+        self.verified_tokens += stats.verified_tokens
+        total.prompt_tokens += stats.prompt_tokens
+        total.generated_tokens += stats.generated_tokens
+        total.target_calls += stats.target_calls
+        total.drafted_tokens += stats.drafted_tokens
+        total.accepted_tokens += stats.accepted_tokens
+        total.draft_steps += stats.draft_steps
+        _add_counts(total.drafted_per_position, stats.drafted_per_position)
+        _add_counts(total.accepted_per_position, stats.accepted_per_position)
+        total.prefill_seconds += stats.prefill_seconds
+        total.target_seconds += stats.target_seconds
+        total.drafter_seconds += stats.drafter_seconds
+        total.decode_seconds += stats.decode_seconds
+
+    @property
+    def acceptance_length(self) -> float:
+        return _ratio(self.verified_tokens, self.total.target_calls)
+
+    @property
+    def acceptance_per_position(self) -> list[float]:
+        return self.total.acceptance_per_position
+
+
+def _add_counts(into: list[int], counts: list[int]) -> None:
+    """Add position-wise; generations may have drafted chains of different lengths."""
+    into.extend([0] * (len(counts) - len(into)))
+    for position, count in enumerate(counts):
+        into[position] += count
