@@ -130,7 +130,7 @@ class Context:
         params.n_batch = opts.n_batch
         params.n_ubatch = min(opts.n_ubatch, opts.n_batch)
         params.n_seq_max = 1
-        threads = opts.n_threads or (os.cpu_count() or 1)
+        threads = usable_threads(opts.n_threads)
         params.n_threads = threads
         params.n_threads_batch = threads
         params.no_perf = True
@@ -293,3 +293,10 @@ def layer_input_view(ctx: Context, layer: int, n_rows: int, width: int) -> np.nd
 def eval_callback_of(ctx: Context) -> object | None:
     """The cb_eval a Context was created with (None if none), so a capture can check it is the one it owns."""
     return ctx._cb_eval
+
+
+def usable_threads(n: int) -> int:
+    """The thread count llama.cpp gets: 0 (or less) means every core, and never more than the
+    cores present, since extra threads only spin (and 10^5 of them crashed llama.cpp)."""
+    cores = os.cpu_count() or 1
+    return cores if n <= 0 else min(n, cores)

@@ -9,7 +9,6 @@ Names and Go types follow Ollama's ``api.Options`` / ``api.Runner``.
 from __future__ import annotations
 
 import math
-import os
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -187,10 +186,3 @@ def parse_text(name: str, raw: str) -> Any:
     else:
         value = [raw]
     return check(name, value)
-
-
-def threads(n: int) -> int:
-    """The thread count llama.cpp gets: 0 means every core; never more than the cores present,
-    since more threads than cores only spin (and 10^5 of them crashed llama.cpp)."""
-    cores = os.cpu_count() or 1
-    return cores if n <= 0 else min(n, cores)

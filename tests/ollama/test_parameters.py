@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from local_eagle.ollama import parameters as P
@@ -46,13 +44,6 @@ def test_text_follows_go_parsing_then_the_range() -> None:
         P.parse_text("num_ctx", "4k")
     with pytest.raises(P.ParameterError, match="num_ctx must be between"):
         P.parse_text("num_ctx", "8")
-
-
-def test_threads_never_exceed_the_cores() -> None:
-    cores = os.cpu_count() or 1
-    assert P.threads(0) == cores
-    assert P.threads(10**5) == cores
-    assert P.threads(1) == 1
 
 
 def test_every_default_is_valid() -> None:

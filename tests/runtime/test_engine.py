@@ -255,3 +255,18 @@ def test_repeat_penalty_is_applied_identically(engine):
         for k in (2, 5):
             assert eng.generate(prompt, max_tokens=48, sampling=sp, draft_max=k).tokens == base.tokens
     assert changed  # the penalty does change the greedy output here
+
+
+def test_thread_counts_are_clamped_to_the_cores(pairs):
+    """100000 threads once crashed llama.cpp; more threads than cores never helps."""
+    import os
+
+    from local_eagle.llamacpp.model import usable_threads
+
+    cores = os.cpu_count() or 1
+    assert usable_threads(0) == cores and usable_threads(10**5) == cores and usable_threads(1) == 1
+    eng = Engine(pairs["random-3.1"][0], None, EngineOptions(n_ctx=64, n_batch=16, n_threads=100000))
+    try:
+        assert len(eng.generate("ab", max_tokens=2).tokens) == 2
+    finally:
+        eng.close()
