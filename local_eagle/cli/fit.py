@@ -43,7 +43,7 @@ def _settings(
     draft_kv_type: str, flash_attn: bool, parallel: int, batch: int, ubatch: int, draft_ubatch: int,
     draft_max: int, swa_full: bool,
 ) -> Settings:  # fmt: skip
-    """The planner's settings from fit's flags, checked: what is left out takes llama.cpp's default."""
+    """The planner's settings from fit's flags, checked before anything is planned (bad input: exit status 2)."""
     from local_eagle.vram import plan as vram
 
     if gpu_layers == "auto":
