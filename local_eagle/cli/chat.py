@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from local_eagle.cli.options import DEFAULT_CTX, sampling_params
 from local_eagle.errors import LocalEagleError
 from local_eagle.ollama import parameters
 from local_eagle.ollama.modelfile import (
@@ -36,7 +37,6 @@ from local_eagle.ollama.modelfile import (
 from local_eagle.runtime.sampling import SamplingParams
 from local_eagle.runtime.stats import GenerationTotals
 
-DEFAULT_CTX = 4096
 # parameters fixed when the engine is created: changing one reloads the model
 LOAD_PARAMETERS = parameters.LOAD
 UNUSED_PARAMETERS = parameters.UNUSED
@@ -214,16 +214,8 @@ class ChatSession:
         return int(self.parameters.get("num_thread", 0))
 
     def sampling(self) -> SamplingParams:
-        p = self.parameters
-        return SamplingParams(
-            temperature=p.get("temperature", 0.8),
-            top_k=p.get("top_k", 40),
-            top_p=p.get("top_p", 0.95),
-            min_p=p.get("min_p", 0.05),
-            repeat_penalty=p.get("repeat_penalty", 1.0),
-            repeat_last_n=p.get("repeat_last_n", 64),
-            seed=p.get("seed"),
-        )
+        """The sampler for the parameters in force; those not set keep SamplingParams' defaults."""
+        return sampling_params(self.parameters)
 
     def stream_options(self) -> dict[str, Any]:
         """Keyword arguments for :meth:`Engine.stream`: an answer runs to EOS, a stop string,

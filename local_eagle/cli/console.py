@@ -1,0 +1,60 @@
+"""Where the commands write, and how a failure becomes an exit status.
+
+Every command prints results on ``out`` (stdout, so ``--json`` output can be piped) and
+progress, warnings and errors on ``err``. :func:`friendly` is the one place that turns a
+:class:`~local_eagle.errors.LocalEagleError` into a one-line message and exit status 2.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import typer
+from rich.console import Console
+
+from local_eagle.errors import LocalEagleError
+
+out = Console()
+err = Console(stderr=True)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def friendly(fn: F) -> F:
+    """Turn user-facing failures into one line on stderr and exit status 2 (130 on Ctrl+C).
+
+    A traceback is for bugs; a missing file or a bad flag value is the user's to fix, so it
+    gets a sentence instead.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except LocalEagleError as e:
+            err.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+            raise typer.Exit(2) from None
+        except KeyboardInterrupt:
+            err.print("interrupted", highlight=False)
+            raise typer.Exit(130) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def human(n: float) -> str:
+    """A byte count the way people read file sizes (``1.5 GiB``)."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return str(n)
+
+
+def warn_if_cpu_only() -> None:
+    """Say so when llama.cpp has no GPU backend: otherwise a slow run looks like a bug."""
+    from local_eagle.llamacpp.bindings import gpu_offload_supported
+
+    if not gpu_offload_supported():
+        err.print("[dim]no GPU build of llama.cpp found: running on the CPU[/]")

@@ -1,0 +1,75 @@
+"""Commands for drafter files: ``convert`` a checkpoint to GGUF, ``inspect`` what a GGUF holds."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from local_eagle.cli.console import friendly, human, out
+from local_eagle.cli.options import JsonOpt
+
+
+@friendly
+def convert(
+    draft_dir: Annotated[Path, typer.Argument(help="Drafter checkpoint directory (config.json + weights).")],
+    target: Annotated[Path, typer.Option("--target", help="The target model's GGUF.")],
+    outfile: Annotated[Path, typer.Option("--outfile", "-o", help="Where to write the drafter GGUF.")],
+    outtype: Annotated[str, typer.Option(help="f32, f16, bf16 or q8_0.")] = "f16",
+    target_layers: Annotated[
+        str | None, typer.Option(help="Override the captured target layers, e.g. 2,16,29.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+) -> None:
+    """Convert an EAGLE 3 / 3.1 drafter checkpoint into a GGUF for llama.cpp."""
+    from converters.eagle3_gguf import convert as do_convert
+    from converters.eagle3_gguf import parse_target_layers
+
+    layers = parse_target_layers(target_layers) if target_layers else None
+    res = do_convert(draft_dir, target, outfile, outtype=outtype, target_layers=layers, progress=not as_json)
+    if as_json:
+        d = dict(res.__dict__)
+        d["outfile"] = str(res.outfile)
+        print(json.dumps(d))
+        return
+    out.print(
+        f"wrote [bold]{res.outfile}[/] ({human(res.nbytes)}): EAGLE {res.eagle_version} drafter from a "
+        f"{res.format} checkpoint, target layers {res.target_layers}, draft vocab {res.draft_vocab_size}",
+        highlight=False,
+    )
+
+
+@friendly
+def inspect(
+    file: Annotated[Path, typer.Argument(help="A GGUF file (drafter or target).")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Show what a GGUF holds: architecture, drafter flags, target layers, vocab, tensors by type."""
+    from local_eagle.gguf import read_model_info
+
+    info = read_model_info(file)
+    if as_json:
+        print(json.dumps(info.to_dict()))
+        return
+    t = Table(title=str(file), show_header=False)
+    t.add_row("architecture", info.arch)
+    t.add_row("kind", f"EAGLE {info.eagle_version} drafter" if info.is_drafter else "target model")
+    t.add_row("layers", str(info.n_layer))
+    t.add_row("hidden size", str(info.n_embd))
+    t.add_row("vocabulary", str(info.n_vocab))
+    if info.is_drafter:
+        t.add_row("draft vocabulary", str(info.draft_vocab_size))
+        t.add_row("target layers", str(info.target_layers))
+        t.add_row("target hidden size", str(info.target_hidden_size))
+        t.add_row("fc_norm (3.1)", str(info.fc_norm))
+        t.add_row("norm_output (3.1)", str(info.norm_output))
+        t.add_row("norm_before_fc", str(info.norm_before_fc))
+        t.add_row("norm_before_residual", str(info.norm_before_residual))
+        t.add_row("own embeddings / lm_head", f"{info.has_own_embeddings} / {info.has_own_lm_head}")
+    t.add_row("tensors", str(info.tensor_count))
+    for ty in sorted(info.tensor_bytes):
+        t.add_row(f"  {ty}", f"{info.tensor_counts[ty]} tensors, {human(info.tensor_bytes[ty])}")
+    out.print(t)

@@ -1,0 +1,190 @@
+"""``local-eagle fit``: will a target (and drafter) fit in VRAM, and what would?
+
+The planning is :mod:`local_eagle.vram`'s; this module turns flags into its
+:class:`~local_eagle.vram.plan.Settings`, runs the plan (and with ``--suggest`` the search,
+with ``--measure`` llama.cpp's own dry-run load), and prints or serialises what came out.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from local_eagle.cli.console import friendly, out
+from local_eagle.cli.options import JsonOpt, resolve_models
+from local_eagle.errors import LocalEagleError
+
+if TYPE_CHECKING:
+    from local_eagle.vram import ModelShape, Plan, Settings, Suggestion
+    from local_eagle.vram.report import Row
+
+
+def _read_shapes(model: Path, draft: Path | None) -> tuple[ModelShape, ModelShape | None]:
+    """The shapes of the pair from their GGUF headers (no weights are read); a mismatched pair is refused."""
+    from local_eagle import vram
+
+    target = vram.read_shape(model, "target GGUF")
+    drafter = vram.read_shape(draft, "drafter GGUF") if draft is not None else None
+    if target.is_drafter:
+        raise LocalEagleError(
+            f"{model}: --model is an eagle3 drafter; pass it with --draft and the target with --model"
+        )
+    if drafter is not None:
+        vram.check_pair(target, drafter)
+    return target, drafter
+
+
+def _settings(
+    ctx: int | None, gpu_layers: str, kv_type: str | None, kv_type_k: str | None, kv_type_v: str | None,
+    draft_kv_type: str, flash_attn: bool, parallel: int, batch: int, ubatch: int, draft_ubatch: int,
+    draft_max: int, swa_full: bool,
+) -> Settings:  # fmt: skip
+    """The planner's settings from fit's flags, checked before anything is planned (bad input: exit status 2)."""
+    from local_eagle import vram
+
+    if gpu_layers == "auto":
+        ngl: int | None = None
+    else:
+        try:
+            ngl = int(gpu_layers)
+        except ValueError:
+            raise LocalEagleError(f"--gpu-layers {gpu_layers!r}: expected a number or auto") from None
+    if ctx is not None and ctx < 1:
+        raise LocalEagleError(f"--ctx must be positive, got {ctx}")
+    s = vram.Settings(
+        n_ctx=ctx or 8192,
+        n_seq=parallel,
+        n_batch=batch,
+        n_ubatch=ubatch,
+        type_k=kv_type_k or kv_type or "f16",
+        type_v=kv_type_v or kv_type or "f16",
+        flash_attn=flash_attn,
+        n_gpu_layers=ngl,
+        draft_type_k=draft_kv_type,
+        draft_type_v=draft_kv_type if flash_attn else "f16",  # a quantized V cache needs flash attention
+        draft_batch=max(draft_ubatch, 512),
+        draft_ubatch=draft_ubatch,
+        draft_max=draft_max,
+        swa_full=swa_full,
+    )
+    s.validate()
+    return s
+
+
+@dataclass
+class _Outcome:
+    """What fit found: the plan, and with --suggest / --measure the search and the comparison."""
+
+    plan: Plan
+    suggestion: Suggestion | None = None
+    backend: str = ""
+    rows: list[Row] | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Exit status 0 or 1: with --suggest, whether anything fits; else whether the plan does."""
+        return self.suggestion.plan is not None if self.suggestion is not None else self.plan.fits
+
+    def to_dict(self) -> dict[str, Any]:
+        result: dict[str, Any] = {"plan": self.plan.to_dict()}
+        if self.suggestion is not None:
+            result["suggestion"] = self.suggestion.to_dict()
+        if self.rows is not None:
+            result["measure"] = {
+                "backend": self.backend,
+                "rows": [{"component": r.label, "predicted": r.predicted, "measured": r.measured} for r in self.rows],
+            }
+        return result
+
+    def print(self) -> None:
+        from local_eagle.vram import report as vram_report
+
+        vram_report.print_plan(out, self.plan)
+        if self.suggestion is not None:
+            out.print()
+            vram_report.print_suggestion(out, self.suggestion)
+        if self.rows is not None:
+            out.print()
+            out.print(vram_report.measure_table(self.rows, self.backend))
+
+
+def _measure(
+    model: Path, draft: Path | None, target: ModelShape, drafter: ModelShape | None, s: Settings
+) -> tuple[str, list[Row]]:
+    """llama.cpp's dry-run load of the pair, row by row against what the planner predicts for its backend."""
+    from local_eagle.llamacpp import bindings
+    from local_eagle.vram import report as vram_report
+    from local_eagle.vram.measure import measure as do_measure
+
+    gpu_build = bindings.gpu_offload_supported()
+    m = do_measure(model, s, draft)
+    pred = vram_report.predict_for_backend(target, drafter, s, gpu_build)
+    return m.backend, vram_report.measure_rows(pred, m)
+
+
+@friendly
+def fit(
+    model: Annotated[
+        Path | None, typer.Option("--model", "-m", help="The target model's GGUF (headers only are read).")
+    ] = None,
+    draft: Annotated[Path | None, typer.Option("--draft", "-d", help="An EAGLE 3 / 3.1 drafter GGUF.")] = None,
+    modelfile: Annotated[
+        Path | None, typer.Option("--file", "-f", help="Take model, drafter, num_ctx from a Modelfile.")
+    ] = None,
+    ctx: Annotated[int | None, typer.Option(help="Context length (default 8192; --suggest: the model's).")] = None,
+    gpu: Annotated[str | None, typer.Option(help="GPU preset: rtx4090, rtx3090, rtx4080, rtx4070ti, ...")] = None,
+    vram_gb: Annotated[float | None, typer.Option(help="GPU memory in GiB instead of a preset.")] = None,
+    kv_type: Annotated[str | None, typer.Option(help="KV cache type for K and V: f16, q8_0, q4_0, ...")] = None,
+    kv_type_k: Annotated[str | None, typer.Option(help="KV cache type for K only.")] = None,
+    kv_type_v: Annotated[str | None, typer.Option(help="KV cache type for V only.")] = None,
+    draft_kv_type: Annotated[str, typer.Option(help="The drafter's KV cache type.")] = "f16",
+    flash_attn: Annotated[bool, typer.Option("--flash-attn/--no-flash-attn", help="Flash attention.")] = True,
+    gpu_layers: Annotated[str, typer.Option(help="Target layers on the GPU (output layer counts), or auto.")] = "auto",
+    parallel: Annotated[int, typer.Option(help="Parallel sequences (n_seq_max).")] = 1,
+    batch: Annotated[int, typer.Option(help="n_batch of the target context.")] = 2048,
+    ubatch: Annotated[int, typer.Option(help="n_ubatch of the target context.")] = 512,
+    draft_ubatch: Annotated[int, typer.Option(help="n_ubatch (and at most n_batch) of the drafter.")] = 512,
+    draft_max: Annotated[int, typer.Option(help="Most tokens drafted per step.")] = 8,
+    swa_full: Annotated[
+        bool, typer.Option("--swa-full/--no-swa-full", help="Full-size cache for sliding-window layers.")
+    ] = True,
+    overhead_mib: Annotated[
+        int | None, typer.Option(help="CUDA context + pool allowance in MiB (default 768).")
+    ] = None,
+    suggest: Annotated[bool, typer.Option("--suggest", help="Search for the best configuration that fits.")] = False,
+    measure: Annotated[
+        bool, typer.Option("--measure", help="Also ask llama.cpp (dry-run load) and compare with the prediction.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Will this target (+ drafter) fit in VRAM? Breakdown, verdict, and with --suggest the best fit.
+
+    Exit status 0 when it fits, 1 when it does not, 2 on bad input.
+    """
+    from local_eagle import vram
+    from local_eagle.vram import gpus
+
+    pair = resolve_models(model, draft, modelfile)
+    if pair.modelfile is not None:
+        ctx = ctx or pair.parameters.get("num_ctx")
+    target, drafter = _read_shapes(pair.model, pair.draft)
+    s = _settings(ctx, gpu_layers, kv_type, kv_type_k, kv_type_v, draft_kv_type, flash_attn, parallel, batch, ubatch,
+                  draft_ubatch, draft_max, swa_full)  # fmt: skip
+    budget = gpus.budget(gpu, vram_gb, overhead_mib)
+    found = _Outcome(vram.make_plan(target, drafter, s, budget))
+    if suggest:
+        top = ctx or target.n_ctx_train or s.n_ctx
+        found.suggestion = vram.suggest(target, drafter, replace(s, n_ctx=top), budget, max_ctx=top)
+    if measure:
+        ms = replace(s, n_gpu_layers=found.plan.n_gpu_layers)
+        found.backend, found.rows = _measure(pair.model, pair.draft, target, drafter, ms)
+    if as_json:
+        print(json.dumps(found.to_dict()))
+    else:
+        found.print()
+    if not found.ok:
+        raise typer.Exit(1)

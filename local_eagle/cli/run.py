@@ -1,0 +1,248 @@
+"""Commands that run a model pair: ``generate``, ``chat``, ``demo`` and ``selfcheck``.
+
+The chat REPL itself is :mod:`local_eagle.cli.chat`; ``chat`` here only turns its flags into a
+:class:`~local_eagle.cli.chat.ChatSession`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from local_eagle.cli.console import err, friendly, out, warn_if_cpu_only
+from local_eagle.cli.options import (
+    DEFAULT_CTX,
+    NO_SAMPLING_FLAGS,
+    DraftMaxOpt,
+    DraftOpt,
+    DraftPMinOpt,
+    GpuOpt,
+    JsonOpt,
+    ModelfileOpt,
+    OptionalCtxOpt,
+    OptionalModelOpt,
+    SamplingFlags,
+    ThreadsOpt,
+    open_engine,
+    resolve_models,
+    sampling_options,
+    sampling_params,
+)
+from local_eagle.errors import LocalEagleError
+
+DEFAULT_MAX_TOKENS = 128
+"""generate's answer length when neither --max-tokens nor the Modelfile's num_predict gives one."""
+
+
+def _echo(pieces: Iterable[str], quiet: bool) -> None:
+    """Print an answer as it streams (unless the command prints JSON at the end instead)."""
+    for piece in pieces:
+        if not quiet:
+            out.file.write(piece)
+            out.file.flush()
+
+
+def _read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
+    """The prompt from exactly one of --prompt and --prompt-file."""
+    if (prompt is None) == (prompt_file is None):
+        raise LocalEagleError("give exactly one of --prompt or --prompt-file")
+    if prompt_file is not None:
+        if not prompt_file.is_file():
+            raise LocalEagleError(f"{prompt_file}: prompt file not found")
+        return prompt_file.read_text(encoding="utf-8")
+    assert prompt is not None
+    return prompt
+
+
+def _stats_line(st: Any) -> str:
+    """One dim line of speed and acceptance after a generation, for stderr."""
+    per_pos = ", ".join(f"{a:.2f}" for a in st.acceptance_per_position)
+    line = (
+        f"{st.generated_tokens} tokens in {st.decode_seconds:.2f}s ({st.tokens_per_second:.1f} tok/s), "
+        f"prompt {st.prompt_tokens} tokens in {st.prefill_seconds:.2f}s; "
+        f"{st.target_calls} target calls, acceptance length {st.acceptance_length:.2f}"
+    )
+    if st.drafted_tokens:
+        line += f", drafted {st.drafted_tokens}, accepted {st.accepted_tokens}, per position [{per_pos}]"
+    return line + f"; stop: {st.stop_reason}"
+
+
+@friendly
+@sampling_options
+def generate(
+    model: OptionalModelOpt = None,
+    draft: DraftOpt = None,
+    modelfile: ModelfileOpt = None,
+    prompt: Annotated[str | None, typer.Option("--prompt", "-p", help="Prompt text.")] = None,
+    prompt_file: Annotated[Path | None, typer.Option("--prompt-file", help="Read the prompt from a file.")] = None,
+    max_tokens: Annotated[int | None, typer.Option("--max-tokens", "-n", help=f"Default {DEFAULT_MAX_TOKENS}.")] = None,
+    sampling: SamplingFlags = NO_SAMPLING_FLAGS,
+    draft_max: DraftMaxOpt = None,
+    draft_p_min: DraftPMinOpt = 0.0,
+    ctx: OptionalCtxOpt = None,
+    gpu_layers: GpuOpt = -1,
+    threads: ThreadsOpt = 0,
+    raw: Annotated[bool, typer.Option("--raw", help="With -f: send the prompt without the template.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object with text, tokens, stats.")] = False,
+) -> None:
+    """Generate text with the target, speculatively when a drafter is given; output equals the target's.
+
+    With -f, the Modelfile gives the model, drafter, parameters, system prompt and template;
+    flags given on the command line override it.
+    """
+    text = _read_prompt(prompt, prompt_file)
+    pair = resolve_models(model, draft, modelfile)
+    params = pair.parameters
+    if pair.modelfile is not None and not raw:
+        from local_eagle.ollama.prompt import modelfile_prompt
+
+        text = modelfile_prompt(pair.modelfile, [{"role": "user", "content": text}])
+    n_predict = max_tokens if max_tokens is not None else params.get("num_predict", DEFAULT_MAX_TOKENS)
+    n_ctx = ctx if ctx is not None else params.get("num_ctx", DEFAULT_CTX)
+    if n_predict is not None and n_predict < 0:  # Ollama: -1 = until the context is full
+        n_predict = n_ctx
+    sp = sampling_params({**params, **sampling.values})
+    stops = sampling.stop or list(params.get("stop", []))
+    with open_engine(pair.model, pair.draft, n_ctx, gpu_layers, threads) as engine:
+        s = engine.stream(text, max_tokens=n_predict, sampling=sp, draft_max=pair.draft_max(draft_max),
+                          draft_p_min=draft_p_min, stop=stops)  # fmt: skip
+        _echo(s, as_json)
+        res = s.result
+    if as_json:
+        print(json.dumps({"text": res.text, "tokens": res.tokens, "stats": res.stats.to_dict()}))
+        return
+    out.file.write("\n")
+    err.print(_stats_line(res.stats), highlight=False, style="dim", soft_wrap=True)
+
+
+@friendly
+@sampling_options
+def chat(
+    model: OptionalModelOpt = None,
+    draft: DraftOpt = None,
+    modelfile: Annotated[
+        Path | None, typer.Option("--file", "-f", help="Ollama Modelfile: model, DRAFT, parameters, system, template.")
+    ] = None,
+    max_tokens: Annotated[
+        int | None, typer.Option("--max-tokens", "-n", help="Most tokens per answer (default: no limit).")
+    ] = None,
+    sampling: SamplingFlags = NO_SAMPLING_FLAGS,
+    system: Annotated[str | None, typer.Option("--system", help="System message.")] = None,
+    draft_max: DraftMaxOpt = None,
+    draft_p_min: DraftPMinOpt = 0.0,
+    ctx: OptionalCtxOpt = None,
+    gpu_layers: Annotated[int | None, typer.Option("--gpu-layers", help="Layers on the GPU (-1: all).")] = None,
+    threads: Annotated[int | None, typer.Option("--threads", help="CPU threads (0: all cores).")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", help="Print timings and acceptance after each answer.")] = False,
+) -> None:
+    """Chat with the model as `ollama run` does: streamed answers, history, /commands (/? for help).
+
+    With -f, the Modelfile gives the model, drafter, parameters, system prompt, template and
+    MESSAGE history; flags given on the command line override it. Ctrl+C stops an answer,
+    Ctrl+D or /bye exits.
+    """
+    from local_eagle.cli.chat import ChatSession, check_parameter, run_repl
+
+    pair = resolve_models(model, draft, modelfile)
+    if pair.modelfile is not None:
+        session = ChatSession.from_modelfile(pair.modelfile, pair.model, pair.draft)
+    else:
+        session = ChatSession(pair.model, pair.draft)
+    # flags override the Modelfile under their Ollama names, so /show parameters prints what is in force
+    flags = [
+        ("num_predict", "--max-tokens", max_tokens), *sampling.flags(), ("draft_num_predict", "--draft-max", draft_max),
+        ("num_ctx", "--ctx", ctx), ("num_gpu", "--gpu-layers", gpu_layers), ("num_thread", "--threads", threads),
+    ]  # fmt: skip
+    for name, flag, value in flags:
+        if value is not None:
+            problem = check_parameter(name, value)
+            if problem:
+                raise LocalEagleError(f"{flag}: {problem}")
+            session.parameters[name] = value
+    if sampling.stop:
+        session.parameters["stop"] = list(sampling.stop)
+    if system is not None:
+        session.system = system
+    session.verbose = verbose
+    session.draft_p_min = draft_p_min
+    warn_if_cpu_only()
+    run_repl(session, lambda s: open_engine(s.model, s.draft, s.n_ctx, s.n_gpu_layers, s.n_threads))
+
+
+@friendly
+def demo(
+    prompt: Annotated[
+        str | None, typer.Option("--prompt", "-p", help="Prompt (default: a held-out coding task).")
+    ] = None,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", "-n")] = 128,
+    draft_max: Annotated[int, typer.Option("--draft-max")] = 4,
+    threads: ThreadsOpt = 0,
+    as_json: JsonOpt = False,
+) -> None:
+    """The built-in default: Gemma 3 270M with our EAGLE 3.1 drafter, speculative vs plain, on this machine."""
+    from local_eagle.assets import DEMO_PROMPT, demo_drafter, demo_target
+    from local_eagle.runtime.engine import Engine, EngineOptions
+
+    warn_if_cpu_only()
+    target, draft = demo_target(), demo_drafter()
+    text = prompt if prompt is not None else DEMO_PROMPT
+    with Engine(target, draft, EngineOptions(n_ctx=2048, n_threads=threads)) as engine:
+        engine.generate(text, max_tokens=8, draft_max=draft_max)  # warm-up
+        if not as_json:
+            out.print(f"[dim]{target.name} + {draft.name}, greedy, up to {max_tokens} tokens[/]", highlight=False)
+            out.file.write(text)
+        s = engine.stream(text, max_tokens=max_tokens, draft_max=draft_max)
+        _echo(s, as_json)
+        spec = s.result
+        base = engine.generate(text, max_tokens=max_tokens, draft_max=0)
+    ratio = spec.stats.tokens_per_second / base.stats.tokens_per_second if base.stats.tokens_per_second else 0.0
+    if as_json:
+        print(json.dumps({"text": spec.text, "identical": spec.tokens == base.tokens, "speedup": ratio,
+                          "speculative": spec.stats.to_dict(), "baseline": base.stats.to_dict()}))  # fmt: skip
+        return
+    out.file.write("\n")
+    t = Table(title="speculative vs the target alone (same run)")
+    for c in ("", "tok/s", "target calls", "accept len", "per-position acceptance"):
+        t.add_column(c)
+    st = spec.stats
+    t.add_row("target alone", f"{base.stats.tokens_per_second:.1f}", str(base.stats.target_calls), "1.00", "")
+    t.add_row(
+        f"EAGLE 3.1, k={draft_max}", f"{st.tokens_per_second:.1f}", str(st.target_calls),
+        f"{st.acceptance_length:.2f}", " ".join(f"{a:.2f}" for a in st.acceptance_per_position),
+    )  # fmt: skip
+    out.print(t)
+    same = "identical to" if spec.tokens == base.tokens else "DIFFERENT from"
+    out.print(f"speedup {ratio:.2f}x; output {same} the target's own", highlight=False)
+
+
+@friendly
+def selfcheck(
+    workdir: Annotated[
+        Path | None, typer.Option(help="Keep the generated files here (default: a temporary directory).")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Build a tiny target and EAGLE 3.1 drafter, convert it, and check llama.cpp against the torch reference."""
+    from local_eagle.testing.selfcheck import run_demo
+
+    rows = run_demo(workdir, progress=not as_json)
+    if as_json:
+        print(json.dumps(rows))
+        return
+    t = Table(title="llama.cpp drafter vs torch reference (tiny EAGLE 3.1 pair)")
+    for col in ("weights", "step", "max |diff|", "logit scale", "argmax equal"):
+        t.add_column(col)
+    for r in rows:
+        t.add_row(
+            r["outtype"], str(r["step"]), f"{r['max_abs_diff']:.2e}", f"{r['logit_scale']:.2f}", str(r["argmax_equal"])
+        )
+    out.print(t)
+    ok = all(r["ok"] for r in rows)
+    out.print("[green]all steps agree[/]" if ok else "[red]mismatch against the reference[/]")
+    if not ok:
+        raise typer.Exit(1)

@@ -1,0 +1,56 @@
+"""``local-eagle train``: a drafter for a GGUF target, trained on the target's own answers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from local_eagle.cli.console import friendly, out
+from local_eagle.cli.options import ThreadsOpt
+
+
+@friendly
+def train(
+    target: Annotated[Path, typer.Option("--target", help="The target model's GGUF.")],
+    prompts: Annotated[Path, typer.Option("--prompts", help=".jsonl prompts the target answers, or .txt text.")],
+    out_dir: Annotated[Path, typer.Option("--out", help="Directory for data, checkpoints and the drafter.")],
+    arch: Annotated[str, typer.Option(help="eagle3.1 (FC norm + post-norm feedback) or eagle3.")] = "eagle3.1",
+    draft_vocab: Annotated[int, typer.Option("--draft-vocab", help="Draft vocabulary size.")] = 8192,
+    target_layers: Annotated[str | None, typer.Option(help="Captured target layers, e.g. 2,9,15.")] = None,
+    ttt_steps: Annotated[int, typer.Option("--ttt-steps", help="Unrolled draft steps in training.")] = 3,
+    epochs: Annotated[int, typer.Option()] = 3,
+    lr: Annotated[float, typer.Option()] = 3e-4,
+    max_tokens_per_sample: Annotated[int, typer.Option("--max-tokens-per-sample")] = 256,
+    device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
+    resume: Annotated[bool, typer.Option("--resume", help="Continue an interrupted run in --out.")] = False,
+    gguf: Annotated[Path | None, typer.Option("--gguf", help="Also convert the drafter to this GGUF.")] = None,
+    gguf_type: Annotated[str, typer.Option("--gguf-type", help="f16 or q8_0.")] = "q8_0",
+    threads: ThreadsOpt = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the per-epoch report as JSON.")] = False,
+) -> None:
+    """Train an EAGLE 3.1 (or 3) drafter for a GGUF target from its own answers to your prompts."""
+    from converters.eagle3_gguf import parse_target_layers
+    from local_eagle.train.trainer import TrainConfig
+    from local_eagle.train.trainer import train as do_train
+
+    cfg = TrainConfig(
+        arch=arch, draft_vocab=draft_vocab, target_layers=parse_target_layers(target_layers) if target_layers else None,
+        ttt_steps=ttt_steps, epochs=epochs, lr=lr, max_tokens_per_sample=max_tokens_per_sample, device=device,
+        n_threads=threads,
+    )  # fmt: skip
+    reports = do_train(target, prompts, out_dir, cfg, resume=resume, gguf_out=gguf, gguf_type=gguf_type,
+                       progress=not as_json)  # fmt: skip
+    if as_json:
+        print(json.dumps([r.__dict__ for r in reports]))
+        return
+    t = Table(title=f"{arch} drafter for {target.name}")
+    for c in ("epoch", "train loss", "held-out top-1 by depth"):
+        t.add_column(c)
+    for r in reports:
+        t.add_row(str(r.epoch), f"{r.train_loss:.3f}", " ".join(f"{a:.2f}" for a in r.heldout_accuracy))
+    out.print(t)
+    out.print(f"checkpoint: {out_dir / 'drafter'}" + (f", GGUF: {gguf}" if gguf else ""), highlight=False)
