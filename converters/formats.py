@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from local_eagle.errors import CheckpointError
+from local_eagle.files import atomic_output
 
 FORMATS = ("eagle3", "vllm", "speculators", "modelopt")
 
@@ -207,32 +208,52 @@ def _to_numpy(t: Any) -> np.ndarray:
     return t.detach().to(torch.float32).cpu().numpy()
 
 
-def load_weights(directory: Path) -> dict[str, Any]:
-    """Read every tensor of a checkpoint directory, from whichever weight layout it uses."""
-    index = directory / "model.safetensors.index.json"
+def weight_files(directory: Path) -> tuple[Callable[[Path], dict[str, Any]], list[Path]]:
+    """The loader and the files that hold a checkpoint directory's weights (an index comes first)."""
     single = directory / "model.safetensors"
-    binfile = directory / "pytorch_model.bin"
-    bin_index = directory / "pytorch_model.bin.index.json"
     if single.is_file():
-        return _load_safetensors(single)
-    for idx, loader in ((index, _load_safetensors), (bin_index, _load_bin)):
+        return _load_safetensors, [single]
+    indexes = (("model.safetensors.index.json", _load_safetensors), ("pytorch_model.bin.index.json", _load_bin))
+    for name, loader in indexes:
+        idx = directory / name
         if idx.is_file():
             try:
-                weight_map = json.loads(idx.read_text())["weight_map"]
-            except (ValueError, KeyError, TypeError) as e:
+                shards = sorted(set(json.loads(idx.read_text())["weight_map"].values()))
+            except (ValueError, KeyError, TypeError, AttributeError) as e:
                 raise CheckpointError(f"{idx}: not a weight index with a 'weight_map' ({e})") from None
-            out: dict[str, Any] = {}
-            for shard in sorted(set(weight_map.values())):
-                shard_path = directory / shard
-                if not shard_path.is_file():
-                    raise CheckpointError(f"{idx}: shard {shard} is missing")
-                out.update(loader(shard_path))
-            return out
+            return loader, [idx, *(directory / shard for shard in shards)]
+    binfile = directory / "pytorch_model.bin"
     if binfile.is_file():
-        return _load_bin(binfile)
+        return _load_bin, [binfile]
     raise CheckpointError(
         f"{directory}: no weights found (expected model.safetensors, model.safetensors.index.json or pytorch_model.bin)"
     )
+
+
+def load_weights(directory: Path) -> dict[str, Any]:
+    """Read every tensor of a checkpoint directory, from whichever weight layout it uses."""
+    loader, files = weight_files(directory)
+    out: dict[str, Any] = {}
+    for f in files:
+        if f.name.endswith(".index.json"):
+            continue
+        if not f.is_file():
+            raise CheckpointError(f"{files[0]}: shard {f.name} is missing")
+        out.update(loader(f))
+    return out
+
+
+def checkpoint_files(directory: str | os.PathLike[str]) -> list[Path]:
+    """The files reading a checkpoint directory opens (config.json and the weights), so an output can avoid them.
+
+    Lists what exists without loading anything; an unreadable layout lists config.json only
+    (``read_checkpoint`` reports the problem).
+    """
+    d = Path(directory)
+    try:
+        return [d / "config.json", *weight_files(d)[1]]
+    except CheckpointError:
+        return [d / "config.json"]
 
 
 def read_checkpoint(directory: str | os.PathLike[str]) -> Checkpoint:
@@ -340,44 +361,65 @@ def write_checkpoint(
     weights: str = "safetensors",
     fc_norm_style: str = "plain",
     shard_count: int = 2,
+    vocab_size: int | None = None,
 ) -> Path:
-    """Write a canonical state dict as a checkpoint of ``fmt``.
+    """Write a canonical state dict as a checkpoint of ``fmt``; each file appears only when complete.
 
     weights: "safetensors", "sharded" (``shard_count`` files plus an index) or "bin".
     fc_norm_style: "plain" (``fc_norm.i.weight``), "model" (``model.fc_norm.i.weight``) or
     "legacy" (``aux_norm_{low,mid,high}.weight``).
+    vocab_size: the Hugging Face target's vocabulary size for config.json, which vLLM / SGLang
+    check against the target's embedding rows; a GGUF's token count can be smaller when the
+    embedding matrix is padded. ``t2d`` is padded to it. Default: ``cfg["vocab_size"]``.
     """
     import torch
     from safetensors.torch import save_file
 
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}")
+    cfg = dict(cfg)
+    state = dict(state_dict)
+    if vocab_size is not None:
+        if vocab_size < cfg["vocab_size"]:
+            raise ValueError(f"vocab_size {vocab_size} is below the drafter's target vocabulary of {cfg['vocab_size']}")
+        embed = state.get("embed_tokens.weight")
+        if embed is not None and embed.shape[0] != vocab_size:
+            raise ValueError(f"embed_tokens has {embed.shape[0]} rows but vocab_size is {vocab_size}")
+        if "t2d" in state:
+            t2d = torch.as_tensor(state["t2d"]).to(torch.bool)
+            state["t2d"] = torch.cat([t2d, torch.zeros(vocab_size - t2d.numel(), dtype=torch.bool)])
+        cfg["vocab_size"] = vocab_size
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tensors = {
-        _format_name(k, fmt, fc_norm_style): torch.as_tensor(v).detach().contiguous().clone()
-        for k, v in state_dict.items()
+        _format_name(k, fmt, fc_norm_style): torch.as_tensor(v).detach().contiguous().clone() for k, v in state.items()
     }
+
+    def save_safetensors(part: dict[str, Any], name: str) -> None:
+        with atomic_output(out / name) as tmp:
+            save_file(part, str(tmp))
+
+    def save_json(obj: dict[str, Any], name: str) -> None:
+        with atomic_output(out / name) as tmp:
+            tmp.write_text(json.dumps(obj, indent=2))
+
     if weights == "bin":
-        torch.save(tensors, out / "pytorch_model.bin")
+        with atomic_output(out / "pytorch_model.bin") as tmp:
+            torch.save(tensors, tmp)
     elif weights == "sharded":
         names = sorted(tensors)
         weight_map: dict[str, str] = {}
         for i in range(shard_count):
             part = names[i::shard_count]
             fname = f"model-{i + 1:05d}-of-{shard_count:05d}.safetensors"
-            save_file({n: tensors[n] for n in part}, str(out / fname))
+            save_safetensors({n: tensors[n] for n in part}, fname)
             weight_map.update(dict.fromkeys(part, fname))
-        (out / "model.safetensors.index.json").write_text(
-            json.dumps({"metadata": {}, "weight_map": weight_map}, indent=2)
-        )
+        save_json({"metadata": {}, "weight_map": weight_map}, "model.safetensors.index.json")
     elif weights == "safetensors":
-        save_file(tensors, str(out / "model.safetensors"))
+        save_safetensors(tensors, "model.safetensors")
     else:
         raise ValueError(f"unknown weights layout {weights!r}")
-    with tempfile.NamedTemporaryFile("w", dir=out, suffix=".tmp", delete=False) as f:
-        json.dump(_config_json(cfg, fmt), f, indent=2)
-    os.replace(f.name, out / "config.json")
+    save_json(_config_json(cfg, fmt), "config.json")
     return out
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -200,3 +201,125 @@ def test_inspect_bad_file(tmp_path, kind):
     result = runner.invoke(app, ["inspect", str(f)])
     assert result.exit_code == 2
     assert "Traceback" not in result.output
+
+
+# --- outputs that would destroy an input, or that cannot be written ---------------------------------
+
+
+@pytest.fixture
+def own_target(tmp_path, target_gguf):
+    """A private copy of the target: a test that fails must not destroy the session's target."""
+    t = tmp_path / "target.gguf"
+    t.write_bytes(target_gguf.read_bytes())
+    return t
+
+
+@pytest.mark.parametrize("how", ["same-path", "relative-path", "symlink", "hardlink"])
+def test_outfile_is_the_target(tmp_path, own_target, checkpoint_factory, monkeypatch, how):
+    _, ckpt = checkpoint_factory()
+    before = own_target.read_bytes()
+    out = own_target
+    if how == "relative-path":
+        monkeypatch.chdir(tmp_path)
+        out = Path("sub/../target.gguf")
+        (tmp_path / "sub").mkdir()
+    elif how == "symlink":
+        out = tmp_path / "link.gguf"
+        out.symlink_to(own_target)
+    elif how == "hardlink":
+        out = tmp_path / "hard.gguf"
+        out.hardlink_to(own_target)
+    r = run_convert(ckpt, own_target, out)
+    assert r.exit_code == 2, r.output
+    text = " ".join(r.output.split())
+    assert "--outfile" in text and "target GGUF" in text and "would destroy it" in text, text
+    assert own_target.read_bytes() == before
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+@pytest.mark.parametrize("name", ["model.safetensors", "config.json"])
+def test_outfile_is_a_checkpoint_file(target_gguf, checkpoint_factory, name):
+    _, ckpt = checkpoint_factory()
+    before = (ckpt / name).read_bytes()
+    r = run_convert(ckpt, target_gguf, ckpt / name)
+    assert r.exit_code == 2, r.output
+    assert "checkpoint file" in " ".join(r.output.split())
+    assert (ckpt / name).read_bytes() == before
+
+
+def test_outfile_may_replace_an_earlier_output_in_the_checkpoint_dir(target_gguf, checkpoint_factory):
+    _, ckpt = checkpoint_factory()
+    (ckpt / "drafter.gguf").write_bytes(b"older conversion")
+    r = run_convert(ckpt, target_gguf, ckpt / "drafter.gguf")
+    assert r.exit_code == 0, r.output
+    assert (ckpt / "drafter.gguf").read_bytes()[:4] == b"GGUF"
+
+
+def test_outfile_under_a_regular_file(tmp_path, target_gguf, checkpoint_factory):
+    _, ckpt = checkpoint_factory()
+    (tmp_path / "plain.txt").write_text("x")
+    out = tmp_path / "plain.txt" / "sub" / "o.gguf"
+    r = run_convert(ckpt, target_gguf, out)
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert "is a file, not a directory" in " ".join(r.output.split())
+
+
+def test_outfile_is_a_directory(tmp_path, target_gguf, checkpoint_factory):
+    _, ckpt = checkpoint_factory()
+    (tmp_path / "outdir").mkdir()
+    r = run_convert(ckpt, target_gguf, tmp_path / "outdir")
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert "is a directory, expected a file path" in " ".join(r.output.split())
+    assert not list((tmp_path / "outdir").iterdir())
+
+
+def test_outfile_empty(tmp_path, target_gguf, checkpoint_factory, monkeypatch):
+    _, ckpt = checkpoint_factory()
+    monkeypatch.chdir(tmp_path)
+    r = run_convert(ckpt, target_gguf, "")
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert "--outfile: empty path" in " ".join(r.output.split())
+
+
+def test_outfile_in_read_only_dir(tmp_path, target_gguf, checkpoint_factory, monkeypatch):
+    """As root the permission bits do not stop a write, so the refusal of the file system is simulated."""
+    import errno
+
+    from local_eagle import files
+
+    def refuse(*a, **kw):
+        raise PermissionError(errno.EACCES, "Permission denied", str(kw.get("dir")))
+
+    _, ckpt = checkpoint_factory()
+    monkeypatch.setattr(files.tempfile, "mkstemp", refuse)
+    out = tmp_path / "ro" / "o.gguf"
+    r = run_convert(ckpt, target_gguf, out)
+    assert_fails(r, out, "cannot write the output file", "Permission denied")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only directory anyway")
+def test_outfile_in_read_only_dir_for_real(tmp_path, target_gguf, checkpoint_factory):
+    _, ckpt = checkpoint_factory()
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        r = run_convert(ckpt, target_gguf, ro / "o.gguf")
+    finally:
+        ro.chmod(0o755)
+    assert r.exit_code == 2 and "not writable" in r.output, r.output
+
+
+def test_disk_full(tmp_path, target_gguf, checkpoint_factory, monkeypatch):
+    import errno
+
+    import gguf
+
+    def full(self, *a, **kw):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    _, ckpt = checkpoint_factory()
+    monkeypatch.setattr(gguf.GGUFWriter, "write_tensor_data", full)
+    out = tmp_path / "o.gguf"
+    assert_fails(run_convert(ckpt, target_gguf, out), out, str(out), "No space left on device")
+
