@@ -323,3 +323,90 @@ def test_disk_full(tmp_path, target_gguf, checkpoint_factory, monkeypatch):
     out = tmp_path / "o.gguf"
     assert_fails(run_convert(ckpt, target_gguf, out), out, str(out), "No space left on device")
 
+
+# --- checkpoints whose maths the eagle3 GGUF cannot carry --------------------------------------------
+
+
+def sliding_window(window: int):
+    def edit(raw):
+        raw["transformer_layer_config"].update(layer_types=["sliding_attention"], sliding_window=window)
+
+    return edit
+
+
+def test_sliding_window_refused(tmp_path, target_gguf, checkpoint_factory):
+    _, ckpt = checkpoint_factory(fmt="speculators", config_edit=sliding_window(512))
+    out = tmp_path / "o.gguf"
+    assert_fails(
+        run_convert(ckpt, target_gguf, out), out, "layer_types ['sliding_attention']", "sliding_window 512",
+        "max_position_embeddings (2048)",
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("edit", ["window-covers-context", "full-attention"])
+def test_sliding_window_that_masks_nothing_converts(tmp_path, target_gguf, checkpoint_factory, edit):
+    if edit == "window-covers-context":
+        config_edit = sliding_window(2048)
+    else:
+
+        def config_edit(raw):
+            raw["transformer_layer_config"].update(layer_types=["full_attention"], sliding_window=64)
+
+    _, ckpt = checkpoint_factory(fmt="speculators", config_edit=config_edit)
+    r = run_convert(ckpt, target_gguf, tmp_path / "o.gguf")
+    assert r.exit_code == 0, r.output
+
+
+def test_mla_config_refused(tmp_path, target_gguf, checkpoint_factory):
+    """A TorchSpec / Kimi-style MLA drafter config (an eagle_config block, DeepSeek architecture)."""
+
+    def mla(raw):
+        raw.update(
+            architectures=["Eagle3DeepseekV2ForCausalLM"], model_type="kimi_k2", q_lora_rank=32, kv_lora_rank=16,
+            qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
+            eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 3, 4], "use_aux_hidden_state": True},
+        )  # fmt: skip
+
+    _, ckpt = checkpoint_factory(config_edit=mla)
+    out = tmp_path / "o.gguf"
+    assert_fails(run_convert(ckpt, target_gguf, out), out, "kv_lora_rank and q_lora_rank", "multi-head latent")
+
+
+def test_mla_tensors_refused(tmp_path, target_gguf, checkpoint_factory):
+    import torch
+
+    def mla(sd, cfg):
+        sd["midlayer.self_attn.kv_a_proj_with_mqa.weight"] = torch.zeros(24, 128)
+
+    _, ckpt = checkpoint_factory(mutate=mla)
+    out = tmp_path / "o.gguf"
+    assert_fails(run_convert(ckpt, target_gguf, out), out, "kv_a_proj_with_mqa", "multi-head latent attention")
+
+
+@pytest.mark.parametrize(
+    ("tensor", "flag", "drafter_kw"),
+    [
+        ("fc_norm.0.weight", "fc_norm", dict(eagle31=True)),
+        ("input_norm.weight", "norm_before_fc", dict(eagle31=False, norm_before_fc=True)),
+    ],
+)
+def test_tensors_the_flags_leave_out_are_refused(tmp_path, target_gguf, checkpoint_factory, tensor, flag, drafter_kw):
+    """Never drop a tensor in silence: a norm the config does not switch on is an error naming it."""
+
+    def flag_off(raw):
+        raw[flag] = False
+
+    _, ckpt = checkpoint_factory(config_edit=flag_off, **drafter_kw)
+    out = tmp_path / "o.gguf"
+    assert_fails(run_convert(ckpt, target_gguf, out), out, tensor, f"does not set {flag}")
+
+
+def test_t2d_disagreeing_with_d2t_refused(tmp_path, target_gguf, checkpoint_factory):
+    def bad(sd, cfg):
+        sd["t2d"] = sd["t2d"].clone()
+        sd["t2d"][sd["t2d"].nonzero()[0]] = False
+        sd["t2d"][(~sd["t2d"]).nonzero()[-1]] = True
+
+    _, ckpt = checkpoint_factory(draft_vocab=128, mutate=bad)
+    out = tmp_path / "o.gguf"
+    assert_fails(run_convert(ckpt, target_gguf, out), out, "t2d and d2t disagree")
