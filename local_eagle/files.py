@@ -74,9 +74,9 @@ def _same_file(a: Path, b: Path) -> bool:
     return os.path.realpath(a) == os.path.realpath(b)
 
 
-def _writable_parent(path: Path, option: str) -> None:
-    """The nearest existing ancestor of ``path`` must be a directory we may write in."""
-    parent = path.absolute().parent
+def _writable(path: Path, start: Path, option: str) -> None:
+    """The nearest existing one of ``start`` and its ancestors must be a directory we may write in."""
+    parent = start.absolute()
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent
     if not parent.is_dir():
@@ -100,7 +100,7 @@ def check_output_file(
         raise LocalEagleError(f"{option}: empty path, expected a file name")
     if out.is_dir():
         raise LocalEagleError(f"{option}: {out} is a directory, expected a file path")
-    _writable_parent(out, option)
+    _writable(out, out.parent, option)
     for what, inp in inputs:
         if _same_file(out, Path(inp)):
             raise LocalEagleError(
@@ -110,15 +110,14 @@ def check_output_file(
 
 
 def check_output_dir(path: str | os.PathLike[str], option: str) -> Path:
-    """Refuse an output directory path that is a file or cannot be created."""
+    """Refuse an output directory path that is a file, or that cannot be created or written in."""
     text = os.fspath(path)
     out = Path(text)
     if text == "":
         raise LocalEagleError(f"{option}: empty path, expected a directory")
     if out.exists() and not out.is_dir():
         raise LocalEagleError(f"{option}: {out} is a file, expected a directory")
-    if not out.exists():
-        _writable_parent(out, option)
+    _writable(out, out, option)
     return out
 
 

@@ -76,3 +76,17 @@ def test_check_output_dir(tmp_path):
     with pytest.raises(LocalEagleError, match="is a file, not a directory"):
         check_output_dir(tmp_path / "f" / "sub", "--out")
     assert check_output_dir(tmp_path / "new", "--out") == tmp_path / "new"
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only directory anyway")
+def test_check_output_dir_read_only(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        with pytest.raises(LocalEagleError, match="is not writable"):
+            check_output_dir(ro, "--out")
+        with pytest.raises(LocalEagleError, match="is not writable"):
+            check_output_dir(ro / "sub", "--out")
+    finally:
+        ro.chmod(0o755)

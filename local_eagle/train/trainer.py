@@ -97,12 +97,13 @@ def hf_vocab_size(info: ModelInfo, explicit: int | None = None) -> int:
     """
     shape = info.tensor_shapes.get("token_embd.weight")
     rows = int(shape[1]) if shape is not None and len(shape) == 2 else info.n_vocab
-    size = explicit if explicit is not None else rows
-    if size < info.n_vocab:
+    if explicit is None:
+        return max(rows, info.n_vocab)  # never fewer ids than the tokenizer can produce
+    if explicit < info.n_vocab:
         raise LocalEagleError(
-            f"--vocab-size: {size} is smaller than the {info.n_vocab} tokens of target {info.path.name}"
+            f"--vocab-size: {explicit} is smaller than the {info.n_vocab} tokens of target {info.path.name}"
         )
-    return size
+    return explicit
 
 
 @dataclass
