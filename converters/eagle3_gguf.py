@@ -7,11 +7,8 @@ The pinned llama.cpp refuses unknown tensors, so the EAGLE 3.1 parts that its gr
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
-import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,8 +17,9 @@ import numpy as np
 from gguf import GGMLQuantizationType, GGUFValueType, GGUFWriter, LlamaFileType
 from gguf.quants import quantize
 
-from converters.formats import Checkpoint, read_checkpoint
+from converters.formats import Checkpoint, checkpoint_files, read_checkpoint
 from local_eagle.errors import CheckpointError, LocalEagleError
+from local_eagle.files import atomic_output, check_output_file
 from local_eagle.gguf import ModelInfo, copy_fields, eagle_version, model_info, open_gguf, tensor_f32
 from local_eagle.gguf.keys import (
     DRAFTER_ARCH,
@@ -245,24 +243,6 @@ def _add_rope_scaling(w: GGUFWriter, cfg: dict[str, Any], tensors: list[tuple[st
         raise CheckpointError(f"config.json: rope_scaling type {kind!r} is not supported (llama3, linear, yarn are)")
 
 
-@contextlib.contextmanager
-def atomic_output(outfile: Path) -> Iterator[Path]:
-    """Yield a temporary path beside ``outfile``; rename it into place only on success."""
-    outfile.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=outfile.parent, prefix=f".{outfile.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        yield Path(tmp)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; a model file is not
-        os.replace(tmp, outfile)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
 def convert(
     draft_dir: str | os.PathLike[str],
     target_gguf: str | os.PathLike[str],
@@ -274,13 +254,18 @@ def convert(
     """Convert a drafter checkpoint directory into an ``eagle3`` GGUF paired with ``target_gguf``."""
     if outtype not in OUTTYPES:
         raise LocalEagleError(f"--outtype: expected one of {', '.join(OUTTYPES)}, got {outtype!r}")
-    out = Path(outfile)
+    inputs = [("target GGUF", target_gguf), *(("checkpoint file", f) for f in checkpoint_files(draft_dir))]
+    out = check_output_file(outfile, "--outfile", inputs)
     ckpt = read_checkpoint(draft_dir)
     reader = open_gguf(target_gguf, "target GGUF", keep=lambda k: k.startswith("tokenizer."))
     target = model_info(reader, Path(target_gguf), "target GGUF")
     if target.is_drafter:
         raise LocalEagleError(f"{target_gguf}: is an eagle3 drafter, expected the target model's GGUF")
     cfg, tensors = plan(ckpt, target, reader, target_layers)
+    metadata = {"d2t", *(f"fc_norm.{i}.weight" for i in range(3) if cfg["fc_norm"])}
+    unused = sorted(set(tensors) - set(TENSOR_NAMES) - metadata)
+    if unused:  # read_checkpoint refuses these already; never let a tensor vanish from the GGUF in silence
+        raise CheckpointError(f"{ckpt.path}: tensors {', '.join(unused)} have no place in the eagle3 GGUF")
 
     ordered: list[tuple[str, np.ndarray]] = [(TENSOR_NAMES[k], v) for k, v in tensors.items() if k in TENSOR_NAMES]
     n_head, n_kv = cfg["num_attention_heads"], cfg["num_key_value_heads"]

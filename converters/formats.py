@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from local_eagle.errors import CheckpointError
+from local_eagle.files import atomic_output
 
 FORMATS = ("eagle3", "vllm", "speculators", "modelopt")
 
@@ -53,6 +54,13 @@ OPTIONAL = (
 )
 LEGACY_AUX_NORMS = {"aux_norm_low.weight": 0, "aux_norm_mid.weight": 1, "aux_norm_high.weight": 2}
 IGNORED = re.compile(r"(^|\.)rotary_emb\.inv_freq$")
+# Tensors that only a config flag puts into the maths; present without it they would be dropped.
+NEEDS_FLAG = {"input_norm.weight": "norm_before_fc", **{f"fc_norm.{i}.weight": "fc_norm" for i in range(3)}}
+# Multi-head latent attention (DeepSeek / Kimi drafters): config fields and projection names.
+MLA_FIELDS = ("kv_lora_rank", "q_lora_rank")
+MLA_TENSOR = re.compile(r"(^|\.)(q_a_proj|q_b_proj|kv_a_proj_with_mqa|kv_b_proj|q_a_layernorm|kv_a_layernorm)\.")
+NESTED_CONFIGS = ("transformer_layer_config", "eagle_config", "eagle_architecture_config")
+ATTENTION_ONLY_GQA = "llama.cpp's eagle3 graph has plain grouped-query attention only (q_proj, k_proj, v_proj, o_proj)"
 
 
 @dataclass
@@ -123,6 +131,8 @@ def parse_config(raw: dict[str, Any], fmt: str, config_path: Path) -> dict[str, 
     if layers != 1:
         raise CheckpointError(f"{config_path}: num_hidden_layers is {layers}, an EAGLE-3 drafter has 1")
     rope_scaling = base.get("rope_scaling") or base.get("rope_parameters")
+    max_pos = int(base.get("max_position_embeddings", 2048))
+    check_attention_window(base, max_pos, config_path)
     target_layers = base.get("eagle_aux_hidden_state_layer_ids")
     if target_layers is None and isinstance(top.get("eagle_config"), dict):
         target_layers = top["eagle_config"].get("eagle_aux_hidden_state_layer_ids")
@@ -139,12 +149,59 @@ def parse_config(raw: dict[str, Any], fmt: str, config_path: Path) -> dict[str, 
         "rms_norm_eps": float(base.get("rms_norm_eps", 1e-6)),
         "rope_theta": float(base.get("rope_theta") or (rope_scaling or {}).get("rope_theta") or 10000.0),
         "rope_scaling": rope_scaling if isinstance(rope_scaling, dict) else None,
-        "max_position_embeddings": int(base.get("max_position_embeddings", 2048)),
+        "max_position_embeddings": max_pos,
         "norm_before_residual": norm_before_residual,
         "norm_before_fc": _flag(base, "norm_before_fc"),
-        "fc_norm": _flag(base, "fc_norm"),
+        # use_aux_norm: the older name of fc_norm (early EAGLE 3.1 exports, SGLang); either one switches it on
+        "fc_norm": _flag(base, "fc_norm") or _flag(base, "use_aux_norm"),
         "norm_output": _flag(base, "norm_output"),
     }
+
+
+def check_attention_window(base: dict[str, Any], max_pos: int, config_path: Path) -> None:
+    """Refuse a drafter trained with a sliding attention window.
+
+    speculators' trainer writes ``layer_types: ["sliding_attention"]`` with a ``sliding_window``
+    and masks the drafter's attention with it; llama.cpp's eagle3 graph builds a plain causal
+    mask over the whole context (``build_attn_inp_kv``, no SWA), so past the window the GGUF
+    would compute something the drafter never learnt. A window that covers
+    ``max_position_embeddings`` masks nothing and is fine.
+    """
+    types = base.get("layer_types")
+    window = base.get("sliding_window")
+    if types is not None:
+        if not isinstance(types, list) or not all(isinstance(t, str) for t in types):
+            raise CheckpointError(f"{config_path}: layer_types must be a list of strings, got {types!r}")
+        other = sorted(set(types) - {"full_attention", "sliding_attention"})
+        if other:
+            raise CheckpointError(
+                f"{config_path}: layer_types holds {other}; llama.cpp's eagle3 graph runs full_attention only"
+            )
+        sliding, why = "sliding_attention" in types, f"layer_types {types}"
+    else:
+        sliding, why = bool(base.get("use_sliding_window")) and window is not None, "use_sliding_window"
+    if not sliding:
+        return
+    if window is not None and (not isinstance(window, int) or isinstance(window, bool)):
+        raise CheckpointError(f"{config_path}: sliding_window must be an integer, got {window!r}")
+    if window is None or window < max_pos:
+        size = f"sliding_window {window}" if window is not None else "no sliding_window"
+        raise CheckpointError(
+            f"{config_path}: {why} with {size}: the drafter was trained with sliding-window attention, which "
+            "llama.cpp's eagle3 graph does not apply (it attends to the whole context); expected layer_types "
+            f"full_attention or a sliding_window >= max_position_embeddings ({max_pos})"
+        )
+
+
+def check_not_mla(raw: dict[str, Any], config_path: Path) -> None:
+    """Refuse a multi-head latent attention drafter before its format is even guessed."""
+    for part in (raw, *(raw[k] for k in NESTED_CONFIGS if isinstance(raw.get(k), dict))):
+        fields = [f for f in MLA_FIELDS if part.get(f) is not None]
+        if fields:
+            raise CheckpointError(
+                f"{config_path}: {' and '.join(fields)} set: a drafter with multi-head latent attention "
+                f"(DeepSeek / Kimi style) is not supported; {ATTENTION_ONLY_GQA}"
+            )
 
 
 def canonical_name(name: str) -> str | None:
@@ -207,32 +264,52 @@ def _to_numpy(t: Any) -> np.ndarray:
     return t.detach().to(torch.float32).cpu().numpy()
 
 
-def load_weights(directory: Path) -> dict[str, Any]:
-    """Read every tensor of a checkpoint directory, from whichever weight layout it uses."""
-    index = directory / "model.safetensors.index.json"
+def weight_files(directory: Path) -> tuple[Callable[[Path], dict[str, Any]], list[Path]]:
+    """The loader and the files that hold a checkpoint directory's weights (an index comes first)."""
     single = directory / "model.safetensors"
-    binfile = directory / "pytorch_model.bin"
-    bin_index = directory / "pytorch_model.bin.index.json"
     if single.is_file():
-        return _load_safetensors(single)
-    for idx, loader in ((index, _load_safetensors), (bin_index, _load_bin)):
+        return _load_safetensors, [single]
+    indexes = (("model.safetensors.index.json", _load_safetensors), ("pytorch_model.bin.index.json", _load_bin))
+    for name, loader in indexes:
+        idx = directory / name
         if idx.is_file():
             try:
-                weight_map = json.loads(idx.read_text())["weight_map"]
-            except (ValueError, KeyError, TypeError) as e:
+                shards = sorted(set(json.loads(idx.read_text())["weight_map"].values()))
+            except (ValueError, KeyError, TypeError, AttributeError) as e:
                 raise CheckpointError(f"{idx}: not a weight index with a 'weight_map' ({e})") from None
-            out: dict[str, Any] = {}
-            for shard in sorted(set(weight_map.values())):
-                shard_path = directory / shard
-                if not shard_path.is_file():
-                    raise CheckpointError(f"{idx}: shard {shard} is missing")
-                out.update(loader(shard_path))
-            return out
+            return loader, [idx, *(directory / shard for shard in shards)]
+    binfile = directory / "pytorch_model.bin"
     if binfile.is_file():
-        return _load_bin(binfile)
+        return _load_bin, [binfile]
     raise CheckpointError(
         f"{directory}: no weights found (expected model.safetensors, model.safetensors.index.json or pytorch_model.bin)"
     )
+
+
+def load_weights(directory: Path) -> dict[str, Any]:
+    """Read every tensor of a checkpoint directory, from whichever weight layout it uses."""
+    loader, files = weight_files(directory)
+    out: dict[str, Any] = {}
+    for f in files:
+        if f.name.endswith(".index.json"):
+            continue
+        if not f.is_file():
+            raise CheckpointError(f"{files[0]}: shard {f.name} is missing")
+        out.update(loader(f))
+    return out
+
+
+def checkpoint_files(directory: str | os.PathLike[str]) -> list[Path]:
+    """The files reading a checkpoint directory opens (config.json and the weights), so an output can avoid them.
+
+    Lists what exists without loading anything; an unreadable layout lists config.json only
+    (``read_checkpoint`` reports the problem).
+    """
+    d = Path(directory)
+    try:
+        return [d / "config.json", *weight_files(d)[1]]
+    except CheckpointError:
+        return [d / "config.json"]
 
 
 def read_checkpoint(directory: str | os.PathLike[str]) -> Checkpoint:
@@ -249,31 +326,71 @@ def read_checkpoint(directory: str | os.PathLike[str]) -> Checkpoint:
         raise CheckpointError(f"{cfg_path}: not valid JSON ({e})") from None
     if not isinstance(raw, dict):
         raise CheckpointError(f"{cfg_path}: expected a JSON object")
+    check_not_mla(raw, cfg_path)
     fmt = detect_format(raw)
     config = parse_config(raw, fmt, cfg_path)
     if config["fc_norm"] and config["norm_before_fc"]:
         raise CheckpointError(f"{cfg_path}: fc_norm and norm_before_fc are both set; they are mutually exclusive")
 
     tensors: dict[str, np.ndarray] = {}
+    original: dict[str, str] = {}
     known = set(REQUIRED) | set(OPTIONAL)
     for name, t in load_weights(d).items():
         cname = canonical_name(name)
         if cname is None:
             continue
         if cname not in known:
+            if MLA_TENSOR.search(name):
+                raise CheckpointError(
+                    f"{d}: tensor '{name}' belongs to multi-head latent attention (DeepSeek / Kimi style), which "
+                    f"is not supported; {ATTENTION_ONLY_GQA}"
+                )
             raise CheckpointError(f"{d}: unexpected tensor '{name}' for an EAGLE-3 drafter")
         tensors[cname] = _to_numpy(t)
+        original[cname] = name
     for name in REQUIRED:
         if name not in tensors:
             raise CheckpointError(f"{d}: missing tensor '{name}'")
+    for flag in dict.fromkeys(NEEDS_FLAG.values()):
+        unused = [original[n] for n, f in NEEDS_FLAG.items() if f == flag and n in tensors and not config[flag]]
+        if unused:
+            alias = " (or use_aux_norm)" if flag == "fc_norm" else ""
+            raise CheckpointError(
+                f"{d}: tensors {', '.join(unused)} are in the checkpoint but {cfg_path.name} does not set "
+                f"{flag}{alias}; they would be dropped and the drafter would compute something else. Set "
+                f'"{flag}": true if it was trained with them'
+            )
     if config["fc_norm"]:
         for i in range(3):
             if f"fc_norm.{i}.weight" not in tensors:
                 raise CheckpointError(f"{d}: fc_norm is set but tensor 'fc_norm.{i}.weight' is missing")
     if config["norm_before_fc"] and "input_norm.weight" not in tensors:
         raise CheckpointError(f"{d}: norm_before_fc is set but tensor 'input_norm.weight' is missing")
-    tensors.pop("t2d", None)
+    _check_t2d(tensors, d)
     return Checkpoint(format=fmt, config=config, tensors=tensors, path=d)
+
+
+def _check_t2d(tensors: dict[str, np.ndarray], where: Path) -> None:
+    """Drop ``t2d`` only where it says nothing ``d2t`` does not; derive ``d2t`` from it when it is alone.
+
+    ``t2d`` marks the target ids of the draft vocabulary, the same set ``d2t`` maps to. A ``d2t``
+    that is itself out of range or duplicated is left for ``plan`` to report against the target.
+    """
+    t2d = tensors.pop("t2d", None)
+    if t2d is None:
+        return
+    marked = np.flatnonzero(t2d.reshape(-1).astype(bool))
+    if "d2t" not in tensors:
+        tensors["d2t"] = marked - np.arange(marked.size, dtype=np.int64)
+        return
+    d2t = tensors["d2t"].reshape(-1).astype(np.int64)
+    absolute = d2t + np.arange(d2t.size, dtype=np.int64)
+    valid = d2t.size > 0 and absolute.min() >= 0 and absolute.max() < t2d.size
+    if valid and np.unique(absolute).size == absolute.size and not np.array_equal(np.sort(absolute), marked):
+        raise CheckpointError(
+            f"{where}: tensors t2d and d2t disagree: t2d marks {marked.size} target ids, d2t maps {d2t.size} draft "
+            "tokens to a different set; expected t2d[i + d2t[i]] true for every draft token i and false elsewhere"
+        )
 
 
 # --- writing (used by the tests' fixtures and by `local-eagle train`) -----------------------------
@@ -340,44 +457,65 @@ def write_checkpoint(
     weights: str = "safetensors",
     fc_norm_style: str = "plain",
     shard_count: int = 2,
+    vocab_size: int | None = None,
 ) -> Path:
-    """Write a canonical state dict as a checkpoint of ``fmt``.
+    """Write a canonical state dict as a checkpoint of ``fmt``; each file appears only when complete.
 
     weights: "safetensors", "sharded" (``shard_count`` files plus an index) or "bin".
     fc_norm_style: "plain" (``fc_norm.i.weight``), "model" (``model.fc_norm.i.weight``) or
     "legacy" (``aux_norm_{low,mid,high}.weight``).
+    vocab_size: the Hugging Face target's vocabulary size for config.json, which vLLM / SGLang
+    check against the target's embedding rows; a GGUF's token count can be smaller when the
+    embedding matrix is padded. ``t2d`` is padded to it. Default: ``cfg["vocab_size"]``.
     """
     import torch
     from safetensors.torch import save_file
 
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}")
+    cfg = dict(cfg)
+    state = dict(state_dict)
+    if vocab_size is not None:
+        if vocab_size < cfg["vocab_size"]:
+            raise ValueError(f"vocab_size {vocab_size} is below the drafter's target vocabulary of {cfg['vocab_size']}")
+        embed = state.get("embed_tokens.weight")
+        if embed is not None and embed.shape[0] != vocab_size:
+            raise ValueError(f"embed_tokens has {embed.shape[0]} rows but vocab_size is {vocab_size}")
+        if "t2d" in state:
+            t2d = torch.as_tensor(state["t2d"]).to(torch.bool)
+            state["t2d"] = torch.cat([t2d, torch.zeros(vocab_size - t2d.numel(), dtype=torch.bool)])
+        cfg["vocab_size"] = vocab_size
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tensors = {
-        _format_name(k, fmt, fc_norm_style): torch.as_tensor(v).detach().contiguous().clone()
-        for k, v in state_dict.items()
+        _format_name(k, fmt, fc_norm_style): torch.as_tensor(v).detach().contiguous().clone() for k, v in state.items()
     }
+
+    def save_safetensors(part: dict[str, Any], name: str) -> None:
+        with atomic_output(out / name) as tmp:
+            save_file(part, str(tmp))
+
+    def save_json(obj: dict[str, Any], name: str) -> None:
+        with atomic_output(out / name) as tmp:
+            tmp.write_text(json.dumps(obj, indent=2))
+
     if weights == "bin":
-        torch.save(tensors, out / "pytorch_model.bin")
+        with atomic_output(out / "pytorch_model.bin") as tmp:
+            torch.save(tensors, tmp)
     elif weights == "sharded":
         names = sorted(tensors)
         weight_map: dict[str, str] = {}
         for i in range(shard_count):
             part = names[i::shard_count]
             fname = f"model-{i + 1:05d}-of-{shard_count:05d}.safetensors"
-            save_file({n: tensors[n] for n in part}, str(out / fname))
+            save_safetensors({n: tensors[n] for n in part}, fname)
             weight_map.update(dict.fromkeys(part, fname))
-        (out / "model.safetensors.index.json").write_text(
-            json.dumps({"metadata": {}, "weight_map": weight_map}, indent=2)
-        )
+        save_json({"metadata": {}, "weight_map": weight_map}, "model.safetensors.index.json")
     elif weights == "safetensors":
-        save_file(tensors, str(out / "model.safetensors"))
+        save_safetensors(tensors, "model.safetensors")
     else:
         raise ValueError(f"unknown weights layout {weights!r}")
-    with tempfile.NamedTemporaryFile("w", dir=out, suffix=".tmp", delete=False) as f:
-        json.dump(_config_json(cfg, fmt), f, indent=2)
-    os.replace(f.name, out / "config.json")
+    save_json(_config_json(cfg, fmt), "config.json")
     return out
 
 

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -47,14 +48,20 @@ def checkpoint_factory(tmp_path: Path, drafter_factory: Callable[..., Any]) -> C
         fc_norm_style: str = "plain",
         with_d2t: bool = True,
         mutate: Callable[[dict[str, Any], dict[str, Any]], None] | None = None,
+        config_edit: Callable[[dict[str, Any]], None] | None = None,
         **kw: Any,
     ) -> tuple[Any, Path]:
+        """``mutate`` edits the canonical tensors and fields; ``config_edit`` the written config.json (other names)."""
         model = drafter_factory(**kw)
         sd = state_dict_for(model, with_d2t)
         cfg = model.cfg.to_dict()
         if mutate:
             mutate(sd, cfg)
         d = write_checkpoint(sd, cfg, tmp_path / f"ckpt{next(counter)}", fmt, weights, fc_norm_style)
+        if config_edit:
+            raw = json.loads((d / "config.json").read_text())
+            config_edit(raw)
+            (d / "config.json").write_text(json.dumps(raw))
         return model, d
 
     return make

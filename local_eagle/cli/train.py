@@ -28,7 +28,10 @@ def train(
     device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
     resume: Annotated[bool, typer.Option("--resume", help="Continue an interrupted run in --out.")] = False,
     gguf: Annotated[Path | None, typer.Option("--gguf", help="Also convert the drafter to this GGUF.")] = None,
-    gguf_type: Annotated[str, typer.Option("--gguf-type", help="f16 or q8_0.")] = "q8_0",
+    gguf_type: Annotated[str, typer.Option("--gguf-type", help="f32, f16, bf16 or q8_0.")] = "q8_0",
+    vocab_size: Annotated[
+        int | None, typer.Option("--vocab-size", help="HF target vocabulary for config.json (default: embedding rows).")
+    ] = None,
     threads: ThreadsOpt = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the per-epoch report as JSON.")] = False,
 ) -> None:
@@ -40,7 +43,7 @@ def train(
     cfg = TrainConfig(
         arch=arch, draft_vocab=draft_vocab, target_layers=parse_target_layers(target_layers) if target_layers else None,
         ttt_steps=ttt_steps, epochs=epochs, lr=lr, max_tokens_per_sample=max_tokens_per_sample, device=device,
-        n_threads=threads,
+        n_threads=threads, vocab_size=vocab_size,
     )  # fmt: skip
     reports = do_train(target, prompts, out_dir, cfg, resume=resume, gguf_out=gguf, gguf_type=gguf_type,
                        progress=not as_json)  # fmt: skip

@@ -12,13 +12,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from local_eagle.errors import LocalEagleError
+from local_eagle.files import atomic_output
 from local_eagle.llamacpp.bindings import Context, ContextOptions
 from local_eagle.runtime.sampling import GREEDY
 
@@ -80,15 +80,8 @@ def check_disk(out_dir: Path, n_samples: int, tokens_per_sample: int, target_hid
 
 
 def _save(path: Path, **arrays: np.ndarray) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        with open(tmp, "wb") as f:
-            np.savez(f, **arrays)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_output(path) as tmp, open(tmp, "wb") as f:
+        np.savez(f, **arrays)
 
 
 def capture_sample(

@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from converters.eagle3_gguf import OUTTYPES
 from local_eagle.errors import LocalEagleError
-from local_eagle.gguf import field_value, model_info, open_gguf, tensor_f32
+from local_eagle.files import atomic_output, check_output_dir, check_output_file
+from local_eagle.gguf import ModelInfo, field_value, model_info, open_gguf, tensor_f32
 
 CHECKPOINT = "train-state.pt"
 
@@ -36,6 +37,73 @@ class TrainConfig:
     device: str = "cpu"
     seed: int = 0
     n_threads: int = 0
+    vocab_size: int | None = None  # the HF target's vocabulary for config.json; default: the GGUF's token_embd rows
+
+    def validate(self) -> None:
+        """Refuse, before any capture or training, settings that would crash hours in or train nothing.
+
+        Messages name the ``local-eagle train`` option, since that is where these values come from.
+        """
+        if self.arch not in ("eagle3.1", "eagle3"):
+            raise LocalEagleError(f"--arch: expected eagle3.1 or eagle3, got {self.arch!r}")
+        counts = {
+            "--draft-vocab": (self.draft_vocab, "a positive number of draft tokens"),
+            "--ttt-steps": (self.ttt_steps, "at least 1 unrolled draft step"),
+            "--epochs": (self.epochs, "at least 1 (0 epochs would write an untrained drafter)"),
+            "--max-tokens-per-sample": (self.max_tokens_per_sample, "a positive number of tokens"),
+        }
+        for option, (value, expected) in counts.items():
+            if value < 1:
+                raise LocalEagleError(f"{option}: expected {expected}, got {value}")
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise LocalEagleError(f"--lr: expected a positive finite learning rate, got {self.lr}")
+        if not 0 <= self.heldout_fraction < 1:
+            raise LocalEagleError(f"heldout_fraction: expected a fraction in [0, 1), got {self.heldout_fraction}")
+        if self.n_threads < 0:
+            raise LocalEagleError(f"--threads: expected 0 (all cores) or more, got {self.n_threads}")
+        if self.target_layers is not None and len(self.target_layers) != 3:
+            raise LocalEagleError(f"--target-layers: expected exactly three layer ids, got {self.target_layers}")
+        if self.vocab_size is not None and self.vocab_size < 1:
+            raise LocalEagleError(f"--vocab-size: expected a positive vocabulary size, got {self.vocab_size}")
+        check_device(self.device)
+
+
+def check_device(device: str) -> None:
+    """A torch device that exists here: ``cuda`` without a CUDA build or GPU fails at the first tensor otherwise."""
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise LocalEagleError(f"--device: expected cpu, cuda or cuda:N, got {device!r}") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise LocalEagleError(
+                f"--device {device}: torch {torch.__version__} sees no CUDA GPU "
+                f"({'built without CUDA' if torch.version.cuda is None else 'no device found'}); use --device cpu"
+            )
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise LocalEagleError(f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) found")
+    elif dev.type != "cpu":
+        raise LocalEagleError(f"--device: expected cpu, cuda or cuda:N, got {device!r}")
+
+
+def hf_vocab_size(info: ModelInfo, explicit: int | None = None) -> int:
+    """The Hugging Face target's vocabulary size, which a checkpoint's config.json must carry.
+
+    vLLM and SGLang size the drafter's embedding and ``t2d`` by it and compare it with the
+    target's; the target's embedding matrix can have more rows than its tokenizer has tokens
+    (padded to a multiple of 64 or 128), so the rows of ``token_embd`` are the better guess.
+    """
+    shape = info.tensor_shapes.get("token_embd.weight")
+    rows = int(shape[1]) if shape is not None and len(shape) == 2 else info.n_vocab
+    if explicit is None:
+        return max(rows, info.n_vocab)  # never fewer ids than the tokenizer can produce
+    if explicit < info.n_vocab:
+        raise LocalEagleError(
+            f"--vocab-size: {explicit} is smaller than the {info.n_vocab} tokens of target {info.path.name}"
+        )
+    return explicit
 
 
 @dataclass
@@ -167,14 +235,8 @@ def _loss_and_accuracy(model, embed, sample, t2d, depth: int, device: str):
 def _save_state(path: Path, state: dict) -> None:
     import torch
 
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
+    with atomic_output(path) as tmp:
         torch.save(state, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def train(
@@ -195,16 +257,22 @@ def train(
     from converters.formats import write_checkpoint
     from local_eagle.train.data import build_dataset, read_samples
 
-    if cfg.arch not in ("eagle3.1", "eagle3"):
-        raise LocalEagleError(f"--arch: expected eagle3.1 or eagle3, got {cfg.arch!r}")
-    out = Path(out_dir)
+    cfg.validate()
+    if gguf_type not in OUTTYPES:
+        raise LocalEagleError(f"--gguf-type: expected one of {', '.join(OUTTYPES)}, got {gguf_type!r}")
+    out = check_output_dir(out_dir, "--out")
     state_path = out / CHECKPOINT
+    if gguf_out is not None:
+        drafter_files = [out / "drafter" / n for n in ("config.json", "model.safetensors")]
+        inputs = [("target GGUF", target), ("prompts file", prompts), ("training state", state_path)]
+        check_output_file(gguf_out, "--gguf", [*inputs, *(("drafter checkpoint file", f) for f in drafter_files)])
     if out.exists() and any(out.iterdir()) and not resume and state_path.exists():
         raise LocalEagleError(
             f"{out}: holds an earlier training run; pass --resume to continue it or pick another --out"
         )
     samples = read_samples(prompts)
     shape = _target_shape(target)
+    vocab_size = hf_vocab_size(shape["info"], cfg.vocab_size)
     n_layer = shape["info"].n_layer
     layers = cfg.target_layers or default_target_layers(n_layer)
     for lid in layers:
@@ -283,7 +351,8 @@ def train(
                 },
             )
     model.to("cpu")
-    ckpt = write_checkpoint(model.state_dict(), model.cfg.to_dict(), out / "drafter", fmt="eagle3")
+    drafter_cfg = model.cfg.to_dict()
+    ckpt = write_checkpoint(model.state_dict(), drafter_cfg, out / "drafter", fmt="eagle3", vocab_size=vocab_size)
     if gguf_out is not None:
         convert(ckpt, target, gguf_out, outtype=gguf_type, progress=progress)
     return reports

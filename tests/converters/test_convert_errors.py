@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -200,3 +201,212 @@ def test_inspect_bad_file(tmp_path, kind):
     result = runner.invoke(app, ["inspect", str(f)])
     assert result.exit_code == 2
     assert "Traceback" not in result.output
+
+
+# --- outputs that would destroy an input, or that cannot be written ---------------------------------
+
+
+@pytest.fixture
+def own_target(tmp_path, target_gguf):
+    """A private copy of the target: a test that fails must not destroy the session's target."""
+    t = tmp_path / "target.gguf"
+    t.write_bytes(target_gguf.read_bytes())
+    return t
+
+
+@pytest.mark.parametrize("how", ["same-path", "relative-path", "symlink", "hardlink"])
+def test_outfile_is_the_target(tmp_path, own_target, checkpoint_factory, monkeypatch, how):
+    _, ckpt = checkpoint_factory()
+    before = own_target.read_bytes()
+    out = own_target
+    if how == "relative-path":
+        monkeypatch.chdir(tmp_path)
+        out = Path("sub/../target.gguf")
+        (tmp_path / "sub").mkdir()
+    elif how == "symlink":
+        out = tmp_path / "link.gguf"
+        out.symlink_to(own_target)
+    elif how == "hardlink":
+        out = tmp_path / "hard.gguf"
+        out.hardlink_to(own_target)
+    r = run_convert(ckpt, own_target, out)
+    assert r.exit_code == 2, r.output
+    text = " ".join(r.output.split())
+    assert "--outfile" in text and "target GGUF" in text and "would destroy it" in text, text
+    assert own_target.read_bytes() == before
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+@pytest.mark.parametrize("name", ["model.safetensors", "config.json"])
+def test_outfile_is_a_checkpoint_file(target_gguf, checkpoint_factory, name):
+    _, ckpt = checkpoint_factory()
+    before = (ckpt / name).read_bytes()
+    r = run_convert(ckpt, target_gguf, ckpt / name)
+    assert r.exit_code == 2, r.output
+    assert "checkpoint file" in " ".join(r.output.split())
+    assert (ckpt / name).read_bytes() == before
+
+
+def test_outfile_may_replace_an_earlier_output_in_the_checkpoint_dir(target_gguf, checkpoint_factory):
+    _, ckpt = checkpoint_factory()
+    (ckpt / "drafter.gguf").write_bytes(b"older conversion")
+    r = run_convert(ckpt, target_gguf, ckpt / "drafter.gguf")
+    assert r.exit_code == 0, r.output
+    assert (ckpt / "drafter.gguf").read_bytes()[:4] == b"GGUF"
+
+
+def test_outfile_under_a_regular_file(tmp_path, target_gguf, checkpoint_factory):
+    _, ckpt = checkpoint_factory()
+    (tmp_path / "plain.txt").write_text("x")
+    out = tmp_path / "plain.txt" / "sub" / "o.gguf"
+    r = run_convert(ckpt, target_gguf, out)
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert "is a file, not a directory" in " ".join(r.output.split())
+
+
+def test_outfile_is_a_directory(tmp_path, target_gguf, checkpoint_factory):
+    _, ckpt = checkpoint_factory()
+    (tmp_path / "outdir").mkdir()
+    r = run_convert(ckpt, target_gguf, tmp_path / "outdir")
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert "is a directory, expected a file path" in " ".join(r.output.split())
+    assert not list((tmp_path / "outdir").iterdir())
+
+
+def test_outfile_empty(tmp_path, target_gguf, checkpoint_factory, monkeypatch):
+    _, ckpt = checkpoint_factory()
+    monkeypatch.chdir(tmp_path)
+    r = run_convert(ckpt, target_gguf, "")
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert "--outfile: empty path" in " ".join(r.output.split())
+
+
+def test_outfile_in_read_only_dir(tmp_path, target_gguf, checkpoint_factory, monkeypatch):
+    """As root the permission bits do not stop a write, so the refusal of the file system is simulated."""
+    import errno
+
+    from local_eagle import files
+
+    def refuse(*a, **kw):
+        raise PermissionError(errno.EACCES, "Permission denied", str(kw.get("dir")))
+
+    _, ckpt = checkpoint_factory()
+    monkeypatch.setattr(files.tempfile, "mkstemp", refuse)
+    out = tmp_path / "ro" / "o.gguf"
+    r = run_convert(ckpt, target_gguf, out)
+    assert_fails(r, out, "cannot write the output file", "Permission denied")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only directory anyway")
+def test_outfile_in_read_only_dir_for_real(tmp_path, target_gguf, checkpoint_factory):
+    _, ckpt = checkpoint_factory()
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        r = run_convert(ckpt, target_gguf, ro / "o.gguf")
+    finally:
+        ro.chmod(0o755)
+    assert r.exit_code == 2 and "not writable" in r.output, r.output
+
+
+def test_disk_full(tmp_path, target_gguf, checkpoint_factory, monkeypatch):
+    import errno
+
+    import gguf
+
+    def full(self, *a, **kw):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    _, ckpt = checkpoint_factory()
+    monkeypatch.setattr(gguf.GGUFWriter, "write_tensor_data", full)
+    out = tmp_path / "o.gguf"
+    assert_fails(run_convert(ckpt, target_gguf, out), out, str(out), "No space left on device")
+
+
+# --- checkpoints whose maths the eagle3 GGUF cannot carry --------------------------------------------
+
+
+def sliding_window(window: int):
+    def edit(raw):
+        raw["transformer_layer_config"].update(layer_types=["sliding_attention"], sliding_window=window)
+
+    return edit
+
+
+def test_sliding_window_refused(tmp_path, target_gguf, checkpoint_factory):
+    _, ckpt = checkpoint_factory(fmt="speculators", config_edit=sliding_window(512))
+    out = tmp_path / "o.gguf"
+    assert_fails(
+        run_convert(ckpt, target_gguf, out), out, "layer_types ['sliding_attention']", "sliding_window 512",
+        "max_position_embeddings (2048)",
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("edit", ["window-covers-context", "full-attention"])
+def test_sliding_window_that_masks_nothing_converts(tmp_path, target_gguf, checkpoint_factory, edit):
+    if edit == "window-covers-context":
+        config_edit = sliding_window(2048)
+    else:
+
+        def config_edit(raw):
+            raw["transformer_layer_config"].update(layer_types=["full_attention"], sliding_window=64)
+
+    _, ckpt = checkpoint_factory(fmt="speculators", config_edit=config_edit)
+    r = run_convert(ckpt, target_gguf, tmp_path / "o.gguf")
+    assert r.exit_code == 0, r.output
+
+
+def test_mla_config_refused(tmp_path, target_gguf, checkpoint_factory):
+    """A TorchSpec / Kimi-style MLA drafter config (an eagle_config block, DeepSeek architecture)."""
+
+    def mla(raw):
+        raw.update(
+            architectures=["Eagle3DeepseekV2ForCausalLM"], model_type="kimi_k2", q_lora_rank=32, kv_lora_rank=16,
+            qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
+            eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 3, 4], "use_aux_hidden_state": True},
+        )  # fmt: skip
+
+    _, ckpt = checkpoint_factory(config_edit=mla)
+    out = tmp_path / "o.gguf"
+    assert_fails(run_convert(ckpt, target_gguf, out), out, "kv_lora_rank and q_lora_rank", "multi-head latent")
+
+
+def test_mla_tensors_refused(tmp_path, target_gguf, checkpoint_factory):
+    import torch
+
+    def mla(sd, cfg):
+        sd["midlayer.self_attn.kv_a_proj_with_mqa.weight"] = torch.zeros(24, 128)
+
+    _, ckpt = checkpoint_factory(mutate=mla)
+    out = tmp_path / "o.gguf"
+    assert_fails(run_convert(ckpt, target_gguf, out), out, "kv_a_proj_with_mqa", "multi-head latent attention")
+
+
+@pytest.mark.parametrize(
+    ("tensor", "flag", "drafter_kw"),
+    [
+        ("fc_norm.0.weight", "fc_norm", dict(eagle31=True)),
+        ("input_norm.weight", "norm_before_fc", dict(eagle31=False, norm_before_fc=True)),
+    ],
+)
+def test_tensors_the_flags_leave_out_are_refused(tmp_path, target_gguf, checkpoint_factory, tensor, flag, drafter_kw):
+    """Never drop a tensor in silence: a norm the config does not switch on is an error naming it."""
+
+    def flag_off(raw):
+        raw[flag] = False
+
+    _, ckpt = checkpoint_factory(config_edit=flag_off, **drafter_kw)
+    out = tmp_path / "o.gguf"
+    assert_fails(run_convert(ckpt, target_gguf, out), out, tensor, f"does not set {flag}")
+
+
+def test_t2d_disagreeing_with_d2t_refused(tmp_path, target_gguf, checkpoint_factory):
+    def bad(sd, cfg):
+        sd["t2d"] = sd["t2d"].clone()
+        sd["t2d"][sd["t2d"].nonzero()[0]] = False
+        sd["t2d"][(~sd["t2d"]).nonzero()[-1]] = True
+
+    _, ckpt = checkpoint_factory(draft_vocab=128, mutate=bad)
+    out = tmp_path / "o.gguf"
+    assert_fails(run_convert(ckpt, target_gguf, out), out, "t2d and d2t disagree")

@@ -120,3 +120,77 @@ def test_q_k_permutation_is_needed(target_gguf, checkpoint_factory, tmp_path, mo
     steps = compare(tmp_path / "bad.gguf", target_gguf, model, n_steps=2)
     assert max(s.rel_diff for s in steps) > 1e-2
     assert np.isfinite(steps[0].max_abs_diff)
+
+
+# --- one fixture per layout seen in the wild ------------------------------------------------------
+
+
+def torchspec_names(sd, cfg):
+    """TorchSpec exports its Llama drafter's layer as ``layers.0.*`` (its ``midlayer.*`` renamed)."""
+    for k in [k for k in sd if k.startswith("midlayer.")]:
+        sd["layers.0." + k[len("midlayer.") :]] = sd.pop(k)
+
+
+def torchspec_config(raw):
+    """TorchSpec's draft config.json: no layer ids and no EAGLE 3.1 flags, plus num_aux_hidden_states."""
+    for k in ("eagle_aux_hidden_state_layer_ids", "fc_norm", "norm_output", "norm_before_fc", "norm_before_residual"):
+        del raw[k]
+    raw.update(model_type="llama", num_aux_hidden_states=3, attention_bias=False, pretraining_tp=1)
+
+
+def use_aux_norm(raw):
+    """The older name of fc_norm (early EAGLE 3.1 exports, SGLang)."""
+    del raw["fc_norm"]
+    raw["use_aux_norm"] = True
+
+
+def norm_output_only(sd, cfg):
+    cfg["norm_output"] = True
+
+
+def without_d2t(sd, cfg):
+    sd.pop("d2t")
+
+
+LAYOUTS = [
+    # id, checkpoint kwargs, reference-model fields changed by the layout, convert kwargs
+    (
+        "torchspec-llama",
+        dict(fmt="eagle3", eagle31=False, draft_vocab=128, mutate=torchspec_names, config_edit=torchspec_config),
+        {},
+        dict(target_layers=[1, 3, 4]),
+    ),
+    (
+        "speculators-norm-before-fc-norm-output",
+        dict(
+            fmt="speculators",
+            eagle31=False,
+            norm_before_fc=True,
+            norm_before_residual=True,
+            draft_vocab=128,
+            mutate=norm_output_only,
+        ),
+        dict(norm_output=True),
+        {},
+    ),  # fmt: skip
+    ("use-aux-norm", dict(fmt="vllm", eagle31=True, draft_vocab=128, config_edit=use_aux_norm), {}, {}),
+    ("t2d-without-d2t", dict(fmt="eagle3", eagle31=True, draft_vocab=128, mutate=without_d2t), {}, {}),
+]
+
+
+@pytest.mark.parametrize(
+    ("ckpt_kw", "model_fields", "convert_kw"), [c[1:] for c in LAYOUTS], ids=[c[0] for c in LAYOUTS]
+)
+def test_layout_matches_reference(target_gguf, checkpoint_factory, tmp_path, ckpt_kw, model_fields, convert_kw):
+    model, ckpt = checkpoint_factory(**ckpt_kw)
+    for k, v in model_fields.items():
+        setattr(model.cfg, k, v)
+    out = tmp_path / "drafter.gguf"
+    convert(ckpt, target_gguf, out, outtype="f32", **convert_kw)
+    info = read_model_info(out)
+    cfg = model.cfg
+    flags = (info.fc_norm, info.norm_output, info.norm_before_fc, info.norm_before_residual)
+    assert flags == (cfg.fc_norm, cfg.norm_output, cfg.norm_before_fc, cfg.norm_before_residual)
+    assert info.draft_vocab_size == 128
+    steps = compare(out, target_gguf, model, n_steps=3)
+    assert all(agrees("f32", s) and s.argmax_equal for s in steps), steps

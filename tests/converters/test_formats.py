@@ -66,3 +66,21 @@ def test_detect_by_draft_vocab_size_without_architecture():
 )
 def test_canonical_names(name, canonical):
     assert canonical_name(name) == canonical
+
+
+def test_written_vocab_size_is_the_hf_targets(tmp_path, drafter_factory, target_gguf):
+    """config.json names the HF target's vocabulary (padded embedding rows); t2d is padded to it and converts back."""
+    from safetensors.numpy import load_file
+
+    from converters import convert, write_checkpoint
+
+    model = drafter_factory(draft_vocab=128, own_embeddings=False)
+    d = write_checkpoint(model.state_dict(), model.cfg.to_dict(), tmp_path / "ck", vocab_size=320)
+    assert json.loads((d / "config.json").read_text())["vocab_size"] == 320
+    t2d = load_file(str(d / "model.safetensors"))["t2d"]
+    assert t2d.shape == (320,) and t2d.sum() == 128 and not t2d[265:].any()
+    assert read_checkpoint(d).config["vocab_size"] == 320
+    assert convert(d, target_gguf, tmp_path / "d.gguf").draft_vocab_size == 128
+    with pytest.raises(ValueError, match="embed_tokens has 265 rows"):
+        own = drafter_factory(draft_vocab=128)
+        write_checkpoint(own.state_dict(), own.cfg.to_dict(), tmp_path / "ck2", vocab_size=320)

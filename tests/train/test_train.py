@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,10 +12,11 @@ from typer.testing import CliRunner
 from converters.formats import read_checkpoint, to_reference
 from local_eagle.cli.app import app
 from local_eagle.errors import LocalEagleError
+from local_eagle.gguf import ModelInfo, read_model_info
 from local_eagle.runtime.engine import Engine, EngineOptions
 from local_eagle.testing.oracle import agrees, compare
 from local_eagle.testing.tiny_pair import write_cycle_target
-from local_eagle.train.trainer import TrainConfig, train
+from local_eagle.train.trainer import TrainConfig, hf_vocab_size, train
 
 runner = CliRunner()
 
@@ -47,7 +49,9 @@ def mean_acceptance(target, draft) -> float:
 
 def test_train_end_to_end_beats_untrained(setup, tmp_path):
     d, target, prompts = setup
-    train(target, prompts, tmp_path / "untrained", cfg(epochs=0), gguf_out=tmp_path / "u.gguf", progress=False)
+    # effectively untrained: one epoch at a learning rate that moves nothing (--epochs 0 is refused)
+    untrained_cfg = cfg(epochs=1, lr=1e-12)
+    train(target, prompts, tmp_path / "untrained", untrained_cfg, gguf_out=tmp_path / "u.gguf", progress=False)
     reports = train(target, prompts, tmp_path / "trained", cfg(), gguf_out=tmp_path / "t.gguf", progress=False)
     assert len(reports) == 6 and reports[-1].train_loss < reports[0].train_loss
     assert len(list((tmp_path / "trained" / "data").glob("sample-*.npz"))) == 17
@@ -71,17 +75,87 @@ def test_resume_continues(setup, tmp_path):
     assert both[0] == first[0]
 
 
-def test_eagle3_arch_and_cli(setup, tmp_path):
-    d, target, prompts = setup
-    r = runner.invoke(
-        app, ["train", "--target", str(target), "--prompts", str(prompts), "--out", str(tmp_path / "e3"),
-              "--arch", "eagle3", "--draft-vocab", "64", "--epochs", "1", "--max-tokens-per-sample", "24",
-              "--target-layers", "1,3,4", "--threads", "1", "--json"],
+def run_train(setup, out, *extra: str, target=None):
+    """``local-eagle train`` on the tiny cycle target, one short epoch; later options override earlier ones."""
+    _, default_target, prompts = setup
+    return runner.invoke(
+        app, ["train", "--target", str(target or default_target), "--prompts", str(prompts), "--out", str(out),
+              "--draft-vocab", "64", "--epochs", "1", "--max-tokens-per-sample", "24", "--target-layers", "1,3,4",
+              "--threads", "1", *extra],
     )  # fmt: skip
+
+
+def test_eagle3_arch_and_cli(setup, tmp_path):
+    """Also: config.json's vocab_size is the HF target's (--vocab-size here), and the padded t2d converts back."""
+    d, target, prompts = setup
+    n_vocab = read_model_info(target).n_vocab
+    extra = ["--arch", "eagle3", "--vocab-size", str(n_vocab + 35), "--gguf", str(tmp_path / "e3.gguf"), "--json"]
+    r = run_train(setup, tmp_path / "e3", *extra)
     assert r.exit_code == 0, r.output
     assert len(json.loads(r.output.strip().splitlines()[-1])) == 1
     ck = read_checkpoint(tmp_path / "e3" / "drafter")
     assert not ck.flags["fc_norm"] and not ck.flags["norm_output"]
+    assert ck.config["vocab_size"] == n_vocab + 35
+    assert read_model_info(tmp_path / "e3.gguf").draft_vocab_size == 64
+
+
+def test_hf_vocab_size_is_the_embedding_rows():
+    info = ModelInfo(Path("t.gguf"), "llama", 6, 64, 265, tensor_shapes={"token_embd.weight": (64, 320)})
+    assert hf_vocab_size(info) == 320
+    assert hf_vocab_size(info, 400) == 400
+    with pytest.raises(LocalEagleError, match="--vocab-size: 100 is smaller than the 265 tokens"):
+        hf_vocab_size(info, 100)
+
+
+BAD_OPTIONS = [
+    (["--draft-vocab", "0"], ["--draft-vocab", "got 0"]),
+    (["--ttt-steps", "0"], ["--ttt-steps", "got 0"]),
+    (["--epochs", "0"], ["--epochs", "untrained drafter"]),
+    (["--lr", "nan"], ["--lr", "got nan"]),
+    (["--lr", "-1"], ["--lr", "got -1"]),
+    (["--device", "cuda"], ["--device cuda", "sees no CUDA GPU", "use --device cpu"]),
+    (["--device", "tpu"], ["--device: expected cpu, cuda or cuda:N"]),
+    (["--gguf-type", "q4_0"], ["--gguf-type", "f32, f16, bf16, q8_0", "'q4_0'"]),
+    (["--vocab-size", "10"], ["--vocab-size: 10 is smaller"]),
+]
+
+
+@pytest.mark.parametrize(("extra", "needles"), BAD_OPTIONS, ids=[" ".join(c[0]) for c in BAD_OPTIONS])
+def test_bad_options_fail_before_any_work(setup, tmp_path, monkeypatch, extra, needles):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # as on a machine without CUDA
+    r = run_train(setup, tmp_path / "o", *extra)
+    assert r.exit_code == 2, r.output
+    text = " ".join(r.output.split())
+    assert "Traceback" not in r.output and "error:" in text
+    for n in needles:
+        assert n in text, text
+    assert not (tmp_path / "o" / "data").exists()  # refused before the capture
+    assert not (tmp_path / "o" / "drafter").exists()
+
+
+def test_out_is_a_file(setup, tmp_path):
+    (tmp_path / "o").write_text("not a directory")
+    r = run_train(setup, tmp_path / "o")
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert "--out:" in r.output and "is a file, expected a directory" in " ".join(r.output.split())
+
+
+@pytest.mark.parametrize("how", ["same-path", "symlink"])
+def test_gguf_is_the_target(setup, tmp_path, how):
+    _, target, _ = setup
+    own = tmp_path / "target.gguf"
+    own.write_bytes(target.read_bytes())
+    gguf = own
+    if how == "symlink":
+        gguf = tmp_path / "link.gguf"
+        gguf.symlink_to(own)
+    r = run_train(setup, tmp_path / "o", "--gguf", str(gguf), target=own)
+    assert r.exit_code == 2, r.output
+    assert "--gguf" in r.output and "target GGUF" in r.output and "would destroy it" in " ".join(r.output.split())
+    assert own.read_bytes() == target.read_bytes()
+    assert not (tmp_path / "o" / "data").exists()
 
 
 def test_empty_prompt_set(setup, tmp_path):
