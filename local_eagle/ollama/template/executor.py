@@ -1,0 +1,300 @@
+"""The executor: walks a parse tree over data and writes the output, following Go's ``exec.go``.
+
+Variable scopes, ``range``/``break``/``continue``, ``and``/``or`` short-circuiting and how a
+value prints all follow Go, since the rendered prompt must be Ollama's to the byte.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from local_eagle.ollama.template.functions import call_builtin
+from local_eagle.ollama.template.nodes import (
+    Action,
+    Break,
+    Chain,
+    Command,
+    Continue,
+    Dot,
+    Field,
+    Identifier,
+    If,
+    Literal,
+    Nil,
+    Pipe,
+    Range,
+    TemplateCall,
+    TextNode,
+    Variable,
+    With,
+    collect_identifiers,
+)
+from local_eagle.ollama.template.printing import go_format
+from local_eagle.ollama.template.values import (
+    MISSING,
+    FuncError,
+    GoJSON,
+    GoStruct,
+    GoTemplateError,
+    go_type,
+    sort_key,
+    truth,
+)
+
+_MAX_DEPTH = 100
+
+
+@dataclass
+class Template:
+    """A parsed template. ``execute(data)`` renders it; ``identifiers()`` is Ollama's ``Vars()``."""
+
+    root: list[Any]
+    defines: dict[str, list[Any]] = field(default_factory=dict)
+    source: str = ""
+
+    def execute(self, data: Any) -> str:
+        """Render over ``data`` (``$`` and the first ``.``); raises :class:`GoTemplateError` with the line."""
+        state = _State(self, data)
+        state.walk_list(data, self.root)
+        return "".join(state.out)
+
+    def identifiers(self) -> set[str]:
+        """Lower-cased field and variable names, as Ollama's ``Template.Vars`` collects them."""
+        names: set[str] = set()
+        for nodes in [self.root, *self.defines.values()]:
+            for n in nodes:
+                collect_identifiers(n, names)
+        return {x.lower() for x in names}
+
+
+class _Break(Exception):
+    """``{{ break }}``: unwinds the body to the enclosing ``range``, which the parser guarantees exists."""
+
+
+class _Continue(Exception):
+    """``{{ continue }}``: unwinds the body to the enclosing ``range``'s next iteration."""
+
+
+class _State:
+    """One execution: the variable stack (Go's ``s.vars``, searched from the top), the output, the line."""
+
+    def __init__(self, tmpl: Template, root: Any) -> None:
+        self.tmpl = tmpl
+        self.vars: list[tuple[str, Any]] = [("$", root)]
+        self.out: list[str] = []
+        self.depth = 0
+        self.line = 0
+
+    def error(self, msg: str) -> GoTemplateError:
+        return GoTemplateError(f"executing template: {msg}", self.line or None)
+
+    def walk_list(self, dot: Any, nodes: list[Any]) -> None:
+        for n in nodes:
+            self.walk(dot, n)
+
+    def walk(self, dot: Any, n: Any) -> None:
+        if isinstance(n, TextNode):
+            self.out.append(n.text)
+        elif isinstance(n, Action):
+            self.line = n.pipe.line
+            val = self.eval_pipeline(dot, n.pipe)
+            if not n.pipe.decl:
+                self.out.append(self.printable(val))
+        elif isinstance(n, If | With):
+            mark = len(self.vars)
+            self.line = n.pipe.line
+            val = self.eval_pipeline(dot, n.pipe)
+            if truth(val):
+                self.walk_list(val if isinstance(n, With) else dot, n.body)
+            elif n.else_ is not None:
+                self.walk_list(dot, n.else_)
+            del self.vars[mark:]
+        elif isinstance(n, Range):
+            self.walk_range(dot, n)
+        elif isinstance(n, TemplateCall):
+            self.line = n.line
+            self.depth += 1
+            if self.depth > _MAX_DEPTH:
+                raise self.error(f"exceeded maximum template depth ({_MAX_DEPTH})")
+            new_dot = self.eval_pipeline(dot, n.pipe) if n.pipe is not None else MISSING
+            saved = self.vars
+            self.vars = [("$", new_dot)]
+            self.walk_list(new_dot, self.tmpl.defines[n.name])
+            self.vars = saved
+            self.depth -= 1
+        elif isinstance(n, Break):
+            raise _Break
+        elif isinstance(n, Continue):
+            raise _Continue
+        else:  # pragma: no cover - the parser makes no other nodes
+            raise self.error(f"unknown node {n!r}")
+
+    def walk_range(self, dot: Any, n: Range) -> None:
+        mark = len(self.vars)
+        self.line = n.pipe.line
+        val = self.eval_pipe_value(dot, n.pipe)
+        if isinstance(val, GoJSON):
+            val = val.value
+        pairs: Iterator[tuple[Any, Any]]
+        if val is MISSING or val is None:
+            pairs = iter(())
+        elif isinstance(val, list | tuple):
+            pairs = iter(enumerate(val))
+        elif isinstance(val, dict):
+            pairs = iter((k, val[k]) for k in sorted(val, key=sort_key))
+        elif isinstance(val, int) and not isinstance(val, bool):
+            if len(n.pipe.decl) > 1:
+                raise self.error("can't use two variables when ranging over an int")
+            pairs = iter((i, i) for i in range(val))
+        else:
+            raise self.error(f"range can't iterate over {self.printable(val)}")
+        ran = False
+        for key, elem in pairs:
+            ran = True
+            inner = len(self.vars)
+            if n.pipe.assign:
+                if len(n.pipe.decl) == 1:
+                    self.set_var(n.pipe.decl[0], elem)
+                elif len(n.pipe.decl) == 2:
+                    self.set_var(n.pipe.decl[0], key)
+                    self.set_var(n.pipe.decl[1], elem)
+            elif len(n.pipe.decl) == 1:
+                self.vars.append((n.pipe.decl[0], elem))
+            elif len(n.pipe.decl) == 2:
+                self.vars.append((n.pipe.decl[0], key))
+                self.vars.append((n.pipe.decl[1], elem))
+            try:
+                self.walk_list(elem, n.body)
+            except _Continue:
+                pass
+            except _Break:
+                del self.vars[inner:]
+                break
+            del self.vars[inner:]
+        if not ran and n.else_ is not None:
+            self.walk_list(dot, n.else_)
+        del self.vars[mark:]
+
+    def set_var(self, name: str, value: Any) -> None:
+        for i in range(len(self.vars) - 1, -1, -1):
+            if self.vars[i][0] == name:
+                self.vars[i] = (name, value)
+                return
+        raise self.error(f"undefined variable: {name}")
+
+    def get_var(self, name: str) -> Any:
+        for n, v in reversed(self.vars):
+            if n == name:
+                return v
+        raise self.error(f"undefined variable: {name}")
+
+    def eval_pipe_value(self, dot: Any, pipe: Pipe) -> Any:
+        value: Any = _NO_FINAL
+        for cmd in pipe.cmds:
+            value = self.eval_command(dot, cmd, value)
+        return value
+
+    def eval_pipeline(self, dot: Any, pipe: Pipe) -> Any:
+        value = self.eval_pipe_value(dot, pipe)
+        for name in pipe.decl:
+            if pipe.assign:
+                self.set_var(name, value)
+            else:
+                self.vars.append((name, value))
+        return value
+
+    def eval_command(self, dot: Any, cmd: Command, final: Any) -> Any:
+        first = cmd.args[0]
+        if isinstance(first, Identifier):
+            return self.call(dot, first.name, cmd.args[1:], final)
+        if len(cmd.args) > 1 or final is not _NO_FINAL:
+            raise self.error(f"can't give argument to non-function {_describe(first)}")
+        if isinstance(first, Nil):
+            raise self.error("nil is not a command")
+        return self.eval_arg(dot, first)
+
+    def eval_arg(self, dot: Any, node: Any) -> Any:
+        if isinstance(node, Field):
+            return self.eval_fields(dot, node.idents, ".")
+        if isinstance(node, Variable):
+            return self.eval_fields(self.get_var(node.name), node.idents, node.name)
+        if isinstance(node, Chain):
+            return self.eval_fields(self.eval_arg(dot, node.node), node.idents, "(...)")
+        if isinstance(node, Pipe):
+            mark = len(self.vars)
+            v = self.eval_pipeline(dot, node)
+            del self.vars[mark:]
+            return v
+        if isinstance(node, Dot):
+            return dot
+        if isinstance(node, Nil):
+            return None
+        if isinstance(node, Literal):
+            return node.value
+        if isinstance(node, Identifier):
+            return self.call(dot, node.name, [], _NO_FINAL)
+        raise self.error(f"can't evaluate {node!r}")  # pragma: no cover
+
+    def eval_fields(self, receiver: Any, idents: Sequence[str], start: str) -> Any:
+        path = start
+        for name in idents:
+            path = f"{path.rstrip('.')}.{name}"
+            if receiver is MISSING or receiver is None:
+                raise self.error(f"nil pointer evaluating {path}")
+            if isinstance(receiver, GoJSON):
+                receiver = receiver.value
+            if isinstance(receiver, GoStruct):
+                if name not in receiver:
+                    raise self.error(f"can't evaluate field {name} in {path}")
+                receiver = receiver[name]
+            elif isinstance(receiver, Mapping):
+                receiver = receiver.get(name, MISSING)
+            else:
+                raise self.error(f"can't evaluate field {name} in type {go_type(receiver)}")
+        return receiver
+
+    def call(self, dot: Any, name: str, args: list[Any], final: Any) -> Any:
+        if name in ("and", "or"):
+            nodes = list(args)
+            if not nodes and final is _NO_FINAL:
+                raise self.error(f"wrong number of args for {name}: want at least 1 got 0")
+            values: list[Callable[[], Any]] = [lambda a=a: self.eval_arg(dot, a) for a in nodes]
+            if final is not _NO_FINAL:
+                values.append(lambda: final)
+            v: Any = None
+            for get in values:
+                v = get()
+                if truth(v) != (name == "and"):
+                    return v
+            return v
+        vals = [self.eval_arg(dot, a) for a in args]
+        if final is not _NO_FINAL:
+            vals.append(final)
+        try:
+            return call_builtin(name, vals)
+        except FuncError as e:
+            raise self.error(f"error calling {name}: {e}") from None
+
+    def printable(self, v: Any) -> str:
+        if v is MISSING:
+            return "<no value>"
+        return go_format(v)
+
+
+class _NoFinal:
+    """No piped-in value: distinct from ``None``, since ``nil`` may itself be piped into a function."""
+
+
+_NO_FINAL = _NoFinal()
+
+
+def _describe(node: Any) -> str:
+    if isinstance(node, Field):
+        return "." + ".".join(node.idents)
+    if isinstance(node, Variable):
+        return node.name + "".join("." + i for i in node.idents)
+    if isinstance(node, Literal):
+        return repr(node.value)
+    return type(node).__name__.lower()
