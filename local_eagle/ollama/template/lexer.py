@@ -40,6 +40,7 @@ class ActionItem:
     toks: list[Tok]
     line: int
     comment: bool = False
+    col: int = 0  # of the "{{", from 1; for errors that must say which action on a long line
 
 
 def lex(src: str) -> list[TextItem | ActionItem]:
@@ -48,6 +49,7 @@ def lex(src: str) -> list[TextItem | ActionItem]:
     ltrims: list[bool] = []
     rtrims: list[bool] = []
     i, n, line = 0, len(src), 1
+    line_start = 0  # index of the first character of the current line, for columns
     while i < n:
         j = src.find("{{", i)
         if j < 0:
@@ -60,7 +62,8 @@ def lex(src: str) -> list[TextItem | ActionItem]:
             ltrims.append(False)
             rtrims.append(False)
             line += src.count("\n", i, j)
-        start_line = line
+            line_start = src.rfind("\n", i, j) + 1 or line_start
+        start_line, start_col = line, j - line_start + 1
         k = j + 2
         ltrim = k + 1 < n and src[k] == "-" and src[k + 1] in _SPACE
         if ltrim:
@@ -80,10 +83,11 @@ def lex(src: str) -> list[TextItem | ActionItem]:
                 k += 2
             else:
                 raise GoTemplateError("comment ends before closing delimiter", line)
-            items.append(ActionItem([], start_line, comment=True))
+            items.append(ActionItem([], start_line, comment=True, col=start_col))
         else:
             toks, k, line, rtrim = _lex_action(src, k, line)
-            items.append(ActionItem(toks, start_line))
+            items.append(ActionItem(toks, start_line, col=start_col))
+        line_start = src.rfind("\n", j, k) + 1 or line_start
         ltrims.append(ltrim)
         rtrims.append(rtrim)
         i = k

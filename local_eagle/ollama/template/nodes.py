@@ -58,6 +58,7 @@ class Pipe:
     decl: list[str] = field(default_factory=list)
     assign: bool = False
     line: int = 0
+    col: int = 0  # of the action's "{{"; 0 inside parentheses and in pipes made by Ollama's layer
 
 
 @dataclass
@@ -96,6 +97,7 @@ class TemplateCall:
     name: str
     pipe: Pipe | None
     line: int
+    col: int = 0
 
 
 @dataclass

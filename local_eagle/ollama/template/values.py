@@ -14,12 +14,18 @@ from local_eagle.errors import LocalEagleError
 
 
 class GoTemplateError(LocalEagleError):
-    """A template that does not parse, or fails while executing; ``line`` counts from 1 in the template."""
+    """A template that does not parse, fails while executing, or exceeds a limit (:mod:`.limits`).
 
-    def __init__(self, msg: str, line: int | None = None) -> None:
+    ``line`` and ``col`` count from 1 in the template; ``col`` (the action's ``{{``) is given where
+    a position within the line helps, as for a limit hit by one action among many on a line.
+    """
+
+    def __init__(self, msg: str, line: int | None = None, col: int | None = None) -> None:
         self.msg = msg
         self.line = line
-        super().__init__(f"line {line}: {msg}" if line else msg)
+        self.col = col
+        where = (f"line {line}, column {col}: " if col else f"line {line}: ") if line else ""
+        super().__init__(where + msg)
 
 
 class _Missing:
