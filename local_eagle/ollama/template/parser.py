@@ -6,6 +6,7 @@ refused when it is read, with the line at fault, as Ollama refuses it on ``creat
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from local_eagle.ollama.template.executor import Template
@@ -92,11 +93,35 @@ class _Cursor:
             raise GoTemplateError(f"unexpected {t.val!r} in {context}", t.line)
 
 
+class _Scope:
+    """The variables in scope while parsing: a stack, since a block's declarations end with it, and
+    counts, so that checking a use does not scan a stack that a template can make very long."""
+
+    def __init__(self) -> None:
+        self.stack = ["$"]
+        self.count: Counter[str] = Counter(self.stack)
+
+    def __contains__(self, name: str) -> bool:
+        return self.count.get(name, 0) > 0
+
+    def declare(self, name: str) -> None:
+        self.stack.append(name)
+        self.count[name] += 1
+
+    def mark(self) -> int:
+        return len(self.stack)
+
+    def drop(self, mark: int) -> None:
+        """End a block: forget what was declared since ``mark``."""
+        self.count.subtract(self.stack[mark:])
+        del self.stack[mark:]
+
+
 class _Parser:
     def __init__(self, items: list[TextItem | ActionItem]) -> None:
         self.items = items
         self.i = 0
-        self.vars: list[str] = ["$"]
+        self.vars = _Scope()
         self.range_depth = 0
         self.defines: dict[str, list[Any]] = {}
 
@@ -146,7 +171,7 @@ class _Parser:
                     else:
                         cur.expect_end("define")
                     saved_vars, saved_depth = self.vars, self.range_depth
-                    self.vars, self.range_depth = ["$"], 0
+                    self.vars, self.range_depth = _Scope(), 0
                     body, term, _, line = self.parse_list()
                     self.vars, self.range_depth = saved_vars, saved_depth
                     if term != "end":
@@ -171,7 +196,7 @@ class _Parser:
         return TemplateCall(name, self.parse_pipeline(cur, "template", line), line)
 
     def parse_control(self, kind: str, cur: _Cursor, line: int) -> Any:
-        mark = len(self.vars)
+        mark = self.vars.mark()
         pipe = self.parse_pipeline(cur, kind, line)
         if kind == "range":
             self.range_depth += 1
@@ -195,7 +220,7 @@ class _Parser:
                 if term2 != "end":
                     what = "EOF" if term2 == "eof" else "{{else}}"
                     raise GoTemplateError(f"expected {{{{end}}}}; found {what}", eline)
-        del self.vars[mark:]
+        self.vars.drop(mark)
         cls = {"if": If, "with": With, "range": Range}[kind]
         return cls(pipe, body, else_)
 
@@ -211,7 +236,7 @@ class _Parser:
                 pipe.decl.append(t.val)
                 pipe.assign = after.kind == "assign"
                 if not pipe.assign:
-                    self.vars.append(t.val)
+                    self.vars.declare(t.val)
                 elif t.val not in self.vars:
                     raise GoTemplateError(f"undefined variable {t.val!r}", t.line)
             elif after is not None and after.kind == "comma" and context == "range":
@@ -221,7 +246,8 @@ class _Parser:
                 if t2 is None or t2.kind != "var" or after2 is None or after2.kind != "declare":
                     raise GoTemplateError("range can only initialize variables", line)
                 pipe.decl += [t.val, t2.val]
-                self.vars += [t.val, t2.val]
+                self.vars.declare(t.val)
+                self.vars.declare(t2.val)
             elif after is not None and after.kind == "comma":
                 raise GoTemplateError(f"too many declarations in {context}", line)
             else:
