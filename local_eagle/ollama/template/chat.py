@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from local_eagle.ollama.template.executor import Template
+from local_eagle.ollama.template.limits import Budget
 from local_eagle.ollama.template.nodes import Action, Command, Field, If, Pipe, Range, With
 from local_eagle.ollama.template.parser import parse
 from local_eagle.ollama.template.values import GoJSON, GoStruct
@@ -127,7 +128,7 @@ def cut_after_response(nodes: list[Any]) -> list[Any]:
                 if not args:
                     return None
                 cmds.append(Command(args))
-            return Pipe(cmds, n.decl, n.assign, n.line) if cmds else None
+            return Pipe(cmds, n.decl, n.assign, n.line, n.col) if cmds else None
         return n
 
     return walk(nodes) or []
@@ -146,8 +147,9 @@ def render_ollama(
     ``thinking``, ``tool_name``), system messages included. A template that uses ``.Messages``
     runs once over the merged messages with ``.System`` set to all system contents; any other
     template runs once per turn with ``.System``, ``.Prompt`` and ``.Response``, and the last
-    turn stops right after ``{{ .Response }}``.
+    turn stops right after ``{{ .Response }}``. Both share one :class:`.Budget` (:mod:`.limits`).
     """
+    budget = Budget()
     t = parse(template) if isinstance(template, str) else template
     t = with_response(t)
     system, msgs = collate(messages)
@@ -164,13 +166,13 @@ def render_ollama(
             "Document": "",
             "Instruction": "",
         }
-        return t.execute(data)
+        return t.execute(data, budget)
 
     out: list[str] = []
     turn = {"System": "", "Prompt": "", "Response": ""}
 
     def run(tmpl: Template) -> None:
-        out.append(tmpl.execute({**turn, "Think": think, "IsThinkSet": think_set}))
+        out.append(tmpl.execute({**turn, "Think": think, "IsThinkSet": think_set}, budget))
         turn.update(System="", Prompt="", Response="")
 
     for m in msgs:

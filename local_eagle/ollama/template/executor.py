@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from local_eagle.ollama.template.functions import call_builtin
+from local_eagle.ollama.template.limits import DEPTH_MESSAGE, MAX_DEPTH, Budget, LimitExceeded
 from local_eagle.ollama.template.nodes import (
     Action,
     Break,
@@ -43,8 +44,6 @@ from local_eagle.ollama.template.values import (
     truth,
 )
 
-_MAX_DEPTH = 100
-
 
 @dataclass
 class Template:
@@ -54,10 +53,19 @@ class Template:
     defines: dict[str, list[Any]] = field(default_factory=dict)
     source: str = ""
 
-    def execute(self, data: Any) -> str:
-        """Render over ``data`` (``$`` and the first ``.``); raises :class:`GoTemplateError` with the line."""
-        state = _State(self, data)
-        state.walk_list(data, self.root)
+    def execute(self, data: Any, budget: Budget | None = None) -> str:
+        """Render over ``data`` (``$`` and the first ``.``); raises :class:`GoTemplateError` with the line.
+
+        ``budget`` is what the render may still spend (:mod:`.limits`); a fresh one by default.
+        A limit is reported with the line and column of the action running when it was hit.
+        """
+        state = _State(self, data, budget if budget is not None else Budget())
+        try:
+            state.walk_list(data, self.root)
+        except LimitExceeded as e:
+            raise state.error(str(e), col=True) from None
+        except RecursionError:  # a caller already deep in its stack; the limits keep the engine's own use low
+            raise state.error(f"{DEPTH_MESSAGE} (Python's recursion limit was reached)", col=True) from None
         return "".join(state.out)
 
     def identifiers(self) -> set[str]:
@@ -80,45 +88,72 @@ class _Continue(Exception):
 class _State:
     """One execution: the variable stack (Go's ``s.vars``, searched from the top), the output, the line."""
 
-    def __init__(self, tmpl: Template, root: Any) -> None:
+    def __init__(self, tmpl: Template, root: Any, budget: Budget) -> None:
         self.tmpl = tmpl
         self.vars: list[tuple[str, Any]] = [("$", root)]
         self.out: list[str] = []
+        self.budget = budget
         self.depth = 0
         self.line = 0
+        self.col = 0
 
-    def error(self, msg: str) -> GoTemplateError:
-        return GoTemplateError(f"executing template: {msg}", self.line or None)
+    def error(self, msg: str, col: bool = False) -> GoTemplateError:
+        return GoTemplateError(f"executing template: {msg}", self.line or None, (self.col or None) if col else None)
+
+    def at(self, line: int, col: int) -> None:
+        """Note the action about to run: errors and limits name it."""
+        self.line, self.col = line, col
+
+    def step(self, n: int = 1) -> None:
+        """Spend ``n`` steps; every loop and every evaluation goes through here, so a render ends."""
+        budget = self.budget  # Budget.spend_steps, inlined: this runs for every node and argument
+        budget.steps -= n
+        if budget.steps < 0:
+            raise LimitExceeded(budget.steps_message())
+
+    def enter(self) -> None:
+        """One level deeper (a block body, a ``template`` call, a parenthesis): bounded like parsing."""
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise LimitExceeded(DEPTH_MESSAGE)
+
+    def write(self, text: str) -> None:
+        budget = self.budget  # Budget.spend_output, inlined: this runs for every text and action
+        budget.output -= len(text)
+        if budget.output < 0:
+            raise LimitExceeded(budget.output_message())
+        self.out.append(text)
 
     def walk_list(self, dot: Any, nodes: list[Any]) -> None:
         for n in nodes:
             self.walk(dot, n)
 
     def walk(self, dot: Any, n: Any) -> None:
+        self.step()
         if isinstance(n, TextNode):
-            self.out.append(n.text)
+            self.write(n.text)
         elif isinstance(n, Action):
-            self.line = n.pipe.line
+            self.at(n.pipe.line, n.pipe.col)
             val = self.eval_pipeline(dot, n.pipe)
             if not n.pipe.decl:
-                self.out.append(self.printable(val))
+                self.write(self.printable(val))
         elif isinstance(n, If | With):
             mark = len(self.vars)
-            self.line = n.pipe.line
+            self.at(n.pipe.line, n.pipe.col)
             val = self.eval_pipeline(dot, n.pipe)
+            self.enter()
             if truth(val):
                 self.walk_list(val if isinstance(n, With) else dot, n.body)
             elif n.else_ is not None:
                 self.walk_list(dot, n.else_)
+            self.depth -= 1
             del self.vars[mark:]
         elif isinstance(n, Range):
             self.walk_range(dot, n)
         elif isinstance(n, TemplateCall):
-            self.line = n.line
-            self.depth += 1
-            if self.depth > _MAX_DEPTH:
-                raise self.error(f"exceeded maximum template depth ({_MAX_DEPTH})")
+            self.at(n.line, n.col)
             new_dot = self.eval_pipeline(dot, n.pipe) if n.pipe is not None else MISSING
+            self.enter()
             saved = self.vars
             self.vars = [("$", new_dot)]
             self.walk_list(new_dot, self.tmpl.defines[n.name])
@@ -133,7 +168,7 @@ class _State:
 
     def walk_range(self, dot: Any, n: Range) -> None:
         mark = len(self.vars)
-        self.line = n.pipe.line
+        self.at(n.pipe.line, n.pipe.col)
         val = self.eval_pipe_value(dot, n.pipe)
         if isinstance(val, GoJSON):
             val = val.value
@@ -151,7 +186,10 @@ class _State:
         else:
             raise self.error(f"range can't iterate over {self.printable(val)}")
         ran = False
+        self.enter()
+        depth = self.depth
         for key, elem in pairs:
+            self.step()
             ran = True
             inner = len(self.vars)
             if n.pipe.assign:
@@ -168,27 +206,31 @@ class _State:
             try:
                 self.walk_list(elem, n.body)
             except _Continue:
-                pass
+                self.depth = depth  # the blocks it left did not get to count themselves out
             except _Break:
+                self.depth = depth
                 del self.vars[inner:]
                 break
             del self.vars[inner:]
         if not ran and n.else_ is not None:
             self.walk_list(dot, n.else_)
+        self.depth -= 1
         del self.vars[mark:]
 
-    def set_var(self, name: str, value: Any) -> None:
+    def find_var(self, name: str) -> int:
+        """Index of the innermost ``name``; the search costs a step per variable passed, since a
+        template that declares thousands of variables would otherwise make each use slow."""
         for i in range(len(self.vars) - 1, -1, -1):
             if self.vars[i][0] == name:
-                self.vars[i] = (name, value)
-                return
+                self.step(len(self.vars) - i)
+                return i
         raise self.error(f"undefined variable: {name}")
 
+    def set_var(self, name: str, value: Any) -> None:
+        self.vars[self.find_var(name)] = (name, value)
+
     def get_var(self, name: str) -> Any:
-        for n, v in reversed(self.vars):
-            if n == name:
-                return v
-        raise self.error(f"undefined variable: {name}")
+        return self.vars[self.find_var(name)][1]
 
     def eval_pipe_value(self, dot: Any, pipe: Pipe) -> Any:
         value: Any = _NO_FINAL
@@ -216,6 +258,7 @@ class _State:
         return self.eval_arg(dot, first)
 
     def eval_arg(self, dot: Any, node: Any) -> Any:
+        self.step()
         if isinstance(node, Field):
             return self.eval_fields(dot, node.idents, ".")
         if isinstance(node, Variable):
@@ -224,7 +267,9 @@ class _State:
             return self.eval_fields(self.eval_arg(dot, node.node), node.idents, "(...)")
         if isinstance(node, Pipe):
             mark = len(self.vars)
+            self.enter()
             v = self.eval_pipeline(dot, node)
+            self.depth -= 1
             del self.vars[mark:]
             return v
         if isinstance(node, Dot):
@@ -273,14 +318,17 @@ class _State:
         if final is not _NO_FINAL:
             vals.append(final)
         try:
-            return call_builtin(name, vals)
-        except FuncError as e:
+            return call_builtin(name, vals, self.budget)
+        except (FuncError, TypeError, ValueError, OverflowError) as e:  # Python's own: a value Go would refuse
             raise self.error(f"error calling {name}: {e}") from None
 
     def printable(self, v: Any) -> str:
         if v is MISSING:
             return "<no value>"
-        return go_format(v)
+        try:
+            return go_format(v)
+        except FuncError as e:  # a GoJSON holding a value json.Marshal refuses, such as NaN
+            raise self.error(str(e)) from None
 
 
 class _NoFinal:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from local_eagle.ollama.template.limits import Budget
 from local_eagle.ollama.template.printing import go_format, go_json, go_sprintf
 from local_eagle.ollama.template.values import MISSING, FuncError, GoJSON, go_type, truth
 
@@ -65,10 +66,19 @@ def _index_arg(v: Any, cap: int) -> int:
     return v
 
 
-def call_builtin(name: str, a: list[Any]) -> Any:
+def call_builtin(name: str, a: list[Any], budget: Budget) -> Any:
+    """Call built-in ``name`` on evaluated arguments; :class:`FuncError` says why Go would refuse them.
+
+    The work is charged to ``budget``: a step per :data:`.WORK_PER_STEP` characters of string
+    arguments (``len``, ``index``, ``slice`` and the comparisons go through them) and of list
+    elements copied, and the text ``print``, ``printf``, ``println`` and ``json`` build to its output.
+    """
+
     def n_args(want: int) -> None:
         if len(a) != want:
             raise FuncError(f"wrong number of args for {name}: want {want} got {len(a)}")
+
+    budget.spend_work(sum(len(x) for x in a if isinstance(x, str)))
 
     if name == "not":
         n_args(1)
@@ -138,6 +148,7 @@ def call_builtin(name: str, a: list[Any]) -> Any:
             hi = idx[1] if len(idx) > 1 else len(v)
             if lo > hi:
                 raise FuncError(f"invalid slice index: {lo} > {hi}")
+            budget.spend_work(hi - lo)
             return list(v[lo:hi])
         if v is None or v is MISSING:
             raise FuncError("slice of untyped nil")
@@ -145,18 +156,23 @@ def call_builtin(name: str, a: list[Any]) -> Any:
     args = [None if x is MISSING else x for x in a]
     if name == "json":
         n_args(1)
-        return go_json(args[0])
-    if name == "print":
+        out = [go_json(args[0])]
+    elif name == "print":
         out = []
         for i, x in enumerate(args):
             if i > 0 and not isinstance(x, str) and not isinstance(args[i - 1], str):
                 out.append(" ")
             out.append(go_format(x))
-        return "".join(out)
-    if name == "println":
-        return " ".join(go_format(x) for x in args) + "\n"
-    if name == "printf":
+    elif name == "println":
+        out = []
+        for x in args:
+            out += [" ", go_format(x)] if out else [go_format(x)]
+        out.append("\n")
+    elif name == "printf":
         if not args or not isinstance(args[0], str):
             raise FuncError("printf needs a format string")
-        return go_sprintf(args[0], args[1:])
-    raise FuncError(f"function {name!r} not defined")  # pragma: no cover
+        out = [go_sprintf(args[0], args[1:], budget)]
+    else:  # pragma: no cover - the parser accepts no other names
+        raise FuncError(f"function {name!r} not defined")
+    budget.spend_output(sum(map(len, out)))  # before joining: print $x $x ... must not build gigabytes
+    return "".join(out)

@@ -11,6 +11,7 @@ from typing import Any
 
 from local_eagle.ollama.template.executor import Template
 from local_eagle.ollama.template.lexer import ActionItem, TextItem, Tok, lex
+from local_eagle.ollama.template.limits import DEPTH_MESSAGE, MAX_DEPTH, MAX_SOURCE
 from local_eagle.ollama.template.nodes import (
     Action,
     Break,
@@ -39,8 +40,13 @@ _UNSUPPORTED_FUNCS = {"call", "html", "js", "urlquery"}
 
 def parse(source: str) -> Template:
     """Parse Go template text; raises :class:`GoTemplateError` with the line at fault."""
+    if len(source) > MAX_SOURCE:
+        raise GoTemplateError(f"size limit exceeded: {len(source)} characters, more than {MAX_SOURCE}")
     p = _Parser(lex(source))
-    root = p.parse()
+    try:
+        root = p.parse()
+    except RecursionError:  # a caller already deep in its stack; MAX_DEPTH keeps the parser's own use low
+        raise GoTemplateError(f"{DEPTH_MESSAGE} (Python's recursion limit was reached)") from None
     t = Template(root, p.defines, source)
     _check_template_calls(t)
     return t
@@ -60,10 +66,11 @@ def _check_template_calls(t: Template) -> None:
 
 
 class _Cursor:
-    def __init__(self, toks: list[Tok], line: int) -> None:
+    def __init__(self, toks: list[Tok], line: int, col: int = 0) -> None:
         self.toks = toks
         self.i = 0
         self.line = line
+        self.start = (line, col)  # where the action's "{{" is, for errors about the whole action
 
     def peek(self) -> Tok | None:
         return self.toks[self.i] if self.i < len(self.toks) else None
@@ -124,6 +131,15 @@ class _Parser:
         self.vars = _Scope()
         self.range_depth = 0
         self.defines: dict[str, list[Any]] = {}
+        self.depth = 0
+
+    def nest(self, at: tuple[int, int]) -> None:
+        """Enter a block or a parenthesis. Every later walk of the tree (checks, execution, Ollama's
+        cut after ``.Response``) recurses once per level, so the nesting is bounded here, once."""
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            line, col = at
+            raise GoTemplateError(DEPTH_MESSAGE, line, col or None)
 
     def parse(self) -> list[Any]:
         nodes, term, cur, line = self.parse_list(top=True)
@@ -141,7 +157,7 @@ class _Parser:
                 continue
             if item.comment:
                 continue
-            cur = _Cursor(item.toks, item.line)
+            cur = _Cursor(item.toks, item.line, item.col)
             first = cur.peek_nonspace()
             if first is None:
                 raise GoTemplateError("missing value for command", item.line)
@@ -172,13 +188,15 @@ class _Parser:
                         cur.expect_end("define")
                     saved_vars, saved_depth = self.vars, self.range_depth
                     self.vars, self.range_depth = _Scope(), 0
+                    self.nest(cur.start)
                     body, term, _, line = self.parse_list()
+                    self.depth -= 1
                     self.vars, self.range_depth = saved_vars, saved_depth
                     if term != "end":
                         raise GoTemplateError(f"unexpected EOF in {{{{{kw}}}}}", item.line)
                     self.defines[name] = body
                     if kw == "block":
-                        nodes.append(TemplateCall(name, pipe, item.line))
+                        nodes.append(TemplateCall(name, pipe, item.line, item.col))
                 continue
             nodes.append(Action(self.parse_pipeline(cur, "command", item.line)))
         return nodes, "eof", None, self.items[-1].line if self.items else 1
@@ -192,10 +210,11 @@ class _Parser:
     def parse_template_call(self, cur: _Cursor, line: int) -> TemplateCall:
         name = self.expect_name(cur, "template", line)
         if cur.peek_nonspace() is None:
-            return TemplateCall(name, None, line)
-        return TemplateCall(name, self.parse_pipeline(cur, "template", line), line)
+            return TemplateCall(name, None, line, cur.start[1])
+        return TemplateCall(name, self.parse_pipeline(cur, "template", line), line, cur.start[1])
 
     def parse_control(self, kind: str, cur: _Cursor, line: int) -> Any:
+        self.nest(cur.start)
         mark = self.vars.mark()
         pipe = self.parse_pipeline(cur, kind, line)
         if kind == "range":
@@ -221,11 +240,12 @@ class _Parser:
                     what = "EOF" if term2 == "eof" else "{{else}}"
                     raise GoTemplateError(f"expected {{{{end}}}}; found {what}", eline)
         self.vars.drop(mark)
+        self.depth -= 1
         cls = {"if": If, "with": With, "range": Range}[kind]
         return cls(pipe, body, else_)
 
     def parse_pipeline(self, cur: _Cursor, context: str, line: int) -> Pipe:
-        pipe = Pipe([], line=line)
+        pipe = Pipe([], line=line, col=cur.start[1])
         t = cur.peek_nonspace()
         if t is not None and t.kind == "var":
             save = cur.i
@@ -332,6 +352,7 @@ class _Parser:
         if t.kind == "string":
             return Literal(t.val)
         if t.kind == "lparen":
+            self.nest(cur.start)
             pipe = Pipe([], line=t.line)
             while True:
                 p = cur.peek_nonspace()
@@ -345,6 +366,7 @@ class _Parser:
                     continue
                 pipe.cmds.append(self.parse_command(cur, "parenthesized pipeline"))
             self.check_pipeline(pipe, "parenthesized pipeline", t.line)
+            self.depth -= 1
             return pipe
         raise GoTemplateError(f"unexpected {t.val!r} in command", t.line)
 

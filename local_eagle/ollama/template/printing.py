@@ -12,6 +12,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from local_eagle.ollama.template.limits import MAX_DEPTH, VALUE_DEPTH_MESSAGE, Budget, LimitExceeded
 from local_eagle.ollama.template.values import MISSING, FuncError, GoJSON, GoStruct, go_type, sort_key, truth
 
 
@@ -56,14 +57,20 @@ def go_float(x: float) -> str:
     return _fixed(sign, digits, point)
 
 
-def go_format(v: Any) -> str:
-    """How Go's fmt prints a value with ``%v`` (what an action like ``{{ .X }}`` outputs)."""
+def go_format(v: Any, depth: int = 0) -> str:
+    """How Go's fmt prints a value with ``%v`` (what an action like ``{{ .X }}`` outputs).
+
+    ``depth`` is how deep ``v`` sits in the value being printed; past :data:`.MAX_DEPTH` this raises
+    :class:`.LimitExceeded`, since request data (tool arguments) may nest deeper than Python's stack.
+    """
+    if depth > MAX_DEPTH:
+        raise LimitExceeded(VALUE_DEPTH_MESSAGE)
     if v is None:
         return "<nil>"
     if v is MISSING:
         return "<no value>"
     if isinstance(v, GoJSON):
-        return go_json(v.value)
+        return go_json(v.value, depth + 1)
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, int):
@@ -75,11 +82,12 @@ def go_format(v: Any) -> str:
     if isinstance(v, bytes):
         return "[" + " ".join(str(b) for b in v) + "]"
     if isinstance(v, GoStruct):
-        return "{" + " ".join(go_format(x) for x in v.values()) + "}"
+        return "{" + " ".join(go_format(x, depth + 1) for x in v.values()) + "}"
     if isinstance(v, dict):
-        return "map[" + " ".join(f"{go_format(k)}:{go_format(v[k])}" for k in sorted(v, key=sort_key)) + "]"
+        d = depth + 1
+        return "map[" + " ".join(f"{go_format(k, d)}:{go_format(v[k], d)}" for k in sorted(v, key=sort_key)) + "]"
     if isinstance(v, list | tuple):
-        return "[" + " ".join(go_format(x) for x in v) + "]"
+        return "[" + " ".join(go_format(x, depth + 1) for x in v) + "]"
     return str(v)
 
 
@@ -105,10 +113,15 @@ def _json_string(s: str) -> str:
     return out
 
 
-def go_json(v: Any) -> str:
-    """Go's ``json.Marshal``: no spaces, map keys sorted, struct fields in order, ``<>&`` escaped."""
+def go_json(v: Any, depth: int = 0) -> str:
+    """Go's ``json.Marshal``: no spaces, map keys sorted, struct fields in order, ``<>&`` escaped.
+
+    ``depth`` as for :func:`go_format`.
+    """
+    if depth > MAX_DEPTH:
+        raise LimitExceeded(VALUE_DEPTH_MESSAGE)
     if isinstance(v, GoJSON):
-        return go_json(v.value)
+        return go_json(v.value, depth + 1)
     if v is None or v is MISSING:
         return "null"
     if isinstance(v, bool):
@@ -125,40 +138,55 @@ def go_json(v: Any) -> str:
             name, _, opts = v.json_tags.get(k, k).partition(",")
             if name == "-" or ("omitempty" in opts.split(",") and not truth(x)):
                 continue
-            parts.append(f"{_json_string(name)}:{go_json(x)}")
+            parts.append(f"{_json_string(name)}:{go_json(x, depth + 1)}")
         return "{" + ",".join(parts) + "}"
     if isinstance(v, dict):
         keys = sorted(v, key=lambda k: str(k))
-        return "{" + ",".join(f"{_json_string(str(k))}:{go_json(v[k])}" for k in keys) + "}"
+        return "{" + ",".join(f"{_json_string(str(k))}:{go_json(v[k], depth + 1)}" for k in keys) + "}"
     if isinstance(v, list | tuple):
-        return "[" + ",".join(go_json(x) for x in v) + "]"
+        return "[" + ",".join(go_json(x, depth + 1) for x in v) + "]"
     raise FuncError(f"json: unsupported type {type(v).__name__}")
 
 
 _VERB_RE = re.compile(r"%([-+# 0]*)(\d+|\*)?(?:\.(\d+|\*)?)?([a-zA-Z%])")
 
 
-def go_sprintf(fmt: str, args: Sequence[Any]) -> str:
-    """Go's ``fmt.Sprintf`` for the verbs templates use: ``%s %v %d %q %t %f %g %e %x %X %c %%``."""
+def go_sprintf(fmt: str, args: Sequence[Any], budget: Budget | None = None) -> str:
+    """Go's ``fmt.Sprintf`` for the verbs templates use: ``%s %v %d %q %t %f %g %e %x %X %c %%``.
+
+    With a ``budget``, raises :class:`.LimitExceeded` as soon as the text would not fit in what is
+    left of its output, and before a width such as ``%999999999d`` is padded out.
+    """
     out: list[str] = []
+    room = budget.output if budget is not None else math.inf
+
+    def add(text: str) -> None:
+        nonlocal room
+        room -= len(text)
+        if room < 0 and budget is not None:
+            raise LimitExceeded(budget.output_message())
+        out.append(text)
+
     pos, ai = 0, 0
     for m in _VERB_RE.finditer(fmt):
-        out.append(fmt[pos : m.start()])
+        add(fmt[pos : m.start()])
         pos = m.end()
         flags, width, prec, verb = m.group(1), m.group(2), m.group(3), m.group(4)
         if verb == "%":
-            out.append("%")
+            add("%")
             continue
         if ai >= len(args):
-            out.append(f"%!{verb}(MISSING)")
+            add(f"%!{verb}(MISSING)")
             continue
         x = args[ai]
         ai += 1
-        out.append(_pad(_format_verb(verb, x, prec), flags, width))
-    out.append(fmt[pos:])
+        if budget is not None and max((int(g) for g in (width, prec) if g and g != "*"), default=0) > room:
+            raise LimitExceeded(budget.output_message())
+        add(_pad(_format_verb(verb, x, prec), flags, width))
+    add(fmt[pos:])
     if ai < len(args):
         extra = ", ".join(f"{go_type(x)}={go_format(x)}" for x in args[ai:])
-        out.append(f"%!(EXTRA {extra})")
+        add(f"%!(EXTRA {extra})")
     return "".join(out)
 
 
@@ -174,7 +202,7 @@ def _format_verb(verb: str, x: Any, prec: str | None) -> str:
     if verb == "t":
         return go_format(x) if isinstance(x, bool) else f"%!t({go_type(x)}={go_format(x)})"
     if verb == "c" and isinstance(x, int) and not isinstance(x, bool):
-        return chr(x)
+        return chr(x) if 0 <= x <= 0x10FFFF and not 0xD800 <= x <= 0xDFFF else "\ufffd"  # Go's RuneError
     if verb in "dxXob" and isinstance(x, int) and not isinstance(x, bool):
         return {"d": str(x), "x": f"{x:x}", "X": f"{x:X}", "o": f"{x:o}", "b": f"{x:b}"}[verb]
     if verb in "xX" and isinstance(x, str):
