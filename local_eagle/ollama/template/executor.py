@@ -10,28 +10,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from local_eagle.ollama.template import nodes as tree
 from local_eagle.ollama.template.functions import call_builtin
 from local_eagle.ollama.template.limits import DEPTH_MESSAGE, MAX_DEPTH, Budget, LimitExceeded
-from local_eagle.ollama.template.nodes import (
-    Action,
-    Break,
-    Chain,
-    Command,
-    Continue,
-    Dot,
-    Field,
-    Identifier,
-    If,
-    Literal,
-    Nil,
-    Pipe,
-    Range,
-    TemplateCall,
-    TextNode,
-    Variable,
-    With,
-    collect_identifiers,
-)
 from local_eagle.ollama.template.printing import go_format
 from local_eagle.ollama.template.values import (
     MISSING,
@@ -73,7 +54,7 @@ class Template:
         names: set[str] = set()
         for nodes in [self.root, *self.defines.values()]:
             for n in nodes:
-                collect_identifiers(n, names)
+                tree.collect_identifiers(n, names)
         return {x.lower() for x in names}
 
 
@@ -130,27 +111,27 @@ class _State:
 
     def walk(self, dot: Any, n: Any) -> None:
         self.step()
-        if isinstance(n, TextNode):
+        if isinstance(n, tree.TextNode):
             self.write(n.text)
-        elif isinstance(n, Action):
+        elif isinstance(n, tree.Action):
             self.at(n.pipe.line, n.pipe.col)
             val = self.eval_pipeline(dot, n.pipe)
             if not n.pipe.decl:
                 self.write(self.printable(val))
-        elif isinstance(n, If | With):
+        elif isinstance(n, tree.If | tree.With):
             mark = len(self.vars)
             self.at(n.pipe.line, n.pipe.col)
             val = self.eval_pipeline(dot, n.pipe)
             self.enter()
             if truth(val):
-                self.walk_list(val if isinstance(n, With) else dot, n.body)
+                self.walk_list(val if isinstance(n, tree.With) else dot, n.body)
             elif n.else_ is not None:
                 self.walk_list(dot, n.else_)
             self.depth -= 1
             del self.vars[mark:]
-        elif isinstance(n, Range):
+        elif isinstance(n, tree.Range):
             self.walk_range(dot, n)
-        elif isinstance(n, TemplateCall):
+        elif isinstance(n, tree.TemplateCall):
             self.at(n.line, n.col)
             new_dot = self.eval_pipeline(dot, n.pipe) if n.pipe is not None else MISSING
             self.enter()
@@ -159,14 +140,14 @@ class _State:
             self.walk_list(new_dot, self.tmpl.defines[n.name])
             self.vars = saved
             self.depth -= 1
-        elif isinstance(n, Break):
+        elif isinstance(n, tree.Break):
             raise _Break
-        elif isinstance(n, Continue):
+        elif isinstance(n, tree.Continue):
             raise _Continue
         else:  # pragma: no cover - the parser makes no other nodes
             raise self.error(f"unknown node {n!r}")
 
-    def walk_range(self, dot: Any, n: Range) -> None:
+    def walk_range(self, dot: Any, n: tree.Range) -> None:
         mark = len(self.vars)
         self.at(n.pipe.line, n.pipe.col)
         val = self.eval_pipe_value(dot, n.pipe)
@@ -232,13 +213,13 @@ class _State:
     def get_var(self, name: str) -> Any:
         return self.vars[self.find_var(name)][1]
 
-    def eval_pipe_value(self, dot: Any, pipe: Pipe) -> Any:
+    def eval_pipe_value(self, dot: Any, pipe: tree.Pipe) -> Any:
         value: Any = _NO_FINAL
         for cmd in pipe.cmds:
             value = self.eval_command(dot, cmd, value)
         return value
 
-    def eval_pipeline(self, dot: Any, pipe: Pipe) -> Any:
+    def eval_pipeline(self, dot: Any, pipe: tree.Pipe) -> Any:
         value = self.eval_pipe_value(dot, pipe)
         for name in pipe.decl:
             if pipe.assign:
@@ -247,38 +228,38 @@ class _State:
                 self.vars.append((name, value))
         return value
 
-    def eval_command(self, dot: Any, cmd: Command, final: Any) -> Any:
+    def eval_command(self, dot: Any, cmd: tree.Command, final: Any) -> Any:
         first = cmd.args[0]
-        if isinstance(first, Identifier):
+        if isinstance(first, tree.Identifier):
             return self.call(dot, first.name, cmd.args[1:], final)
         if len(cmd.args) > 1 or final is not _NO_FINAL:
             raise self.error(f"can't give argument to non-function {_describe(first)}")
-        if isinstance(first, Nil):
+        if isinstance(first, tree.Nil):
             raise self.error("nil is not a command")
         return self.eval_arg(dot, first)
 
     def eval_arg(self, dot: Any, node: Any) -> Any:
         self.step()
-        if isinstance(node, Field):
+        if isinstance(node, tree.Field):
             return self.eval_fields(dot, node.idents, ".")
-        if isinstance(node, Variable):
+        if isinstance(node, tree.Variable):
             return self.eval_fields(self.get_var(node.name), node.idents, node.name)
-        if isinstance(node, Chain):
+        if isinstance(node, tree.Chain):
             return self.eval_fields(self.eval_arg(dot, node.node), node.idents, "(...)")
-        if isinstance(node, Pipe):
+        if isinstance(node, tree.Pipe):
             mark = len(self.vars)
             self.enter()
             v = self.eval_pipeline(dot, node)
             self.depth -= 1
             del self.vars[mark:]
             return v
-        if isinstance(node, Dot):
+        if isinstance(node, tree.Dot):
             return dot
-        if isinstance(node, Nil):
+        if isinstance(node, tree.Nil):
             return None
-        if isinstance(node, Literal):
+        if isinstance(node, tree.Literal):
             return node.value
-        if isinstance(node, Identifier):
+        if isinstance(node, tree.Identifier):
             return self.call(dot, node.name, [], _NO_FINAL)
         raise self.error(f"can't evaluate {node!r}")  # pragma: no cover
 
@@ -339,10 +320,10 @@ _NO_FINAL = _NoFinal()
 
 
 def _describe(node: Any) -> str:
-    if isinstance(node, Field):
+    if isinstance(node, tree.Field):
         return "." + ".".join(node.idents)
-    if isinstance(node, Variable):
+    if isinstance(node, tree.Variable):
         return node.name + "".join("." + i for i in node.idents)
-    if isinstance(node, Literal):
+    if isinstance(node, tree.Literal):
         return repr(node.value)
     return type(node).__name__.lower()
