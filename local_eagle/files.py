@@ -148,3 +148,17 @@ def atomic_output(path: str | os.PathLike[str]) -> Iterator[Path]:
             if tmp is not None:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(tmp)
+
+
+def read_input(path: str | os.PathLike[str], what: str, error: type[LocalEagleError] = LocalEagleError) -> bytes:
+    """An input file's bytes, or one line saying why it cannot be read (``error`` lets a caller
+    keep its own error type, e.g. ``ModelfileError``)."""
+    p = Path(path)
+    try:
+        return p.read_bytes()
+    except FileNotFoundError:
+        raise error(f"{p}: {what} not found") from None
+    except IsADirectoryError:
+        raise error(f"{p}: is a directory, expected a {what}") from None
+    except OSError as e:
+        raise error(f"{p}: cannot read {what} ({e.strerror})") from None

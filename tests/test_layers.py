@@ -95,3 +95,8 @@ def test_an_upward_import_is_caught(tmp_path, monkeypatch) -> None:
 def test_top_level_stays_small(top: str) -> None:
     modules = [p.name for p in (ROOT / top).glob("*.py")]
     assert len(modules) <= 8, modules
+
+
+def test_no_module_is_huge() -> None:
+    big = {str(p.relative_to(ROOT)): n for p in package_files() if (n := len(p.read_text().splitlines())) > 800}
+    assert big == {}

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 from local_eagle.errors import LocalEagleError
+from local_eagle.files import read_input
 from local_eagle.ollama.modelfile import Modelfile, template_error
 from local_eagle.ollama.prompt import modelfile_prompt
 from local_eagle.ollama.template import GoTemplateError
@@ -46,14 +46,7 @@ def parse_messages(raw: Any, where: str = "messages") -> list[dict[str, Any]]:
 def read_messages(source: str) -> list[dict[str, Any]]:
     """A conversation from a JSON file, or from standard input when ``source`` is ``-``."""
     name = "<stdin>" if source == "-" else source
-    try:
-        raw = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
-    except FileNotFoundError:
-        raise LocalEagleError(f"{name}: no such file") from None
-    except IsADirectoryError:
-        raise LocalEagleError(f"{name}: is a directory, expected a JSON file") from None
-    except OSError as e:
-        raise LocalEagleError(f"{name}: cannot read: {e.strerror}") from None
+    raw = sys.stdin.buffer.read() if source == "-" else read_input(source, "conversation JSON file")
     try:
         data = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from local_eagle.errors import LocalEagleError
+from local_eagle.files import read_input
 from local_eagle.ollama.parameters import DEPRECATED, PARAMETERS, ParameterError, lookup, parse_text
 from local_eagle.ollama.parameters import format_value as format_parameter
 from local_eagle.ollama.template import GoTemplateError
@@ -327,14 +328,7 @@ def parse(text: str, base_dir: str | os.PathLike[str] = ".", source: str | os.Pa
 def parse_file(path: str | os.PathLike[str]) -> Modelfile:
     """Read and parse a Modelfile; paths in it are relative to its folder."""
     p = Path(path)
-    try:
-        data = p.read_bytes()
-    except FileNotFoundError:
-        raise ModelfileError(f"{p}: Modelfile not found") from None
-    except IsADirectoryError:
-        raise ModelfileError(f"{p}: is a directory, expected a Modelfile") from None
-    except OSError as e:
-        raise ModelfileError(f"{p}: cannot read Modelfile ({e.strerror})") from None
+    data = read_input(p, "Modelfile", ModelfileError)
     return parse(_decode(data, p), base_dir=p.parent.absolute(), source=p)
 
 

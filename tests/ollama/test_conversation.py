@@ -122,7 +122,7 @@ def test_read_messages_errors_name_the_file(tmp_path: Path, monkeypatch) -> None
     bad.write_text('[{"role": "user",]')
     with pytest.raises(LocalEagleError, match=r"conv\.json:1:\d+: invalid JSON"):
         read_messages(str(bad))
-    with pytest.raises(LocalEagleError, match="nope.json: no such file"):
+    with pytest.raises(LocalEagleError, match="nope.json: conversation JSON file not found"):
         read_messages(str(tmp_path / "nope.json"))
     bad.write_bytes(b"\xff\xfe")
     with pytest.raises(LocalEagleError, match="not UTF-8"):
