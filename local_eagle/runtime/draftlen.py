@@ -1,0 +1,417 @@
+"""How many tokens to draft each round: measured costs, calibrated confidence, an optimal stopping rule.
+
+A round runs draft steps (t_d each), verifies the last token plus the drafts in one target call of
+k+1 rows (T(k+1)) and emits the accepted prefix plus one token. On a GPU T is nearly flat in the rows,
+on a small CPU nearly proportional to them, and how much the drafter gets right changes with the text,
+so no fixed k is right everywhere. The policy measures both and decides before each draft step, from
+what the drafter knows before verification only, so the output stays lossless.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+_EPS = 1e-3
+
+
+def _median(xs: deque[float], default: float) -> float:
+    return float(np.median(np.fromiter(xs, float, len(xs)))) if xs else default
+
+
+class CostModel:
+    """Online estimates of a round's costs: the target call by rows, one draft step, host time per round.
+
+    Every row count keeps a window of recent timings and uses its median, so a core stolen by another
+    process for one call does not move the estimate. Row counts with few samples lean on a weighted line
+    a + b*rows over all of them. The line's prior goes through the seeded 1-row time with the slope of a
+    target whose cost is proportional to its rows: a pessimistic start that is safe on a CPU and that a
+    GPU's first few multi-row calls correct.
+    """
+
+    def __init__(
+        self,
+        t1: float,
+        *,
+        draft_step: float | None = None,
+        host: float = 0.0,
+        prior_slope: float = 1.0,
+        window: int = 32,
+        min_samples: int = 4,
+    ) -> None:
+        if t1 <= 0:
+            raise ValueError(f"the 1-row target time must be positive, got {t1}")
+        self.t1 = t1
+        self.prior_slope = prior_slope
+        self.window = window
+        self.min_samples = min_samples
+        self._rows: dict[int, deque[float]] = {}
+        self._draft: deque[float] = deque(maxlen=window)
+        self._host: deque[float] = deque(maxlen=window)
+        self._draft0 = 0.1 * t1 if draft_step is None else draft_step
+        self._host0 = host
+
+    def add_verify(self, rows: int, seconds: float) -> None:
+        self._rows.setdefault(rows, deque(maxlen=self.window)).append(seconds)
+
+    def add_draft(self, steps: int, seconds: float) -> None:
+        if steps > 0:
+            self._draft.append(seconds / steps)
+
+    def add_host(self, seconds: float) -> None:
+        self._host.append(max(0.0, seconds))
+
+    @property
+    def draft_step(self) -> float:
+        return _median(self._draft, self._draft0)
+
+    @property
+    def host(self) -> float:
+        return _median(self._host, self._host0)
+
+    def samples(self, rows: int) -> int:
+        return len(self._rows.get(rows, ()))
+
+    def verify(self, max_rows: int, *, optimism: float = 0.0) -> np.ndarray:
+        """T[r] for r = 0..max_rows (T[0] = 0), nondecreasing: measured where known, fitted elsewhere.
+
+        A row count's estimate is the median of its samples together with ``min_samples`` copies of the
+        line's value, so two or three samples, one of them an outlier, cannot pin it far off (and with
+        it, through monotonicity, every larger count). ``optimism`` discounts the extra cost of row counts
+        with fewer than ``min_samples`` samples, so the policy tries them before ruling them out.
+        """
+        rs, med, cnt = [1, 2], [self.t1, self.t1 * (1.0 + self.prior_slope)], [2.0, 1.0]
+        for r, xs in self._rows.items():
+            if xs:
+                rs.append(r)
+                med.append(_median(xs, 0.0))
+                cnt.append(float(len(xs)))
+        x, y, w = np.array(rs, float), np.array(med), np.array(cnt)
+        xm, ym = np.average(x, weights=w), np.average(y, weights=w)
+        b = max(0.0, float(np.sum(w * (x - xm) * (y - ym)) / np.sum(w * (x - xm) ** 2)))
+        a = ym - b * xm
+        out = np.zeros(max_rows + 1)
+        for r in range(1, max_rows + 1):
+            fit = a + b * r
+            xs = self._rows.get(r)
+            if xs:
+                fit = float(np.median(np.concatenate([np.fromiter(xs, float, len(xs)), np.full(self.min_samples, fit)])))
+            out[r] = max(fit, 1e-9)
+        out[1:] = np.maximum.accumulate(out[1:])
+        if optimism > 0.0 and max_rows > 1:
+            seen = np.array([min(1.0, self.samples(r) / self.min_samples) for r in range(2, max_rows + 1)])
+            out[2:] = out[1] + np.cumsum(np.diff(out[1:]) * (1.0 - optimism * (1.0 - seen)))
+        return out
+
+
+class AcceptanceModel:
+    """P(a draft is accepted | the drafts before it were) = sigmoid(w0 + w1 * logit(confidence)).
+
+    Platt scaling on the drafter's own top probability: two parameters shared by all confidence levels
+    learn from a few dozen observations and follow a change of text quickly, where per-bin counts would
+    each need their own. The prior (0, 1) says the drafter is calibrated, with the weight of a few
+    observations, so the model is usable from round 1. Older observations decay geometrically.
+    """
+
+    def __init__(self, *, prior: tuple[float, float] = (0.0, 1.0), prior_precision: float = 1.0,
+                 decay: float = 0.99, window: int = 256) -> None:  # fmt: skip
+        self.prior = np.array(prior, float)
+        self.prior_precision = prior_precision
+        self.decay = decay
+        self.w = self.prior.copy()
+        self._x = np.zeros(window)
+        self._y = np.zeros(window)
+        self._n = 0
+
+    @staticmethod
+    def _logit(c: np.ndarray | float) -> np.ndarray:
+        c = np.clip(c, _EPS, 1.0 - _EPS)
+        return np.log(c / (1.0 - c))
+
+    def __call__(self, confidence: float) -> float:
+        c = min(max(confidence, _EPS), 1.0 - _EPS)
+        z = self.w[0] + self.w[1] * math.log(c / (1.0 - c))
+        return 1.0 / (1.0 + math.exp(-z)) if z > -700 else 0.0
+
+    def many(self, confidences: np.ndarray) -> np.ndarray:
+        return 1.0 / (1.0 + np.exp(-(self.w[0] + self.w[1] * self._logit(confidences))))
+
+    @property
+    def observations(self) -> int:
+        return self._n
+
+    def observe(self, confidence: float, accepted: bool) -> None:
+        i = self._n % len(self._x)
+        c = min(max(confidence, _EPS), 1.0 - _EPS)
+        self._x[i] = math.log(c / (1.0 - c))
+        self._y[i] = float(accepted)
+        self._n += 1
+
+    def refit(self, iterations: int = 4) -> None:
+        """A few Newton steps on the decayed, prior-regularised log-likelihood, from the last solution."""
+        n = min(self._n, len(self._x))
+        if n == 0:
+            self.w = self.prior.copy()
+            return
+        age = (self._n - 1 - np.arange(n)) % len(self._x) if self._n > len(self._x) else n - 1 - np.arange(n)
+        wt = self.decay**age
+        x, y = self._x[:n], self._y[:n]
+        lam, w, slope = self.prior_precision, self.w.copy(), True
+        for _ in range(iterations):
+            p = 1.0 / (1.0 + np.exp(-np.clip(w[0] + w[1] * x, -30.0, 30.0)))
+            r, h = wt * (p - y), wt * p * (1.0 - p)
+            g0 = r.sum() + lam * (w[0] - self.prior[0])
+            if not slope:
+                w[0] -= g0 / (h.sum() + lam)
+                continue
+            g = np.array([g0, (r * x).sum() + lam * (w[1] - self.prior[1])])
+            hxx = np.array([[h.sum() + lam, (h * x).sum()], [(h * x).sum(), (h * x * x).sum() + lam]])
+            w -= np.linalg.solve(hxx, g)
+            if w[1] < 0.0:  # higher confidence never means a lower chance of acceptance
+                w[1], slope = 0.0, False
+        self.w = w
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The solved stopping rule: include draft n when P * a(c) > take[n]; run step n+1 when P > extend[n].
+
+    P is the chance that every draft already in the batch is accepted. ``rate`` is the long-run tokens
+    per second the rule achieves under the current estimates; it is never below ``target_rate``.
+    """
+
+    rate: float
+    target_rate: float
+    take: np.ndarray
+    extend: np.ndarray
+    expected_tokens: float
+    expected_seconds: float
+
+
+def _root(x: np.ndarray, f: np.ndarray) -> float:
+    """The smallest x where a nondecreasing f turns positive (inf when it never does)."""
+    pos = np.flatnonzero(f > 0.0)
+    if len(pos) == 0:
+        return math.inf
+    i = int(pos[0])
+    if i == 0:
+        return 0.0
+    return float(x[i - 1] - f[i - 1] * (x[i] - x[i - 1]) / (f[i] - f[i - 1]))
+
+
+def _solve(lam: float, T: np.ndarray, t_d: float, acc: np.ndarray, k: int, primed: bool, x: np.ndarray):
+    """Backward induction over depth for the objective tokens - lam * seconds (Dinkelbach's parametrisation).
+
+    The tokens G and seconds C still to come from depth n on are tabulated over x, the chance that the
+    n drafts so far are all accepted; gains scale with x, costs do not. The value is G - lam * C.
+    """
+    G, C = np.zeros_like(x), np.zeros_like(x)
+    take, extend = np.full(k + 1, math.inf), np.full(max(k, 1), math.inf)
+    y = np.outer(x, acc).ravel()
+    inv_q = 1.0 / len(acc)
+    for n in range(k, 0, -1):
+        dT = T[n + 1] - T[n]
+        UG, UC = x + G, dT + C  # where continuing does not pay, G = C = 0, so U = UG - lam * UC everywhere
+        take[n] = _root(x, UG - lam * UC)
+        ug, uc = np.interp(y, x, UG).reshape(len(x), -1), np.interp(y, x, UC).reshape(len(x), -1)
+        keep = ug - lam * uc > 0.0
+        EG, EC = (ug * keep).sum(1) * inv_q, (uc * keep).sum(1) * inv_q
+        step = 0.0 if (n == 1 and primed) else t_d
+        V = EG - lam * (EC + step)
+        extend[n - 1] = _root(x, V)
+        go = V > 0.0
+        G, C = EG * go, (EC + step) * go
+    return take, extend, float(G[-1]), float(C[-1])
+
+
+def plan(T: np.ndarray, t_d: float, host: float, acc: np.ndarray, k: int, *, primed: bool = False,
+         rate: float | None = None, grid: int = 101, iterations: int = 6) -> Plan:  # fmt: skip
+    """The rule that maximises the long-run rate E[tokens] / E[seconds] over rounds.
+
+    Maximising a round's own rate would stop a good round early and drag a bad one on; the renewal-reward
+    optimum instead keeps drafting while the expected marginal tokens beat ``rate`` times the marginal
+    seconds, where ``rate`` is that optimum itself, found by Dinkelbach's iteration (a few solves from the
+    last plan's rate). ``acc`` holds acceptance chances of an unseen next draft, equally likely.
+    """
+    x = np.linspace(0.0, 1.0, grid)
+    t0 = T[1] + host
+    lam = max(1.0 / t0, rate or 0.0)
+    take, extend, g, c = _solve(lam, T, t_d, acc, k, primed, x)
+    for _ in range(iterations):
+        new = max(1.0 / t0, (1.0 + g) / (t0 + c))
+        done = abs(new - lam) <= 1e-4 * lam
+        lam = new
+        take, extend, g, c = _solve(lam, T, t_d, acc, k, primed, x)
+        if done:
+            break
+    return Plan(lam, 1.0 / t0, take, extend, 1.0 + g, t0 + c)
+
+
+@dataclass(frozen=True)
+class PolicyState:
+    """What the policy believes and plans, for statistics, logs and tests (times in seconds)."""
+
+    rounds: int
+    fixed: bool
+    rate: float
+    target_rate: float
+    verify: tuple[float, ...]
+    draft_step: float
+    host: float
+    calibration: tuple[float, float]
+    idle_rounds: int
+    probe_interval: int
+    probing: bool
+    take: tuple[float, ...]
+    extend: tuple[float, ...]
+
+
+class DraftLengthPolicy:
+    """Decides, draft by draft, whether drafting one more token raises the expected tokens per second.
+
+    Per round the engine calls ``begin_round``, then before each drafter step ``extend()`` (run it?) and,
+    once the step's logits give the draft's confidence (its top probability after the same logit
+    processing as the target's), ``take(confidence)`` (put it in the batch?); it stops at the first
+    False. ``end_round`` reports how many drafts were accepted and what the round cost. With
+    ``primed`` the first step's logits come with the previous round's commit, so drafting it costs
+    nothing and ``extend()`` says yes to it.
+
+    When the policy drafts nothing for ``probe_interval`` rounds it probes: it drafts one token whatever
+    its confidence, so that it notices when the text becomes predictable. A failed probe doubles the
+    interval, a successful one halves it. ``fixed`` drafts ``k_max`` every round (benchmarks).
+    """
+
+    def __init__(
+        self,
+        t1: float,
+        k_max: int,
+        *,
+        fixed: bool = False,
+        primed: bool = False,
+        draft_step: float | None = None,
+        host: float = 0.0,
+        refresh_every: int = 16,
+        probe_first: int = 8,
+        probe_max: int = 64,
+        support: int = 8,
+        confidence_window: int = 64,
+        optimism: float = 0.5,
+        probe_warmup: int = 32,
+    ) -> None:
+        if k_max < 0:
+            raise ValueError(f"k_max must be >= 0, got {k_max}")
+        self.k_max = k_max
+        self.fixed = fixed
+        self.primed = primed
+        self.costs = CostModel(t1, draft_step=draft_step, host=host)
+        self.acceptance = AcceptanceModel()
+        self.refresh_every = refresh_every
+        self.optimism = optimism
+        self.probe_max = probe_max
+        self.probe_interval = probe_first
+        self.probe_warmup = probe_warmup
+        self.idle_rounds = 0
+        self.rounds = 0
+        self._q = (np.arange(support) + 0.5) / support
+        self._seen: deque[float] = deque(self._q, maxlen=confidence_window)
+        self._plan = self.replan()
+        self.begin_round()
+
+    def replan(self) -> Plan:
+        """Refit the acceptance model and solve the stopping rule again (every ``refresh_every`` rounds)."""
+        self.acceptance.refit()
+        support = np.quantile(np.fromiter(self._seen, float, len(self._seen)), self._q)
+        acc = self.acceptance.many(support)
+        k = max(self.k_max, 1)
+        T = self.costs.verify(k + 1, optimism=self.optimism)
+        rate = getattr(self, "_plan", None)
+        self._plan = plan(T, self.costs.draft_step, self.costs.host, acc, k, primed=self.primed,
+                          rate=rate.rate if rate else None)  # fmt: skip
+        return self._plan
+
+    def begin_round(self, cap: int | None = None) -> None:
+        """Start a round that may draft at most ``cap`` tokens (``k_max`` by default)."""
+        self._cap = self.k_max if cap is None else min(cap, self.k_max)
+        self._taken: list[float] = []
+        self._chain = 1.0
+        self._steps = 0
+        self.probing = not self.fixed and self._cap > 0 and self.idle_rounds >= self.probe_interval
+
+    def extend(self) -> bool:
+        """Run one more drafter step? Called before each step, with the drafts so far in the batch."""
+        n = len(self._taken)
+        if n >= self._cap or self._steps > n:
+            return False
+        go = self.fixed or (self.probing and n == 0) or (self.primed and n == 0)
+        go = go or self._chain > self._plan.extend[n]
+        self._steps += go
+        return go
+
+    def take(self, confidence: float) -> bool:
+        """Put the draft just computed, whose top probability is ``confidence``, into the verify batch?"""
+        n = len(self._taken) + 1
+        self._seen.append(confidence)
+        if n > self._cap:
+            return False
+        y = self._chain * self.acceptance(confidence)
+        if not (self.fixed or (self.probing and n == 1) or y > self._plan.take[n]):
+            return False
+        self._taken.append(confidence)
+        self._chain = y
+        return True
+
+    @property
+    def drafted(self) -> int:
+        return len(self._taken)
+
+    def end_round(self, accepted: int, *, verify_seconds: float, draft_seconds: float = 0.0,
+                  draft_steps: int = 0, host_seconds: float | None = None) -> None:  # fmt: skip
+        """Learn from the verified round; ``draft_steps`` counts the steps paid for this round."""
+        taken = self._taken
+        for i, c in enumerate(taken[: accepted + 1]):
+            self.acceptance.observe(c, i < accepted)
+        self.costs.add_verify(1 + len(taken), verify_seconds)
+        self.costs.add_draft(draft_steps, draft_seconds)
+        if host_seconds is not None:
+            self.costs.add_host(host_seconds)
+        if self.probing:
+            ok = accepted > 0
+            if ok:
+                self.probe_interval = max(1, self.probe_interval // 2)
+            elif self.acceptance.observations >= self.probe_warmup:
+                self.probe_interval = min(self.probe_max, 2 * self.probe_interval)
+        if taken:
+            self.idle_rounds = 0
+        elif self._cap > 0:
+            self.idle_rounds += 1
+        self.rounds += 1
+        r = self.rounds
+        if not self.fixed and (r % self.refresh_every == 0 or (r < self.refresh_every and r & (r - 1) == 0)):
+            self.replan()
+        self.begin_round()
+
+    def shadow(self, confidence: float, accepted: bool) -> None:
+        """Calibrate on an undrafted token known (after the fact) to have matched or not, at no cost."""
+        self.acceptance.observe(confidence, accepted)
+
+    def state(self) -> PolicyState:
+        p = self._plan
+        return PolicyState(
+            rounds=self.rounds,
+            fixed=self.fixed,
+            rate=p.rate,
+            target_rate=p.target_rate,
+            verify=tuple(self.costs.verify(self.k_max + 1)[1:].tolist()),
+            draft_step=self.costs.draft_step,
+            host=self.costs.host,
+            calibration=(float(self.acceptance.w[0]), float(self.acceptance.w[1])),
+            idle_rounds=self.idle_rounds,
+            probe_interval=self.probe_interval,
+            probing=self.probing,
+            take=tuple(p.take[1 : self.k_max + 1].tolist()),
+            extend=tuple(p.extend[: self.k_max].tolist()),
+        )
