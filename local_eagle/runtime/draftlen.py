@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -99,7 +98,7 @@ class CostModel:
             fit = a + b * r
             xs = self._rows.get(r)
             if xs:
-                fit = float(np.median(np.concatenate([np.fromiter(xs, float, len(xs)), np.full(self.min_samples, fit)])))
+                fit = float(np.median(np.concatenate([np.fromiter(xs, float), np.full(self.min_samples, fit)])))
             out[r] = max(fit, 1e-9)
         out[1:] = np.maximum.accumulate(out[1:])
         if optimism > 0.0 and max_rows > 1:
@@ -114,7 +113,9 @@ class AcceptanceModel:
     Platt scaling on the drafter's own top probability: two parameters shared by all confidence levels
     learn from a few dozen observations and follow a change of text quickly, where per-bin counts would
     each need their own. The prior (0, 1) says the drafter is calibrated, with the weight of a few
-    observations, so the model is usable from round 1. Older observations decay geometrically.
+    observations, so the model is usable from round 1. Observations decay geometrically with their age
+    in rounds, not in observations: while the policy drafts little, old evidence fades back to the prior
+    and the policy tries again, as it should when the text may have changed.
     """
 
     def __init__(self, *, prior: tuple[float, float] = (0.0, 1.0), prior_precision: float = 1.0,
@@ -125,12 +126,8 @@ class AcceptanceModel:
         self.w = self.prior.copy()
         self._x = np.zeros(window)
         self._y = np.zeros(window)
+        self._t = np.zeros(window)
         self._n = 0
-
-    @staticmethod
-    def _logit(c: np.ndarray | float) -> np.ndarray:
-        c = np.clip(c, _EPS, 1.0 - _EPS)
-        return np.log(c / (1.0 - c))
 
     def __call__(self, confidence: float) -> float:
         c = min(max(confidence, _EPS), 1.0 - _EPS)
@@ -138,42 +135,55 @@ class AcceptanceModel:
         return 1.0 / (1.0 + math.exp(-z)) if z > -700 else 0.0
 
     def many(self, confidences: np.ndarray) -> np.ndarray:
-        return 1.0 / (1.0 + np.exp(-(self.w[0] + self.w[1] * self._logit(confidences))))
+        c = np.clip(confidences, _EPS, 1.0 - _EPS)
+        return 1.0 / (1.0 + np.exp(-(self.w[0] + self.w[1] * np.log(c / (1.0 - c)))))
 
     @property
     def observations(self) -> int:
         return self._n
 
-    def observe(self, confidence: float, accepted: bool) -> None:
+    def observe(self, confidence: float, accepted: bool, time: float = 0.0) -> None:
+        """One verified draft; ``time`` (the round, say) is what the decay counts in."""
         i = self._n % len(self._x)
         c = min(max(confidence, _EPS), 1.0 - _EPS)
-        self._x[i] = math.log(c / (1.0 - c))
-        self._y[i] = float(accepted)
+        self._x[i], self._y[i], self._t[i] = math.log(c / (1.0 - c)), float(accepted), time
         self._n += 1
 
-    def refit(self, iterations: int = 4) -> None:
-        """A few Newton steps on the decayed, prior-regularised log-likelihood, from the last solution."""
+    def refit(self, now: float = 0.0, iterations: int = 4) -> None:
+        """Newton steps on the decayed, prior-regularised log-likelihood, from the last solution.
+
+        The slope is kept >= 0 (more confidence never means less acceptance): when the free optimum has
+        a negative slope, the intercept alone is fitted with the slope at 0.
+        """
         n = min(self._n, len(self._x))
-        if n == 0:
-            self.w = self.prior.copy()
-            return
-        age = (self._n - 1 - np.arange(n)) % len(self._x) if self._n > len(self._x) else n - 1 - np.arange(n)
-        wt = self.decay**age
-        x, y = self._x[:n], self._y[:n]
-        lam, w, slope = self.prior_precision, self.w.copy(), True
-        for _ in range(iterations):
-            p = 1.0 / (1.0 + np.exp(-np.clip(w[0] + w[1] * x, -30.0, 30.0)))
-            r, h = wt * (p - y), wt * p * (1.0 - p)
-            g0 = r.sum() + lam * (w[0] - self.prior[0])
-            if not slope:
-                w[0] -= g0 / (h.sum() + lam)
-                continue
-            g = np.array([g0, (r * x).sum() + lam * (w[1] - self.prior[1])])
-            hxx = np.array([[h.sum() + lam, (h * x).sum()], [(h * x).sum(), (h * x * x).sum() + lam]])
-            w -= np.linalg.solve(hxx, g)
-            if w[1] < 0.0:  # higher confidence never means a lower chance of acceptance
-                w[1], slope = 0.0, False
-        self.w = w
+        x, y, wt = self._x[:n], self._y[:n], self.decay ** np.maximum(0.0, now - self._t[:n])
+        lam, mu = self.prior_precision, self.prior
+
+        def loss(w: np.ndarray) -> float:
+            z = w[0] + w[1] * x
+            return float(np.sum(wt * (np.logaddexp(0.0, z) - y * z)) + 0.5 * lam * np.sum((w - mu) ** 2))
+
+        def newton(w: np.ndarray, free: bool) -> np.ndarray:
+            f = loss(w)
+            for _ in range(iterations):
+                p = 1.0 / (1.0 + np.exp(-np.clip(w[0] + w[1] * x, -30.0, 30.0)))
+                r, h = wt * (p - y), wt * p * (1.0 - p)
+                g0, h00 = r.sum() + lam * (w[0] - mu[0]), h.sum() + lam
+                if free:
+                    h01, g1 = (h * x).sum(), (r * x).sum() + lam * (w[1] - mu[1])
+                    step = np.linalg.solve([[h00, h01], [h01, (h * x * x).sum() + lam]], [g0, g1])
+                else:
+                    step = np.array([g0 / h00, 0.0])
+                for _ in range(12):  # backtrack: a full Newton step can overshoot into a flat tail
+                    new = w - step
+                    if (fn := loss(new)) <= f:
+                        w, f = new, fn
+                        break
+                    step = step / 2
+            return w
+
+        w = newton(np.array([self.w[0], max(self.w[1], 1e-3)]), True)
+        self.w = w if w[1] >= 0.0 else newton(np.array([self.w[0], 0.0]), False)
 
 
 @dataclass(frozen=True)
@@ -229,7 +239,7 @@ def _solve(lam: float, T: np.ndarray, t_d: float, acc: np.ndarray, k: int, prime
 
 
 def plan(T: np.ndarray, t_d: float, host: float, acc: np.ndarray, k: int, *, primed: bool = False,
-         rate: float | None = None, grid: int = 101, iterations: int = 6) -> Plan:  # fmt: skip
+         rate: float | None = None, grid: int = 51, iterations: int = 4) -> Plan:  # fmt: skip
     """The rule that maximises the long-run rate E[tokens] / E[seconds] over rounds.
 
     Maximising a round's own rate would stop a good round early and drag a bad one on; the renewal-reward
@@ -243,7 +253,7 @@ def plan(T: np.ndarray, t_d: float, host: float, acc: np.ndarray, k: int, *, pri
     take, extend, g, c = _solve(lam, T, t_d, acc, k, primed, x)
     for _ in range(iterations):
         new = max(1.0 / t0, (1.0 + g) / (t0 + c))
-        done = abs(new - lam) <= 1e-4 * lam
+        done = abs(new - lam) <= 2e-3 * lam
         lam = new
         take, extend, g, c = _solve(lam, T, t_d, acc, k, primed, x)
         if done:
@@ -300,7 +310,7 @@ class DraftLengthPolicy:
         support: int = 8,
         confidence_window: int = 64,
         optimism: float = 0.5,
-        probe_warmup: int = 32,
+        probe_warmup: int = 16,
     ) -> None:
         if k_max < 0:
             raise ValueError(f"k_max must be >= 0, got {k_max}")
@@ -323,7 +333,7 @@ class DraftLengthPolicy:
 
     def replan(self) -> Plan:
         """Refit the acceptance model and solve the stopping rule again (every ``refresh_every`` rounds)."""
-        self.acceptance.refit()
+        self.acceptance.refit(self.rounds)
         support = np.quantile(np.fromiter(self._seen, float, len(self._seen)), self._q)
         acc = self.acceptance.many(support)
         k = max(self.k_max, 1)
@@ -372,8 +382,9 @@ class DraftLengthPolicy:
                   draft_steps: int = 0, host_seconds: float | None = None) -> None:  # fmt: skip
         """Learn from the verified round; ``draft_steps`` counts the steps paid for this round."""
         taken = self._taken
+        accepted = min(accepted, len(taken))
         for i, c in enumerate(taken[: accepted + 1]):
-            self.acceptance.observe(c, i < accepted)
+            self.acceptance.observe(c, i < accepted, self.rounds)
         self.costs.add_verify(1 + len(taken), verify_seconds)
         self.costs.add_draft(draft_steps, draft_seconds)
         if host_seconds is not None:
@@ -396,7 +407,7 @@ class DraftLengthPolicy:
 
     def shadow(self, confidence: float, accepted: bool) -> None:
         """Calibrate on an undrafted token known (after the fact) to have matched or not, at no cost."""
-        self.acceptance.observe(confidence, accepted)
+        self.acceptance.observe(confidence, accepted, self.rounds)
 
     def state(self) -> PolicyState:
         p = self._plan

@@ -153,3 +153,25 @@ def simulate(
             host_seconds=profile.host * jitter[2],
         )
     return SimResult(tokens, seconds, drafted, profile.target_rate)
+
+
+def table(rounds: int = 1000, k_max: int = 8, *, primed: bool = False, seed: int = 1, informative: bool = True):
+    """(profile, alpha, best fixed k, its speedup, the policy's speedup) for the docs and the tests' bar."""
+    rows = []
+    for profile in PROFILES:
+        for alpha in (0.2, 0.5, 0.8, 0.95):
+            process = AcceptanceProcess(alpha) if informative else AcceptanceProcess(alpha, confidence=0.6)
+            policy = DraftLengthPolicy(profile.verify[1], k_max, primed=primed)
+            res = simulate(policy, profile, process, rounds, seed=seed)
+            k, rate = best_fixed(profile, alpha, k_max, primed=primed)
+            rows.append((profile.name, alpha, k, rate / profile.target_rate, res.speedup))
+    return rows
+
+
+if __name__ == "__main__":
+    for informative in (True, False):
+        for primed in (False, True):
+            print(f"confidence {'informative' if informative else 'uninformative'}, first step primed: {primed}")
+            print("profile  alpha  best k  fixed x  policy x  policy/fixed")
+            for name, alpha, k, fixed, pol in table(primed=primed, informative=informative):
+                print(f"{name:8s} {alpha:5.2f}  {k:6d}  {fixed:7.3f}  {pol:8.3f}  {pol / fixed:12.3f}")
