@@ -26,10 +26,10 @@ class CostModel:
     """Online estimates of a round's costs: the target call by rows, one draft step, host time per round.
 
     Every row count keeps a window of recent timings and uses its median, so a core stolen by another
-    process for one call does not move the estimate. Row counts with few samples lean on a weighted line
-    a + b*rows over all of them. The line's prior goes through the seeded 1-row time with the slope of a
-    target whose cost is proportional to its rows: a pessimistic start that is safe on a CPU and that a
-    GPU's first few multi-row calls correct.
+    process for one call does not move the estimate. Row counts with few samples lean on a line through
+    the 1-row time whose slope is the sample-weighted median of the measured rows' slopes. Its prior slope
+    is that of a target whose cost is proportional to its rows: a pessimistic start, safe on a CPU, that
+    a GPU's first few multi-row calls correct.
     """
 
     def __init__(
@@ -39,7 +39,7 @@ class CostModel:
         draft_step: float | None = None,
         host: float = 0.0,
         prior_slope: float = 1.0,
-        window: int = 32,
+        window: int = 128,
         min_samples: int = 4,
     ) -> None:
         if t1 <= 0:
@@ -83,16 +83,16 @@ class CostModel:
         it, through monotonicity, every larger count). ``optimism`` discounts the extra cost of row counts
         with fewer than ``min_samples`` samples, so the policy tries them before ruling them out.
         """
-        rs, med, cnt = [1, 2], [self.t1, self.t1 * (1.0 + self.prior_slope)], [2.0, 1.0]
-        for r, xs in self._rows.items():
-            if xs:
-                rs.append(r)
-                med.append(_median(xs, 0.0))
-                cnt.append(float(len(xs)))
-        x, y, w = np.array(rs, float), np.array(med), np.array(cnt)
-        xm, ym = np.average(x, weights=w), np.average(y, weights=w)
-        b = max(0.0, float(np.sum(w * (x - xm) * (y - ym)) / np.sum(w * (x - xm) ** 2)))
-        a = ym - b * xm
+        ones = self._rows.get(1, ())
+        m1 = float(np.median(np.concatenate([np.fromiter(ones, float), np.full(self.min_samples, self.t1)])))
+        multi = [(r, xs) for r, xs in self._rows.items() if r > 1 and xs]
+        slopes = [self.prior_slope * self.t1] + [(_median(xs, 0.0) - m1) / (r - 1) for r, xs in multi]
+        fade = max(1e-3, 1.0 - sum(len(xs) for _, xs in multi) / self.min_samples)
+        weights = [fade] + [len(xs) for _, xs in multi]
+        order = np.argsort(slopes)  # a weighted median, so that a row seen once, slowly, is outvoted
+        cum = np.cumsum(np.array(weights)[order])
+        b = max(0.0, slopes[order[int(np.searchsorted(cum, cum[-1] / 2))]])
+        a = m1 - b
         out = np.zeros(max_rows + 1)
         for r in range(1, max_rows + 1):
             fit = a + b * r
@@ -119,7 +119,7 @@ class AcceptanceModel:
     """
 
     def __init__(self, *, prior: tuple[float, float] = (0.0, 1.0), prior_precision: float = 1.0,
-                 decay: float = 0.99, window: int = 256) -> None:  # fmt: skip
+                 decay: float = 0.995, window: int = 256) -> None:  # fmt: skip
         self.prior = np.array(prior, float)
         self.prior_precision = prior_precision
         self.decay = decay
@@ -149,7 +149,7 @@ class AcceptanceModel:
         self._x[i], self._y[i], self._t[i] = math.log(c / (1.0 - c)), float(accepted), time
         self._n += 1
 
-    def refit(self, now: float = 0.0, iterations: int = 4) -> None:
+    def refit(self, now: float = 0.0, iterations: int = 3) -> None:
         """Newton steps on the decayed, prior-regularised log-likelihood, from the last solution.
 
         The slope is kept >= 0 (more confidence never means less acceptance): when the free optimum has
@@ -171,7 +171,8 @@ class AcceptanceModel:
                 g0, h00 = r.sum() + lam * (w[0] - mu[0]), h.sum() + lam
                 if free:
                     h01, g1 = (h * x).sum(), (r * x).sum() + lam * (w[1] - mu[1])
-                    step = np.linalg.solve([[h00, h01], [h01, (h * x * x).sum() + lam]], [g0, g1])
+                    h11 = (h * x * x).sum() + lam
+                    step = np.array([h11 * g0 - h01 * g1, h00 * g1 - h01 * g0]) / (h00 * h11 - h01 * h01)
                 else:
                     step = np.array([g0 / h00, 0.0])
                 for _ in range(12):  # backtrack: a full Newton step can overshoot into a flat tail
@@ -213,7 +214,7 @@ def _root(x: np.ndarray, f: np.ndarray) -> float:
     return float(x[i - 1] - f[i - 1] * (x[i] - x[i - 1]) / (f[i] - f[i - 1]))
 
 
-def _solve(lam: float, T: np.ndarray, t_d: float, acc: np.ndarray, k: int, primed: bool, x: np.ndarray):
+def _solve(lam: float, T: np.ndarray, t_d: float, k: int, primed: bool, x: np.ndarray, at: tuple):
     """Backward induction over depth for the objective tokens - lam * seconds (Dinkelbach's parametrisation).
 
     The tokens G and seconds C still to come from depth n on are tabulated over x, the chance that the
@@ -221,15 +222,14 @@ def _solve(lam: float, T: np.ndarray, t_d: float, acc: np.ndarray, k: int, prime
     """
     G, C = np.zeros_like(x), np.zeros_like(x)
     take, extend = np.full(k + 1, math.inf), np.full(max(k, 1), math.inf)
-    y = np.outer(x, acc).ravel()
-    inv_q = 1.0 / len(acc)
+    i, f, q = at
     for n in range(k, 0, -1):
         dT = T[n + 1] - T[n]
         UG, UC = x + G, dT + C  # where continuing does not pay, G = C = 0, so U = UG - lam * UC everywhere
         take[n] = _root(x, UG - lam * UC)
-        ug, uc = np.interp(y, x, UG).reshape(len(x), -1), np.interp(y, x, UC).reshape(len(x), -1)
+        ug, uc = UG[i] + f * (UG[i + 1] - UG[i]), UC[i] + f * (UC[i + 1] - UC[i])
         keep = ug - lam * uc > 0.0
-        EG, EC = (ug * keep).sum(1) * inv_q, (uc * keep).sum(1) * inv_q
+        EG, EC = (ug * keep).sum(1) / q, (uc * keep).sum(1) / q
         step = 0.0 if (n == 1 and primed) else t_d
         V = EG - lam * (EC + step)
         extend[n - 1] = _root(x, V)
@@ -248,16 +248,18 @@ def plan(T: np.ndarray, t_d: float, host: float, acc: np.ndarray, k: int, *, pri
     last plan's rate). ``acc`` holds acceptance chances of an unseen next draft, equally likely.
     """
     x = np.linspace(0.0, 1.0, grid)
+    pos = np.outer(x, np.clip(acc, 0.0, 1.0)) * (grid - 1)  # where x * a falls on the grid, for every x and a
+    i = np.minimum(pos.astype(int), grid - 2)
+    at = (i, pos - i, len(acc))
     t0 = T[1] + host
     lam = max(1.0 / t0, rate or 0.0)
-    take, extend, g, c = _solve(lam, T, t_d, acc, k, primed, x)
+    take, extend, g, c = _solve(lam, T, t_d, k, primed, x, at)
     for _ in range(iterations):
         new = max(1.0 / t0, (1.0 + g) / (t0 + c))
-        done = abs(new - lam) <= 2e-3 * lam
-        lam = new
-        take, extend, g, c = _solve(lam, T, t_d, acc, k, primed, x)
-        if done:
+        if abs(new - lam) <= 2e-3 * lam:
             break
+        lam = new
+        take, extend, g, c = _solve(lam, T, t_d, k, primed, x, at)
     return Plan(lam, 1.0 / t0, take, extend, 1.0 + g, t0 + c)
 
 
@@ -291,8 +293,10 @@ class DraftLengthPolicy:
     nothing and ``extend()`` says yes to it.
 
     When the policy drafts nothing for ``probe_interval`` rounds it probes: it drafts one token whatever
-    its confidence, so that it notices when the text becomes predictable. A failed probe doubles the
-    interval, a successful one halves it. ``fixed`` drafts ``k_max`` every round (benchmarks).
+    its confidence, so that it notices when the text becomes predictable. A failed probe quadruples the
+    interval and an accepted one halves it, so probes grow rare unless about two in three are accepted;
+    where even a sure draft would gain less than a tenth of a token over its cost, every probe fails.
+    ``fixed`` drafts ``k_max`` every round (benchmarks).
     """
 
     def __init__(
@@ -390,11 +394,10 @@ class DraftLengthPolicy:
         if host_seconds is not None:
             self.costs.add_host(host_seconds)
         if self.probing:
-            ok = accepted > 0
-            if ok:
+            if accepted > 0 and self._plan.take[1] < 0.9:  # accepted, where a sure draft would gain > 0.1 token
                 self.probe_interval = max(1, self.probe_interval // 2)
             elif self.acceptance.observations >= self.probe_warmup:
-                self.probe_interval = min(self.probe_max, 2 * self.probe_interval)
+                self.probe_interval = min(self.probe_max, 4 * self.probe_interval)
         if taken:
             self.idle_rounds = 0
         elif self._cap > 0:

@@ -127,11 +127,14 @@ def simulate(
     tokens = seconds = 0.0
     drafted = np.zeros(rounds, np.int16)
     n = max(policy.k_max, 1)
+    luck = rng.random((rounds, n))
+    jitter = rng.lognormal(0.0, noise, (rounds, 3)) * np.where(rng.random((rounds, 3)) < spikes, 3.0, 1.0)
+    drawn = None if callable(process) else process.draw(rng, rounds * n)
     for r in range(rounds):
-        proc = process(r) if callable(process) else process
-        cs, us = proc.draw(rng, n)
-        luck = rng.random(n)
-        jitter = rng.lognormal(0.0, noise, 3) * np.where(rng.random(3) < spikes, 3.0, 1.0)
+        if drawn is None:
+            cs, us = process(r).draw(rng, n)
+        else:
+            cs, us = drawn[0][r * n : (r + 1) * n], drawn[1][r * n : (r + 1) * n]
         k = paid = 0
         policy.begin_round()
         while policy.extend():
@@ -140,17 +143,17 @@ def simulate(
                 break
             k += 1
         accepted = 0
-        while accepted < k and luck[accepted] < us[accepted]:
+        while accepted < k and luck[r, accepted] < us[accepted]:
             accepted += 1
         tokens += 1.0 + float(np.cumprod(us[:k]).sum())
         seconds += profile.seconds(k + 1, paid)
         drafted[r] = k
         policy.end_round(
             accepted,
-            verify_seconds=profile.verify[k + 1] * jitter[0],
-            draft_seconds=paid * profile.draft_step * jitter[1],
+            verify_seconds=profile.verify[k + 1] * jitter[r, 0],
+            draft_seconds=paid * profile.draft_step * jitter[r, 1],
             draft_steps=paid,
-            host_seconds=profile.host * jitter[2],
+            host_seconds=profile.host * jitter[r, 2],
         )
     return SimResult(tokens, seconds, drafted, profile.target_rate)
 
