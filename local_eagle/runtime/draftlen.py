@@ -10,6 +10,7 @@ what the drafter knows before verification only, so the output stays lossless.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass
 
@@ -18,8 +19,34 @@ import numpy as np
 _EPS = 1e-3
 
 
-def _median(xs: deque[float], default: float) -> float:
-    return float(np.median(np.fromiter(xs, float, len(xs)))) if xs else default
+class Window:
+    """The last ``size`` timings, with their sorted copy kept between additions (medians are read often)."""
+
+    def __init__(self, size: int) -> None:
+        self._xs: deque[float] = deque(maxlen=size)
+        self._sorted: list[float] | None = None
+
+    def __len__(self) -> int:
+        return len(self._xs)
+
+    def add(self, x: float) -> None:
+        self._xs.append(x)
+        self._sorted = None
+
+    def median(self, default: float, *, pseudo: int = 0) -> float:
+        """The median of the samples together with ``pseudo`` copies of ``default``."""
+        if self._sorted is None:
+            self._sorted = sorted(self._xs)
+        s, m = self._sorted, pseudo
+        if not s:
+            return default
+        i = bisect_left(s, default) if m else len(s)
+
+        def kth(k: int) -> float:
+            return s[k] if k < i else default if k < i + m else s[k - m]
+
+        n = len(s) + m
+        return 0.5 * (kth((n - 1) // 2) + kth(n // 2))
 
 
 class CostModel:
@@ -48,29 +75,29 @@ class CostModel:
         self.prior_slope = prior_slope
         self.window = window
         self.min_samples = min_samples
-        self._rows: dict[int, deque[float]] = {}
-        self._draft: deque[float] = deque(maxlen=window)
-        self._host: deque[float] = deque(maxlen=window)
+        self._rows: dict[int, Window] = {}
+        self._draft = Window(window)
+        self._host = Window(window)
         self._draft0 = 0.1 * t1 if draft_step is None else draft_step
         self._host0 = host
 
     def add_verify(self, rows: int, seconds: float) -> None:
-        self._rows.setdefault(rows, deque(maxlen=self.window)).append(seconds)
+        self._rows.setdefault(rows, Window(self.window)).add(seconds)
 
     def add_draft(self, steps: int, seconds: float) -> None:
         if steps > 0:
-            self._draft.append(seconds / steps)
+            self._draft.add(seconds / steps)
 
     def add_host(self, seconds: float) -> None:
-        self._host.append(max(0.0, seconds))
+        self._host.add(max(0.0, seconds))
 
     @property
     def draft_step(self) -> float:
-        return _median(self._draft, self._draft0)
+        return self._draft.median(self._draft0)
 
     @property
     def host(self) -> float:
-        return _median(self._host, self._host0)
+        return self._host.median(self._host0)
 
     def samples(self, rows: int) -> int:
         return len(self._rows.get(rows, ()))
@@ -83,10 +110,10 @@ class CostModel:
         it, through monotonicity, every larger count). ``optimism`` discounts the extra cost of row counts
         with fewer than ``min_samples`` samples, so the policy tries them before ruling them out.
         """
-        ones = self._rows.get(1, ())
-        m1 = float(np.median(np.concatenate([np.fromiter(ones, float), np.full(self.min_samples, self.t1)])))
+        ones = self._rows.get(1)
+        m1 = ones.median(self.t1, pseudo=self.min_samples) if ones else self.t1
         multi = [(r, xs) for r, xs in self._rows.items() if r > 1 and xs]
-        slopes = [self.prior_slope * self.t1] + [(_median(xs, 0.0) - m1) / (r - 1) for r, xs in multi]
+        slopes = [self.prior_slope * self.t1] + [(xs.median(0.0) - m1) / (r - 1) for r, xs in multi]
         fade = max(1e-3, 1.0 - sum(len(xs) for _, xs in multi) / self.min_samples)
         weights = [fade] + [len(xs) for _, xs in multi]
         order = np.argsort(slopes)  # a weighted median, so that a row seen once, slowly, is outvoted
@@ -98,7 +125,7 @@ class CostModel:
             fit = a + b * r
             xs = self._rows.get(r)
             if xs:
-                fit = float(np.median(np.concatenate([np.fromiter(xs, float), np.full(self.min_samples, fit)])))
+                fit = xs.median(fit, pseudo=self.min_samples)
             out[r] = max(fit, 1e-9)
         out[1:] = np.maximum.accumulate(out[1:])
         if optimism > 0.0 and max_rows > 1:
@@ -175,6 +202,8 @@ class AcceptanceModel:
                     step = np.array([h11 * g0 - h01 * g1, h00 * g1 - h01 * g0]) / (h00 * h11 - h01 * h01)
                 else:
                     step = np.array([g0 / h00, 0.0])
+                if np.abs(step).max() < 1e-6:
+                    break
                 for _ in range(12):  # backtrack: a full Newton step can overshoot into a flat tail
                     new = w - step
                     if (fn := loss(new)) <= f:
