@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from local_eagle.runtime.draftlen import AcceptanceModel, CostModel, DraftLengthPolicy, plan
+from local_eagle.runtime.draftcost import CostModel
+from local_eagle.runtime.draftlen import AcceptanceModel, DraftLengthPolicy, plan
 from local_eagle.runtime.draftsim import (
     CPU,
     GPU,
