@@ -1,0 +1,346 @@
+"""How many tokens to draft each round: measured costs, calibrated confidence, an optimal stopping rule.
+
+A round runs draft steps (t_d each), verifies the last token plus the drafts in one target call of
+k+1 rows (T(k+1)) and emits the accepted prefix plus one token. On a GPU T is nearly flat in the rows,
+on a small CPU nearly proportional to them, and how much the drafter gets right changes with the text,
+so no fixed k is right everywhere. The policy measures both and decides before each draft step, from
+what the drafter knows before verification only, so the output stays lossless.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from local_eagle.runtime.draftcost import CostModel
+
+_EPS = 1e-3
+
+
+class AcceptanceModel:
+    """P(a draft is accepted | the drafts before it were) = sigmoid(w0 + w1 * logit(confidence)).
+
+    Platt scaling on the drafter's own top probability: two parameters shared by all confidence levels
+    learn from a few dozen observations and follow a change of text quickly, where per-bin counts would
+    each need their own. The prior (0, 1) says the drafter is calibrated, with the weight of a few
+    observations, so the model is usable from round 1. Observations decay geometrically with their age
+    in rounds, not in observations: while the policy drafts little, old evidence fades back to the prior
+    and the policy tries again, as it should when the text may have changed.
+    """
+
+    def __init__(self, *, prior: tuple[float, float] = (0.0, 1.0), prior_precision: float = 1.0,
+                 decay: float = 0.995, window: int = 256) -> None:  # fmt: skip
+        self.prior = np.array(prior, float)
+        self.prior_precision = prior_precision
+        self.decay = decay
+        self.w = self.prior.copy()
+        self._x = np.zeros(window)
+        self._y = np.zeros(window)
+        self._t = np.zeros(window)
+        self._n = 0
+
+    def __call__(self, confidence: float) -> float:
+        c = min(max(confidence, _EPS), 1.0 - _EPS)
+        z = self.w[0] + self.w[1] * math.log(c / (1.0 - c))
+        return 1.0 / (1.0 + math.exp(-z)) if z > -700 else 0.0
+
+    def many(self, confidences: np.ndarray) -> np.ndarray:
+        c = np.clip(confidences, _EPS, 1.0 - _EPS)
+        return 1.0 / (1.0 + np.exp(-(self.w[0] + self.w[1] * np.log(c / (1.0 - c)))))
+
+    @property
+    def observations(self) -> int:
+        return self._n
+
+    def observe(self, confidence: float, accepted: bool, time: float = 0.0) -> None:
+        """One verified draft; ``time`` (the round, say) is what the decay counts in."""
+        i = self._n % len(self._x)
+        c = min(max(confidence, _EPS), 1.0 - _EPS)
+        self._x[i], self._y[i], self._t[i] = math.log(c / (1.0 - c)), float(accepted), time
+        self._n += 1
+
+    def refit(self, now: float = 0.0, iterations: int = 3) -> None:
+        """Newton steps on the decayed, prior-regularised log-likelihood, from the last solution.
+
+        The slope is kept >= 0 (more confidence never means less acceptance): when the free optimum has
+        a negative slope, the intercept alone is fitted with the slope at 0.
+        """
+        n = min(self._n, len(self._x))
+        x, y, wt = self._x[:n], self._y[:n], self.decay ** np.maximum(0.0, now - self._t[:n])
+        lam, mu = self.prior_precision, self.prior
+
+        def loss(w: np.ndarray) -> float:
+            z = w[0] + w[1] * x
+            return float(np.sum(wt * (np.logaddexp(0.0, z) - y * z)) + 0.5 * lam * np.sum((w - mu) ** 2))
+
+        def newton(w: np.ndarray, free: bool) -> np.ndarray:
+            f = loss(w)
+            for _ in range(iterations):
+                p = 1.0 / (1.0 + np.exp(-np.clip(w[0] + w[1] * x, -30.0, 30.0)))
+                r, h = wt * (p - y), wt * p * (1.0 - p)
+                g0, h00 = r.sum() + lam * (w[0] - mu[0]), h.sum() + lam
+                if free:
+                    h01, g1 = (h * x).sum(), (r * x).sum() + lam * (w[1] - mu[1])
+                    h11 = (h * x * x).sum() + lam
+                    step = np.array([h11 * g0 - h01 * g1, h00 * g1 - h01 * g0]) / (h00 * h11 - h01 * h01)
+                else:
+                    step = np.array([g0 / h00, 0.0])
+                if np.abs(step).max() < 1e-6:
+                    break
+                for _ in range(12):  # backtrack: a full Newton step can overshoot into a flat tail
+                    new = w - step
+                    if (fn := loss(new)) <= f:
+                        w, f = new, fn
+                        break
+                    step = step / 2
+            return w
+
+        w = newton(np.array([self.w[0], max(self.w[1], 1e-3)]), True)
+        self.w = w if w[1] >= 0.0 else newton(np.array([self.w[0], 0.0]), False)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The solved stopping rule: include draft n when P * a(c) > take[n]; run step n+1 when P > extend[n].
+
+    P is the chance that every draft already in the batch is accepted. ``rate`` is the long-run tokens
+    per second the rule achieves under the current estimates; it is never below ``target_rate``.
+    """
+
+    rate: float
+    target_rate: float
+    take: np.ndarray
+    extend: np.ndarray
+    expected_tokens: float
+    expected_seconds: float
+
+
+def _root(x: np.ndarray, f: np.ndarray) -> float:
+    """The smallest x where a nondecreasing f turns positive (inf when it never does)."""
+    pos = np.flatnonzero(f > 0.0)
+    if len(pos) == 0:
+        return math.inf
+    i = int(pos[0])
+    if i == 0:
+        return 0.0
+    return float(x[i - 1] - f[i - 1] * (x[i] - x[i - 1]) / (f[i] - f[i - 1]))
+
+
+def _solve(lam: float, T: np.ndarray, t_d: float, k: int, primed: bool, x: np.ndarray, at: tuple):
+    """Backward induction over depth for the objective tokens - lam * seconds (Dinkelbach's parametrisation).
+
+    The tokens G and seconds C still to come from depth n on are tabulated over x, the chance that the
+    n drafts so far are all accepted; gains scale with x, costs do not. The value is G - lam * C.
+    """
+    G, C = np.zeros_like(x), np.zeros_like(x)
+    take, extend = np.full(k + 1, math.inf), np.full(max(k, 1), math.inf)
+    i, f, q = at
+    for n in range(k, 0, -1):
+        dT = T[n + 1] - T[n]
+        UG, UC = x + G, dT + C  # where continuing does not pay, G = C = 0, so U = UG - lam * UC everywhere
+        take[n] = _root(x, UG - lam * UC)
+        ug, uc = UG[i] + f * (UG[i + 1] - UG[i]), UC[i] + f * (UC[i + 1] - UC[i])
+        keep = ug - lam * uc > 0.0
+        EG, EC = (ug * keep).sum(1) / q, (uc * keep).sum(1) / q
+        step = 0.0 if (n == 1 and primed) else t_d
+        V = EG - lam * (EC + step)
+        extend[n - 1] = _root(x, V)
+        go = V > 0.0
+        G, C = EG * go, (EC + step) * go
+    return take, extend, float(G[-1]), float(C[-1])
+
+
+def plan(T: np.ndarray, t_d: float, host: float, acc: np.ndarray, k: int, *, primed: bool = False,
+         rate: float | None = None, grid: int = 51, iterations: int = 4) -> Plan:  # fmt: skip
+    """The rule that maximises the long-run rate E[tokens] / E[seconds] over rounds.
+
+    Maximising a round's own rate would stop a good round early and drag a bad one on; the renewal-reward
+    optimum instead keeps drafting while the expected marginal tokens beat ``rate`` times the marginal
+    seconds, where ``rate`` is that optimum itself, found by Dinkelbach's iteration (a few solves from the
+    last plan's rate). ``acc`` holds acceptance chances of an unseen next draft, equally likely.
+    """
+    x = np.linspace(0.0, 1.0, grid)
+    pos = np.outer(x, np.clip(acc, 0.0, 1.0)) * (grid - 1)  # where x * a falls on the grid, for every x and a
+    i = np.minimum(pos.astype(int), grid - 2)
+    at = (i, pos - i, len(acc))
+    t0 = T[1] + host
+    lam = max(1.0 / t0, rate or 0.0)
+    take, extend, g, c = _solve(lam, T, t_d, k, primed, x, at)
+    for _ in range(iterations):
+        new = max(1.0 / t0, (1.0 + g) / (t0 + c))
+        if abs(new - lam) <= 2e-3 * lam:
+            break
+        lam = new
+        take, extend, g, c = _solve(lam, T, t_d, k, primed, x, at)
+    return Plan(lam, 1.0 / t0, take, extend, 1.0 + g, t0 + c)
+
+
+@dataclass(frozen=True)
+class PolicyState:
+    """What the policy believes and plans, for statistics, logs and tests (times in seconds)."""
+
+    rounds: int
+    fixed: bool
+    rate: float
+    target_rate: float
+    verify: tuple[float, ...]
+    draft_step: float
+    host: float
+    calibration: tuple[float, float]
+    idle_rounds: int
+    probe_interval: int
+    probing: bool
+    take: tuple[float, ...]
+    extend: tuple[float, ...]
+
+
+class DraftLengthPolicy:
+    """Decides, draft by draft, whether drafting one more token raises the expected tokens per second.
+
+    Per round the engine calls ``begin_round``, then before each drafter step ``extend()`` (run it?) and,
+    once the step's logits give the draft's confidence (its top probability after the same logit
+    processing as the target's), ``take(confidence)`` (put it in the batch?); it stops at the first
+    False. ``end_round`` reports how many drafts were accepted and what the round cost. With
+    ``primed`` the first step's logits come with the previous round's commit, so drafting it costs
+    nothing and ``extend()`` says yes to it.
+
+    When the policy drafts nothing for ``probe_interval`` rounds it probes: it drafts one token whatever
+    its confidence, so that it notices when the text becomes predictable. A failed probe quadruples the
+    interval and an accepted one halves it, so probes grow rare unless about two in three are accepted;
+    where even a sure draft would gain less than a tenth of a token over its cost, every probe fails.
+    ``fixed`` drafts ``k_max`` every round (benchmarks).
+    """
+
+    def __init__(
+        self,
+        t1: float,
+        k_max: int,
+        *,
+        fixed: bool = False,
+        primed: bool = False,
+        draft_step: float | None = None,
+        host: float = 0.0,
+        refresh_every: int = 16,
+        probe_first: int = 8,
+        probe_max: int = 64,
+        support: int = 8,
+        confidence_window: int = 64,
+        optimism: float = 0.5,
+        probe_warmup: int = 16,
+    ) -> None:
+        if k_max < 0:
+            raise ValueError(f"k_max must be >= 0, got {k_max}")
+        self.k_max = k_max
+        self.fixed = fixed
+        self.primed = primed
+        self.costs = CostModel(t1, draft_step=draft_step, host=host)
+        self.acceptance = AcceptanceModel()
+        self.refresh_every = refresh_every
+        self.optimism = optimism
+        self.probe_max = probe_max
+        self.probe_interval = probe_first
+        self.probe_warmup = probe_warmup
+        self.idle_rounds = 0
+        self.rounds = 0
+        self._q = (np.arange(support) + 0.5) / support
+        self._seen: deque[float] = deque(self._q, maxlen=confidence_window)
+        self._plan = self.replan()
+        self.begin_round()
+
+    def replan(self) -> Plan:
+        """Refit the acceptance model and solve the stopping rule again (every ``refresh_every`` rounds)."""
+        self.acceptance.refit(self.rounds)
+        support = np.quantile(np.fromiter(self._seen, float, len(self._seen)), self._q)
+        acc = self.acceptance.many(support)
+        k = max(self.k_max, 1)
+        T = self.costs.verify(k + 1, optimism=self.optimism)
+        rate = getattr(self, "_plan", None)
+        self._plan = plan(T, self.costs.draft_step, self.costs.host, acc, k, primed=self.primed,
+                          rate=rate.rate if rate else None)  # fmt: skip
+        return self._plan
+
+    def begin_round(self, cap: int | None = None) -> None:
+        """Start a round that may draft at most ``cap`` tokens (``k_max`` by default)."""
+        self._cap = self.k_max if cap is None else min(cap, self.k_max)
+        self._taken: list[float] = []
+        self._chain = 1.0
+        self._steps = 0
+        self.probing = not self.fixed and self._cap > 0 and self.idle_rounds >= self.probe_interval
+
+    def extend(self) -> bool:
+        """Run one more drafter step? Called before each step, with the drafts so far in the batch."""
+        n = len(self._taken)
+        if n >= self._cap or self._steps > n:
+            return False
+        go = self.fixed or (self.probing and n == 0) or (self.primed and n == 0)
+        go = go or self._chain > self._plan.extend[n]
+        self._steps += go
+        return go
+
+    def take(self, confidence: float) -> bool:
+        """Put the draft just computed, whose top probability is ``confidence``, into the verify batch?"""
+        n = len(self._taken) + 1
+        self._seen.append(confidence)
+        if n > self._cap:
+            return False
+        y = self._chain * self.acceptance(confidence)
+        if not (self.fixed or (self.probing and n == 1) or y > self._plan.take[n]):
+            return False
+        self._taken.append(confidence)
+        self._chain = y
+        return True
+
+    @property
+    def drafted(self) -> int:
+        return len(self._taken)
+
+    def end_round(self, accepted: int, *, verify_seconds: float, draft_seconds: float = 0.0,
+                  draft_steps: int = 0, host_seconds: float | None = None) -> None:  # fmt: skip
+        """Learn from the verified round; ``draft_steps`` counts the steps paid for this round."""
+        taken = self._taken
+        accepted = min(accepted, len(taken))
+        for i, c in enumerate(taken[: accepted + 1]):
+            self.acceptance.observe(c, i < accepted, self.rounds)
+        self.costs.add_verify(1 + len(taken), verify_seconds)
+        self.costs.add_draft(draft_steps, draft_seconds)
+        if host_seconds is not None:
+            self.costs.add_host(host_seconds)
+        if self.probing:
+            if accepted > 0 and self._plan.take[1] < 0.9:  # accepted, where a sure draft would gain > 0.1 token
+                self.probe_interval = max(1, self.probe_interval // 2)
+            elif self.acceptance.observations >= self.probe_warmup:
+                self.probe_interval = min(self.probe_max, 4 * self.probe_interval)
+        if taken:
+            self.idle_rounds = 0
+        elif self._cap > 0:
+            self.idle_rounds += 1
+        self.rounds += 1
+        r = self.rounds
+        if not self.fixed and (r % self.refresh_every == 0 or (r < self.refresh_every and r & (r - 1) == 0)):
+            self.replan()
+        self.begin_round()
+
+    def shadow(self, confidence: float, accepted: bool) -> None:
+        """Calibrate on an undrafted token known (after the fact) to have matched or not, at no cost."""
+        self.acceptance.observe(confidence, accepted, self.rounds)
+
+    def state(self) -> PolicyState:
+        p = self._plan
+        return PolicyState(
+            rounds=self.rounds,
+            fixed=self.fixed,
+            rate=p.rate,
+            target_rate=p.target_rate,
+            verify=tuple(self.costs.verify(self.k_max + 1)[1:].tolist()),
+            draft_step=self.costs.draft_step,
+            host=self.costs.host,
+            calibration=(float(self.acceptance.w[0]), float(self.acceptance.w[1])),
+            idle_rounds=self.idle_rounds,
+            probe_interval=self.probe_interval,
+            probing=self.probing,
+            take=tuple(p.take[1 : self.k_max + 1].tolist()),
+            extend=tuple(p.extend[: self.k_max].tolist()),
+        )

@@ -1,0 +1,190 @@
+"""The draft-length policy against synthetic costs and acceptance (no model; fixed seeds)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from local_eagle.runtime.draftcost import CostModel
+from local_eagle.runtime.draftlen import AcceptanceModel, DraftLengthPolicy, plan
+from local_eagle.runtime.draftsim import (
+    CPU,
+    GPU,
+    PARTIAL,
+    PROFILES,
+    AcceptanceProcess,
+    CostProfile,
+    best_fixed,
+    fixed_rate,
+    simulate,
+)
+
+T1 = 0.02
+
+
+def test_cost_model_converges_on_noisy_timings():
+    rng = np.random.default_rng(0)
+    truth = {r: 0.019 * (0.3 + 0.7 * r) for r in range(1, 10)}
+    cm = CostModel(0.019)
+    for _ in range(400):
+        r = int(rng.choice([1, 2, 3, 5]))
+        spike = 3.0 if rng.random() < 0.03 else 1.0  # another process on the core
+        cm.add_verify(r, truth[r] * rng.lognormal(0.0, 0.1) * spike)
+        cm.add_draft(2, 2 * 0.0015 * rng.lognormal(0.0, 0.1))
+        cm.add_host(0.0005 * rng.lognormal(0.0, 0.1))
+    T = cm.verify(9)
+    for r in (1, 2, 3, 5):
+        assert T[r] == pytest.approx(truth[r], rel=0.04)
+    for r in (4, 6, 9):  # never measured: the fitted line
+        assert T[r] == pytest.approx(truth[r], rel=0.08)
+    assert cm.draft_step == pytest.approx(0.0015, rel=0.05)
+    assert cm.host == pytest.approx(0.0005, rel=0.05)
+    assert np.all(np.diff(T[1:]) >= 0)
+
+
+def test_cost_model_starts_pessimistic_and_one_outlier_does_not_pin_a_row():
+    cm = CostModel(T1)
+    np.testing.assert_allclose(cm.verify(4)[1:], [T1, 2 * T1, 3 * T1, 4 * T1])  # proportional until measured
+    for _ in range(8):
+        cm.add_verify(1, T1)
+        cm.add_verify(2, 1.02 * T1)
+    assert cm.verify(9)[9] < 1.3 * T1  # a flat target is recognised from 2-row calls
+    cm.add_verify(6, 3.0 * T1)
+    assert cm.verify(9)[6] < 1.2 * T1
+    opt = cm.verify(9, optimism=0.5)
+    assert opt[2] == pytest.approx(cm.verify(9)[2]) and opt[9] < cm.verify(9)[9]
+
+
+def test_acceptance_model_prior_is_calibrated_and_learns_an_overconfident_drafter():
+    am = AcceptanceModel()
+    assert am(0.7) == pytest.approx(0.7)
+    rng = np.random.default_rng(1)
+    for t in range(400):
+        u = rng.beta(1.0, 1.0)
+        am.observe(u**0.5, bool(rng.random() < u), t)  # reports sqrt(u): overconfident
+    am.refit(400)
+    for c in (0.5, 0.8, 0.95):
+        assert am(c) == pytest.approx(c**2, abs=0.08)
+
+
+def test_acceptance_model_ignores_confidence_that_says_nothing():
+    am = AcceptanceModel()
+    rng = np.random.default_rng(2)
+    for t in range(300):
+        am.observe(float(rng.beta(0.95 * 2, 0.05 * 2)), bool(rng.random() < 0.1), t)
+    am.refit(300)
+    assert am.w[1] >= 0.0
+    assert am(0.99) < 0.25
+
+
+def test_plan_flat_verify_drafts_deep_on_confident_drafts():
+    T = np.array([0.0, *(T1 * (1 + 0.01 * (n - 1)) for n in range(1, 10))])
+    p = plan(T, 0.05 * T1, 0.0, np.full(8, 0.9), 8)
+    assert p.rate > 3.0 * p.target_rate
+    assert all(t < 0.3 for t in p.take[1:]) and all(e < 0.4 for e in p.extend)
+
+
+def test_plan_proportional_verify_drafts_only_near_certain_tokens():
+    T = np.arange(10) * T1
+    assert math.isinf(plan(T, 0.05 * T1, 0.0, np.full(8, 0.99), 8).take[1])  # never pays, even when certain
+    T = np.array([0.0, *(CPU.verify[n] for n in range(1, 10))])
+    p = plan(T, CPU.draft_step, CPU.host, np.full(8, 0.5), 8)
+    assert p.rate == p.target_rate
+    assert all(math.isinf(e) for e in p.extend)  # an unseen draft (a = 0.5) is never worth a step
+    assert 0.65 < p.take[1] < 0.75  # a computed one is worth a row when a > (T(2) - T(1)) / (T(1) + host)
+
+
+def test_policy_drafts_deep_when_verify_is_flat():
+    pol = DraftLengthPolicy(GPU.verify[1], 8)
+    res = simulate(pol, GPU, AcceptanceProcess(0.95), 400, seed=3)
+    assert res.drafted[100:].mean() > 6.5
+    assert pol.take(0.999) and pol.extend()
+
+
+def test_policy_drafts_nothing_on_cpu_unless_acceptance_is_near_certain():
+    res = simulate(DraftLengthPolicy(CPU.verify[1], 8), CPU, AcceptanceProcess(0.5, confidence=0.9), 800, seed=4)
+    assert (res.drafted[200:] > 0).mean() < 0.08 and res.speedup > 0.95  # probes, and retries as old evidence fades
+    res = simulate(DraftLengthPolicy(CPU.verify[1], 8), CPU, AcceptanceProcess(0.99, concentration=20), 400, seed=4)
+    assert (res.drafted[100:] > 0).mean() > 0.9 and res.speedup > 1.3
+    prop = CostProfile.linear("proportional", T1, 1.0, 0.0015, 0.0005)
+    for alpha in (0.5, 0.9):
+        res = simulate(DraftLengthPolicy(T1, 8), prop, AcceptanceProcess(alpha, concentration=20), 800, seed=4)
+        assert (res.drafted[300:] > 0).mean() < 0.05 and res.speedup > 0.95
+
+
+def test_policy_stops_when_acceptance_collapses_and_resumes_through_probes():
+    good, bad = AcceptanceProcess(0.95), AcceptanceProcess(0.05, confidence=0.95)  # confidently wrong in phase 2
+    pol = DraftLengthPolicy(CPU.verify[1], 8)
+    states = {}
+
+    def process(r: int) -> AcceptanceProcess:
+        states[r] = pol.state()
+        return bad if 500 <= r < 1300 else good
+
+    d = simulate(pol, CPU, process, 1900, seed=5).drafted
+    assert d[200:500].mean() > 3.0
+    assert (d[900:1300] > 0).mean() < 0.04
+    assert states[1300].probe_interval >= 32 and states[1300].idle_rounds > 0
+    first = 1300 + int(np.argmax(d[1300:] > 0))
+    assert states[first].probing  # the first draft after the change is a probe
+    assert d[1600:].mean() > 3.0
+
+
+def test_probes_grow_rare_when_they_fail_and_frequent_when_they_are_accepted():
+    pol = DraftLengthPolicy(CPU.verify[1], 4, probe_first=4, probe_warmup=0, optimism=0.0)
+    for _ in range(4):
+        pol.begin_round()
+        assert not pol.extend()  # an unseen draft is not worth a step on a CPU
+        pol.end_round(0, verify_seconds=CPU.verify[1])
+    pol.begin_round()
+    assert pol.state().probing and pol.extend() and pol.take(0.001)
+    pol.end_round(0, verify_seconds=CPU.verify[2], draft_seconds=CPU.draft_step, draft_steps=1)
+    assert pol.state().probe_interval == 16 and pol.state().idle_rounds == 0
+    for _ in range(16):
+        pol.end_round(0, verify_seconds=CPU.verify[1])
+    assert pol.state().probing and pol.extend() and pol.take(0.001)
+    pol.end_round(1, verify_seconds=CPU.verify[2], draft_seconds=CPU.draft_step, draft_steps=1)
+    assert pol.state().probe_interval == 8
+
+
+def test_fixed_mode_caps_and_k_max_zero():
+    pol = DraftLengthPolicy(CPU.verify[1], 3, fixed=True)
+    res = simulate(pol, CPU, AcceptanceProcess(0.2), 50, seed=6)
+    assert np.all(res.drafted == 3)
+    pol.begin_round(cap=1)
+    assert pol.extend() and pol.take(0.0) and not pol.extend() and not pol.take(0.9)
+    pol = DraftLengthPolicy(CPU.verify[1], 0)
+    assert np.all(simulate(pol, CPU, AcceptanceProcess(0.99), 50, seed=6).drafted == 0)
+    pol = DraftLengthPolicy(GPU.verify[1], 4, primed=True)
+    assert simulate(pol, GPU, AcceptanceProcess(0.9), 50).drafted.max() <= 4
+
+
+def test_a_refused_draft_ends_the_round():
+    pol = DraftLengthPolicy(CPU.verify[1], 8)
+    pol.begin_round()
+    assert pol.extend() is False or pol.take(0.001) is False
+    assert not pol.extend() and pol.drafted == 0
+
+
+def test_simulate_is_deterministic():
+    process = AcceptanceProcess(0.8)
+    runs = [simulate(DraftLengthPolicy(PARTIAL.verify[1], 8), PARTIAL, process, 200, seed=7) for _ in "ab"]
+    assert runs[0].tokens == runs[1].tokens and np.array_equal(runs[0].drafted, runs[1].drafted)
+
+
+def test_fixed_rate_matches_the_formula():
+    alpha, k = 0.8, 3
+    tokens = 1 + alpha + alpha**2 + alpha**3
+    assert fixed_rate(GPU, alpha, k) == pytest.approx(tokens / (3 * GPU.draft_step + GPU.verify[4] + GPU.host))
+    assert best_fixed(CPU, 0.2, 8)[0] == 0 and best_fixed(GPU, 0.95, 8)[0] == 8
+
+
+@pytest.mark.parametrize("profile", PROFILES, ids=lambda p: p.name)
+def test_policy_is_within_5_percent_of_the_best_fixed_k(profile: CostProfile):
+    for alpha in (0.2, 0.5, 0.8, 0.95):
+        _, best = best_fixed(profile, alpha, 8)
+        res = simulate(DraftLengthPolicy(profile.verify[1], 8), profile, AcceptanceProcess(alpha), 1000, seed=1)
+        assert res.rate >= 0.95 * best, (profile.name, alpha, res.rate / best)
+        assert res.speedup >= 0.95, (profile.name, alpha, res.speedup)
