@@ -43,15 +43,6 @@ def friendly(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def human(n: float) -> str:
-    """A byte count the way people read file sizes (``1.5 GiB``)."""
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
-        n /= 1024
-    return str(n)
-
-
 def warn_if_cpu_only() -> None:
     """Say so when llama.cpp has no GPU backend: otherwise a slow run looks like a bug."""
     from local_eagle.llamacpp.bindings import gpu_offload_supported

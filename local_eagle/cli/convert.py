@@ -9,8 +9,9 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from local_eagle.cli.console import friendly, human, out
+from local_eagle.cli.console import friendly, out
 from local_eagle.cli.options import JsonOpt
+from local_eagle.units import human_bytes
 
 
 @friendly
@@ -36,7 +37,7 @@ def convert(
         print(json.dumps(d))
         return
     out.print(
-        f"wrote [bold]{res.outfile}[/] ({human(res.nbytes)}): EAGLE {res.eagle_version} drafter from a "
+        f"wrote [bold]{res.outfile}[/] ({human_bytes(res.nbytes)}): EAGLE {res.eagle_version} drafter from a "
         f"{res.format} checkpoint, target layers {res.target_layers}, draft vocab {res.draft_vocab_size}",
         highlight=False,
     )
@@ -71,5 +72,5 @@ def inspect(
         t.add_row("own embeddings / lm_head", f"{info.has_own_embeddings} / {info.has_own_lm_head}")
     t.add_row("tensors", str(info.tensor_count))
     for ty in sorted(info.tensor_bytes):
-        t.add_row(f"  {ty}", f"{info.tensor_counts[ty]} tensors, {human(info.tensor_bytes[ty])}")
+        t.add_row(f"  {ty}", f"{info.tensor_counts[ty]} tensors, {human_bytes(info.tensor_bytes[ty])}")
     out.print(t)

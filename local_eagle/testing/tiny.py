@@ -1,6 +1,6 @@
 """Tiny models generated on the spot: a llama-architecture target GGUF and EAGLE drafters.
 
-They let the tests and ``local-eagle demo`` exercise the whole path (checkpoint -> GGUF ->
+They let the tests and ``local-eagle selfcheck`` exercise the whole path (checkpoint -> GGUF ->
 llama.cpp vs the torch reference) on a CPU in seconds, with nothing downloaded.
 """
 
