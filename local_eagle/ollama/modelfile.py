@@ -27,7 +27,7 @@ from local_eagle.files import read_input
 from local_eagle.ollama.parameters import DEPRECATED, PARAMETERS, ParameterError, lookup, parse_text
 from local_eagle.ollama.parameters import format_value as format_parameter
 from local_eagle.ollama.template import GoTemplateError
-from local_eagle.ollama.template import parse as parse_template
+from local_eagle.ollama.template import parse_ollama as parse_template
 
 INSTRUCTIONS = ("from", "parameter", "template", "system", "message", "license", "draft", "adapter")
 INSTRUCTIONS += ("requires", "renderer", "parser")
