@@ -36,6 +36,8 @@ def run(src: str, data: Any = None) -> str:
     ("src", "want"),
     [
         ('{{printf "%04x" 127}}', "007f"),  # "printf int"
+        ("{{printf `%T` 0xef}}", "int"),  # "bug12xe"
+        ("{{printf `%T` 1.0}}", "float64"),  # "ideal float"
         ("{{index .SI 0}}", "3"),
         ("{{index .SI 1}}", "4"),
         ("{{index .MSI `one`}}", "1"),

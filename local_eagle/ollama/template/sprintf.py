@@ -36,7 +36,7 @@ class _Spec:
 
 
 def go_sprintf(fmt: str, args: Sequence[Any], budget: Budget | None = None) -> str:
-    """Go's ``fmt.Sprintf``: ``%v %s %q %d %b %o %O %x %X %c %U %t %e %E %f %F %g %G %%``, flags ``-+# 0``,
+    """Go's ``fmt.Sprintf``: ``%v %s %q %d %b %o %O %x %X %c %U %t %e %E %f %F %g %G %T %%``, flags ``-+# 0``,
     width and precision (also as ``*``), and Go's ``%!d(MISSING)``/``%!(EXTRA ...)``/``%!(NOVERB)`` markers.
 
     With a ``budget``, raises :class:`.LimitExceeded` as soon as the text would not fit in what is
@@ -106,8 +106,25 @@ def _pad(s: str, spec: _Spec, zero: bool | None = None) -> str:
     return ("0" if (spec.zero if zero is None else zero) else " ") * fill + s
 
 
+def _type_name(x: Any) -> str:
+    """``%T``: the Go type of a value as templates hold it (JSON-like data is ``map[string]interface {}``)."""
+    if x is None:
+        return "<nil>"
+    if isinstance(x, GoStruct):
+        return x.type_name or "struct"
+    if isinstance(x, GoJSON):
+        return _type_name(x.value)
+    if isinstance(x, dict):
+        return "map[string]interface {}"
+    if isinstance(x, list | tuple):
+        return "[]interface {}"
+    return go_type(x)
+
+
 def _format(verb: str, x: Any, spec: _Spec) -> str:
     """One operand under one verb, as Go's ``printArg``/``printValue`` dispatch it by type."""
+    if verb == "T":
+        return _pad(_type_name(x), spec)
     if isinstance(x, GoStringer) and verb in "vsqxX":
         return _string(verb, x.text, spec)
     if isinstance(x, GoJSON) and verb in "vsqxX":
