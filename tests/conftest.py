@@ -15,6 +15,12 @@ SPEC = TinyTargetSpec()
 N_VOCAB = 265
 
 
+@pytest.fixture(autouse=True)
+def _no_ollama_store(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests never read the machine's own Ollama store: ``FROM name`` finds only what a test builds."""
+    monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path_factory.getbasetemp() / "no-ollama-store"))
+
+
 @pytest.fixture(scope="session")
 def target_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_tiny_target(tmp_path_factory.mktemp("target") / "tiny-target.gguf", SPEC)

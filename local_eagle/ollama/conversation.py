@@ -13,7 +13,7 @@ from typing import Any
 
 from local_eagle.errors import LocalEagleError
 from local_eagle.files import read_input
-from local_eagle.ollama.modelfile import Modelfile, template_error
+from local_eagle.ollama.modelfile import Modelfile, template_error_of
 from local_eagle.ollama.prompt import modelfile_prompt
 from local_eagle.ollama.template import GoTemplateError
 
@@ -71,4 +71,4 @@ def render_conversation(
     try:
         return modelfile_prompt(modelfile, messages, system=system)
     except GoTemplateError as e:
-        raise template_error(str(modelfile.source or "Modelfile"), modelfile.lines.get("template", 1), e) from None
+        raise template_error_of(modelfile, e) from None

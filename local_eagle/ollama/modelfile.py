@@ -4,8 +4,10 @@ People describe a local model as a Modelfile, so local-eagle takes the same file
 instruction and quoting rules (a value runs to the end of its line unless a ``"`` or ``\"\"\"``
 keeps it open), the same parameter names and types, plus the ``DRAFT`` instruction and the
 ``draft_num_predict`` parameter that Ollama added for speculative decoding. What local-eagle
-cannot honour is refused with the file and line: a FROM naming a registry model (it needs the
-GGUF file itself) and ADAPTER.
+cannot honour is refused with the file and line: ADAPTER, and a FROM model with an adapter or
+projector layer. A FROM naming a model Ollama has pulled (``FROM llama3.1:8b``) is read from
+Ollama's store (:mod:`local_eagle.ollama.store`) with what it inherits from that model
+(:mod:`local_eagle.ollama.inherit`).
 
 A DRAFT may also point at an EAGLE 3 / 3.1 checkpoint directory: :func:`resolve_draft`
 converts it against the FROM model once and caches the GGUF.
@@ -17,28 +19,25 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from local_eagle.errors import LocalEagleError
 from local_eagle.files import read_input
+from local_eagle.ollama import inherit
+from local_eagle.ollama.modelfile_syntax import INSTRUCTIONS as INSTRUCTIONS
+from local_eagle.ollama.modelfile_syntax import ROLES as ROLES
+from local_eagle.ollama.modelfile_syntax import Command, ModelfileError, commands
 from local_eagle.ollama.parameters import DEPRECATED, PARAMETERS, ParameterError, lookup, parse_text
 from local_eagle.ollama.parameters import format_value as format_parameter
+from local_eagle.ollama.store import OllamaStore
 from local_eagle.ollama.template import GoTemplateError
-from local_eagle.ollama.template import parse as parse_template
-
-INSTRUCTIONS = ("from", "parameter", "template", "system", "message", "license", "draft", "adapter")
-INSTRUCTIONS += ("requires", "renderer", "parser")
-ROLES = ("system", "user", "assistant")
+from local_eagle.ollama.template import parse_ollama as parse_template
 
 # Ollama: "separate draft models default to 4"; no DRAFT means no drafting
 DEFAULT_DRAFT_NUM_PREDICT = PARAMETERS["draft_num_predict"].default
-
-
-class ModelfileError(LocalEagleError):
-    """A Modelfile that Ollama or local-eagle would refuse; the message starts with ``file:line:``."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +70,8 @@ class Modelfile:
     source: Path | None = field(default=None, compare=False)
     lines: dict[str, int] = field(default_factory=dict, compare=False)
     warnings: list[str] = field(default_factory=list, compare=False)
+    from_name: str | None = field(default=None, compare=False)  # FROM named a model of Ollama's store
+    origins: dict[str, str] = field(default_factory=dict, compare=False)  # inherited value -> its model and blob
 
     @property
     def stop(self) -> list[str]:
@@ -90,169 +91,26 @@ class Modelfile:
 
 
 # ----------------------------------------------------------------------------------------------
-# lexing: Ollama's parser.ParseFile state machine
-
-
-@dataclass(frozen=True)
-class _Command:
-    name: str  # "model" for FROM, a lower-case instruction, or the parameter name
-    args: str
-    line: int
-    parameter: bool = False
-    role: str = ""
-
-
-_NIL, _NAME, _VALUE, _PARAM, _MESSAGE, _COMMENT = range(6)
-
-
-def _is_newline(c: str) -> bool:
-    return c in "\r\n"
-
-
-def _is_space(c: str) -> bool:
-    return c in " \t"
-
-
-def _unquote(s: str) -> tuple[str, bool]:
-    if s.startswith('"""'):
-        if len(s) >= 6 and s.endswith('"""'):
-            return s[3:-3], True
-        return "", False
-    if s.startswith('"'):
-        if len(s) >= 2 and s.endswith('"'):
-            return s[1:-1], True
-        return "", False
-    return s, True
-
-
-def _go_trim_space(s: str) -> str:
-    return s.strip(" \t\n\r\v\f\x85\xa0")
-
-
-def _commands(text: str, where: str) -> Iterator[_Command]:
-    """Split Modelfile text into commands exactly where Ollama does.
-
-    A value ends at the first newline after which its trimmed text is balanced: bare, ``"..."``
-    or ``\"\"\"...\"\"\"``. Spaces never end a value; ``#`` starts a comment only where an
-    instruction could start. Characters Go does not consider printable are dropped.
-    """
-    state = _NIL
-    buf: list[str] = []
-    line = 1
-    start_line = 1
-    name = ""
-    param = False
-    role = ""
-    i, n = 0, len(text)
-
-    def err(msg: str, at: int) -> ModelfileError:
-        return ModelfileError(f"{where}:{at}: {msg}")
-
-    while i < n:
-        c = text[i]
-        i += 1
-        if c == "\n" or (c == "\r" and not text.startswith("\n", i)):
-            line_after = line + 1
-        else:
-            line_after = line
-        if state == _NIL:
-            if c == "#":
-                state = _COMMENT
-            elif not (_is_space(c) or _is_newline(c)):
-                state, buf, start_line = _NAME, [c], line
-        elif state == _COMMENT:
-            if _is_newline(c):
-                state = _NIL
-        elif state == _NAME:
-            if c.isascii() and c.isalpha():
-                buf.append(c)
-            elif _is_space(c):
-                word = "".join(buf)
-                low = word.lower()
-                if low not in INSTRUCTIONS:
-                    raise err(_unknown_instruction(word), line)
-                buf, role = [], ""
-                if low == "parameter":
-                    state = _PARAM
-                elif low == "message":
-                    state, name, param = _MESSAGE, "message", False
-                else:
-                    state, name, param = _VALUE, "model" if low == "from" else low, False
-            else:
-                word = "".join(buf)
-                if _is_newline(c) and word.lower() in INSTRUCTIONS:
-                    raise err(f"{word.upper()} needs a value on the same line", line)
-                rest = re.match(r"\S*", text[i:])
-                raise err(_unknown_instruction(word + c + (rest.group(0) if rest else "")), line)
-        elif state == _PARAM:
-            if c.isascii() and (c.isalnum() or c == "_"):
-                buf.append(c)
-            elif _is_space(c):
-                if not buf:
-                    raise err("PARAMETER needs a name, e.g. PARAMETER temperature 0.7", line)
-                state, name, param, buf = _VALUE, "".join(buf), True, []
-            elif _is_newline(c):
-                raise err(f"PARAMETER {''.join(buf)} needs a value on the same line", line)
-            else:
-                raise err(f"invalid character {c!r} in parameter name {''.join(buf) + c!r}", line)
-        elif state == _MESSAGE:
-            if c.isascii() and c.isalpha():
-                buf.append(c)
-            elif _is_space(c):
-                word = "".join(buf)
-                if word not in ROLES:
-                    raise err(f"MESSAGE role must be system, user or assistant, got {word!r}", line)
-                state, role, buf = _VALUE, word, []
-            else:
-                raise err("MESSAGE needs a role (system, user or assistant) and then the message", line)
-        else:  # _VALUE
-            if _is_newline(c) or _is_space(c):
-                value, ok = _unquote(_go_trim_space("".join(buf)))
-                if not ok or _is_space(c):
-                    buf.append(c)
-                else:
-                    yield _Command(name, value, start_line, param, role)
-                    state, buf = _NIL, []
-            elif c.isprintable():
-                buf.append(c)
-        line = line_after
-
-    if state == _VALUE:
-        raw = _go_trim_space("".join(buf))
-        value, ok = _unquote(raw)
-        if not ok:
-            quote = '"""' if raw.startswith('"""') else '"'
-            what = _display(name, param)
-            raise err(f"unterminated {quote} in the {what} value that starts here", start_line)
-        yield _Command(name, value, start_line, param, role)
-    elif state in (_NAME, _PARAM, _MESSAGE):
-        word = "".join(buf)
-        if state == _NAME and word.lower() not in INSTRUCTIONS:
-            raise err(_unknown_instruction(word), start_line)
-        raise err(f"unexpected end of file: the {_display(name or word, state == _PARAM)} has no value", start_line)
-
-
-def _display(name: str, param: bool) -> str:
-    if param:
-        return f"PARAMETER {name}"
-    return "FROM" if name == "model" else name.upper()
-
-
-def _unknown_instruction(word: str) -> str:
-    known = ", ".join(x.upper() for x in INSTRUCTIONS)
-    return f"unknown instruction {word!r}; expected one of {known}"
-
-
-# ----------------------------------------------------------------------------------------------
 # building the typed Modelfile
 
 
-def parse(text: str, base_dir: str | os.PathLike[str] = ".", source: str | os.PathLike[str] | None = None) -> Modelfile:
-    """Parse Modelfile text; relative paths are taken from ``base_dir`` (the Modelfile's folder)."""
+def parse(
+    text: str,
+    base_dir: str | os.PathLike[str] = ".",
+    source: str | os.PathLike[str] | None = None,
+    store: OllamaStore | None = None,
+) -> Modelfile:
+    """Parse Modelfile text; relative paths are taken from ``base_dir`` (the Modelfile's folder).
+
+    A FROM that is not a file but names a model (``llama3.1:8b``, ``me/mine``, ``host/ns/name:tag``)
+    is read from Ollama's ``store`` (default: ``$OLLAMA_MODELS`` or ``~/.ollama/models``), and the
+    Modelfile inherits that model's template, system prompt, parameters, messages and license as
+    ``ollama create`` decides it (:mod:`local_eagle.ollama.inherit`).
+    """
     where = str(source) if source is not None else "Modelfile"
     text = text.removeprefix("\ufeff")
     base = Path(base_dir)
-    froms: list[tuple[Path, int]] = []
+    froms: list[tuple[Path | str, int]] = []
     draft: tuple[Path, int] | None = None
     params: dict[str, Any] = {}
     lines: dict[str, int] = {}
@@ -262,7 +120,7 @@ def parse(text: str, base_dir: str | os.PathLike[str] = ".", source: str | os.Pa
     licenses: list[str] = []
     last_line = 1
 
-    for cmd in _commands(text, where):
+    for cmd in commands(text, where):
         last_line = cmd.line
         at = f"{where}:{cmd.line}"
         if cmd.parameter:
@@ -301,35 +159,58 @@ def parse(text: str, base_dir: str | os.PathLike[str] = ".", source: str | os.Pa
         raise ModelfileError(
             f"{where}:{last_line}: no FROM line; a Modelfile starts with the model, e.g. FROM ./model.gguf"
         )
+    own = inherit.Values(
+        template=values.get("template"),
+        system=values.get("system"),
+        parameters=params,
+        messages=[(m.role, m.content) for m in messages],
+        license=licenses,
+        draft=draft[0] if draft else None,
+        renderer=values.get("renderer"),
+        parser=values.get("parser"),
+        requires=values.get("requires"),
+    )
+    model, from_name, origins = froms[0][0], None, {}
+    if isinstance(model, str):
+        if len(froms) > 1:
+            raise ModelfileError(
+                f"{where}:{froms[1][1]}: a second FROM beside FROM {model} (line {froms[0][1]}), which names a model "
+                "of Ollama's store; Ollama would ignore the other FROM lines, so give only one"
+            )
+        got = inherit.resolve(model, own, f"{where}:{froms[0][1]}", warnings, store)
+        froms[0] = (got.model, froms[0][1])
+        model, from_name, origins, own = got.model, got.name, got.origins, got.values
     if draft is not None:
         for path, line in froms:
-            if _same_path(path, draft[0]):
+            if _same_path(Path(path), draft[0]):
                 raise ModelfileError(
                     f"{where}:{draft[1]}: DRAFT must not reference the same local path as FROM (line {line})"
                 )
     return Modelfile(
-        model=froms[0][0],
-        draft=draft[0] if draft else None,
-        parameters=params,
-        template=values.get("template"),
-        system=values.get("system"),
-        messages=messages,
-        license=licenses,
-        requires=values.get("requires"),
-        renderer=values.get("renderer"),
-        parser=values.get("parser"),
-        extra_models=[p for p, _ in froms[1:]],
+        model=Path(model),
+        draft=own.draft,
+        parameters=own.parameters,
+        template=own.template,
+        system=own.system,
+        messages=[Message(role, content) for role, content in own.messages],
+        license=own.license,
+        requires=own.requires,
+        renderer=own.renderer,
+        parser=own.parser,
+        extra_models=[Path(p) for p, _ in froms[1:]],
         source=Path(source) if source is not None else None,
         lines=lines,
         warnings=warnings,
+        from_name=from_name,
+        origins=origins,
     )
 
 
-def parse_file(path: str | os.PathLike[str]) -> Modelfile:
-    """Read and parse a Modelfile; paths in it are relative to its folder."""
+def parse_file(path: str | os.PathLike[str], store: OllamaStore | None = None) -> Modelfile:
+    """Read and parse a Modelfile; paths in it are relative to its folder (``store`` as for :func:`parse`)."""
     p = Path(path)
     data = read_input(p, "Modelfile", ModelfileError)
-    return parse(_decode(data, p), base_dir=p.parent.absolute(), source=p)
+    return parse(_decode(data, p), base_dir=p.parent.absolute(), source=p, store=store)
 
 
 def _decode(data: bytes, p: Path) -> str:
@@ -343,9 +224,6 @@ def _decode(data: bytes, p: Path) -> str:
         raise ModelfileError(f"{p}:{line}: not valid UTF-8 (byte {e.start})") from None
 
 
-_NAME_RE = re.compile(r"([A-Za-z0-9][\w.-]*/){0,2}[A-Za-z0-9][\w.-]*(:[\w][\w.-]{0,127})?(@sha256:[0-9a-fA-F]{64})?")
-
-
 def _looks_like_path(value: str) -> bool:
     return (
         value.startswith(("/", "./", "../", "~", "\\", ".\\", "..\\"))
@@ -355,16 +233,14 @@ def _looks_like_path(value: str) -> bool:
     )
 
 
-def _from_path(value: str, base: Path, at: str) -> Path:
+def _from_path(value: str, base: Path, at: str) -> Path | str:
+    """The FROM file, or the value itself when it is no file and reads as a model name: Ollama's
+    ``CreateRequest`` takes a FROM whose path does not exist as a model name."""
     if not value:
-        raise ModelfileError(f"{at}: FROM needs the path of a GGUF file")
+        raise ModelfileError(f"{at}: FROM needs the path of a GGUF file or the name of an Ollama model")
     path = _expand_path(value, base, at)
-    if not path.exists() and not _looks_like_path(value) and _NAME_RE.fullmatch(value):
-        raise ModelfileError(
-            f"{at}: FROM {value} names an Ollama registry model, not a file; local-eagle needs the GGUF itself: "
-            f"download it (e.g. from Hugging Face) and write FROM ./file.gguf, or run `ollama pull {value}` and "
-            f"use the blob path on the FROM line of `ollama show --modelfile {value}`"
-        )
+    if not path.exists() and not _looks_like_path(value):
+        return value
     return path
 
 
@@ -412,7 +288,7 @@ def _check_template(text: str, where: str, line: int) -> None:
         raise template_error(where, line, e) from None
 
 
-def _set_parameter(params: dict[str, Any], cmd: _Command, at: str, warnings: list[str]) -> None:
+def _set_parameter(params: dict[str, Any], cmd: Command, at: str, warnings: list[str]) -> None:
     name, raw = cmd.name, cmd.args
     if name in DEPRECATED:
         warnings.append(f"{at}: parameter {name} is deprecated and ignored (as in Ollama)")
@@ -452,7 +328,7 @@ def encode_value(s: str, what: str = "value") -> str:
     candidates = ['""'] if s == "" else [_ollama_quote(s), s, f'"{s}"', f'"""{s}"""']
     for c in candidates:
         try:
-            cmds = list(_commands(f"SYSTEM {c}\n", "check"))
+            cmds = list(commands(f"SYSTEM {c}\n", "check"))
         except ModelfileError:
             continue
         if len(cmds) == 1 and cmds[0].args == s:
@@ -483,7 +359,18 @@ def format_modelfile(m: Modelfile) -> str:
 def show(m: Modelfile) -> str:
     """``format_modelfile`` under a comment header, like ``ollama show --modelfile``."""
     src = f" from {m.source}" if m.source else ""
-    return f'# Modelfile generated by "local-eagle modelfile show"{src}\n\n' + format_modelfile(m)
+    head = f'# Modelfile generated by "local-eagle modelfile show"{src}\n'
+    if m.from_name:  # as ollama show --modelfile: FROM is the blob, the name is in a comment
+        head += f"# To build a new Modelfile based on this, replace FROM with:\n# FROM {m.from_name}\n"
+    return head + "\n" + format_modelfile(m)
+
+
+def template_error_of(m: Modelfile, e: GoTemplateError) -> ModelfileError:
+    """A template error of ``m`` where it is: the TEMPLATE line, or the Ollama model it was inherited from."""
+    origin = m.origins.get("template")
+    if origin is None:
+        return template_error(str(m.source or "Modelfile"), m.lines.get("template", 1), e)
+    return ModelfileError(f"{m.where('from')}: TEMPLATE inherited from {origin}: {e}")
 
 
 # ----------------------------------------------------------------------------------------------

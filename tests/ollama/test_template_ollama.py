@@ -256,6 +256,9 @@ def test_cut_after_response_keeps_enclosing_nodes() -> None:
 
 
 def test_tools_and_tool_calls_print_as_ollamas_json() -> None:
+    """``.Tools`` prints as JSON (``templateTools``); a tool call's ``.Function`` is Ollama's
+    ``templateToolCallFunction``, a struct without JSON tags, so ``json`` writes its Go field names
+    (template/template.go since Ollama #13525 / #13636), and ``.Arguments`` prints as JSON."""
     tmpl = (
         "{{- if .Tools }}Tools: {{ .Tools }}\n{{ end }}{{ range .Messages }}{{ .Role }}: {{ .Content }}"
         "{{ range .ToolCalls }}call {{ .Function.Name }} {{ .Function.Arguments }} {{ json .Function }}{{ end }}\n"
@@ -288,8 +291,8 @@ def test_tools_and_tool_calls_print_as_ollamas_json() -> None:
         'Tools: [{"type":"function","function":{"name":"get_weather","description":"Get weather","parameters":'
         '{"type":"object","required":["city"],"properties":{"city":{"type":"string","description":"City name"}}}}}]\n'
         "user: Weather in Paris?\n"
-        'assistant: call get_weather {"city":"Paris","unit":"C"} {"name":"get_weather","arguments":{"city":"Paris",'
-        '"unit":"C"}}\n'
+        'assistant: call get_weather {"city":"Paris","unit":"C"} {"Index":0,"Name":"get_weather","Arguments":'
+        '{"city":"Paris","unit":"C"}}\n'
         "tool: 18C\n"
     )
     assert render_ollama(tmpl, msgs, tools=tools) == want

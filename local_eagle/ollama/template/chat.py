@@ -7,68 +7,122 @@ A template that names ``.Messages`` runs once over the whole chat; an older one 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from local_eagle.ollama.template.executor import Template
 from local_eagle.ollama.template.limits import Budget
-from local_eagle.ollama.template.nodes import Action, Command, Field, If, Pipe, Range, With
+from local_eagle.ollama.template.nodes import Action, Command, Field, If, Pipe, Range, TemplateCall, With
 from local_eagle.ollama.template.parser import parse
-from local_eagle.ollama.template.values import GoJSON, GoStruct
+from local_eagle.ollama.template.values import (
+    GoJSON,
+    GoStringer,
+    GoStruct,
+    GoTemplateError,
+    NilMap,
+    NilSlice,
+    OrderedMap,
+)
+
+
+def _arguments(args: Any) -> GoJSON:
+    """``templateArgs``: a map that prints as its JSON; absent arguments print ``{}`` but marshal as ``null``."""
+    if isinstance(args, str) and args.strip():
+        args = json.loads(args)  # OpenAI clients send the arguments as a JSON string
+    if not isinstance(args, Mapping):
+        return GoStringer(NilMap(), "{}")
+    return GoJSON(dict(args))
 
 
 def _tool_call(tc: Mapping[str, Any]) -> GoStruct:
+    """``templateToolCall``: Ollama's template view of a tool call, a struct without JSON tags."""
     fn = tc.get("function", tc)
     function = GoStruct(
-        Index=int(fn.get("index", 0)),
-        Name=str(fn.get("name", "")),
-        Arguments=GoJSON(dict(fn.get("arguments") or {})),
-        json_tags={"Index": "index,omitempty", "Name": "name", "Arguments": "arguments"},
+        Index=int(fn.get("index", 0)), Name=str(fn.get("name", "")), Arguments=_arguments(fn.get("arguments"))
     )
-    tags = {"ID": "id,omitempty", "Function": "function"}
-    return GoStruct(ID=str(tc.get("id", "")), Function=function, json_tags=tags)
+    return GoStruct(ID=str(tc.get("id", "")), Function=function)
+
+
+def _slice(values: Any) -> list[Any]:
+    """A JSON list as a Go slice: absent or null is a nil slice (``null`` in JSON, ``[]`` when printed)."""
+    return list(values) if values is not None else NilSlice()
+
+
+def _property_type(t: Any) -> GoStringer:
+    """``api.PropertyType``: a list of JSON Schema types that prints the one type alone (``String``) and
+    marshals as a string when there is one, as a list otherwise."""
+    types = [t] if isinstance(t, str) else [str(x) for x in t or []]
+    text = "" if not types else types[0] if len(types) == 1 else "[" + " ".join(types) + "]"
+    return GoStringer(types, text, types[0] if len(types) == 1 else types)
 
 
 def _tool_property(p: Mapping[str, Any]) -> GoStruct:
-    tags = {"Type": "type", "Items": "items,omitempty", "Description": "description", "Enum": "enum,omitempty"}
+    """``api.ToolProperty``, fields and JSON tags in Ollama's order; nested properties keep their order."""
+    nested = p.get("properties")
+    tags = {"AnyOf": "anyOf,omitempty", "Type": "type,omitempty", "Items": "items,omitempty"}
+    tags |= {"Description": "description,omitempty", "Enum": "enum,omitempty", "Properties": "properties,omitempty"}
     return GoStruct(
-        Type=p.get("type", ""),
+        AnyOf=[_tool_property(x) for x in p["anyOf"]] if p.get("anyOf") is not None else NilSlice(),
+        Type=_property_type(p.get("type")),
         Items=p.get("items"),
-        Description=p.get("description", ""),
-        Enum=list(p.get("enum") or []),
-        json_tags=tags,
+        Description=str(p.get("description") or ""),
+        Enum=_slice(p.get("enum")),
+        Properties=None if nested is None else OrderedMap((k, _tool_property(v)) for k, v in nested.items()),
+        Required=_slice(p.get("required")),
+        json_tags={**tags, "Required": "required,omitempty"},
+        type_name="api.ToolProperty",
     )
 
 
 def go_tool(tool: Mapping[str, Any]) -> GoJSON:
-    """An ``api.Tool`` from an OpenAI-style dict; it prints as its JSON, struct fields in order and
-    the parameter properties as a map with sorted keys, as ``json.Marshal`` writes it."""
-    fn = tool.get("function", {})
+    """Ollama's ``templateTool`` (template/template.go) from an OpenAI-style dict: it prints as its JSON;
+    ``.Function.Parameters.Properties`` is a map that prints as its JSON too (``templateProperties``),
+    with sorted keys as ``json.Marshal`` writes a Go map, and ``{}`` when the tool gives none."""
+    fn = tool.get("function") or {}
     params = fn.get("parameters") or {}
+    props = params.get("properties")
     parameters = GoStruct(
-        Type=params.get("type", "object"),
-        Required=list(params.get("required") or []),
-        Properties={k: _tool_property(v) for k, v in (params.get("properties") or {}).items()},
-        json_tags={"Type": "type", "Required": "required,omitempty", "Properties": "properties"},
+        Type=str(params.get("type", "")),
+        Defs=params.get("$defs"),
+        Items=params.get("items"),
+        Required=_slice(params.get("required")),
+        Properties=(
+            GoStringer(NilMap(), "{}") if props is None else GoJSON({k: _tool_property(v) for k, v in props.items()})
+        ),
+        json_tags={
+            "Type": "type",
+            "Defs": "$defs,omitempty",
+            "Items": "items,omitempty",
+            "Required": "required,omitempty",
+            "Properties": "properties",
+        },
     )
     function = GoStruct(
-        Name=fn.get("name", ""),
-        Description=fn.get("description", ""),
+        Name=str(fn.get("name", "")),
+        Description=str(fn.get("description") or ""),
         Parameters=parameters,
-        json_tags={"Name": "name", "Description": "description,omitempty", "Parameters": "parameters"},
+        json_tags={"Name": "name", "Description": "description", "Parameters": "parameters"},
     )
-    tags = {"Type": "type", "Function": "function"}
-    return GoJSON(GoStruct(Type=tool.get("type", "function"), Function=function, json_tags=tags))
+    tags = {"Type": "type", "Items": "items,omitempty", "Function": "function"}
+    return GoJSON(
+        GoStruct(Type=str(tool.get("type", "function")), Items=tool.get("items"), Function=function, json_tags=tags)
+    )
+
+
+def go_tools(tools: Sequence[Mapping[str, Any]] | None) -> GoJSON:
+    """``templateTools``: prints as its JSON, so ``null`` when the request has no tools (a nil slice)."""
+    return GoJSON(NilSlice() if tools is None else [go_tool(x) for x in tools])
 
 
 def go_message(m: Mapping[str, Any]) -> GoStruct:
-    """An ``api.Message`` as templates see it, from a ``{"role": ..., "content": ...}`` dict."""
+    """Ollama's ``templateMessage``, from a ``{"role": ..., "content": ...}`` dict."""
     return GoStruct(
         Role=str(m.get("role", "")).lower(),
         Content=str(m.get("content") or ""),
         Thinking=str(m.get("thinking") or ""),
-        Images=list(m.get("images") or []),
-        ToolCalls=[_tool_call(tc) for tc in m.get("tool_calls") or []],
+        Images=_slice(m.get("images")),
+        ToolCalls=[_tool_call(tc) for tc in m["tool_calls"]] if m.get("tool_calls") else NilSlice(),
         ToolName=str(m.get("tool_name") or m.get("name") or ""),
         ToolCallID=str(m.get("tool_call_id") or ""),
     )
@@ -95,6 +149,25 @@ def with_response(t: Template) -> Template:
     if {"messages", "response"} & t.identifiers():
         return t
     return Template([*t.root, Action(Pipe([Command([Field(("Response",))])]))], t.defines, t.source)
+
+
+def parse_ollama(source: str) -> Template:
+    """Ollama's ``template.Parse``: Go's parse with Ollama's functions, then ``Vars()``, which refuses a
+    ``{{ template "name" }}`` without an argument anywhere ("undefined template specified", so such a
+    template, a recursive one included, is refused when created), then :func:`with_response`."""
+    t = parse(source)
+
+    def check(nodes: list[Any]) -> None:
+        for n in nodes:
+            if isinstance(n, TemplateCall) and n.pipe is None:
+                raise GoTemplateError("undefined template specified", n.line, n.col or None)
+            if isinstance(n, If | With | Range):
+                check(n.body)
+                check(n.else_ or [])
+
+    for nodes in [t.root, *t.defines.values()]:
+        check(nodes)
+    return with_response(t)
 
 
 def cut_after_response(nodes: list[Any]) -> list[Any]:
@@ -140,6 +213,7 @@ def render_ollama(
     tools: Sequence[Mapping[str, Any]] | None = None,
     think: bool = False,
     think_set: bool = False,
+    think_level: str = "",
 ) -> str:
     """Render a chat the way Ollama's ``template.Execute`` does.
 
@@ -147,24 +221,20 @@ def render_ollama(
     ``thinking``, ``tool_name``), system messages included. A template that uses ``.Messages``
     runs once over the merged messages with ``.System`` set to all system contents; any other
     template runs once per turn with ``.System``, ``.Prompt`` and ``.Response``, and the last
-    turn stops right after ``{{ .Response }}``. Both share one :class:`.Budget` (:mod:`.limits`).
+    turn stops right after ``{{ .Response }}``. Both see ``.Think``, ``.ThinkLevel`` (``""`` unless
+    the request gave a level) and ``.IsThinkSet``, and share one :class:`.Budget` (:mod:`.limits`).
     """
     budget = Budget()
-    t = parse(template) if isinstance(template, str) else template
-    t = with_response(t)
+    t = parse_ollama(template) if isinstance(template, str) else with_response(template)
     system, msgs = collate(messages)
-    names = t.identifiers()
-    if "messages" in names or "document" in names:
+    think_values = {"Think": think, "ThinkLevel": think_level, "IsThinkSet": think_set}
+    if "messages" in t.identifiers():
         data = {
             "System": system,
-            "Messages": msgs,
-            "Tools": GoJSON([go_tool(x) for x in tools]) if tools else [],
+            "Messages": msgs if messages else NilSlice(),
+            "Tools": go_tools(tools),
             "Response": "",
-            "Think": think,
-            "IsThinkSet": think_set,
-            "Query": "",
-            "Document": "",
-            "Instruction": "",
+            **think_values,
         }
         return t.execute(data, budget)
 
@@ -172,7 +242,7 @@ def render_ollama(
     turn = {"System": "", "Prompt": "", "Response": ""}
 
     def run(tmpl: Template) -> None:
-        out.append(tmpl.execute({**turn, "Think": think, "IsThinkSet": think_set}, budget))
+        out.append(tmpl.execute({**turn, **think_values}, budget))
         turn.update(System="", Prompt="", Response="")
 
     for m in msgs:

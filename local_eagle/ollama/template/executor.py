@@ -14,6 +14,7 @@ from local_eagle.ollama.template import nodes as tree
 from local_eagle.ollama.template.functions import call_builtin
 from local_eagle.ollama.template.limits import DEPTH_MESSAGE, MAX_DEPTH, Budget, LimitExceeded
 from local_eagle.ollama.template.printing import go_format
+from local_eagle.ollama.template.sprintf import go_quote
 from local_eagle.ollama.template.values import (
     MISSING,
     FuncError,
@@ -133,11 +134,14 @@ class _State:
             self.walk_range(dot, n)
         elif isinstance(n, tree.TemplateCall):
             self.at(n.line, n.col)
+            body = self.tmpl.defines.get(n.name)
+            if body is None:
+                raise self.error(f"template {go_quote(n.name)} not defined")
             new_dot = self.eval_pipeline(dot, n.pipe) if n.pipe is not None else MISSING
             self.enter()
             saved = self.vars
             self.vars = [("$", new_dot)]
-            self.walk_list(new_dot, self.tmpl.defines[n.name])
+            self.walk_list(new_dot, body)
             self.vars = saved
             self.depth -= 1
         elif isinstance(n, tree.Break):

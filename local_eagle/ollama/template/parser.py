@@ -1,7 +1,9 @@
-"""The parser: lexer items to a parse tree, checked as Go checks it (scopes, functions, template names).
+"""The parser: lexer items to a parse tree, checked as Go checks it (scopes, functions, definitions).
 
-Errors are raised here rather than at execution so that a Modelfile with a bad TEMPLATE is
-refused when it is read, with the line at fault, as Ollama refuses it on ``create``.
+What Go refuses when parsing is refused here, with the line at fault, so that a Modelfile with a
+bad TEMPLATE is refused when it is read, as Ollama refuses it on ``create``; what Go only finds
+when executing (a ``template`` call to a name never defined, an assignment to an undeclared
+variable) fails only when executed, so a template Ollama runs is never refused here.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from collections import Counter
 from typing import Any
 
 from local_eagle.ollama.template.executor import Template
+from local_eagle.ollama.template.functions import OLLAMA_FUNCS
 from local_eagle.ollama.template.lexer import ActionItem, TextItem, Tok, lex
 from local_eagle.ollama.template.limits import DEPTH_MESSAGE, MAX_DEPTH, MAX_SOURCE
 from local_eagle.ollama.template.nodes import (
@@ -34,7 +37,7 @@ from local_eagle.ollama.template.nodes import (
 from local_eagle.ollama.template.values import GoTemplateError
 
 _FUNCS = {"and", "or", "not", "len", "index", "slice", "eq", "ne", "lt", "le", "gt", "ge", "print", "printf", "println"}
-_FUNCS |= {"json"}
+_FUNCS |= {"json"} | OLLAMA_FUNCS  # Ollama's template.Parse adds its FuncMap
 _UNSUPPORTED_FUNCS = {"call", "html", "js", "urlquery"}
 
 
@@ -47,22 +50,12 @@ def parse(source: str) -> Template:
         root = p.parse()
     except RecursionError:  # a caller already deep in its stack; MAX_DEPTH keeps the parser's own use low
         raise GoTemplateError(f"{DEPTH_MESSAGE} (Python's recursion limit was reached)") from None
-    t = Template(root, p.defines, source)
-    _check_template_calls(t)
-    return t
+    return Template(root, p.defines, source)
 
 
-def _check_template_calls(t: Template) -> None:
-    def visit(nodes: list[Any]) -> None:
-        for n in nodes:
-            if isinstance(n, TemplateCall) and n.name not in t.defines:
-                raise GoTemplateError(f"no such template {n.name!r}", n.line)
-            if isinstance(n, If | With | Range):
-                visit(n.body)
-                visit(n.else_ or [])
-
-    for nodes in [t.root, *t.defines.values()]:
-        visit(nodes)
+def _is_empty(nodes: list[Any]) -> bool:
+    """Go's ``parse.IsEmptyTree``: nothing but white space text, so a later definition may replace it."""
+    return all(isinstance(n, TextNode) and not n.text.strip(" \t\r\n\v\f") for n in nodes)
 
 
 class _Cursor:
@@ -194,7 +187,10 @@ class _Parser:
                     self.vars, self.range_depth = saved_vars, saved_depth
                     if term != "end":
                         raise GoTemplateError(f"unexpected EOF in {{{{{kw}}}}}", item.line)
-                    self.defines[name] = body
+                    if name in self.defines and not _is_empty(self.defines[name]) and not _is_empty(body):
+                        raise GoTemplateError(f'template: multiple definition of template "{name}"', item.line)
+                    if name not in self.defines or not _is_empty(body):
+                        self.defines[name] = body
                     if kw == "block":
                         nodes.append(TemplateCall(name, pipe, item.line, item.col))
                 continue
@@ -255,17 +251,17 @@ class _Parser:
                 cur.next_nonspace()
                 pipe.decl.append(t.val)
                 pipe.assign = after.kind == "assign"
-                if not pipe.assign:
-                    self.vars.declare(t.val)
-                elif t.val not in self.vars:
-                    raise GoTemplateError(f"undefined variable {t.val!r}", t.line)
+                # Go adds an assigned name to the parse scope too; an undeclared one fails when executed
+                self.vars.declare(t.val)
             elif after is not None and after.kind == "comma" and context == "range":
+                # {{ range $k, $v := ... }} or, since Go 1.22, {{ range $k, $v = ... }}
                 cur.next_nonspace()
                 t2 = cur.next_nonspace()
                 after2 = cur.next_nonspace()
-                if t2 is None or t2.kind != "var" or after2 is None or after2.kind != "declare":
+                if t2 is None or t2.kind != "var" or after2 is None or after2.kind not in ("declare", "assign"):
                     raise GoTemplateError("range can only initialize variables", line)
                 pipe.decl += [t.val, t2.val]
+                pipe.assign = after2.kind == "assign"
                 self.vars.declare(t.val)
                 self.vars.declare(t2.val)
             elif after is not None and after.kind == "comma":
@@ -372,19 +368,26 @@ class _Parser:
 
 
 def _parse_number(text: str, line: int) -> int | float:
-    """Go's rule for constants in a template: hex/octal/binary and plain digits are ints, anything
-    with a point or an exponent is a float64."""
+    """Go's rule for constants in a template (``parse.newNumber``): hex/octal/binary and plain digits
+    are ints, anything with a point or an exponent (``p`` in hex) is a float64; an integer that does
+    not fit Go's int is refused, as Go refuses it ("integer overflow")."""
     s = text.replace("_", "")
     if s.endswith("i"):
         raise GoTemplateError(f"complex numbers are not supported: {text}", line)
     body = s.lstrip("+-")
     try:
+        if body[:2].lower() == "0x" and any(c in body for c in ".pP"):
+            return float.fromhex(s)
         if body[:2].lower() in ("0x", "0b", "0o"):
-            return int(s, 0)
-        if any(c in body for c in ".eE"):
+            value = int(s, 0)
+        elif any(c in body for c in ".eE"):
             return float(s)
-        if len(body) > 1 and body.startswith("0"):
-            return int(s, 8)
-        return int(s, 10)
-    except ValueError:
+        elif len(body) > 1 and body.startswith("0"):
+            value = int(s, 8)
+        else:
+            value = int(s, 10)
+    except (ValueError, OverflowError):
         raise GoTemplateError(f"bad number syntax: {text!r}", line) from None
+    if not -(2**63) <= value < 2**63:
+        raise GoTemplateError(f"integer overflow: {text!r}", line)
+    return value

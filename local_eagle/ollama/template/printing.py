@@ -1,4 +1,4 @@
-"""Printing like Go's ``fmt`` (``%v``, ``Sprintf``) and ``encoding/json``.
+"""Printing like Go's ``fmt`` (``%v``) and ``encoding/json``; ``printf`` is in :mod:`.sprintf`.
 
 Numbers and maps print the way Go prints them (``1e+06``, sorted map keys, ``\\u003c``)
 because those bytes end up in the prompt the target and the drafter see.
@@ -8,12 +8,21 @@ from __future__ import annotations
 
 import json
 import math
-import re
-from collections.abc import Sequence
 from typing import Any
 
-from local_eagle.ollama.template.limits import MAX_DEPTH, VALUE_DEPTH_MESSAGE, Budget, LimitExceeded
-from local_eagle.ollama.template.values import MISSING, FuncError, GoJSON, GoStruct, go_type, sort_key, truth
+from local_eagle.ollama.template.limits import MAX_DEPTH, VALUE_DEPTH_MESSAGE, LimitExceeded
+from local_eagle.ollama.template.values import (
+    MISSING,
+    FuncError,
+    GoJSON,
+    GoStringer,
+    GoStruct,
+    NilMap,
+    NilSlice,
+    OrderedMap,
+    sort_key,
+    truth,
+)
 
 
 def _digits(x: float) -> tuple[str, str, int]:
@@ -69,6 +78,8 @@ def go_format(v: Any, depth: int = 0) -> str:
         return "<nil>"
     if v is MISSING:
         return "<no value>"
+    if isinstance(v, GoStringer):
+        return v.text
     if isinstance(v, GoJSON):
         return go_json(v.value, depth + 1)
     if isinstance(v, bool):
@@ -120,9 +131,11 @@ def go_json(v: Any, depth: int = 0) -> str:
     """
     if depth > MAX_DEPTH:
         raise LimitExceeded(VALUE_DEPTH_MESSAGE)
+    if isinstance(v, GoStringer):
+        return go_json(v.marshal, depth + 1)
     if isinstance(v, GoJSON):
         return go_json(v.value, depth + 1)
-    if v is None or v is MISSING:
+    if v is None or v is MISSING or isinstance(v, NilSlice | NilMap):
         return "null"
     if isinstance(v, bool):
         return "true" if v else "false"
@@ -141,89 +154,8 @@ def go_json(v: Any, depth: int = 0) -> str:
             parts.append(f"{_json_string(name)}:{go_json(x, depth + 1)}")
         return "{" + ",".join(parts) + "}"
     if isinstance(v, dict):
-        keys = sorted(v, key=lambda k: str(k))
+        keys = list(v) if isinstance(v, OrderedMap) else sorted(v, key=lambda k: str(k))
         return "{" + ",".join(f"{_json_string(str(k))}:{go_json(v[k], depth + 1)}" for k in keys) + "}"
     if isinstance(v, list | tuple):
         return "[" + ",".join(go_json(x, depth + 1) for x in v) + "]"
     raise FuncError(f"json: unsupported type {type(v).__name__}")
-
-
-_VERB_RE = re.compile(r"%([-+# 0]*)(\d+|\*)?(?:\.(\d+|\*)?)?([a-zA-Z%])")
-
-
-def go_sprintf(fmt: str, args: Sequence[Any], budget: Budget | None = None) -> str:
-    """Go's ``fmt.Sprintf`` for the verbs templates use: ``%s %v %d %q %t %f %g %e %x %X %c %%``.
-
-    With a ``budget``, raises :class:`.LimitExceeded` as soon as the text would not fit in what is
-    left of its output, and before a width such as ``%999999999d`` is padded out.
-    """
-    out: list[str] = []
-    room = budget.output if budget is not None else math.inf
-
-    def add(text: str) -> None:
-        nonlocal room
-        room -= len(text)
-        if room < 0 and budget is not None:
-            raise LimitExceeded(budget.output_message())
-        out.append(text)
-
-    pos, ai = 0, 0
-    for m in _VERB_RE.finditer(fmt):
-        add(fmt[pos : m.start()])
-        pos = m.end()
-        flags, width, prec, verb = m.group(1), m.group(2), m.group(3), m.group(4)
-        if verb == "%":
-            add("%")
-            continue
-        if ai >= len(args):
-            add(f"%!{verb}(MISSING)")
-            continue
-        x = args[ai]
-        ai += 1
-        if budget is not None and max((int(g) for g in (width, prec) if g and g != "*"), default=0) > room:
-            raise LimitExceeded(budget.output_message())
-        add(_pad(_format_verb(verb, x, prec), flags, width))
-    add(fmt[pos:])
-    if ai < len(args):
-        extra = ", ".join(f"{go_type(x)}={go_format(x)}" for x in args[ai:])
-        add(f"%!(EXTRA {extra})")
-    return "".join(out)
-
-
-def _format_verb(verb: str, x: Any, prec: str | None) -> str:
-    p = int(prec) if prec and prec != "*" else None
-    if verb == "v":
-        return go_format(x)
-    if verb == "s":
-        s = go_format(x)
-        return s[:p] if p is not None else s
-    if verb == "q":
-        return _json_string(x) if isinstance(x, str) else f"%!q({go_type(x)}={go_format(x)})"
-    if verb == "t":
-        return go_format(x) if isinstance(x, bool) else f"%!t({go_type(x)}={go_format(x)})"
-    if verb == "c" and isinstance(x, int) and not isinstance(x, bool):
-        return chr(x) if 0 <= x <= 0x10FFFF and not 0xD800 <= x <= 0xDFFF else "\ufffd"  # Go's RuneError
-    if verb in "dxXob" and isinstance(x, int) and not isinstance(x, bool):
-        return {"d": str(x), "x": f"{x:x}", "X": f"{x:X}", "o": f"{x:o}", "b": f"{x:b}"}[verb]
-    if verb in "xX" and isinstance(x, str):
-        h = x.encode().hex()
-        return h if verb == "x" else h.upper()
-    if verb in "feEgG" and isinstance(x, int | float) and not isinstance(x, bool):
-        if verb == "g" and p is None:
-            return go_float(float(x))
-        return f"{float(x):{'.' + str(p if p is not None else 6)}{verb}}"
-    return f"%!{verb}({go_type(x)}={go_format(x)})"
-
-
-def _pad(s: str, flags: str, width: str | None) -> str:
-    if not width or width == "*":
-        return s
-    w = int(width)
-    if len(s) >= w:
-        return s
-    if "-" in flags:
-        return s + " " * (w - len(s))
-    if "0" in flags and s.lstrip("-").replace(".", "").isdigit():
-        sign = "-" if s.startswith("-") else ""
-        return sign + "0" * (w - len(s)) + s.lstrip("-")
-    return " " * (w - len(s)) + s

@@ -52,9 +52,10 @@ class GoStruct(dict):  # type: ignore[type-arg]
     ``omitempty`` options ``json.Marshal`` uses, e.g. ``{"Name": "name", "ID": "id,omitempty"}``.
     """
 
-    def __init__(self, *args: Any, json_tags: Mapping[str, str] | None = None, **kw: Any) -> None:
+    def __init__(self, *args: Any, json_tags: Mapping[str, str] | None = None, type_name: str = "", **kw: Any) -> None:
         super().__init__(*args, **kw)
         self.json_tags = dict(json_tags or {})
+        self.type_name = type_name  # the Go type, where a function cares (``toTypeScriptType``)
 
 
 class GoJSON:
@@ -71,6 +72,37 @@ class GoJSON:
 
     def __repr__(self) -> str:
         return f"GoJSON({self.value!r})"
+
+
+_SAME: Any = object()
+
+
+class GoStringer(GoJSON):
+    """A Go value whose ``String`` method prints ``text`` (Ollama's ``api.PropertyType``, a nil
+    ``templateProperties`` printing ``{}``): ``range``, ``len``, ``index`` and fields see ``value``,
+    ``json.Marshal`` writes ``marshal`` (``value`` unless given)."""
+
+    def __init__(self, value: Any, text: str, marshal: Any = _SAME) -> None:
+        super().__init__(value)
+        self.text = text
+        self.marshal = value if marshal is _SAME else marshal
+
+    def __repr__(self) -> str:
+        return f"GoStringer({self.value!r}, {self.text!r})"
+
+
+class NilSlice(list):  # type: ignore[type-arg]
+    """A nil Go slice: empty to ``len``, ``range`` and truth, but ``json.Marshal`` writes ``null``
+    (Ollama's ``.Tools`` when a request has none, a message's ``ToolCalls`` when it made none)."""
+
+
+class NilMap(dict):  # type: ignore[type-arg]
+    """A nil Go map: empty to ``len``, ``range``, ``index`` and truth; ``json.Marshal`` writes ``null``."""
+
+
+class OrderedMap(dict):  # type: ignore[type-arg]
+    """Ollama's ordered maps (``api.ToolPropertiesMap``): ``json.Marshal`` keeps insertion order
+    instead of sorting the keys as it does for a Go map."""
 
 
 class FuncError(Exception):
