@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -36,6 +36,7 @@ STOP_EOS = "eos"
 STOP_STRING = "stop"
 STOP_LENGTH = "length"
 STOP_CONTEXT = "context"
+STOP_CANCELLED = "cancelled"
 NO_HISTORY = np.zeros(0, dtype=np.int64)
 
 
@@ -168,7 +169,11 @@ class Engine:
         draft_max: int = 4,
         draft_p_min: float = 0.0,
         stop: list[str] | None = None,
+        cancelled: Callable[[], bool] | None = None,
     ) -> Stream:
+        """``cancelled`` is asked between prefill chunks: a long prompt's prefill can take minutes, and a
+        server must be able to drop it (client gone, shutdown) before the first token; pieces end a stream
+        at any other time. A cancelled prefill ends the stream with no text and stop reason "cancelled"."""
         tokens = self.tokenize(prompt) if isinstance(prompt, str) else np.asarray(prompt, dtype=np.int32)
         if len(tokens) == 0:
             raise LocalEagleError("the prompt is empty")
@@ -181,7 +186,7 @@ class Engine:
         if draft_max < 0:
             raise LocalEagleError(f"draft max must be >= 0, got {draft_max}")
         k = draft_max if self.drafter is not None else 0
-        return Stream(self._run(tokens, max_tokens, sampling, k, draft_p_min, stop or []))
+        return Stream(self._run(tokens, max_tokens, sampling, k, draft_p_min, stop or [], cancelled))
 
     # ------------------------------------------------------------------------------------------
 
@@ -195,7 +200,14 @@ class Engine:
         return sample(p, rng), p
 
     def _run(
-        self, prompt: np.ndarray, max_tokens: int, sp: SamplingParams, k: int, p_min: float, stop: list[str]
+        self,
+        prompt: np.ndarray,
+        max_tokens: int,
+        sp: SamplingParams,
+        k: int,
+        p_min: float,
+        stop: list[str],
+        cancelled: Callable[[], bool] | None = None,
     ) -> Iterator[str]:
         st = GenerationStats(prompt_tokens=len(prompt))
         st.drafted_per_position = [0] * k
@@ -221,6 +233,9 @@ class Engine:
         n = len(prompt)
         feats = []
         for s in range(0, n, self.n_ub):
+            if cancelled is not None and cancelled():
+                st.stop_reason = STOP_CANCELLED
+                return GenerationResult(text="", tokens=[], stats=st)
             chunk = prompt[s : s + self.n_ub]
             last = s + len(chunk) == n
             outputs = np.zeros(len(chunk), dtype=bool)
