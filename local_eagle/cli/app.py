@@ -758,7 +758,7 @@ def serve(
         draft_max=4 if draft_max is None else draft_max, queue_timeout=queue_timeout or None,
         generation_timeout=timeout or None,
     )  # fmt: skip
-    server = load(config, EngineOptions(n_ctx=n_ctx, n_gpu_layers=gpu_layers, n_threads=threads))
+    server = load(config, EngineOptions(n_ctx=n_ctx, n_gpu_layers=gpu_layers, n_threads=threads), host, port, log_level)
     if host not in ("127.0.0.1", "localhost", "::1"):
         err.print(f"[yellow]warning:[/] listening on {host}: whoever reaches it can use the model", soft_wrap=True)
     pair = model.name + (f" + {draft.name}" if draft else "")
