@@ -70,7 +70,7 @@ def served(pair):
     finally:
         uv.should_exit = True
         thread.join(timeout=30)
-        engine.close()
+        assert server.close(timeout=60)
 
 
 @pytest.fixture
