@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
+from functools import partial
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -188,3 +189,15 @@ async def prompt_tokens(server: EagleServer, request: Request, prompt: str | Cal
     """The prompt's tokens, made off the event loop (``prompt`` may be the rendering still to do): a slow
     template or a long prompt must not stall the other requests, nor hold the model slot."""
     return await off_loop(request, lambda: server.tokens(prompt() if callable(prompt) else prompt))
+
+
+async def chat_tokens(
+    server: EagleServer,
+    request: Request,
+    messages: list[dict[str, Any]],
+    system: str | None = None,
+    template: str | None = None,
+    tools: list[Any] | None = None,
+) -> np.ndarray:
+    """A conversation's tokens: rendered as Ollama builds the prompt, then tokenized, both off the event loop."""
+    return await prompt_tokens(server, request, partial(render, server, messages, system, template, tools))

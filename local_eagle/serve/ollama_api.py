@@ -7,10 +7,9 @@ Streams are NDJSON, one object a piece and a final one with the counts and durat
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from functools import partial
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -21,12 +20,12 @@ from local_eagle.serve.errors import ApiError
 from local_eagle.serve.jobs import Job, Outcome, done_reason, stream_response
 from local_eagle.serve.models import (
     Kind,
+    chat_tokens,
     check_fields,
     json_body,
     parse_messages,
     parse_tools,
     prompt_tokens,
-    render,
     settings,
     stream_flag,
 )
@@ -181,10 +180,9 @@ async def generate(request: Request, server: Server) -> Response:
         return JSONResponse(reply.loaded())
     system, template = body.get("system"), body.get("template")
     if body.get("raw"):
-        text: str | Callable[[], str] = prompt
+        tokens = await prompt_tokens(server, request, prompt)
     else:
-        text = partial(render, server, [{"role": "user", "content": prompt}], system, template or None)
-    tokens = await prompt_tokens(server, request, text)
+        tokens = await chat_tokens(server, request, [{"role": "user", "content": prompt}], system, template or None)
     return await reply.respond(server, s.job(tokens), request, body.get("stream"))
 
 
@@ -202,5 +200,5 @@ async def chat(request: Request, server: Server) -> Response:
         return JSONResponse(reply.loaded())
     messages = parse_messages(body.get("messages"))
     tools = parse_tools(body.get("tools"))
-    tokens = await prompt_tokens(server, request, partial(render, server, messages, None, None, tools))
+    tokens = await chat_tokens(server, request, messages, tools=tools)
     return await reply.respond(server, s.job(tokens), request, body.get("stream"))

@@ -12,7 +12,6 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -21,12 +20,12 @@ from local_eagle.serve.errors import ApiError
 from local_eagle.serve.jobs import Job, Outcome, done_reason, stream_response
 from local_eagle.serve.models import (
     Kind,
+    chat_tokens,
     check_fields,
     json_body,
     parse_messages,
     parse_tools,
     prompt_tokens,
-    render,
     settings,
     stream_flag,
     typed,
@@ -172,7 +171,7 @@ async def chat_completions(request: Request, server: Server) -> Any:
     reply = _reply(body, server, chat=True)
     tools = parse_tools(body.get("tools"))
     messages = parse_messages(body.get("messages"))
-    tokens = await prompt_tokens(server, request, partial(render, server, messages, None, None, tools))
+    tokens = await chat_tokens(server, request, messages, tools=tools)
     return await _respond(request, body, server, s.job(tokens), reply)
 
 
