@@ -47,7 +47,10 @@ async def json_body(request: Request, limit: int) -> dict[str, Any]:
     return body
 
 
-def typed(value: Any, kind: type | tuple[type, ...], name: str) -> Any:
+Kind = type | tuple[type, ...]
+
+
+def typed(value: Any, kind: Kind, name: str) -> Any:
     """``value`` if it is a ``kind``; JSON's ``true`` (a Python int) and ``NaN`` (Python's json reads it) are not
     numbers here, since llama.cpp would take them without complaint."""
     if isinstance(value, bool) and kind is not bool and not (isinstance(kind, tuple) and bool in kind):
@@ -57,9 +60,6 @@ def typed(value: Any, kind: type | tuple[type, ...], name: str) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         raise ApiError(400, f"{name} must be a finite number")
     return value
-
-
-Kind = type | tuple[type, ...]
 
 
 def check_fields(body: dict[str, Any], kinds: dict[str, Kind]) -> None:
