@@ -63,7 +63,7 @@ def serve(
         parameters=pair.parameters, draft_max=pair.draft_max(draft_max), queue_timeout=queue_timeout or None,
         generation_timeout=timeout or None,
     )  # fmt: skip
-    server = load(config, EngineOptions(n_ctx=n_ctx, n_gpu_layers=gpu_layers, n_threads=threads))
+    server = load(config, EngineOptions(n_ctx=n_ctx, n_gpu_layers=gpu_layers, n_threads=threads), host, port, log_level)
     if host not in _LOOPBACK:
         err.print(f"[yellow]warning:[/] listening on {host}: whoever reaches it can use the model", soft_wrap=True)
     pair_name = pair.model.name + (f" + {pair.draft.name}" if pair.draft else "")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,6 +48,7 @@ STOP_EOS = "eos"
 STOP_STRING = "stop"
 STOP_LENGTH = "length"
 STOP_CONTEXT = "context"
+STOP_CANCELLED = "cancelled"
 NO_HISTORY = np.zeros(0, dtype=np.int64)
 clock = time.perf_counter
 
@@ -138,7 +139,11 @@ class Engine:
         draft_max: int = 4,
         draft_p_min: float = 0.0,
         stop: list[str] | None = None,
+        cancelled: Callable[[], bool] | None = None,
     ) -> Stream:
+        """``cancelled`` is asked between prefill chunks: a long prompt's prefill can take minutes, and a
+        server must be able to drop it (client gone, shutdown) before the first token; pieces end a stream
+        at any other time. A cancelled prefill ends the stream with no text and stop reason "cancelled"."""
         tokens = self.tokenize(prompt) if isinstance(prompt, str) else np.asarray(prompt, dtype=np.int32)
         if len(tokens) == 0:
             raise LocalEagleError("the prompt is empty")
@@ -153,6 +158,7 @@ class Engine:
         generation = _Generation(
             self, tokens, max_tokens, sampling, draft_max if self.drafter is not None else 0, draft_p_min, stop or []
         )
+        generation.cancelled = cancelled
         return Stream(generation.run())
 
     def close(self) -> None:
@@ -209,12 +215,17 @@ class _Generation:
         self.n_past = 0
         self.last_projection: np.ndarray | None = None
         self.primed_step: tuple[np.ndarray, np.ndarray] | None = None
+        self.cancelled: Callable[[], bool] | None = None
 
     def run(self) -> Iterator[str]:
         self._reset_caches()
         started = clock()
-        pending = [self.prefill()]  # tokens chosen but not yet emitted
+        first = self.prefill()
         self.spec_stats.prefill_seconds = clock() - started
+        if first is None:
+            stats = self.spec_stats.generation_stats(len(self.prompt), 0, STOP_CANCELLED)
+            return GenerationResult(text="", tokens=[], stats=stats, spec_stats=self.spec_stats)
+        pending = [first]  # tokens chosen but not yet emitted
         started = clock()
         try:
             while True:
@@ -246,12 +257,15 @@ class _Generation:
 
     # --- phases -------------------------------------------------------------------------------
 
-    def prefill(self) -> int:
-        """Decode the prompt into the target, prime the drafter with its features; the first token."""
+    def prefill(self) -> int | None:
+        """Decode the prompt into the target, prime the drafter with its features; the first token
+        (None when ``cancelled`` said so between chunks)."""
         prompt, ubatch = self.prompt, self.engine.n_ubatch
         n_prompt = len(prompt)
         features = []
         for start in range(0, n_prompt, ubatch):
+            if self.cancelled is not None and self.cancelled():
+                return None
             chunk = prompt[start : start + ubatch]
             outputs = np.zeros(len(chunk), dtype=bool)
             outputs[-1] = start + len(chunk) == n_prompt

@@ -6,6 +6,9 @@ and the server they find on ``app.state`` in ``server``.
 
 from __future__ import annotations
 
+import os
+import sys
+
 from fastapi import FastAPI
 
 from local_eagle import __version__
@@ -27,10 +30,23 @@ def create_app(server: EagleServer) -> FastAPI:
 
 
 def serve(server: EagleServer, host: str = "127.0.0.1", port: int = 11434, log_level: str = "info") -> None:
-    """Run until interrupted, then free the model."""
+    """Run until interrupted, then free the model once no thread is inside llama.cpp any more."""
     import uvicorn
 
     try:
-        uvicorn.run(create_app(server), host=host, port=port, log_level=log_level)
+        uvicorn.run(create_app(server), host=host, port=port, log_level=log_level.lower())
     finally:
-        server.engine.close()
+        _shut_down(server)
+
+
+def _shut_down(server: EagleServer) -> None:
+    """Uvicorn returns once the requests' tasks are done, but a job whose client left may still be inside
+    llama.cpp in its worker thread (a prefill, a tokenization): wait for it, since freeing the model under it
+    crashed the process. A second Ctrl-C quits at once, without freeing anything (the OS does)."""
+    if server.busy():
+        print("waiting for the running job to stop (Ctrl-C again to quit at once)", file=sys.stderr, flush=True)
+    try:
+        server.close()
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr, flush=True)
+        os._exit(130)

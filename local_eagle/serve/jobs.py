@@ -12,28 +12,32 @@ import asyncio
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
+import numpy as np
 from fastapi import Request
 from fastapi.responses import StreamingResponse
 
 from local_eagle.errors import LocalEagleError
-from local_eagle.runtime.engine import STOP_CONTEXT, STOP_LENGTH, Engine
+from local_eagle.runtime.engine import STOP_CANCELLED, STOP_CONTEXT, STOP_LENGTH, Engine
 from local_eagle.runtime.sampling import SamplingParams
 from local_eagle.serve.errors import ApiError
 
-CANCELLED = "cancelled"
+CANCELLED = STOP_CANCELLED
 TIMEOUT = "timeout"
 _POLL_SECONDS = 0.1
+T = TypeVar("T")
+_VOCAB_SPM, _VOCAB_BPE = 1, 2  # llama.cpp's enum llama_vocab_type
 
 
 @dataclass
 class Job:
     """One request's generation, as the worker thread and the response see it."""
 
-    prompt: str
+    prompt: np.ndarray  # tokens
     max_tokens: int
     sampling: SamplingParams
     draft_max: int
@@ -52,6 +56,17 @@ class JobRecord:
     pieces: int
     stop_reason: str
     error: str | None = None
+
+
+@dataclass
+class _Run:
+    """What a worker learnt about its job, filled in as it goes, so that the record and the final event are
+    written once, after the engine is free again."""
+
+    pieces: int = 0
+    reason: str = ""
+    error: str | None = None
+    final: tuple | None = None
 
 
 @dataclass
@@ -81,14 +96,86 @@ class Timeouts(Protocol):
     generation_timeout: float | None
 
 
+def _max_prompt_bytes(engine: Engine) -> int | None:
+    """The longest prompt, in UTF-8 bytes, that might fit the context: llama.cpp's tokenizer is quadratic on a
+    long word (3 MB of "x" took minutes), so a prompt that cannot fit is refused before it is tokenized. Exact
+    for SentencePiece and byte-level BPE vocabularies, where a token stands for at most its own piece's bytes;
+    None for those that normalise the text (WordPiece, Unigram), where it is not."""
+    from local_eagle.llamacpp.bindings import C
+
+    model = engine.model
+    if int(C.llama_vocab_type(model.vocab)) not in (_VOCAB_SPM, _VOCAB_BPE):
+        return None
+    longest = max(len(model.token_to_piece(t, special=True)) for t in range(model.n_vocab))
+    return engine.n_ctx * max(longest, 4)  # an unknown character, up to 4 bytes, becomes one token
+
+
 class JobSlot:
-    """The engine and its lock: jobs wait here for their turn and leave a record when they end."""
+    """The engine and its lock: jobs wait here for their turn and leave a record when they end.
+
+    Every thread that calls into llama.cpp (a generation, a prompt's tokenization) holds a use of the engine,
+    so that ``close`` can wait for the last one to leave before the model is freed: freeing it under a running
+    decode or tokenization crashed the process on Ctrl-C.
+    """
 
     def __init__(self, engine: Engine, config: Timeouts) -> None:
         self.engine = engine
         self.config = config
         self.lock = threading.Lock()
         self.records: deque[JobRecord] = deque(maxlen=64)
+        self.closing = False
+        self._users = 0
+        self._idle = threading.Condition()
+        self.max_prompt_bytes = _max_prompt_bytes(engine)
+
+    @contextmanager
+    def using_engine(self) -> Iterator[Engine]:
+        """The engine, kept alive until the block ends; refused once the server shuts down."""
+        with self._idle:
+            if self.closing:
+                raise ApiError(503, "the server is shutting down")
+            self._users += 1
+        try:
+            yield self.engine
+        finally:
+            with self._idle:
+                self._users -= 1
+                self._idle.notify_all()
+
+    def busy(self) -> bool:
+        """Whether a thread is inside llama.cpp now."""
+        with self._idle:
+            return self._users > 0
+
+    def close(self, timeout: float | None = None) -> bool:
+        """Stop the running job (at its next prefill chunk or piece), wait until no thread is inside llama.cpp,
+        then free the engine. False, with the engine left alone, if that took longer than ``timeout``."""
+        with self._idle:
+            self.closing = True
+            if not self._idle.wait_for(lambda: self._users == 0, timeout):
+                return False
+        self.engine.close()
+        return True
+
+    def tokens(self, text: str) -> np.ndarray:
+        """The prompt's tokens, counted against the context before the job queues for the model: a prompt that
+        cannot fit is refused at once, and tokenizing a long one does not hold the slot."""
+        n_bytes = len(text.encode("utf-8", "surrogatepass"))
+        if self.max_prompt_bytes is not None and n_bytes > self.max_prompt_bytes:
+            raise ApiError(
+                400, f"the prompt is {n_bytes} bytes long, more than {self.engine.n_ctx} tokens of this model can "
+                "hold; the context is the server's (serve --ctx)",
+            )  # fmt: skip
+        with self.using_engine() as engine:
+            tokens = engine.tokenize(text)
+        if len(tokens) == 0:
+            raise ApiError(400, "the prompt is empty")
+        if len(tokens) >= engine.n_ctx:
+            raise ApiError(
+                400, f"the prompt has {len(tokens)} tokens, more than the context of {engine.n_ctx} allows; "
+                "the context is the server's (serve --ctx)",
+            )  # fmt: skip
+        return tokens
 
     def _work(self, job: Job, put: Callable[[tuple], None]) -> None:
         """The worker thread: wait for the engine, generate, pass pieces on, stop when cancelled."""
@@ -96,51 +183,61 @@ class JobSlot:
             put(("error", ApiError(503, f"the server is busy: waited {self.config.queue_timeout:g}s for the model")))
             return
         started = time.perf_counter()
-        pieces: list[str] = []
-        reason = ""
-        error: str | None = None
-        final: tuple | None = None  # sent once the engine is free again
+        run = _Run()
         try:
-            if job.cancel.is_set():
-                reason = CANCELLED
-                return
-            try:
-                stream = self.engine.stream(
-                    job.prompt, max_tokens=job.max_tokens, sampling=job.sampling, draft_max=job.draft_max,
-                    stop=job.stop,
-                )  # fmt: skip
-            except LocalEagleError as e:
-                error = str(e)
-                final = ("error", ApiError(400, str(e)))
-                return
-            put(("start", started - job.received))
-            deadline = None if self.config.generation_timeout is None else started + self.config.generation_timeout
-            first_piece = None
-            it = iter(stream)
-            for piece in it:
-                first_piece = first_piece or time.perf_counter()
-                pieces.append(piece)
-                put(("piece", piece))
+            with self.using_engine():
                 if job.cancel.is_set():
-                    reason = CANCELLED
-                    break
-                if deadline is not None and time.perf_counter() > deadline:
-                    reason = TIMEOUT
-                    break
-            it.close()
-            if reason == CANCELLED:
-                return
-            outcome = self._outcome(job, stream.result, reason, "".join(pieces), started, first_piece)
-            reason = outcome.stop_reason
-            final = ("end", outcome)
+                    run.reason = CANCELLED
+                else:
+                    self._generate(job, put, started, run)
+        except ApiError as e:  # the server shuts down
+            run.reason, run.final = CANCELLED, ("error", e)
         except Exception as e:  # a failing generation must not take the server down
-            error = f"{type(e).__name__}: {e}"
-            final = ("error", ApiError(500, f"generation failed: {error}"))
+            run.error = f"{type(e).__name__}: {e}"
+            run.final = ("error", ApiError(500, f"generation failed: {run.error}"))
         finally:
             self.lock.release()
-            self.records.append(JobRecord(started, time.perf_counter(), len(pieces), reason or "error", error))
-            if final is not None:
-                put(final)
+            if run.reason == CANCELLED and run.final is None and not job.cancel.is_set():
+                run.final = ("error", ApiError(503, "the server is shutting down"))
+            self.records.append(JobRecord(started, time.perf_counter(), run.pieces, run.reason or "error", run.error))
+            if run.final is not None:
+                put(run.final)
+
+    def _generate(self, job: Job, put: Callable[[tuple], None], started: float, run: _Run) -> None:
+        """One generation under the lock and a use of the engine; what happened is left in ``run``."""
+        try:
+            stream = self.engine.stream(
+                job.prompt, max_tokens=job.max_tokens, sampling=job.sampling, draft_max=job.draft_max,
+                stop=job.stop, cancelled=lambda: job.cancel.is_set() or self.closing,
+            )  # fmt: skip
+        except LocalEagleError as e:
+            run.error = str(e)
+            run.final = ("error", ApiError(400, str(e)))
+            return
+        put(("start", started - job.received))
+        deadline = None if self.config.generation_timeout is None else started + self.config.generation_timeout
+        first_piece = None
+        pieces: list[str] = []
+        it = iter(stream)
+        for piece in it:
+            first_piece = first_piece or time.perf_counter()
+            pieces.append(piece)
+            put(("piece", piece))
+            run.pieces += 1
+            if job.cancel.is_set() or self.closing:
+                run.reason = CANCELLED
+                break
+            if deadline is not None and time.perf_counter() > deadline:
+                run.reason = TIMEOUT
+                break
+        it.close()
+        if stream.result is not None and stream.result.stats.stop_reason == CANCELLED:  # during the prefill
+            run.reason = CANCELLED
+        if run.reason == CANCELLED:
+            return
+        outcome = self._outcome(job, stream.result, run.reason, "".join(pieces), started, first_piece)
+        run.reason = outcome.stop_reason
+        run.final = ("end", outcome)
 
     def _outcome(
         self, job: Job, result: Any, reason: str, text: str, started: float, first_piece: float | None
@@ -157,7 +254,7 @@ class JobSlot:
             )  # fmt: skip
         # stopped by the server's timeout: the engine's stats ended with its stream, so count the
         # text and take the first piece's arrival as the end of the prefill
-        n_prompt = len(self.engine.tokenize(job.prompt))
+        n_prompt = len(job.prompt)
         n_out = len(self.engine.model.tokenize(text, add_special=False, parse_special=False)) if text else 0
         first = first_piece or now
         return Outcome(
@@ -172,6 +269,9 @@ class JobSlot:
         Raises ApiError before ``start`` (queue timeout, bad prompt). Leaving the iteration early,
         or the client disconnecting, cancels the generation.
         """
+        if await request.is_disconnected():  # gone while its prompt was prepared: never take the slot
+            job.cancel.set()
+            return
         loop = asyncio.get_running_loop()
         q: asyncio.Queue[tuple] = asyncio.Queue()
 
@@ -220,6 +320,40 @@ class JobSlot:
         except StopAsyncIteration:
             raise ApiError(499, "client closed the request") from None
         return events, first
+
+
+async def off_loop(request: Request, fn: Callable[[], T]) -> T:
+    """``fn()`` in a thread of its own, so that the event loop goes on answering other requests while a prompt
+    is rendered (a template may run long) and tokenized. A daemon thread, not the loop's executor: one that
+    never ends must not hold up shutdown. Gives up (499) when the client leaves; the thread is left to finish."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: Any, error: BaseException | None) -> None:
+        if done.done():
+            return
+        if error is not None:
+            done.set_exception(error)
+        else:
+            done.set_result(result)
+
+    def work() -> None:
+        try:
+            result, error = fn(), None
+        except BaseException as e:  # handed to the request, which turns it into its answer
+            result, error = None, e
+        try:
+            loop.call_soon_threadsafe(settle, result, error)
+        except RuntimeError:  # the loop closed meanwhile: nobody waits for this any more
+            pass
+
+    threading.Thread(target=work, name="local-eagle-prompt", daemon=True).start()
+    while True:
+        finished, _ = await asyncio.wait({done}, timeout=_POLL_SECONDS)
+        if finished:
+            return done.result()
+        if await request.is_disconnected():
+            raise ApiError(499, "client closed the request")
 
 
 class Encoder(Protocol):

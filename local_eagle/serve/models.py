@@ -9,21 +9,37 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
+from functools import partial
 from typing import Any, NamedTuple
 
+import numpy as np
 from fastapi import Request
 
 from local_eagle.errors import LocalEagleError
+from local_eagle.ollama import parameters
+from local_eagle.ollama.parameters import ParameterError
 from local_eagle.runtime.sampling import SamplingParams
 from local_eagle.serve.errors import ApiError
-from local_eagle.serve.jobs import Job
+from local_eagle.serve.jobs import Job, off_loop
 from local_eagle.serve.server import EagleServer
 
 
-async def json_body(request: Request) -> dict[str, Any]:
-    """Read by hand, not by FastAPI's models: a bad body must be a 400 in the calling API's shape."""
+async def json_body(request: Request, limit: int) -> dict[str, Any]:
+    """Read by hand, not by FastAPI's models: a bad body must be a 400 in the calling API's shape, and one over
+    ``limit`` bytes a 413 before it is all in memory (a declared length is refused before anything is read)."""
+    declared = request.headers.get("content-length", "")
+    too_big = ApiError(413, f"the request body is larger than the server's limit of {limit} bytes")
+    if declared.isdigit() and int(declared) > limit:
+        raise too_big
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_big
+        chunks.append(chunk)
     try:
-        body = await request.json()
+        body = json.loads(b"".join(chunks))
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise ApiError(400, "the request body is not valid JSON") from None
     if not isinstance(body, dict):
@@ -31,7 +47,10 @@ async def json_body(request: Request) -> dict[str, Any]:
     return body
 
 
-def typed(value: Any, kind: type | tuple[type, ...], name: str) -> Any:
+Kind = type | tuple[type, ...]
+
+
+def typed(value: Any, kind: Kind, name: str) -> Any:
     """``value`` if it is a ``kind``; JSON's ``true`` (a Python int) and ``NaN`` (Python's json reads it) are not
     numbers here, since llama.cpp would take them without complaint."""
     if isinstance(value, bool) and kind is not bool and not (isinstance(kind, tuple) and bool in kind):
@@ -43,24 +62,17 @@ def typed(value: Any, kind: type | tuple[type, ...], name: str) -> Any:
     return value
 
 
+def check_fields(body: dict[str, Any], kinds: dict[str, Kind]) -> None:
+    """Each field's JSON type, checked up front as Go's decoder checks Ollama's: a wrong one is a 400 that names
+    it, not a 500 or a silent default further on. Null is any field's zero value; unknown fields are ignored."""
+    for name, kind in kinds.items():
+        if body.get(name) is not None:
+            typed(body[name], kind, name)
+
+
 def stream_flag(value: Any, default: bool) -> bool:
     """Ollama streams unless told not to, OpenAI only when asked: the same check, another default."""
     return default if value is None else typed(value, bool, "stream")
-
-
-OPTION_TYPES: dict[str, type | tuple[type, ...]] = {
-    "temperature": (int, float),
-    "top_k": int,
-    "top_p": (int, float),
-    "min_p": (int, float),
-    "seed": int,
-    "num_predict": int,
-    "repeat_penalty": (int, float),
-    "repeat_last_n": int,
-    "draft_num_predict": int,
-    "num_ctx": int,
-    "stop": list,
-}
 
 
 class Settings(NamedTuple):
@@ -71,53 +83,47 @@ class Settings(NamedTuple):
     draft_max: int
     stop: list[str]
 
-    def job(self, prompt: str) -> Job:
+    def job(self, prompt: np.ndarray) -> Job:
         return Job(prompt, self.max_tokens, self.sampling, self.draft_max, self.stop)
 
 
-def settings(server: EagleServer, options: dict[str, Any], where: str) -> Settings:
-    """Sampling, max tokens, draft max and stop strings: request options over the Modelfile's
-    parameters over local-eagle's defaults. ``num_ctx`` is the server's and cannot change per request."""
+def option(name: str, value: Any, prefix: str = "") -> Any:
+    """One option checked by the table the Modelfile, the CLI and chat's ``/set`` use, so that a value means
+    the same everywhere; Python's json reads ``NaN`` and ``Infinity``, which no parameter takes."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ApiError(400, f"{prefix}{name} must be a finite number, got {json.dumps(value)}")
+    try:
+        return parameters.check(name, value)
+    except ParameterError as e:
+        raise ApiError(400, f"{prefix}{e}") from None
+
+
+def settings(server: EagleServer, options: dict[str, Any], prefix: str = "") -> Settings:
+    """Sampling, max tokens, draft max and stop strings: request options over the Modelfile's parameters over
+    local-eagle's defaults. Every known option is checked, even one that only a reload could apply (``num_ctx``,
+    ``num_thread``: the server's are fixed) or that local-eagle does not use; unknown ones are ignored, as Ollama
+    does."""
     params = dict(server.config.parameters)
     for key, value in options.items():
-        if value is None or key not in OPTION_TYPES:
-            continue  # Ollama ignores options it does not know (or that only a reload could change)
-        typed(value, OPTION_TYPES[key], f"{where}.{key}")
-        params[key] = value
-    stop = params.get("stop", [])
-    if not all(isinstance(s, str) for s in stop):
-        raise ApiError(400, f"{where}.stop must be a list of strings")
+        if value is not None and key in parameters.PARAMETERS:
+            params[key] = option(key, value, prefix)
     n_ctx = server.engine.n_ctx
-    n_predict = int(params.get("num_predict", -1))
+    n_predict = params.get("num_predict", -1)
     if n_predict < 0 or n_predict > n_ctx:  # Ollama: -1 = until the context is full
         n_predict = n_ctx
-    if n_predict == 0:
-        raise ApiError(400, f"{where}.num_predict must be positive or -1")
-    draft_max = int(params.get("draft_num_predict", server.config.draft_max))
-    if draft_max < 0:
-        raise ApiError(400, f"{where}.draft_num_predict must be 0 or more")
-    return Settings(_sampling(params, where), n_predict, draft_max, list(stop))
-
-
-def _sampling(params: dict[str, Any], where: str) -> SamplingParams:
+    draft_max = params.get("draft_num_predict", server.config.draft_max)
     d = SamplingParams()
-    try:
-        sp = SamplingParams(
-            temperature=float(params.get("temperature", d.temperature)),
-            top_k=int(params.get("top_k", d.top_k)),
-            top_p=float(params.get("top_p", d.top_p)),
-            min_p=float(params.get("min_p", d.min_p)),
-            repeat_penalty=float(params.get("repeat_penalty", d.repeat_penalty)),
-            repeat_last_n=int(params.get("repeat_last_n", d.repeat_last_n)),
-            seed=None if params.get("seed") is None or params["seed"] < 0 else params["seed"],  # Ollama: -1 = random
-        )
-    except (TypeError, ValueError) as e:
-        raise ApiError(400, f"bad sampling options: {e}") from None
-    if not 0.0 <= sp.top_p <= 1.0 or not 0.0 <= sp.min_p <= 1.0:
-        raise ApiError(400, f"{where}.top_p and min_p must be between 0 and 1")
-    if sp.repeat_penalty <= 0.0:
-        raise ApiError(400, f"{where}.repeat_penalty must be positive (1 is off)")
-    return sp
+    seed = params.get("seed")
+    sampling = SamplingParams(
+        temperature=params.get("temperature", d.temperature),
+        top_k=params.get("top_k", d.top_k),
+        top_p=params.get("top_p", d.top_p),
+        min_p=params.get("min_p", d.min_p),
+        repeat_penalty=params.get("repeat_penalty", d.repeat_penalty),
+        repeat_last_n=params.get("repeat_last_n", d.repeat_last_n),
+        seed=None if seed is None or seed < 0 else seed,  # Ollama: -1 = random
+    )
+    return Settings(sampling, n_predict, draft_max, list(params.get("stop", [])))
 
 
 def parse_messages(raw: Any) -> list[dict[str, Any]]:
@@ -128,16 +134,17 @@ def parse_messages(raw: Any) -> list[dict[str, Any]]:
     for i, m in enumerate(raw):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise ApiError(400, f"messages[{i}] must be an object with a role")
-        content = m.get("content") or ""
+        content = "" if m.get("content") is None else m["content"]
         if isinstance(content, list):  # OpenAI content parts: keep the text ones
             parts = []
             for p in content:
                 if not isinstance(p, dict) or p.get("type") != "text":
                     raise ApiError(400, f"messages[{i}]: only text content is supported")
-                parts.append(str(p.get("text", "")))
+                parts.append(typed(p.get("text", ""), str, f"messages[{i}].content[].text"))
             content = "".join(parts)
         if not isinstance(content, str):
             raise ApiError(400, f"messages[{i}].content must be a string")
+        check_fields(m, {"images": list, "tool_calls": list})
         if m.get("images"):
             raise ApiError(400, "images are not supported: local-eagle runs text models")
         out.append({"role": m["role"], "content": content})
@@ -147,8 +154,8 @@ def parse_messages(raw: Any) -> list[dict[str, Any]]:
 def parse_tools(raw: Any) -> list[Any] | None:
     """Tools reach the chat template as given; an empty list is no tools, as in Ollama."""
     tools = raw or None
-    if tools is not None and not isinstance(tools, list):
-        raise ApiError(400, "tools must be a list")
+    if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
+        raise ApiError(400, "tools must be a list of objects")
     return tools
 
 
@@ -174,3 +181,23 @@ def render(
         )
     except LocalEagleError as e:
         raise ApiError(400, str(e)) from None
+    except Exception as e:  # a template the request or Modelfile gave that our engine or jinja2 choked on
+        raise ApiError(400, f"the prompt template failed: {type(e).__name__}: {e}") from None
+
+
+async def prompt_tokens(server: EagleServer, request: Request, prompt: str | Callable[[], str]) -> np.ndarray:
+    """The prompt's tokens, made off the event loop (``prompt`` may be the rendering still to do): a slow
+    template or a long prompt must not stall the other requests, nor hold the model slot."""
+    return await off_loop(request, lambda: server.tokens(prompt() if callable(prompt) else prompt))
+
+
+async def chat_tokens(
+    server: EagleServer,
+    request: Request,
+    messages: list[dict[str, Any]],
+    system: str | None = None,
+    template: str | None = None,
+    tools: list[Any] | None = None,
+) -> np.ndarray:
+    """A conversation's tokens: rendered as Ollama builds the prompt, then tokenized, both off the event loop."""
+    return await prompt_tokens(server, request, partial(render, server, messages, system, template, tools))

@@ -18,10 +18,28 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from local_eagle import __version__
 from local_eagle.serve.errors import ApiError
 from local_eagle.serve.jobs import Job, Outcome, done_reason, stream_response
-from local_eagle.serve.models import json_body, parse_messages, parse_tools, render, settings, stream_flag, typed
+from local_eagle.serve.models import (
+    Kind,
+    chat_tokens,
+    check_fields,
+    json_body,
+    parse_messages,
+    parse_tools,
+    prompt_tokens,
+    settings,
+    stream_flag,
+)
 from local_eagle.serve.server import EagleServer, Server
 
 router = APIRouter()
+
+# the JSON types of the request fields, as Ollama's api.GenerateRequest / ChatRequest / ShowRequest declare them
+_COMMON: dict[str, Kind] = {"model": str, "stream": bool, "options": dict, "keep_alive": (str, int, float),
+                            "think": (bool, str)}  # fmt: skip
+_GENERATE = _COMMON | {"prompt": str, "suffix": str, "system": str, "template": str, "context": list, "raw": bool,
+                       "images": list}  # fmt: skip
+_CHAT = _COMMON | {"messages": list, "tools": list}
+_SHOW: dict[str, Kind] = {"model": str, "name": str, "verbose": bool}
 
 
 def _ns(seconds: float) -> int:
@@ -117,7 +135,8 @@ async def ps(server: Server) -> dict[str, Any]:
 async def show(request: Request, server: Server) -> dict[str, Any]:
     from local_eagle.ollama.modelfile import Modelfile, format_modelfile, format_parameter
 
-    body = await json_body(request)
+    body = await json_body(request, server.config.max_request_bytes)
+    check_fields(body, _SHOW)
     server.check_model(body.get("model") or body.get("name"))
     mf = server.config.modelfile or Modelfile(model=server.config.model, draft=server.config.draft)
     params = "\n".join(
@@ -147,44 +166,39 @@ async def show(request: Request, server: Server) -> dict[str, Any]:
 
 @router.post("/api/generate")
 async def generate(request: Request, server: Server) -> Response:
-    body = await json_body(request)
+    body = await json_body(request, server.config.max_request_bytes)
+    check_fields(body, _GENERATE)
     model = body.get("model")
     server.check_model(model)
     prompt = body.get("prompt") or ""
-    typed(prompt, str, "prompt")
     for key in ("images", "format", "suffix", "context"):
         if body.get(key):
             raise ApiError(400, f"'{key}' is not supported by local-eagle serve")
-    options = body.get("options") or {}
-    typed(options, dict, "options")
-    s = settings(server, options, "options")
+    s = settings(server, body.get("options") or {}, "options.")
     reply = OllamaReply(model, chat=False)
     if not prompt:  # Ollama: an empty prompt only loads the model
         return JSONResponse(reply.loaded())
+    system, template = body.get("system"), body.get("template")
     if body.get("raw"):
-        text = prompt
+        tokens = await prompt_tokens(server, request, prompt)
     else:
-        system, template = body.get("system"), body.get("template")
-        for key, v in (("system", system), ("template", template)):
-            if v is not None:
-                typed(v, str, key)
-        text = render(server, [{"role": "user", "content": prompt}], system, template or None)
-    return await reply.respond(server, s.job(text), request, body.get("stream"))
+        tokens = await chat_tokens(server, request, [{"role": "user", "content": prompt}], system, template or None)
+    return await reply.respond(server, s.job(tokens), request, body.get("stream"))
 
 
 @router.post("/api/chat")
 async def chat(request: Request, server: Server) -> Response:
-    body = await json_body(request)
+    body = await json_body(request, server.config.max_request_bytes)
+    check_fields(body, _CHAT)
     model = body.get("model")
     server.check_model(model)
     if body.get("format"):
         raise ApiError(400, "'format' is not supported by local-eagle serve")
-    options = body.get("options") or {}
-    typed(options, dict, "options")
-    s = settings(server, options, "options")
+    s = settings(server, body.get("options") or {}, "options.")
     reply = OllamaReply(model, chat=True)
     if body.get("messages") == []:  # Ollama: no messages only loads the model
         return JSONResponse(reply.loaded())
     messages = parse_messages(body.get("messages"))
-    text = render(server, messages, None, None, parse_tools(body.get("tools")))
-    return await reply.respond(server, s.job(text), request, body.get("stream"))
+    tools = parse_tools(body.get("tools"))
+    tokens = await chat_tokens(server, request, messages, tools=tools)
+    return await reply.respond(server, s.job(tokens), request, body.get("stream"))

@@ -18,7 +18,18 @@ from fastapi import APIRouter, Request
 
 from local_eagle.serve.errors import ApiError
 from local_eagle.serve.jobs import Job, Outcome, done_reason, stream_response
-from local_eagle.serve.models import json_body, parse_messages, parse_tools, render, settings, stream_flag, typed
+from local_eagle.serve.models import (
+    Kind,
+    chat_tokens,
+    check_fields,
+    json_body,
+    parse_messages,
+    parse_tools,
+    prompt_tokens,
+    settings,
+    stream_flag,
+    typed,
+)
 from local_eagle.serve.server import EagleServer, Server
 
 router = APIRouter(prefix="/v1")
@@ -26,6 +37,14 @@ router = APIRouter(prefix="/v1")
 # request fields that are Ollama options by the same name: OpenAI's temperature, top_p and seed, and extensions
 # that llama.cpp's and Ollama's servers accept too (the openai client sends them through ``extra_body``)
 _SAME_NAME = ("temperature", "top_p", "seed", "top_k", "min_p", "repeat_penalty", "draft_num_predict")
+_SAME_NAME += ("frequency_penalty", "presence_penalty")  # checked, as Ollama's, and unused
+
+# the JSON types of the other request fields, as Ollama's openai middleware declares them
+_COMMON: dict[str, Kind] = {"model": str, "stream": bool, "stream_options": dict, "max_tokens": int, "n": int,
+                            "stop": (str, list), "user": str}  # fmt: skip
+_CHAT = _COMMON | {"messages": list, "tools": list, "response_format": dict, "logprobs": bool,
+                   "max_completion_tokens": int}  # fmt: skip
+_COMPLETIONS = _COMMON | {"prompt": (str, list), "suffix": str, "echo": bool, "logprobs": int}
 
 
 def openai_options(body: dict[str, Any]) -> dict[str, Any]:
@@ -113,11 +132,15 @@ class OpenAIReply:
         return _sse({"error": {"message": e.message, "type": "server_error", "param": None, "code": None}})
 
 
-async def _respond(request: Request, body: dict[str, Any], server: EagleServer, job: Job, chat: bool) -> Any:
-    reply = OpenAIReply(chat, server.config.name)
+def _reply(body: dict[str, Any], server: EagleServer, chat: bool) -> OpenAIReply:
+    """The reply, made when the request is checked: ``stream_options`` is read before any work starts."""
+    usage = (body.get("stream_options") or {}).get("include_usage")
+    return OpenAIReply(chat, server.config.name, usage is not None and typed(usage, bool, "include_usage"))
+
+
+async def _respond(request: Request, body: dict[str, Any], server: EagleServer, job: Job, reply: OpenAIReply) -> Any:
     if not stream_flag(body.get("stream"), False):
         return reply.whole(await server.complete(job, request))
-    reply.include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
     return await stream_response(server, job, request, reply)
 
 
@@ -138,20 +161,24 @@ async def model(name: str, server: Server) -> dict[str, Any]:
 
 @router.post("/chat/completions")
 async def chat_completions(request: Request, server: Server) -> Any:
-    body = await json_body(request)
+    body = await json_body(request, server.config.max_request_bytes)
+    check_fields(body, _CHAT)
     server.check_model(body.get("model"))
     fmt = body.get("response_format")
-    if body.get("logprobs") or (fmt is not None and (not isinstance(fmt, dict) or fmt.get("type") != "text")):
+    if body.get("logprobs") or (fmt is not None and fmt.get("type") != "text"):
         raise ApiError(400, "logprobs and response_format other than text are not supported by local-eagle serve")
-    s = settings(server, openai_options(body), "request")
+    s = settings(server, openai_options(body))
+    reply = _reply(body, server, chat=True)
     tools = parse_tools(body.get("tools"))
-    text = render(server, parse_messages(body.get("messages")), None, None, tools)
-    return await _respond(request, body, server, s.job(text), chat=True)
+    messages = parse_messages(body.get("messages"))
+    tokens = await chat_tokens(server, request, messages, tools=tools)
+    return await _respond(request, body, server, s.job(tokens), reply)
 
 
 @router.post("/completions")
 async def completions(request: Request, server: Server) -> Any:
-    body = await json_body(request)
+    body = await json_body(request, server.config.max_request_bytes)
+    check_fields(body, _COMPLETIONS)
     server.check_model(body.get("model"))
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1:
@@ -160,5 +187,7 @@ async def completions(request: Request, server: Server) -> Any:
         raise ApiError(400, "prompt must be a non-empty string")
     if body.get("suffix") or body.get("echo") or body.get("logprobs"):
         raise ApiError(400, "suffix, echo and logprobs are not supported by local-eagle serve")
-    s = settings(server, openai_options(body), "request")
-    return await _respond(request, body, server, s.job(prompt), chat=False)  # a completion's prompt is raw
+    s = settings(server, openai_options(body))
+    reply = _reply(body, server, chat=False)
+    tokens = await prompt_tokens(server, request, prompt)  # a completion's prompt is raw
+    return await _respond(request, body, server, s.job(tokens), reply)

@@ -6,6 +6,8 @@ in a closure; this module sits below them so that each can import it.
 
 from __future__ import annotations
 
+import dataclasses
+import socket
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -14,9 +16,16 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
-from local_eagle.runtime.engine import Engine
+from local_eagle.errors import LocalEagleError
+from local_eagle.llamacpp.model import usable_threads
+from local_eagle.ollama import parameters
+from local_eagle.ollama.parameters import ParameterError
+from local_eagle.runtime.engine import Engine, EngineOptions
 from local_eagle.serve.errors import ApiError
 from local_eagle.serve.jobs import JobSlot
+
+# a 1M-token context's prompt, in JSON; bigger bodies are refused (413) before they are read
+MAX_REQUEST_BYTES = 8 << 20
 
 
 @dataclass
@@ -31,6 +40,7 @@ class ServeConfig:
     draft_max: int = 4
     queue_timeout: float | None = 300.0
     generation_timeout: float | None = None
+    max_request_bytes: int = MAX_REQUEST_BYTES
 
 
 class EagleServer(JobSlot):
@@ -112,6 +122,54 @@ def model_name(model: Path, modelfile: Path | None = None) -> str:
     return model.stem
 
 
-def load(config: ServeConfig, options: Any) -> EagleServer:
-    """Load the pair once; every request reuses it."""
+# uvicorn's names for its log levels
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
+# serve's options for the parameters they set
+_FLAGS = {"num_ctx": "--ctx", "num_thread": "--threads", "num_gpu": "--gpu-layers", "draft_num_predict": "--draft-max"}
+
+
+def check_config(
+    config: ServeConfig, options: EngineOptions, host: str = "127.0.0.1", port: int = 11434, log_level: str = "info"
+) -> EngineOptions:
+    """Refuse a setting that cannot work before the model loads (a big one takes minutes), with the rules
+    the Modelfile and the requests use; ``options`` with the thread count llama.cpp will really get."""
+    values = {"num_ctx": options.n_ctx, "num_thread": options.n_threads, "num_gpu": options.n_gpu_layers,
+              "draft_num_predict": config.draft_max}  # fmt: skip
+    for name, value in values.items():
+        try:
+            parameters.check(name, value)
+        except ParameterError as e:
+            raise ParameterError(f"{_FLAGS[name]}{str(e).removeprefix(name)}") from None
+    for flag, seconds in (("--timeout", config.generation_timeout), ("--queue-timeout", config.queue_timeout)):
+        if seconds is not None and not seconds > 0:
+            raise LocalEagleError(f"{flag} must be 0 (never) or a positive number of seconds, got {seconds:g}")
+    if config.max_request_bytes < 1:
+        raise LocalEagleError(f"the request size limit must be positive, got {config.max_request_bytes}")
+    if log_level.lower() not in LOG_LEVELS:
+        raise LocalEagleError(f"--log-level must be one of {', '.join(LOG_LEVELS)}, got {log_level!r}")
+    if not 1 <= port <= 65535:
+        raise LocalEagleError(f"--port must be between 1 and 65535, got {port}")
+    _check_address(host, port)
+    return dataclasses.replace(options, n_threads=usable_threads(options.n_threads))
+
+
+def _check_address(host: str, port: int) -> None:
+    """Bind once and let go, so that a port in use or a host that is not this machine's fails now."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except (socket.gaierror, UnicodeError) as e:
+        raise LocalEagleError(f"--host {host!r} is not an address: {e}") from None
+    with socket.socket(family, kind, proto) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does
+        try:
+            s.bind(address)
+        except OSError as e:
+            raise LocalEagleError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+
+
+def load(
+    config: ServeConfig, options: EngineOptions, host: str = "127.0.0.1", port: int = 11434, log_level: str = "info"
+) -> EagleServer:
+    """Check the settings, then load the pair once; every request reuses it."""
+    options = check_config(config, options, host, port, log_level)
     return EagleServer(Engine(config.model, config.draft, options), config)

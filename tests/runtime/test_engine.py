@@ -9,7 +9,15 @@ import pytest
 
 from converters import convert, write_checkpoint
 from local_eagle.errors import LocalEagleError
-from local_eagle.runtime.engine import STOP_CONTEXT, STOP_EOS, STOP_LENGTH, STOP_STRING, Engine, EngineOptions
+from local_eagle.runtime.engine import (
+    STOP_CANCELLED,
+    STOP_CONTEXT,
+    STOP_EOS,
+    STOP_LENGTH,
+    STOP_STRING,
+    Engine,
+    EngineOptions,
+)
 from local_eagle.runtime.sampling import SamplingParams
 from local_eagle.testing.tiny import make_drafter, write_tiny_target
 from local_eagle.testing.tiny_pair import LAYERS, N_VOCAB, SPEC, make_cycle_drafter, write_cycle_target
@@ -210,6 +218,20 @@ def test_prompt_longer_than_one_ubatch(engine):
     assert a.tokens == want and b.tokens == want
     # the drafter saw the same prefill features whatever the chunking
     assert a.stats.accepted_per_position == b.stats.accepted_per_position
+
+
+def test_a_cancelled_prefill_stops_between_chunks(engine):
+    eng = engine("cycle-3.1", n_batch=16)
+    asked = []
+
+    def cancelled() -> bool:
+        asked.append(1)
+        return len(asked) > 2  # after two chunks
+
+    s = eng.stream("x" * 100, max_tokens=8, cancelled=cancelled)
+    assert list(s) == [] and s.result.text == "" and s.result.stats.stop_reason == STOP_CANCELLED
+    assert len(asked) == 3
+    assert eng.generate("hi", max_tokens=4, draft_max=4, cancelled=lambda: False).text == "PABC"  # unharmed
 
 
 def test_sampling_with_seed_is_reproducible(engine):

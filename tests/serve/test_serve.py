@@ -6,6 +6,7 @@ so every output below is known exactly.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import socket
 import subprocess
@@ -24,6 +25,7 @@ from converters import convert, write_checkpoint
 from local_eagle.cli.app import app
 from local_eagle.runtime.engine import Engine, EngineOptions
 from local_eagle.serve.app import EagleServer, ServeConfig, create_app
+from local_eagle.serve.server import MAX_REQUEST_BYTES
 from local_eagle.testing.tiny_pair import make_cycle_drafter, write_cycle_target
 
 CYCLE = "P" + "ABCDEFGHIJKLMNOP" * 300
@@ -68,7 +70,7 @@ def served(pair):
     finally:
         uv.should_exit = True
         thread.join(timeout=30)
-        engine.close()
+        assert server.close(timeout=60)
 
 
 @pytest.fixture
@@ -346,3 +348,226 @@ def test_serve_command_with_a_modelfile(pair):
 def test_serve_command_needs_a_model():
     r = CliRunner().invoke(app, ["serve"])
     assert r.exit_code == 2 and "give --model" in r.output
+
+
+def test_options_follow_the_parameter_table(served, oll, oai):
+    """One set of rules with the Modelfile, the CLI and chat's /set: type and range, a 400 naming the range."""
+    base = served[1]
+    for bad, words in (
+        ({"draft_num_predict": 10_000_000}, "options.draft_num_predict must be between 0 and 64"),
+        ({"num_thread": 100_000}, "options.num_thread must be between 0 and 512"),
+        ({"num_ctx": 10**9}, "options.num_ctx must be between 16 and"),
+        ({"num_gpu": -2}, "options.num_gpu must be"),
+        ({"repeat_last_n": -5}, "options.repeat_last_n must be"),
+        ({"top_k": 1.5}, "options.top_k must be an integer"),
+        ({"stop": "x"}, "options.stop must be a list of strings"),
+        ({"use_mmap": 1}, "options.use_mmap must be true or false"),
+    ):
+        t0 = time.perf_counter()
+        r = httpx.post(base + "/api/generate", json={"model": "cycle", "prompt": "hi", "options": bad})
+        assert r.status_code == 400 and words in r.json()["error"], (bad, r.text)
+        assert time.perf_counter() - t0 < 2
+    with pytest.raises(openai.BadRequestError) as e:
+        oai.completions.create(model="cycle", prompt="hi", max_tokens=2, extra_body={"draft_num_predict": 10**7})
+    assert e.value.body["message"].startswith("draft_num_predict must be between 0 and 64")
+    # what only a reload could change is checked, then left to the server; unknown names are ignored, as by Ollama
+    ok = {**GREEDY, "num_predict": 3, "num_thread": 1, "num_ctx": 64, "mirostat": 2, "nonsense": [1]}
+    assert oll.generate(model="cycle", prompt="hi", options=ok).response == "PAB"
+
+
+def _slow_render(monkeypatch, seconds: float, error: Exception | None = None) -> threading.Event:
+    """Make prompt rendering take ``seconds`` (a template that runs long), then fail with ``error`` if given."""
+    import local_eagle.ollama.prompt as prompt
+
+    started, real = threading.Event(), prompt.render_prompt
+
+    def render_prompt(*args, **kwargs):
+        started.set()
+        time.sleep(seconds)
+        if error is not None:
+            raise error
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(prompt, "render_prompt", render_prompt)
+    return started
+
+
+def test_a_slow_template_does_not_stall_the_server(served, monkeypatch):
+    base = served[1]
+    started = _slow_render(monkeypatch, 3.0)
+    chat = {"model": "cycle", "messages": [{"role": "user", "content": "hi"}], "stream": False,
+            "options": {**GREEDY, "num_predict": 3}}  # fmt: skip
+    result = {}
+    t = threading.Thread(target=lambda: result.update(r=httpx.post(base + "/api/chat", json=chat, timeout=30)))
+    t.start()
+    assert started.wait(10)
+    t0 = time.perf_counter()
+    assert httpx.get(base + "/api/version").status_code == 200
+    assert time.perf_counter() - t0 < 1.0  # answered while the template still ran
+    t.join(30)
+    assert result["r"].json()["message"]["content"] == "PAB"
+
+
+def test_a_failing_template_is_a_400_and_keeps_the_connection(served, monkeypatch):
+    base = served[1]
+    _slow_render(monkeypatch, 0.0, RecursionError("maximum recursion depth exceeded"))
+    chat = {"model": "cycle", "messages": [{"role": "user", "content": "hi"}], "stream": False}
+    with httpx.Client() as client:
+        r = client.post(base + "/api/chat", json=chat)
+        assert r.status_code == 400 and "template" in r.json()["error"]
+        first = r.extensions["network_stream"].get_extra_info("client_addr")
+        r = client.post(base + "/v1/chat/completions", json=chat)
+        assert r.status_code == 400 and "template" in r.json()["error"]["message"]
+        assert r.extensions["network_stream"].get_extra_info("client_addr") == first  # the same connection
+
+
+def test_request_size_limit(served):
+    server, base = served
+    body = {"model": "cycle", "prompt": "x" * 20_000, "options": {"num_predict": 1}}
+    server.config.max_request_bytes = 10_000
+    try:
+        r = httpx.post(base + "/api/generate", json=body)
+        assert r.status_code == 413 and "10000 bytes" in r.json()["error"]
+        r = httpx.post(base + "/v1/completions", json=body)
+        assert r.status_code == 413 and r.json()["error"]["type"] == "invalid_request_error"
+
+        def chunks():  # no Content-Length: counted as it arrives
+            for _ in range(30):
+                yield b" " * 1000
+
+        r = httpx.post(base + "/api/chat", content=chunks())
+        assert r.status_code == 413 and "limit" in r.json()["error"]
+    finally:
+        server.config.max_request_bytes = MAX_REQUEST_BYTES
+    assert httpx.post(base + "/api/generate", json=greedy_body(2)).json()["response"] == "PA"
+
+
+def test_a_prompt_that_cannot_fit_is_refused_without_the_slot(served):
+    """Tokenizing is done before a job queues for the model, and a prompt over the context is a 400 at once, even
+    while another job holds the model; a long word is refused before llama.cpp's tokenizer, quadratic on it, runs."""
+    server, base = served
+    server.config.queue_timeout = 1.0
+    server.lock.acquire()
+    try:
+        for prompt in ("x" * 5000, "x" * 3_000_000):  # over the context in tokens; in bytes
+            t0 = time.perf_counter()
+            r = httpx.post(base + "/api/generate", json={"model": "cycle", "prompt": prompt, "raw": True}, timeout=30)
+            assert r.status_code == 400 and "context" in r.json()["error"], r.text
+            assert time.perf_counter() - t0 < 2
+        r = httpx.post(base + "/v1/completions", json={"model": "cycle", "prompt": "x" * 5000})
+        assert r.status_code == 400 and "4096" in r.json()["error"]["message"]
+    finally:
+        server.lock.release()
+        server.config.queue_timeout = 300.0
+
+
+def test_a_client_gone_while_its_prompt_is_made_never_takes_the_slot(served, monkeypatch):
+    server, base = served
+    n_before = len(server.records)
+    _slow_render(monkeypatch, 1.0)
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(base + "/api/chat", json={"model": "cycle", "messages": [{"role": "user", "content": "hi"}]},
+                   timeout=0.3)  # fmt: skip
+    time.sleep(1.5)
+    assert len(server.records) == n_before  # no job ran for it
+
+
+@pytest.mark.parametrize(
+    "path, field, value",
+    [
+        ("/v1/chat/completions", "stream_options", "x"),
+        ("/v1/completions", "stream_options", [1]),
+        ("/v1/chat/completions", "stream_options", {"include_usage": "yes"}),
+        ("/v1/chat/completions", "logprobs", 0),
+        ("/v1/chat/completions", "n", True),
+        ("/v1/chat/completions", "tools", [1]),
+        ("/v1/chat/completions", "frequency_penalty", "x"),
+        ("/v1/completions", "echo", 0),
+        ("/api/generate", "raw", "yes"),
+        ("/api/generate", "prompt", 0),
+        ("/api/generate", "options", []),
+        ("/api/generate", "keep_alive", []),
+        ("/api/generate", "think", 1),
+        ("/api/chat", "tools", {}),
+        ("/api/chat", "messages", [{"role": "user", "content": [{"type": "text", "text": 1}]}]),
+        ("/api/show", "verbose", "x"),
+    ],
+)
+def test_a_field_of_the_wrong_json_type_is_a_400(served, path, field, value):
+    hi = [{"role": "user", "content": "hi"}]
+    body = {"model": "cycle", "stream": True, "messages": hi, "prompt": "hi", "max_tokens": 1,
+            "options": {"num_predict": 1}}  # fmt: skip
+    r = httpx.post(served[1] + path, json={**body, field: value})
+    assert r.status_code == 400, r.text
+    message = r.json()["error"]["message"] if path.startswith("/v1") else r.json()["error"]
+    assert isinstance(message, str) and ("wrong type" in message or "must be" in message), message
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--port", "70000"], "--port must be between 1 and 65535"),
+        (["--log-level", "bogus"], "--log-level must be one of"),
+        (["--draft-max", "-1"], "--draft-max must be between 0 and 64"),
+        (["--threads", "100000"], "--threads must be between 0 and 512"),
+        (["--ctx", "5"], "--ctx must be between 16"),
+        (["--host", "no.such.host.invalid"], "--host"),
+    ],
+)
+def test_serve_refuses_bad_settings_before_loading(pair, monkeypatch, args, words):
+    import local_eagle.serve.server as server_module
+
+    def no_engine(*a, **k):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(server_module, "Engine", no_engine)
+    _, target, draft = pair
+    r = CliRunner().invoke(app, ["serve", "-m", str(target), "--draft", str(draft), *args])
+    assert r.exit_code == 2 and words in r.output and "Traceback" not in r.output, r.output
+
+
+def test_serve_refuses_a_port_in_use(pair):
+    _, target, _ = pair
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        r = CliRunner().invoke(app, ["serve", "-m", str(target), "--port", str(s.getsockname()[1])])
+    assert r.exit_code == 2 and "cannot listen" in r.output
+
+
+def test_ctrl_c_while_a_gone_client_s_job_runs(pair):
+    """Ctrl-C once uvicorn is done but a worker thread is still inside llama.cpp (a long prefill, a tokenization):
+    the model must not be freed under it (that segfaulted), and the process must exit cleanly."""
+    _, target, draft = pair
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "local_eagle", "serve", "-m", str(target), "--draft", str(draft), "--port", str(port),
+         "--threads", "1", "--ctx", "16384", "--log-level", "warning"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                httpx.get(base + "/api/version")
+                break
+            except httpx.ConnectError:
+                assert proc.poll() is None and time.monotonic() < deadline, "serve did not start"
+                time.sleep(0.2)
+
+        def gone(prompt: str) -> None:  # a client that gives up at once
+            with contextlib.suppress(httpx.TimeoutException):
+                httpx.post(base + "/api/generate", json={"model": "target", "prompt": prompt, "raw": True}, timeout=0.3)
+
+        threads = [threading.Thread(target=gone, args=(p,)) for p in ("x" * 8000, "y" * 80_000)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        output = proc.communicate(timeout=120)[0]
+    assert proc.returncode in (0, 130), (proc.returncode, output)
+    for crash in ("Segmentation fault", "Aborted", "terminate called", "Traceback"):
+        assert crash not in output, output
