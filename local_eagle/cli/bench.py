@@ -10,19 +10,32 @@ import typer
 from rich.table import Table
 
 from local_eagle.cli.console import err, friendly, out
-from local_eagle.cli.options import DEFAULT_CTX, CtxOpt, GpuOpt, ModelOpt, RequiredDraftOpt, ThreadsOpt, open_engine
+from local_eagle.cli.options import (
+    DEFAULT_CTX,
+    GpuOpt,
+    ModelOpt,
+    OptionalCtxOpt,
+    RequiredDraftOpt,
+    ThreadsOpt,
+    checked_options,
+    open_engine,
+)
+from local_eagle.ollama.parameters import PARAMETERS
 
 
 @friendly
+@checked_options
 def bench(
     model: ModelOpt,
     draft: RequiredDraftOpt,
     prompts: Annotated[Path, typer.Option("--prompts", help="JSONL file of prompts ({'prompt': ...} per line).")],
-    max_tokens: Annotated[int, typer.Option("--max-tokens", "-n")] = 128,
-    draft_max: Annotated[list[int] | None, typer.Option("--draft-max", help="k values to test (repeatable).")] = None,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", help=PARAMETERS["num_predict"].help)] = 128,
+    draft_max: Annotated[
+        list[int] | None, typer.Option("--draft-max", help="Tokens drafted per step to test (repeatable). Default 4.")
+    ] = None,
     draft_p_min: Annotated[float, typer.Option("--draft-p-min")] = 0.0,
     limit: Annotated[int | None, typer.Option(help="Use only the first N prompts.")] = None,
-    ctx: CtxOpt = DEFAULT_CTX,
+    ctx: OptionalCtxOpt = None,
     gpu_layers: GpuOpt = -1,
     threads: ThreadsOpt = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON rows.")] = False,
@@ -32,7 +45,7 @@ def bench(
 
     texts = read_prompts(prompts)[:limit]
     ks = draft_max or [4]
-    with open_engine(model, draft, ctx, gpu_layers, threads) as engine:
+    with open_engine(model, draft, ctx if ctx is not None else DEFAULT_CTX, gpu_layers, threads) as engine:
         rows = run_bench(engine, texts, ks, max_tokens=max_tokens, draft_p_min=draft_p_min, progress=not as_json)
     if as_json:
         print(json.dumps([r.to_dict() for r in rows]))

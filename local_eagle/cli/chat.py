@@ -425,15 +425,6 @@ class ChatSession:
         return "\n".join(rows) + "\n"
 
 
-def check_parameter(name: str, value: Any) -> str:
-    """Why a value cannot run (empty when it can), by the one parameter table."""
-    try:
-        parameters.check(name, value)
-    except parameters.ParameterError as e:
-        return str(e)
-    return ""
-
-
 class MultilineReader:
     """Joins ``\"\"\"`` blocks the way ``ollama run`` does.
 

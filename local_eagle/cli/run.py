@@ -18,6 +18,7 @@ from local_eagle.cli.console import err, friendly, out, warn_if_cpu_only
 from local_eagle.cli.options import (
     DEFAULT_CTX,
     NO_SAMPLING_FLAGS,
+    OPTION_PARAMETERS,
     DraftMaxOpt,
     DraftOpt,
     DraftPMinOpt,
@@ -28,12 +29,15 @@ from local_eagle.cli.options import (
     OptionalModelOpt,
     SamplingFlags,
     ThreadsOpt,
+    checked_options,
     open_engine,
     resolve_models,
     sampling_options,
     sampling_params,
+    table_help,
 )
 from local_eagle.errors import LocalEagleError
+from local_eagle.ollama.parameters import PARAMETERS
 
 DEFAULT_MAX_TOKENS = 128
 """generate's answer length when neither --max-tokens nor the Modelfile's num_predict gives one."""
@@ -73,6 +77,7 @@ def _stats_line(st: Any) -> str:
 
 
 @friendly
+@checked_options
 @sampling_options
 def generate(
     model: OptionalModelOpt = None,
@@ -80,7 +85,9 @@ def generate(
     modelfile: ModelfileOpt = None,
     prompt: Annotated[str | None, typer.Option("--prompt", "-p", help="Prompt text.")] = None,
     prompt_file: Annotated[Path | None, typer.Option("--prompt-file", help="Read the prompt from a file.")] = None,
-    max_tokens: Annotated[int | None, typer.Option("--max-tokens", "-n", help=f"Default {DEFAULT_MAX_TOKENS}.")] = None,
+    max_tokens: Annotated[
+        int | None, typer.Option("--max-tokens", "-n", help=table_help("num_predict", DEFAULT_MAX_TOKENS))
+    ] = None,
     sampling: SamplingFlags = NO_SAMPLING_FLAGS,
     draft_max: DraftMaxOpt = None,
     draft_p_min: DraftPMinOpt = 0.0,
@@ -121,6 +128,7 @@ def generate(
 
 
 @friendly
+@checked_options
 @sampling_options
 def chat(
     model: OptionalModelOpt = None,
@@ -128,16 +136,14 @@ def chat(
     modelfile: Annotated[
         Path | None, typer.Option("--file", "-f", help="Ollama Modelfile: model, DRAFT, parameters, system, template.")
     ] = None,
-    max_tokens: Annotated[
-        int | None, typer.Option("--max-tokens", "-n", help="Most tokens per answer (default: no limit).")
-    ] = None,
+    max_tokens: Annotated[int | None, typer.Option("--max-tokens", "-n", help=table_help("num_predict"))] = None,
     sampling: SamplingFlags = NO_SAMPLING_FLAGS,
     system: Annotated[str | None, typer.Option("--system", help="System message.")] = None,
     draft_max: DraftMaxOpt = None,
     draft_p_min: DraftPMinOpt = 0.0,
     ctx: OptionalCtxOpt = None,
-    gpu_layers: Annotated[int | None, typer.Option("--gpu-layers", help="Layers on the GPU (-1: all).")] = None,
-    threads: Annotated[int | None, typer.Option("--threads", help="CPU threads (0: all cores).")] = None,
+    gpu_layers: Annotated[int | None, typer.Option("--gpu-layers", help=table_help("num_gpu"))] = None,
+    threads: Annotated[int | None, typer.Option("--threads", help=table_help("num_thread"))] = None,
     verbose: Annotated[bool, typer.Option("--verbose", help="Print timings and acceptance after each answer.")] = False,
 ) -> None:
     """Chat with the model as `ollama run` does: streamed answers, history, /commands (/? for help).
@@ -146,24 +152,18 @@ def chat(
     MESSAGE history; flags given on the command line override it. Ctrl+C stops an answer,
     Ctrl+D or /bye exits.
     """
-    from local_eagle.cli.chat import ChatSession, check_parameter, run_repl
+    from local_eagle.cli.chat import ChatSession, run_repl
 
     pair = resolve_models(model, draft, modelfile)
     if pair.modelfile is not None:
         session = ChatSession.from_modelfile(pair.modelfile, pair.model, pair.draft)
     else:
         session = ChatSession(pair.model, pair.draft)
-    # flags override the Modelfile under their Ollama names, so /show parameters prints what is in force
-    flags = [
-        ("num_predict", "--max-tokens", max_tokens), *sampling.flags(), ("draft_num_predict", "--draft-max", draft_max),
-        ("num_ctx", "--ctx", ctx), ("num_gpu", "--gpu-layers", gpu_layers), ("num_thread", "--threads", threads),
-    ]  # fmt: skip
-    for name, flag, value in flags:
-        if value is not None:
-            problem = check_parameter(name, value)
-            if problem:
-                raise LocalEagleError(f"{flag}: {problem}")
-            session.parameters[name] = value
+    # flags (checked by checked_options) override the Modelfile under their Ollama names, so
+    # /show parameters prints what is in force
+    given = {"max_tokens": max_tokens, "draft_max": draft_max, "ctx": ctx, "gpu_layers": gpu_layers, "threads": threads}
+    given = {OPTION_PARAMETERS[k]: v for k, v in given.items() if v is not None}
+    session.parameters.update(given | sampling.values)
     if sampling.stop:
         session.parameters["stop"] = list(sampling.stop)
     if system is not None:
@@ -175,12 +175,13 @@ def chat(
 
 
 @friendly
+@checked_options
 def demo(
     prompt: Annotated[
         str | None, typer.Option("--prompt", "-p", help="Prompt (default: a held-out coding task).")
     ] = None,
-    max_tokens: Annotated[int, typer.Option("--max-tokens", "-n")] = 128,
-    draft_max: Annotated[int, typer.Option("--draft-max")] = 4,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", help=PARAMETERS["num_predict"].help)] = 128,
+    draft_max: Annotated[int, typer.Option("--draft-max", help=PARAMETERS["draft_num_predict"].help)] = 4,
     threads: ThreadsOpt = 0,
     as_json: JsonOpt = False,
 ) -> None:

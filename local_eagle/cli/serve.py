@@ -9,12 +9,15 @@ import typer
 from local_eagle.cli.console import err, friendly
 from local_eagle.cli.options import (
     DEFAULT_CTX,
+    DraftMaxOpt,
     DraftOpt,
     GpuOpt,
     ModelfileOpt,
     OptionalModelOpt,
     ThreadsOpt,
+    checked_options,
     resolve_models,
+    table_help,
 )
 from local_eagle.errors import LocalEagleError
 
@@ -22,6 +25,7 @@ _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 @friendly
+@checked_options
 def serve(
     model: OptionalModelOpt = None,
     draft: DraftOpt = None,
@@ -33,10 +37,8 @@ def serve(
         "127.0.0.1"
     ),
     port: Annotated[int, typer.Option(help="Port (Ollama's is 11434).")] = 11434,
-    draft_max: Annotated[int | None, typer.Option("--draft-max", help="Default tokens drafted per step.")] = None,
-    ctx: Annotated[
-        int | None, typer.Option("--ctx", help=f"Context length, fixed for the server (default {DEFAULT_CTX}).")
-    ] = None,
+    draft_max: DraftMaxOpt = None,
+    ctx: Annotated[int | None, typer.Option("--ctx", help=table_help("num_ctx") + " Fixed for the server.")] = None,
     timeout: Annotated[float, typer.Option(help="Stop any generation after this many seconds (0: never).")] = 0.0,
     queue_timeout: Annotated[
         float, typer.Option("--queue-timeout", help="Answer 503 after waiting this long for the model (0: never).")

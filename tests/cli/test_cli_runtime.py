@@ -135,3 +135,22 @@ def test_generate_and_fit_from_a_modelfile(pair, tmp_path):
     assert json.loads(r.output)["text"] == "PABCD"
     r = runner.invoke(app, ["fit", "-f", str(mf), "--vram-gb", "24", "--json"])
     assert r.exit_code == 0, r.output
+
+
+def test_a_negative_seed_samples_at_random(pair):
+    _, target, draft = pair
+    r = runner.invoke(
+        app, ["generate", "-m", str(target), "-d", str(draft), "-p", "hi", "-n", "8", "--temperature", "0.7",
+              "--seed", "-1", "--json", "--threads", "1"],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert len(json.loads(r.stdout)["tokens"]) == 8
+
+
+def test_threads_past_the_cores_run_and_past_the_table_are_refused(pair):
+    _, target, draft = pair
+    args = ["generate", "-m", str(target), "-d", str(draft), "-p", "hi", "-n", "5", "--temperature", "0", "--json"]
+    r = runner.invoke(app, [*args, "--threads", "500"])  # clamped to the cores present
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["text"] == "PABCD"
+    assert_one_line_error(runner.invoke(app, [*args, "--threads", "100000"]), "--threads:", "between 0 and 512")
