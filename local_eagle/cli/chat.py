@@ -15,6 +15,7 @@ turns in a row that strict chat templates refuse).
 from __future__ import annotations
 
 import difflib
+import re
 import signal
 import sys
 import threading
@@ -45,6 +46,8 @@ from local_eagle.ollama.modelfile import (
 )
 from local_eagle.runtime.sampling import SamplingParams
 from local_eagle.runtime.stats import GenerationTotals
+
+_UNDECODABLE = re.compile("[\udc80-\udcff]")  # what surrogateescape makes of bytes that are not UTF-8
 
 # parameters fixed when the engine is created: changing one reloads the model
 LOAD_PARAMETERS = parameters.LOAD
@@ -420,11 +423,26 @@ class MultilineReader:
         return None
 
 
-def _setup_readline() -> None:
-    try:
-        import readline  # noqa: F401  (line editing and history for input())
-    except ImportError:
-        pass
+def _setup_input() -> None:
+    """Line editing on a terminal; and stdin decoded with ``surrogateescape``, so that bytes that
+    are not UTF-8 (a Latin-1 file piped in) reach :func:`_read_line` instead of killing ``input()``."""
+    if sys.stdin.isatty():
+        try:
+            import readline  # noqa: F401  (line editing and history for input())
+        except ImportError:
+            pass
+    if hasattr(sys.stdin, "reconfigure"):
+        sys.stdin.reconfigure(errors="surrogateescape")
+
+
+def _read_line(read: Callable[[str], str], prompt: str, err: TextIO) -> str:
+    """One line of input; undecodable bytes become U+FFFD (and the user is told), not a crash."""
+    line = read(prompt)
+    clean = _UNDECODABLE.sub("\ufffd", line)
+    if clean != line:
+        err.write("warning: the input is not UTF-8 text; its undecodable bytes were replaced by U+FFFD\n")
+        err.flush()
+    return clean
 
 
 def run_repl(
@@ -437,8 +455,8 @@ def run_repl(
     """The interactive loop: ``>>> `` prompts, streamed answers, Ctrl+C stops an answer, Ctrl+D exits."""
     out = out or sys.stdout
     err = err or sys.stderr
-    if read is input and sys.stdin.isatty():
-        _setup_readline()
+    if read is input:
+        _setup_input()
     t0 = time.perf_counter()
     engine = open_engine(session)
     load_seconds = time.perf_counter() - t0
@@ -446,7 +464,7 @@ def run_repl(
     try:
         while True:
             try:
-                line = read("... " if reader.open else ">>> ")
+                line = _read_line(read, "... " if reader.open else ">>> ", err)
             except EOFError:
                 out.write("\n")
                 return

@@ -37,6 +37,7 @@ from local_eagle.cli.options import (
     table_help,
 )
 from local_eagle.errors import LocalEagleError
+from local_eagle.files import read_text_input
 from local_eagle.ollama.parameters import PARAMETERS
 
 DEFAULT_MAX_TOKENS = 128
@@ -56,9 +57,7 @@ def _read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
     if (prompt is None) == (prompt_file is None):
         raise LocalEagleError("give exactly one of --prompt or --prompt-file")
     if prompt_file is not None:
-        if not prompt_file.is_file():
-            raise LocalEagleError(f"{prompt_file}: prompt file not found")
-        return prompt_file.read_text(encoding="utf-8")
+        return read_text_input(prompt_file, "prompt file")
     assert prompt is not None
     return prompt
 

@@ -367,6 +367,24 @@ def test_chat_reads_piped_input(pair):
     assert "Be nice." in r.output and "PABCD\n" in r.output and "EAGLE 3.1" in r.output
 
 
+def test_input_that_is_not_utf8_is_replaced_and_the_session_goes_on(pair):
+    _, target, draft = pair
+    r = CliRunner().invoke(
+        app, ["chat", "-m", str(target), "-d", str(draft), "--temperature", "0", "-n", "5", "--threads", "1"],
+        input=b"caf\xe9\n/show system\nhi\n/bye\n",
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert r.stderr.count("not UTF-8 text; its undecodable bytes were replaced by U+FFFD") == 1, r.stderr
+    assert "No system message" in r.stdout and "PABCD\n" in r.stdout
+
+
+def test_undecodable_bytes_reach_the_model_as_replacement_characters():
+    s = session(template="{{ .Prompt }}")
+    e = FakeEngine()
+    _, err = drive(s, ["caf\udce9", "/bye"], [e])
+    assert e.prompts == ["caf\ufffd"] and "replaced by U+FFFD" in err
+
+
 def test_a_failing_command_is_one_line_and_the_session_goes_on(pair, tmp_path):
     _, target, _ = pair
     gone = tmp_path / "gone.gguf"

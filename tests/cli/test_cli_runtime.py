@@ -154,3 +154,17 @@ def test_threads_past_the_cores_run_and_past_the_table_are_refused(pair):
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["text"] == "PABCD"
     assert_one_line_error(runner.invoke(app, [*args, "--threads", "100000"]), "--threads:", "between 0 and 512")
+
+
+@pytest.mark.parametrize("command", ["generate", "bench", "train"])
+def test_input_files_that_are_not_utf8_are_named(pair, tmp_path, command):
+    _, target, draft = pair
+    bad = tmp_path / ("prompt.txt" if command == "generate" else "prompts.jsonl")
+    bad.write_bytes(b'{"prompt": "ok"}\n{"prompt": "caf\xe9"}\n')
+    args = {
+        "generate": ["generate", "-m", str(target), "--prompt-file", str(bad)],
+        "bench": ["bench", "-m", str(target), "-d", str(draft), "--prompts", str(bad)],
+        "train": ["train", "--target", str(target), "--prompts", str(bad), "--out", str(tmp_path / "run")],
+    }[command]
+    what = "prompt file" if command == "generate" else "prompts file"
+    assert_one_line_error(runner.invoke(app, args), f"{bad.name}:2: the {what} is not UTF-8 text (byte 32)")
