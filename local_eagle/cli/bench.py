@@ -20,6 +20,7 @@ from local_eagle.cli.options import (
     checked_options,
     open_engine,
 )
+from local_eagle.errors import LocalEagleError
 from local_eagle.ollama.parameters import PARAMETERS
 
 
@@ -43,10 +44,13 @@ def bench(
     """Greedy baseline vs speculative decoding in one process: speedup, acceptance, ideal speedup."""
     from local_eagle.bench.run import read_prompts, run_bench
 
+    if limit is not None and limit < 1:
+        raise LocalEagleError(f"--limit must be at least 1 (prompts to use), got {limit}")
     texts = read_prompts(prompts)[:limit]
     ks = draft_max or [4]
     with open_engine(model, draft, ctx if ctx is not None else DEFAULT_CTX, gpu_layers, threads) as engine:
-        rows = run_bench(engine, texts, ks, max_tokens=max_tokens, draft_p_min=draft_p_min, progress=not as_json)
+        n = max_tokens if max_tokens > 0 else engine.n_ctx  # Ollama's -1: until the context is full
+        rows = run_bench(engine, texts, ks, max_tokens=n, draft_p_min=draft_p_min, progress=not as_json)
     if as_json:
         print(json.dumps([r.to_dict() for r in rows]))
     else:

@@ -168,3 +168,11 @@ def test_input_files_that_are_not_utf8_are_named(pair, tmp_path, command):
     }[command]
     what = "prompt file" if command == "generate" else "prompts file"
     assert_one_line_error(runner.invoke(app, args), f"{bad.name}:2: the {what} is not UTF-8 text (byte 32)")
+
+
+def test_bench_limit_must_leave_a_prompt(pair, tmp_path):
+    _, target, draft = pair
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "hi"}\n')
+    r = runner.invoke(app, ["bench", "-m", str(target), "-d", str(draft), "--prompts", str(prompts), "--limit", "0"])
+    assert_one_line_error(r, "--limit must be at least 1 (prompts to use), got 0")
