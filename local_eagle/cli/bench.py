@@ -10,15 +10,14 @@ import typer
 from rich.table import Table
 
 from local_eagle.cli.console import err, friendly, out
+from local_eagle.cli.loading import BeyondTrainingOpt, LoadOptions, open_engine
 from local_eagle.cli.options import (
-    DEFAULT_CTX,
     GpuOpt,
     ModelOpt,
     OptionalCtxOpt,
     RequiredDraftOpt,
     ThreadsOpt,
     checked_options,
-    open_engine,
 )
 from local_eagle.errors import LocalEagleError
 from local_eagle.ollama.parameters import PARAMETERS
@@ -37,6 +36,7 @@ def bench(
     draft_p_min: Annotated[float, typer.Option("--draft-p-min")] = 0.0,
     limit: Annotated[int | None, typer.Option(help="Use only the first N prompts.")] = None,
     ctx: OptionalCtxOpt = None,
+    ctx_beyond_training: BeyondTrainingOpt = False,
     gpu_layers: GpuOpt = -1,
     threads: ThreadsOpt = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON rows.")] = False,
@@ -48,7 +48,8 @@ def bench(
         raise LocalEagleError(f"--limit must be at least 1 (prompts to use), got {limit}")
     texts = read_prompts(prompts)[:limit]
     ks = draft_max or [4]
-    with open_engine(model, draft, ctx if ctx is not None else DEFAULT_CTX, gpu_layers, threads) as engine:
+    load = LoadOptions(ctx, gpu_layers, threads, max(ks), ctx_beyond_training)
+    with open_engine(model, draft, load) as engine:
         n = max_tokens if max_tokens > 0 else engine.n_ctx  # Ollama's -1: until the context is full
         rows = run_bench(engine, texts, ks, max_tokens=n, draft_p_min=draft_p_min, progress=not as_json)
     if as_json:

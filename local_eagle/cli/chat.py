@@ -152,6 +152,8 @@ class ChatSession:
         self.history: list[dict[str, str]] = []
         self.stats = SessionStats()
         self.reload_needed = False
+        self.loaded: dict[str, Any] = {}  # the load parameters the engine was created with
+        self.engine_ctx: int | None = None  # its context, which may be capped below num_ctx
 
     @classmethod
     def from_modelfile(cls, m: Modelfile, model: Path, draft: Path | None, **kw: Any) -> ChatSession:
@@ -162,7 +164,8 @@ class ChatSession:
 
     @property
     def n_ctx(self) -> int:
-        return int(self.parameters.get("num_ctx", DEFAULT_CTX))
+        """The engine's context once loaded (capped at the model's trained one), else num_ctx."""
+        return self.engine_ctx or int(self.parameters.get("num_ctx", DEFAULT_CTX))
 
     @property
     def n_gpu_layers(self) -> int:
@@ -303,7 +306,7 @@ class ChatSession:
         self.parameters[name] = value
         note = ""
         if name in LOAD_PARAMETERS and old != value:
-            self.reload_needed = True
+            self.reload_needed, self.engine_ctx = True, None
             note = " (the model reloads before the next answer)"
         elif name in UNUSED_PARAMETERS:
             note = f" (local-eagle does not use {name})"
@@ -457,9 +460,7 @@ def run_repl(
     err = err or sys.stderr
     if read is input:
         _setup_input()
-    t0 = time.perf_counter()
-    engine = open_engine(session)
-    load_seconds = time.perf_counter() - t0
+    engine, load_seconds = _load(session, open_engine, err)
     reader = MultilineReader()
     try:
         while True:
@@ -495,15 +496,39 @@ def run_repl(
             if reply.message is None:
                 continue
             if session.reload_needed:
-                engine.close()
-                t0 = time.perf_counter()
-                engine = open_engine(session)
-                load_seconds += time.perf_counter() - t0
-                session.reload_needed = False
+                engine, seconds = _load(session, open_engine, err, engine)
+                load_seconds += seconds
             _answer(session, engine, reply.message, load_seconds, out, err)
             load_seconds = 0.0
     finally:
         engine.close()
+
+
+def _load(
+    session: ChatSession, open_engine: Callable[[ChatSession], Any], err: TextIO, old: Any = None
+) -> tuple[Any, float]:
+    """The engine for the parameters in force (closing ``old``), and the seconds it took.
+
+    When a reload fails (say, a num_ctx this machine cannot hold), the session says why and goes
+    back to the settings that loaded: a ``/set parameter`` ends in one line, not the session.
+    """
+    t0 = time.perf_counter()
+    if old is not None:
+        old.close()
+    try:
+        engine = open_engine(session)
+    except LocalEagleError as e:
+        if old is None:
+            raise
+        err.write(f"error: {e}\n(back to the settings that loaded)\n")
+        err.flush()
+        previous = {name: value for name, value in session.loaded.items() if value is not None}
+        session.parameters = {k: v for k, v in session.parameters.items() if k not in LOAD_PARAMETERS} | previous
+        engine = open_engine(session)
+    session.reload_needed = False
+    session.loaded = {name: session.parameters.get(name) for name in LOAD_PARAMETERS}
+    session.engine_ctx = getattr(engine, "n_ctx", None)
+    return engine, time.perf_counter() - t0
 
 
 def _answer(session: ChatSession, engine: Any, user: str, load_seconds: float, out: TextIO, err: TextIO) -> None:

@@ -27,7 +27,6 @@ from local_eagle.runtime.sampling import SamplingParams
 
 if TYPE_CHECKING:
     from local_eagle.ollama.modelfile import Modelfile
-    from local_eagle.runtime.engine import Engine
 
 DEFAULT_CTX: int = PARAMETERS["num_ctx"].default
 """Context length when neither a flag nor the Modelfile's num_ctx gives one."""
@@ -207,10 +206,3 @@ def resolve_models(model: Path | None, draft: Path | None, modelfile: Path | Non
     mf_draft = resolve_draft(m) if m.draft is not None else None
     mf_model = resolve_model(m)  # checked even under --model: a Modelfile whose FROM is broken is refused
     return ModelPair(model or mf_model, draft or mf_draft, dict(m.parameters), m)
-
-
-def open_engine(model: Path, draft: Path | None, ctx: int, gpu_layers: int, threads: int) -> Engine:
-    """An engine for the pair with the --ctx, --gpu-layers and --threads values."""
-    from local_eagle.runtime.engine import Engine, EngineOptions
-
-    return Engine(model, draft, EngineOptions(n_ctx=ctx, n_gpu_layers=gpu_layers, n_threads=threads))

@@ -9,14 +9,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
 from local_eagle.cli.console import err, friendly, out, warn_if_cpu_only
+from local_eagle.cli.loading import BeyondTrainingOpt, LoadOptions, open_engine
 from local_eagle.cli.options import (
-    DEFAULT_CTX,
     NO_SAMPLING_FLAGS,
     OPTION_PARAMETERS,
     DraftMaxOpt,
@@ -30,7 +30,6 @@ from local_eagle.cli.options import (
     SamplingFlags,
     ThreadsOpt,
     checked_options,
-    open_engine,
     resolve_models,
     sampling_options,
     sampling_params,
@@ -39,6 +38,9 @@ from local_eagle.cli.options import (
 from local_eagle.errors import LocalEagleError
 from local_eagle.files import read_text_input
 from local_eagle.ollama.parameters import PARAMETERS
+
+if TYPE_CHECKING:
+    from local_eagle.runtime.engine import Engine
 
 DEFAULT_MAX_TOKENS = 128
 """generate's answer length when neither --max-tokens nor the Modelfile's num_predict gives one."""
@@ -91,6 +93,7 @@ def generate(
     draft_max: DraftMaxOpt = None,
     draft_p_min: DraftPMinOpt = 0.0,
     ctx: OptionalCtxOpt = None,
+    ctx_beyond_training: BeyondTrainingOpt = False,
     gpu_layers: GpuOpt = -1,
     threads: ThreadsOpt = 0,
     raw: Annotated[bool, typer.Option("--raw", help="With -f: send the prompt without the template.")] = False,
@@ -109,14 +112,13 @@ def generate(
 
         text = modelfile_prompt(pair.modelfile, [{"role": "user", "content": text}])
     n_predict = max_tokens if max_tokens is not None else params.get("num_predict", DEFAULT_MAX_TOKENS)
-    n_ctx = ctx if ctx is not None else params.get("num_ctx", DEFAULT_CTX)
-    if n_predict is not None and n_predict < 0:  # Ollama: -1 = until the context is full
-        n_predict = n_ctx
     sp = sampling_params({**params, **sampling.values})
     stops = sampling.stop or list(params.get("stop", []))
-    with open_engine(pair.model, pair.draft, n_ctx, gpu_layers, threads) as engine:
-        s = engine.stream(text, max_tokens=n_predict, sampling=sp, draft_max=pair.draft_max(draft_max),
-                          draft_p_min=draft_p_min, stop=stops)  # fmt: skip
+    k = pair.draft_max(draft_max)
+    load = LoadOptions(ctx if ctx is not None else params.get("num_ctx"), gpu_layers, threads, k, ctx_beyond_training)
+    with open_engine(pair.model, pair.draft, load) as engine:
+        n_predict = n_predict if n_predict > 0 else engine.n_ctx  # Ollama: -1 = until the context is full
+        s = engine.stream(text, max_tokens=n_predict, sampling=sp, draft_max=k, draft_p_min=draft_p_min, stop=stops)
         _echo(s, as_json)
         res = s.result
     if as_json:
@@ -141,6 +143,7 @@ def chat(
     draft_max: DraftMaxOpt = None,
     draft_p_min: DraftPMinOpt = 0.0,
     ctx: OptionalCtxOpt = None,
+    ctx_beyond_training: BeyondTrainingOpt = False,
     gpu_layers: Annotated[int | None, typer.Option("--gpu-layers", help=table_help("num_gpu"))] = None,
     threads: Annotated[int | None, typer.Option("--threads", help=table_help("num_thread"))] = None,
     verbose: Annotated[bool, typer.Option("--verbose", help="Print timings and acceptance after each answer.")] = False,
@@ -170,7 +173,13 @@ def chat(
     session.verbose = verbose
     session.draft_p_min = draft_p_min
     warn_if_cpu_only()
-    run_repl(session, lambda s: open_engine(s.model, s.draft, s.n_ctx, s.n_gpu_layers, s.n_threads))
+
+    def load(s: ChatSession) -> Engine:
+        k = s.stream_options()["draft_max"]
+        opts = LoadOptions(s.parameters.get("num_ctx"), s.n_gpu_layers, s.n_threads, k, ctx_beyond_training)
+        return open_engine(s.model, s.draft, opts)
+
+    run_repl(session, load)
 
 
 @friendly

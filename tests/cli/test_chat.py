@@ -334,6 +334,33 @@ def test_loop_verbose_errors_and_reload():
     assert "eval count:           3 token(s)" in err and "acceptance length:" in err
 
 
+def test_a_reload_that_fails_goes_back_to_the_settings_that_loaded():
+    s = session(template="{{ .Prompt }}")
+    engines: list[FakeEngine] = []
+
+    def open_engine(sess: ChatSession) -> FakeEngine:
+        if sess.parameters.get("num_ctx") == 999999:
+            raise LocalEagleError("a context of 999999 tokens needs 9.00 GiB ..., more than this machine's 1.00 GiB")
+        engines.append(FakeEngine())
+        return engines[-1]
+
+    out, err = io.StringIO(), io.StringIO()
+    lines = iter(["/set parameter num_ctx 999999", "hi", "/show parameters", "/bye"])
+    run_repl(s, open_engine, out=out, err=err, read=lambda _: next(lines))
+    assert "error: a context of 999999 tokens needs" in err.getvalue() and "back to the settings" in err.getvalue()
+    assert len(engines) == 2 and engines[0].closed and engines[1].prompts == ["hi"]  # the session went on
+    assert "num_ctx" not in s.parameters and "No parameters" in out.getvalue()
+
+
+def test_the_engines_context_bounds_the_prompt():
+    s = session(template="{{ .Prompt }}|{{ .Response }}", parameters={"num_ctx": 4096})
+    e = FakeEngine()
+    e.n_ctx = 20  # capped at the model's trained context when it loaded
+    _, err = drive(s, ["aaaa", "bbbb", "cc", "/bye"], [e])
+    assert err.count("the 1 oldest exchange(s) left out") == 1
+    assert s.handle("/set parameter num_ctx 512").output and s.n_ctx == 512  # until the next load
+
+
 def test_loop_says_when_old_turns_are_left_out():
     s = session(template="{{ .Prompt }}|{{ .Response }}", parameters={"num_ctx": 20})
     e = FakeEngine()
@@ -419,6 +446,9 @@ def test_pty_chat_session(pair):
         c.sendline("/show parameters")
         c.expect(r"num_predict\s+20")
         c.expect_exact(">>> ")
+        c.sendline("/set parameter num_ctx 1000000000000")  # once the end of the session
+        c.expect_exact("Couldn't set parameter: num_ctx must be between 16 and 1048576, got 1000000000000")
+        c.expect_exact(">>> ")
         c.sendline("/set verbose")
         c.expect_exact("Set 'verbose' mode.")
         c.sendline("hello")  # ends outside the cycle: the answer starts at P again
@@ -450,7 +480,19 @@ def test_pty_chat_session(pair):
 @needs_pty
 def test_pty_ctrl_c_stops_the_answer_and_ctrl_d_exits(pair):
     _, target, draft = pair
-    c = spawn("-m", str(target), "-d", str(draft), "--temperature", "0", "--threads", "1", "--ctx", "65536")
+    c = spawn(
+        "-m",
+        str(target),
+        "-d",
+        str(draft),
+        "--temperature",
+        "0",
+        "--threads",
+        "1",
+        "--ctx",
+        "65536",
+        "--ctx-beyond-training",
+    )
     try:
         c.expect_exact(">>> ")
         c.sendline("hi")  # no EOS in the cycle: the answer runs until the context is full
