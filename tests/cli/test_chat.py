@@ -12,14 +12,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from converters import convert, write_checkpoint
 from local_eagle.cli.app import app
 from local_eagle.cli.chat import ChatSession, MultilineReader, SessionStats, go_duration, run_repl, verbose_report
 from local_eagle.errors import LocalEagleError
 from local_eagle.llamacpp.bindings import gpu_offload_supported
 from local_eagle.ollama.modelfile import Message, parse
 from local_eagle.runtime.engine import GenerationResult, GenerationStats
-from local_eagle.testing.tiny_pair import make_cycle_drafter, write_cycle_target
+from local_eagle.testing.tiny_pair import write_cycle_target
 
 try:
     import pexpect
@@ -28,16 +27,6 @@ except ImportError:  # the pty tests need the dev extra (and a POSIX pty)
 needs_pty = pytest.mark.skipif(pexpect is None, reason="needs pexpect (pip install -e .[dev])")
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def pair(tmp_path_factory):
-    d = tmp_path_factory.mktemp("chat")
-    target = write_cycle_target(d / "target.gguf")
-    m = make_cycle_drafter(True)
-    ckpt = write_checkpoint(m.state_dict(), m.cfg.to_dict(), d / "ckpt")
-    draft = convert(ckpt, target, d / "draft.gguf", outtype="f16").outfile
-    return d, target, draft
 
 
 def session(**kw) -> ChatSession:

@@ -11,22 +11,12 @@ import pytest
 from gguf import GGUFWriter
 from typer.testing import CliRunner
 
-from converters import convert, write_checkpoint
 from local_eagle.cli import loading
 from local_eagle.cli.app import app
 from local_eagle.cli.loading import LoadOptions, buffer_bytes, capped_context
-from local_eagle.testing.tiny_pair import SPEC, make_cycle_drafter, write_cycle_target
+from local_eagle.testing.tiny_pair import SPEC
 
 runner = CliRunner()
-
-
-@pytest.fixture(scope="module")
-def pair(tmp_path_factory):
-    d = tmp_path_factory.mktemp("loading")
-    target = write_cycle_target(d / "target.gguf")
-    m = make_cycle_drafter(True)
-    draft = convert(write_checkpoint(m.state_dict(), m.cfg.to_dict(), d / "ckpt"), target, d / "draft.gguf").outfile
-    return target, draft
 
 
 def one_line_error(r) -> str:
@@ -38,7 +28,7 @@ def one_line_error(r) -> str:
 
 
 def test_a_drafter_given_as_the_model_says_so(pair):
-    target, draft = pair
+    _, target, draft = pair
     r = runner.invoke(app, ["generate", "-m", str(draft), "-p", "hi", "-n", "2"])
     assert one_line_error(r) == f"error: {draft} is an EAGLE drafter; give it with --draft and its target with --model"
     r = runner.invoke(app, ["generate", "-m", str(draft), "-d", str(target), "-p", "hi", "-n", "2"])
@@ -81,7 +71,7 @@ def _context(r) -> int:
 
 
 def test_the_context_is_capped_at_the_trained_one_unless_allowed(pair):
-    target, draft = pair
+    _, target, draft = pair
     base = ["generate", "-m", str(target), "-d", str(draft), "-p", "hi", "-n", "-1", "--temperature", "0", "--json",
             "--threads", "1"]  # fmt: skip
     r = runner.invoke(app, [*base, "--ctx", "4096"])
@@ -104,7 +94,7 @@ def test_capped_context() -> None:
 
 
 def test_buffer_bytes_grow_with_the_context(pair):
-    target, draft = pair
+    _, target, draft = pair
     small = buffer_bytes(target, draft, 1024, LoadOptions(), gpu=False)
     big = buffer_bytes(target, draft, 1 << 20, LoadOptions(), gpu=False)
     kv_per_token = 2 * SPEC.n_layer * SPEC.n_head_kv * (SPEC.n_embd // SPEC.n_head) * 2  # K and V, f16
@@ -113,7 +103,7 @@ def test_buffer_bytes_grow_with_the_context(pair):
 
 @pytest.mark.parametrize("command", ["generate", "chat", "bench", "serve"])
 def test_a_context_this_machine_cannot_hold_is_refused_before_loading(pair, tmp_path, monkeypatch, command):
-    target, draft = pair
+    _, target, draft = pair
     monkeypatch.setattr(loading, "physical_memory", lambda: 64 << 20)
     monkeypatch.setattr("local_eagle.llamacpp.backends.gpu_offload_supported", lambda: False)
 
