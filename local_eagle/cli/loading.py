@@ -83,7 +83,8 @@ def plan_context(model: Path, draft: Path | None, load: LoadOptions, note: Calla
     if arch == DRAFTER_ARCH:
         raise LocalEagleError(f"{model} is an EAGLE drafter; give it with --draft and its target with --model")
     trained = kv.get(f"{arch}.context_length")
-    n_ctx = capped_context(load.ctx, int(trained) if trained else None, load.beyond_training, note or _note)
+    trained = trained if isinstance(trained, int) and trained > 0 else None
+    n_ctx = capped_context(load.ctx, trained, load.beyond_training, note or _note)
     check_memory(model, draft, n_ctx, load)
     return n_ctx
 
@@ -110,15 +111,15 @@ def check_memory(model: Path, draft: Path | None, n_ctx: int, load: LoadOptions)
     """Refuse a context whose KV cache and compute buffers outgrow this machine, before llama.cpp tries.
 
     The bytes are the planner's (``fit``); the weights are left out, since llama.cpp maps them from
-    the file. On a GPU build the GPU's memory counts too. A file the planner cannot read is left to
-    llama.cpp.
+    the file. On a GPU build the GPU's memory counts too. The estimate only guards against the
+    absurd: a file the planner cannot read or price is left to llama.cpp, never refused here.
     """
     from local_eagle.llamacpp.backends import gpu_offload_supported
 
     gpu = gpu_offload_supported()
     try:
         need = buffer_bytes(model, draft, n_ctx, load, gpu)
-    except LocalEagleError:
+    except (LocalEagleError, ArithmeticError, LookupError, TypeError, ValueError):
         return
     have = physical_memory()
     if have is None or need <= have:

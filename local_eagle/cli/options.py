@@ -131,10 +131,6 @@ class SamplingFlags:
     """temperature, top_k, ... seed: only the flags that were given."""
     stop: list[str] = field(default_factory=list)
 
-    def flags(self) -> list[tuple[str, str, Any]]:
-        """(parameter, flag, value) for each given value, so that an error can name the flag."""
-        return [(name, "--" + name.replace("_", "-"), value) for name, value in self.values.items()]
-
 
 NO_SAMPLING_FLAGS = SamplingFlags()
 """The placeholder default of a ``sampling`` parameter; :func:`sampling_options` always passes the real one."""

@@ -124,3 +124,15 @@ def test_a_context_this_machine_cannot_hold_is_refused_before_loading(pair, tmp_
     message = one_line_error(r)
     assert f"a context of {1 << 20} tokens needs" in message
     assert "more than this machine's 64.0 MiB of memory; lower --ctx" in message
+
+
+def test_a_pair_the_planner_cannot_price_is_left_to_llama_cpp(pair, monkeypatch):
+    _, target, draft = pair
+
+    def broken(*a, **k):
+        raise ZeroDivisionError("an architecture the planner gets wrong")
+
+    monkeypatch.setattr(loading, "buffer_bytes", broken)
+    monkeypatch.setattr(loading, "physical_memory", lambda: 1)
+    r = runner.invoke(app, ["generate", "-m", str(target), "-d", str(draft), "-p", "hi", "-n", "3", "--threads", "1"])
+    assert r.exit_code == 0, r.output
