@@ -162,3 +162,14 @@ def read_input(path: str | os.PathLike[str], what: str, error: type[LocalEagleEr
         raise error(f"{p}: is a directory, expected a {what}") from None
     except OSError as e:
         raise error(f"{p}: cannot read {what} ({e.strerror})") from None
+
+
+def read_text_input(path: str | os.PathLike[str], what: str, error: type[LocalEagleError] = LocalEagleError) -> str:
+    """An input file as UTF-8 text (a byte-order mark dropped), or one line naming the file, the line
+    and the first byte that is not UTF-8: a Latin-1 prompt file must not end in a traceback."""
+    data = read_input(path, what, error)
+    try:
+        return data.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise error(f"{path}:{line}: the {what} is not UTF-8 text (byte {e.start}); save it as UTF-8") from None

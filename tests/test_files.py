@@ -9,7 +9,14 @@ import threading
 import pytest
 
 from local_eagle.errors import LocalEagleError
-from local_eagle.files import Terminated, atomic_output, check_output_dir, check_output_file, signals_raise
+from local_eagle.files import (
+    Terminated,
+    atomic_output,
+    check_output_dir,
+    check_output_file,
+    read_text_input,
+    signals_raise,
+)
 
 
 def test_sigterm_inside_atomic_output_removes_the_temporary_file(tmp_path):
@@ -90,3 +97,14 @@ def test_check_output_dir_read_only(tmp_path):
             check_output_dir(ro / "sub", "--out")
     finally:
         ro.chmod(0o755)
+
+
+def test_read_text_input_names_the_line_and_byte_that_are_not_utf8(tmp_path) -> None:
+    f = tmp_path / "p.txt"
+    f.write_bytes(b"\xef\xbb\xbfok\n")
+    assert read_text_input(f, "prompt file") == "ok\n"  # a byte-order mark is not part of the text
+    f.write_bytes(b"ok\nLatin-1 caf\xe9\n")
+    with pytest.raises(LocalEagleError, match=r"p\.txt:2: the prompt file is not UTF-8 text \(byte 14\)"):
+        read_text_input(f, "prompt file")
+    with pytest.raises(LocalEagleError, match="gone.txt: prompt file not found"):
+        read_text_input(tmp_path / "gone.txt", "prompt file")

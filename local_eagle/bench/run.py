@@ -88,6 +88,8 @@ def run_bench(
 
     if engine.drafter is None:
         raise LocalEagleError("bench needs a drafter (--draft)")
+    if not prompts:
+        raise LocalEagleError("bench needs at least one prompt")
     rows = []
     with Progress(transient=True, disable=not progress) as bar:
         task = bar.add_task("benchmarking", total=len(prompts) * len(draft_values))

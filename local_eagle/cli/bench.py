@@ -10,19 +10,33 @@ import typer
 from rich.table import Table
 
 from local_eagle.cli.console import err, friendly, out
-from local_eagle.cli.options import DEFAULT_CTX, CtxOpt, GpuOpt, ModelOpt, RequiredDraftOpt, ThreadsOpt, open_engine
+from local_eagle.cli.loading import BeyondTrainingOpt, LoadOptions, open_engine
+from local_eagle.cli.options import (
+    GpuOpt,
+    ModelOpt,
+    OptionalCtxOpt,
+    RequiredDraftOpt,
+    ThreadsOpt,
+    checked_options,
+)
+from local_eagle.errors import LocalEagleError
+from local_eagle.ollama.parameters import PARAMETERS
 
 
 @friendly
+@checked_options
 def bench(
     model: ModelOpt,
     draft: RequiredDraftOpt,
     prompts: Annotated[Path, typer.Option("--prompts", help="JSONL file of prompts ({'prompt': ...} per line).")],
-    max_tokens: Annotated[int, typer.Option("--max-tokens", "-n")] = 128,
-    draft_max: Annotated[list[int] | None, typer.Option("--draft-max", help="k values to test (repeatable).")] = None,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", help=PARAMETERS["num_predict"].help)] = 128,
+    draft_max: Annotated[
+        list[int] | None, typer.Option("--draft-max", help="Tokens drafted per step to test (repeatable). Default 4.")
+    ] = None,
     draft_p_min: Annotated[float, typer.Option("--draft-p-min")] = 0.0,
     limit: Annotated[int | None, typer.Option(help="Use only the first N prompts.")] = None,
-    ctx: CtxOpt = DEFAULT_CTX,
+    ctx: OptionalCtxOpt = None,
+    ctx_beyond_training: BeyondTrainingOpt = False,
     gpu_layers: GpuOpt = -1,
     threads: ThreadsOpt = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON rows.")] = False,
@@ -30,10 +44,14 @@ def bench(
     """Greedy baseline vs speculative decoding in one process: speedup, acceptance, ideal speedup."""
     from local_eagle.bench.run import read_prompts, run_bench
 
+    if limit is not None and limit < 1:
+        raise LocalEagleError(f"--limit must be at least 1 (prompts to use), got {limit}")
     texts = read_prompts(prompts)[:limit]
     ks = draft_max or [4]
-    with open_engine(model, draft, ctx, gpu_layers, threads) as engine:
-        rows = run_bench(engine, texts, ks, max_tokens=max_tokens, draft_p_min=draft_p_min, progress=not as_json)
+    load = LoadOptions(ctx, gpu_layers, threads, max(ks), ctx_beyond_training)
+    with open_engine(model, draft, load) as engine:
+        n = max_tokens if max_tokens > 0 else engine.n_ctx  # Ollama's -1: until the context is full
+        rows = run_bench(engine, texts, ks, max_tokens=n, draft_p_min=draft_p_min, progress=not as_json)
     if as_json:
         print(json.dumps([r.to_dict() for r in rows]))
     else:

@@ -15,6 +15,7 @@ turns in a row that strict chat templates refuse).
 from __future__ import annotations
 
 import difflib
+import re
 import signal
 import sys
 import threading
@@ -24,6 +25,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from local_eagle.cli.chat_help import (
+    COMMANDS,
+    HELP,
+    PARAMETER_HELP,
+    SET_HELP,
+    SHORTCUTS_HELP,
+    SHOW_HELP,
+    UNSUPPORTED_SET,
+)
 from local_eagle.cli.options import DEFAULT_CTX, sampling_params
 from local_eagle.errors import LocalEagleError
 from local_eagle.ollama import parameters
@@ -37,62 +47,11 @@ from local_eagle.ollama.modelfile import (
 from local_eagle.runtime.sampling import SamplingParams
 from local_eagle.runtime.stats import GenerationTotals
 
+_UNDECODABLE = re.compile("[\udc80-\udcff]")  # what surrogateescape makes of bytes that are not UTF-8
+
 # parameters fixed when the engine is created: changing one reloads the model
 LOAD_PARAMETERS = parameters.LOAD
 UNUSED_PARAMETERS = parameters.UNUSED
-
-HELP = """Available Commands:
-  /set            Set session variables
-  /show           Show model information
-  /stats          Show acceptance and speed for this session
-  /clear          Clear session context
-  /bye            Exit
-  /?, /help       Help for a command
-  /? shortcuts    Help for keyboard shortcuts
-
-Use \"\"\" to begin a multi-line message.
-"""
-
-SET_HELP = """Available Commands:
-  /set parameter ...     Set a parameter
-  /set system <string>   Set system message
-  /set verbose           Show LLM stats
-  /set quiet             Disable LLM stats
-"""
-
-SHOW_HELP = """Available Commands:
-  /show info         Show details for this model
-  /show modelfile    Show Modelfile for this model
-  /show parameters   Show parameters for this model
-  /show system       Show system message
-  /show template     Show prompt template
-"""
-
-PARAMETER_HELP = """Available Parameters:
-  /set parameter seed <int>               Random number seed
-  /set parameter num_predict <int>        Max number of tokens to predict (-1: until the context is full)
-  /set parameter top_k <int>              Pick from top k num of tokens
-  /set parameter top_p <float>            Pick token based on sum of probabilities
-  /set parameter min_p <float>            Pick token based on top token probability * min_p
-  /set parameter num_ctx <int>            Set the context size (reloads the model)
-  /set parameter temperature <float>      Set creativity level (0: greedy)
-  /set parameter repeat_penalty <float>   How strongly to penalize repetitions
-  /set parameter repeat_last_n <int>      Set how far back to look for penalties
-  /set parameter num_gpu <int>            The number of layers to send to the GPU (reloads the model)
-  /set parameter num_thread <int>         CPU threads (reloads the model)
-  /set parameter draft_num_predict <int>  Most tokens drafted per step (0: no drafting)
-  /set parameter stop <string> <string> ...   Set the stop parameters
-"""
-
-SHORTCUTS_HELP = """Available keyboard shortcuts:
-  Ctrl + c            Stop the answer being generated
-  Ctrl + d            Exit (on an empty prompt)
-  Up / Down           Previous / next input (where Python has readline)
-"""
-
-COMMANDS = ("/set", "/show", "/stats", "/clear", "/bye", "/exit", "/?", "/help")
-# Ollama /set options local-eagle chat does not have
-UNSUPPORTED_SET = ("history", "nohistory", "wordwrap", "nowordwrap", "format", "noformat", "think", "nothink")
 
 
 @dataclass
@@ -193,6 +152,8 @@ class ChatSession:
         self.history: list[dict[str, str]] = []
         self.stats = SessionStats()
         self.reload_needed = False
+        self.loaded: dict[str, Any] = {}  # the load parameters the engine was created with
+        self.engine_ctx: int | None = None  # its context, which may be capped below num_ctx
 
     @classmethod
     def from_modelfile(cls, m: Modelfile, model: Path, draft: Path | None, **kw: Any) -> ChatSession:
@@ -203,7 +164,8 @@ class ChatSession:
 
     @property
     def n_ctx(self) -> int:
-        return int(self.parameters.get("num_ctx", DEFAULT_CTX))
+        """The engine's context once loaded (capped at the model's trained one), else num_ctx."""
+        return self.engine_ctx or int(self.parameters.get("num_ctx", DEFAULT_CTX))
 
     @property
     def n_gpu_layers(self) -> int:
@@ -344,7 +306,7 @@ class ChatSession:
         self.parameters[name] = value
         note = ""
         if name in LOAD_PARAMETERS and old != value:
-            self.reload_needed = True
+            self.reload_needed, self.engine_ctx = True, None
             note = " (the model reloads before the next answer)"
         elif name in UNUSED_PARAMETERS:
             note = f" (local-eagle does not use {name})"
@@ -425,15 +387,6 @@ class ChatSession:
         return "\n".join(rows) + "\n"
 
 
-def check_parameter(name: str, value: Any) -> str:
-    """Why a value cannot run (empty when it can), by the one parameter table."""
-    try:
-        parameters.check(name, value)
-    except parameters.ParameterError as e:
-        return str(e)
-    return ""
-
-
 class MultilineReader:
     """Joins ``\"\"\"`` blocks the way ``ollama run`` does.
 
@@ -473,11 +426,26 @@ class MultilineReader:
         return None
 
 
-def _setup_readline() -> None:
-    try:
-        import readline  # noqa: F401  (line editing and history for input())
-    except ImportError:
-        pass
+def _setup_input() -> None:
+    """Line editing on a terminal; and stdin decoded with ``surrogateescape``, so that bytes that
+    are not UTF-8 (a Latin-1 file piped in) reach :func:`_read_line` instead of killing ``input()``."""
+    if sys.stdin.isatty():
+        try:
+            import readline  # noqa: F401  (line editing and history for input())
+        except ImportError:
+            pass
+    if hasattr(sys.stdin, "reconfigure"):
+        sys.stdin.reconfigure(errors="surrogateescape")
+
+
+def _read_line(read: Callable[[str], str], prompt: str, err: TextIO) -> str:
+    """One line of input; undecodable bytes become U+FFFD (and the user is told), not a crash."""
+    line = read(prompt)
+    clean = _UNDECODABLE.sub("\ufffd", line)
+    if clean != line:
+        err.write("warning: the input is not UTF-8 text; its undecodable bytes were replaced by U+FFFD\n")
+        err.flush()
+    return clean
 
 
 def run_repl(
@@ -490,16 +458,14 @@ def run_repl(
     """The interactive loop: ``>>> `` prompts, streamed answers, Ctrl+C stops an answer, Ctrl+D exits."""
     out = out or sys.stdout
     err = err or sys.stderr
-    if read is input and sys.stdin.isatty():
-        _setup_readline()
-    t0 = time.perf_counter()
-    engine = open_engine(session)
-    load_seconds = time.perf_counter() - t0
+    if read is input:
+        _setup_input()
+    engine, load_seconds = _load(session, open_engine, err)
     reader = MultilineReader()
     try:
         while True:
             try:
-                line = read("... " if reader.open else ">>> ")
+                line = _read_line(read, "... " if reader.open else ">>> ", err)
             except EOFError:
                 out.write("\n")
                 return
@@ -530,15 +496,39 @@ def run_repl(
             if reply.message is None:
                 continue
             if session.reload_needed:
-                engine.close()
-                t0 = time.perf_counter()
-                engine = open_engine(session)
-                load_seconds += time.perf_counter() - t0
-                session.reload_needed = False
+                engine, seconds = _load(session, open_engine, err, engine)
+                load_seconds += seconds
             _answer(session, engine, reply.message, load_seconds, out, err)
             load_seconds = 0.0
     finally:
         engine.close()
+
+
+def _load(
+    session: ChatSession, open_engine: Callable[[ChatSession], Any], err: TextIO, old: Any = None
+) -> tuple[Any, float]:
+    """The engine for the parameters in force (closing ``old``), and the seconds it took.
+
+    When a reload fails (say, a num_ctx this machine cannot hold), the session says why and goes
+    back to the settings that loaded: a ``/set parameter`` ends in one line, not the session.
+    """
+    t0 = time.perf_counter()
+    if old is not None:
+        old.close()
+    try:
+        engine = open_engine(session)
+    except LocalEagleError as e:
+        if old is None:
+            raise
+        err.write(f"error: {e}\n(back to the settings that loaded)\n")
+        err.flush()
+        previous = {name: value for name, value in session.loaded.items() if value is not None}
+        session.parameters = {k: v for k, v in session.parameters.items() if k not in LOAD_PARAMETERS} | previous
+        engine = open_engine(session)
+    session.reload_needed = False
+    session.loaded = {name: session.parameters.get(name) for name in LOAD_PARAMETERS}
+    session.engine_ctx = getattr(engine, "n_ctx", None)
+    return engine, time.perf_counter() - t0
 
 
 def _answer(session: ChatSession, engine: Any, user: str, load_seconds: float, out: TextIO, err: TextIO) -> None:

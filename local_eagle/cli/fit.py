@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from local_eagle.cli.console import friendly, out
-from local_eagle.cli.options import JsonOpt, resolve_models
+from local_eagle.cli.options import JsonOpt, check_option, checked_options, resolve_models
 from local_eagle.errors import LocalEagleError
+from local_eagle.ollama.parameters import PARAMETERS
 
 if TYPE_CHECKING:
     from local_eagle.vram import ModelShape, Plan, Settings, Suggestion
@@ -50,11 +51,9 @@ def _settings(
         ngl: int | None = None
     else:
         try:
-            ngl = int(gpu_layers)
+            ngl = check_option("gpu_layers", int(gpu_layers))
         except ValueError:
             raise LocalEagleError(f"--gpu-layers {gpu_layers!r}: expected a number or auto") from None
-    if ctx is not None and ctx < 1:
-        raise LocalEagleError(f"--ctx must be positive, got {ctx}")
     s = vram.Settings(
         n_ctx=ctx or 8192,
         n_seq=parallel,
@@ -127,6 +126,7 @@ def _measure(
 
 
 @friendly
+@checked_options
 def fit(
     model: Annotated[
         Path | None, typer.Option("--model", "-m", help="The target model's GGUF (headers only are read).")
@@ -135,7 +135,10 @@ def fit(
     modelfile: Annotated[
         Path | None, typer.Option("--file", "-f", help="Take model, drafter, num_ctx from a Modelfile.")
     ] = None,
-    ctx: Annotated[int | None, typer.Option(help="Context length (default 8192; --suggest: the model's).")] = None,
+    ctx: Annotated[
+        int | None,
+        typer.Option(help=PARAMETERS["num_ctx"].help + " Default 8192; with --suggest, the model's trained one."),
+    ] = None,
     gpu: Annotated[str | None, typer.Option(help="GPU preset: rtx4090, rtx3090, rtx4080, rtx4070ti, ...")] = None,
     vram_gb: Annotated[float | None, typer.Option(help="GPU memory in GiB instead of a preset.")] = None,
     kv_type: Annotated[str | None, typer.Option(help="KV cache type for K and V: f16, q8_0, q4_0, ...")] = None,
@@ -143,12 +146,14 @@ def fit(
     kv_type_v: Annotated[str | None, typer.Option(help="KV cache type for V only.")] = None,
     draft_kv_type: Annotated[str, typer.Option(help="The drafter's KV cache type.")] = "f16",
     flash_attn: Annotated[bool, typer.Option("--flash-attn/--no-flash-attn", help="Flash attention.")] = True,
-    gpu_layers: Annotated[str, typer.Option(help="Target layers on the GPU (output layer counts), or auto.")] = "auto",
+    layers: Annotated[
+        str, typer.Option("--gpu-layers", help="Target layers on the GPU (output layer counts), -1 = all, or auto.")
+    ] = "auto",
     parallel: Annotated[int, typer.Option(help="Parallel sequences (n_seq_max).")] = 1,
     batch: Annotated[int, typer.Option(help="n_batch of the target context.")] = 2048,
     ubatch: Annotated[int, typer.Option(help="n_ubatch of the target context.")] = 512,
     draft_ubatch: Annotated[int, typer.Option(help="n_ubatch (and at most n_batch) of the drafter.")] = 512,
-    draft_max: Annotated[int, typer.Option(help="Most tokens drafted per step.")] = 8,
+    draft_max: Annotated[int, typer.Option(help=PARAMETERS["draft_num_predict"].help)] = 8,
     swa_full: Annotated[
         bool, typer.Option("--swa-full/--no-swa-full", help="Full-size cache for sliding-window layers.")
     ] = True,
@@ -171,9 +176,9 @@ def fit(
     pair = resolve_models(model, draft, modelfile)
     if pair.modelfile is not None:
         ctx = ctx or pair.parameters.get("num_ctx")
-    target, drafter = _read_shapes(pair.model, pair.draft)
-    s = _settings(ctx, gpu_layers, kv_type, kv_type_k, kv_type_v, draft_kv_type, flash_attn, parallel, batch, ubatch,
+    s = _settings(ctx, layers, kv_type, kv_type_k, kv_type_v, draft_kv_type, flash_attn, parallel, batch, ubatch,
                   draft_ubatch, draft_max, swa_full)  # fmt: skip
+    target, drafter = _read_shapes(pair.model, pair.draft)
     budget = gpus.budget(gpu, vram_gb, overhead_mib)
     found = _Outcome(vram.make_plan(target, drafter, s, budget))
     if suggest:

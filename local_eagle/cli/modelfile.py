@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from local_eagle.cli.console import err, friendly
+from local_eagle.errors import LocalEagleError
 
 app = typer.Typer(no_args_is_help=True, help="Ollama Modelfiles: read them as Ollama does, with DRAFT for the drafter.")
 
@@ -48,3 +49,48 @@ def show(
         )
         return
     sys.stdout.write(show_modelfile(m))
+
+
+@app.command("render")
+@friendly
+def render(
+    messages: Annotated[
+        str,
+        typer.Option(
+            "--messages",
+            help='Conversation JSON: [{"role": ..., "content": ...}, ...] or an /api/chat body; - = stdin.',
+        ),
+    ],
+    file: Annotated[Path, typer.Option("--file", "-f", help="The Modelfile whose TEMPLATE renders it.")] = Path(
+        "Modelfile"
+    ),
+    system: Annotated[str | None, typer.Option("--system", help="Replace the Modelfile's SYSTEM.")] = None,
+    raw: Annotated[bool, typer.Option("--raw", help="No template: the last message's content as is.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help='Print {"prompt": ...}.')] = False,
+) -> None:
+    """Print the exact prompt `chat` and `serve` would tokenize for a conversation; no model is loaded.
+
+    The text goes to stdout byte for byte (UTF-8, no newline added), so `| xxd` or a diff shows
+    every space and special token; on a terminal a newline ends it so the shell prompt stays apart.
+    """
+    from local_eagle.ollama.conversation import read_messages, render_conversation
+    from local_eagle.ollama.modelfile import parse_file
+
+    m = parse_file(file)
+    for w in m.warnings:
+        err.print(f"[yellow]warning:[/] {w}", highlight=False, soft_wrap=True)
+    prompt = render_conversation(m, read_messages(messages), system=system, raw=raw)
+    try:
+        data = prompt.encode("utf-8")
+    except UnicodeEncodeError as e:  # a lone surrogate from a JSON "\ud800" escape or an undecodable argument
+        raise LocalEagleError(
+            f"the prompt is not valid Unicode text (character {e.start}: {prompt[e.start]!r})"
+        ) from None
+    if as_json:
+        print(json.dumps({"prompt": prompt}))
+        return
+    sys.stdout.flush()
+    sys.stdout.buffer.write(data)
+    if sys.stdout.isatty() and not prompt.endswith("\n"):
+        sys.stdout.buffer.write(b"\n")
+    sys.stdout.flush()

@@ -1,10 +1,11 @@
 """The options several commands share, and what they turn into.
 
 Option types are declared here once so that ``--model``, ``--ctx`` or ``--top-k`` read the same in
-every command. The sampling defaults are :class:`~local_eagle.runtime.sampling.SamplingParams`'
-own: the help texts quote them and :func:`sampling_params` leaves unset values to them, so
-there is one place to change a default. :func:`resolve_models` is the one reading of
-"``-f Modelfile``, else ``--model``".
+every command. The options that are Ollama parameters take their help, defaults and valid ranges
+from :mod:`local_eagle.ollama.parameters`, the table the Modelfile, chat's ``/set parameter`` and
+the server check against, and :func:`checked_options` checks them there before a command runs,
+so a bad value is one line and exit status 2 before any model loads. :func:`resolve_models` is
+the one reading of "``-f Modelfile``, else ``--model``".
 """
 
 from __future__ import annotations
@@ -21,14 +22,31 @@ import typer
 
 from local_eagle.cli.console import err
 from local_eagle.errors import LocalEagleError
+from local_eagle.ollama.parameters import PARAMETERS, ParameterError, check, format_value
 from local_eagle.runtime.sampling import SamplingParams
 
 if TYPE_CHECKING:
     from local_eagle.ollama.modelfile import Modelfile
-    from local_eagle.runtime.engine import Engine
 
-DEFAULT_CTX = 4096
+DEFAULT_CTX: int = PARAMETERS["num_ctx"].default
 """Context length when neither a flag nor the Modelfile's num_ctx gives one."""
+
+# the command keywords that are Ollama parameters; each one's flag is --keyword-with-dashes
+OPTION_PARAMETERS = {
+    "temperature": "temperature", "top_k": "top_k", "top_p": "top_p", "min_p": "min_p",
+    "repeat_penalty": "repeat_penalty", "repeat_last_n": "repeat_last_n", "seed": "seed",
+    "max_tokens": "num_predict", "draft_max": "draft_num_predict", "ctx": "num_ctx", "threads": "num_thread",
+    "gpu_layers": "num_gpu",
+}  # fmt: skip
+
+
+def table_help(name: str, default: Any = None) -> str:
+    """An option's help from the parameter table, with ``default`` (else the table's) for options
+    whose unset value is None, where typer shows no default of its own."""
+    p = PARAMETERS[name]
+    value = p.default if default is None else default
+    return p.help + (f" Default {format_value(value)}." if value is not None else "")
+
 
 _MODEL_HELP = "Target model GGUF."
 _DRAFT_HELP = "EAGLE 3 / 3.1 drafter GGUF."
@@ -41,35 +59,68 @@ ModelfileOpt = Annotated[
     Path | None, typer.Option("--file", "-f", help="Ollama Modelfile: model, DRAFT, parameters, template.")
 ]
 
-CtxOpt = Annotated[int, typer.Option("--ctx", help="Context length (tokens).")]
-OptionalCtxOpt = Annotated[int | None, typer.Option("--ctx", help=f"Context length (default {DEFAULT_CTX}).")]
-GpuOpt = Annotated[int, typer.Option("--gpu-layers", help="Layers to offload to the GPU (-1: all).")]
-ThreadsOpt = Annotated[int, typer.Option("--threads", help="CPU threads (0: all cores).")]
+OptionalCtxOpt = Annotated[int | None, typer.Option("--ctx", help=table_help("num_ctx"))]
+GpuOpt = Annotated[int, typer.Option("--gpu-layers", help=PARAMETERS["num_gpu"].help)]
+ThreadsOpt = Annotated[int, typer.Option("--threads", help=PARAMETERS["num_thread"].help)]
 
-DraftMaxOpt = Annotated[int | None, typer.Option("--draft-max", help="Most tokens drafted per step (k).")]
+_DRAFT_MAX = PARAMETERS["draft_num_predict"]
+DraftMaxOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--draft-max", help=f"{_DRAFT_MAX.help} Default: the Modelfile's draft_num_predict, else {_DRAFT_MAX.default}."
+    ),
+]
 DraftPMinOpt = Annotated[float, typer.Option("--draft-p-min", help="Stop drafting below this probability.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
-_D = SamplingParams()
 # Ollama parameter name -> option; the names are SamplingParams' fields (and --stop).
 _SAMPLING_OPTIONS: dict[str, Any] = {
-    "temperature": Annotated[float | None, typer.Option(help=f"0 = greedy. Default {_D.temperature}.")],
-    "top_k": Annotated[int | None, typer.Option("--top-k", help=f"Default {_D.top_k}.")],
-    "top_p": Annotated[float | None, typer.Option("--top-p", help=f"Default {_D.top_p}.")],
-    "min_p": Annotated[float | None, typer.Option("--min-p", help=f"Default {_D.min_p}.")],
-    "repeat_penalty": Annotated[
-        float | None, typer.Option("--repeat-penalty", help=f"Default {_D.repeat_penalty} (off).")
-    ],
-    "repeat_last_n": Annotated[int | None, typer.Option("--repeat-last-n", help=f"Default {_D.repeat_last_n}.")],
-    "seed": Annotated[int | None, typer.Option(help="Sampling seed.")],
-    "stop": Annotated[list[str] | None, typer.Option("--stop", help="Stop string (repeatable).")],
+    name: Annotated[PARAMETERS[name].type | None, typer.Option("--" + name.replace("_", "-"), help=table_help(name))]
+    for name in ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "repeat_last_n", "seed")
 }
+_SAMPLING_OPTIONS["stop"] = Annotated[list[str] | None, typer.Option("--stop", help=PARAMETERS["stop"].help)]
+
+F = TypeVar("F", bound=Callable[..., Any])
 _SAMPLING_FIELDS = tuple(f.name for f in dataclasses.fields(SamplingParams))
 
 
 def sampling_params(parameters: Mapping[str, Any]) -> SamplingParams:
-    """The sampler for Ollama-named ``parameters``; what they leave out keeps SamplingParams' default."""
-    return SamplingParams(**{name: parameters[name] for name in _SAMPLING_FIELDS if name in parameters})
+    """The sampler for Ollama-named ``parameters``; what they leave out keeps SamplingParams' default.
+
+    A negative seed means "random" in Ollama (the server's -1), so the sampler gets none.
+    """
+    values = {name: parameters[name] for name in _SAMPLING_FIELDS if name in parameters}
+    if values.get("seed") is not None and values["seed"] < 0:
+        values["seed"] = None
+    return SamplingParams(**values)
+
+
+def check_option(keyword: str, value: Any) -> Any:
+    """``value`` of the option ``keyword`` (an Ollama parameter) if the parameter table accepts it;
+    else one line naming the flag and what it takes."""
+    try:
+        return check(OPTION_PARAMETERS[keyword], value)
+    except ParameterError as e:
+        raise LocalEagleError(f"--{keyword.replace('_', '-')}: {e}") from None
+
+
+def checked_options(fn: F) -> F:
+    """Check a command's options that are Ollama parameters by the parameter table before it runs.
+
+    The one place a flag value meets its range: no command loads a model with ``--ctx 1`` or
+    ``--threads 100000``. Options not given (None) are left to the Modelfile and the defaults; a
+    repeatable option is checked value by value.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        for keyword, value in kwargs.items():
+            if keyword in OPTION_PARAMETERS and value is not None:
+                for v in value if isinstance(value, list) else [value]:
+                    check_option(keyword, v)
+        return fn(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
@@ -80,16 +131,9 @@ class SamplingFlags:
     """temperature, top_k, ... seed: only the flags that were given."""
     stop: list[str] = field(default_factory=list)
 
-    def flags(self) -> list[tuple[str, str, Any]]:
-        """(parameter, flag, value) for each given value, so that an error can name the flag."""
-        return [(name, "--" + name.replace("_", "-"), value) for name, value in self.values.items()]
-
 
 NO_SAMPLING_FLAGS = SamplingFlags()
 """The placeholder default of a ``sampling`` parameter; :func:`sampling_options` always passes the real one."""
-
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 
 def sampling_options(fn: F) -> F:
@@ -131,7 +175,7 @@ class ModelPair:
     parameters: dict[str, Any] = field(default_factory=dict)
     modelfile: Modelfile | None = None
 
-    def draft_max(self, flag: int | None, default: int = 4) -> int:
+    def draft_max(self, flag: int | None, default: int = _DRAFT_MAX.default) -> int:
         """--draft-max, else the Modelfile's draft_num_predict when its DRAFT is used, else ``default``."""
         if flag is not None:
             return flag
@@ -158,10 +202,3 @@ def resolve_models(model: Path | None, draft: Path | None, modelfile: Path | Non
     mf_draft = resolve_draft(m) if m.draft is not None else None
     mf_model = resolve_model(m)  # checked even under --model: a Modelfile whose FROM is broken is refused
     return ModelPair(model or mf_model, draft or mf_draft, dict(m.parameters), m)
-
-
-def open_engine(model: Path, draft: Path | None, ctx: int, gpu_layers: int, threads: int) -> Engine:
-    """An engine for the pair with the --ctx, --gpu-layers and --threads values."""
-    from local_eagle.runtime.engine import Engine, EngineOptions
-
-    return Engine(model, draft, EngineOptions(n_ctx=ctx, n_gpu_layers=gpu_layers, n_threads=threads))

@@ -9,15 +9,16 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
 from local_eagle.cli.console import err, friendly, out, warn_if_cpu_only
+from local_eagle.cli.loading import BeyondTrainingOpt, LoadOptions, open_engine
 from local_eagle.cli.options import (
-    DEFAULT_CTX,
     NO_SAMPLING_FLAGS,
+    OPTION_PARAMETERS,
     DraftMaxOpt,
     DraftOpt,
     DraftPMinOpt,
@@ -28,12 +29,18 @@ from local_eagle.cli.options import (
     OptionalModelOpt,
     SamplingFlags,
     ThreadsOpt,
-    open_engine,
+    checked_options,
     resolve_models,
     sampling_options,
     sampling_params,
+    table_help,
 )
 from local_eagle.errors import LocalEagleError
+from local_eagle.files import read_text_input
+from local_eagle.ollama.parameters import PARAMETERS
+
+if TYPE_CHECKING:
+    from local_eagle.runtime.engine import Engine
 
 DEFAULT_MAX_TOKENS = 128
 """generate's answer length when neither --max-tokens nor the Modelfile's num_predict gives one."""
@@ -52,9 +59,7 @@ def _read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
     if (prompt is None) == (prompt_file is None):
         raise LocalEagleError("give exactly one of --prompt or --prompt-file")
     if prompt_file is not None:
-        if not prompt_file.is_file():
-            raise LocalEagleError(f"{prompt_file}: prompt file not found")
-        return prompt_file.read_text(encoding="utf-8")
+        return read_text_input(prompt_file, "prompt file")
     assert prompt is not None
     return prompt
 
@@ -73,6 +78,7 @@ def _stats_line(st: Any) -> str:
 
 
 @friendly
+@checked_options
 @sampling_options
 def generate(
     model: OptionalModelOpt = None,
@@ -80,11 +86,14 @@ def generate(
     modelfile: ModelfileOpt = None,
     prompt: Annotated[str | None, typer.Option("--prompt", "-p", help="Prompt text.")] = None,
     prompt_file: Annotated[Path | None, typer.Option("--prompt-file", help="Read the prompt from a file.")] = None,
-    max_tokens: Annotated[int | None, typer.Option("--max-tokens", "-n", help=f"Default {DEFAULT_MAX_TOKENS}.")] = None,
+    max_tokens: Annotated[
+        int | None, typer.Option("--max-tokens", "-n", help=table_help("num_predict", DEFAULT_MAX_TOKENS))
+    ] = None,
     sampling: SamplingFlags = NO_SAMPLING_FLAGS,
     draft_max: DraftMaxOpt = None,
     draft_p_min: DraftPMinOpt = 0.0,
     ctx: OptionalCtxOpt = None,
+    ctx_beyond_training: BeyondTrainingOpt = False,
     gpu_layers: GpuOpt = -1,
     threads: ThreadsOpt = 0,
     raw: Annotated[bool, typer.Option("--raw", help="With -f: send the prompt without the template.")] = False,
@@ -103,14 +112,13 @@ def generate(
 
         text = modelfile_prompt(pair.modelfile, [{"role": "user", "content": text}])
     n_predict = max_tokens if max_tokens is not None else params.get("num_predict", DEFAULT_MAX_TOKENS)
-    n_ctx = ctx if ctx is not None else params.get("num_ctx", DEFAULT_CTX)
-    if n_predict is not None and n_predict < 0:  # Ollama: -1 = until the context is full
-        n_predict = n_ctx
     sp = sampling_params({**params, **sampling.values})
     stops = sampling.stop or list(params.get("stop", []))
-    with open_engine(pair.model, pair.draft, n_ctx, gpu_layers, threads) as engine:
-        s = engine.stream(text, max_tokens=n_predict, sampling=sp, draft_max=pair.draft_max(draft_max),
-                          draft_p_min=draft_p_min, stop=stops)  # fmt: skip
+    k = pair.draft_max(draft_max)
+    load = LoadOptions(ctx if ctx is not None else params.get("num_ctx"), gpu_layers, threads, k, ctx_beyond_training)
+    with open_engine(pair.model, pair.draft, load) as engine:
+        n_predict = n_predict if n_predict > 0 else engine.n_ctx  # Ollama: -1 = until the context is full
+        s = engine.stream(text, max_tokens=n_predict, sampling=sp, draft_max=k, draft_p_min=draft_p_min, stop=stops)
         _echo(s, as_json)
         res = s.result
     if as_json:
@@ -121,6 +129,7 @@ def generate(
 
 
 @friendly
+@checked_options
 @sampling_options
 def chat(
     model: OptionalModelOpt = None,
@@ -128,16 +137,15 @@ def chat(
     modelfile: Annotated[
         Path | None, typer.Option("--file", "-f", help="Ollama Modelfile: model, DRAFT, parameters, system, template.")
     ] = None,
-    max_tokens: Annotated[
-        int | None, typer.Option("--max-tokens", "-n", help="Most tokens per answer (default: no limit).")
-    ] = None,
+    max_tokens: Annotated[int | None, typer.Option("--max-tokens", "-n", help=table_help("num_predict"))] = None,
     sampling: SamplingFlags = NO_SAMPLING_FLAGS,
     system: Annotated[str | None, typer.Option("--system", help="System message.")] = None,
     draft_max: DraftMaxOpt = None,
     draft_p_min: DraftPMinOpt = 0.0,
     ctx: OptionalCtxOpt = None,
-    gpu_layers: Annotated[int | None, typer.Option("--gpu-layers", help="Layers on the GPU (-1: all).")] = None,
-    threads: Annotated[int | None, typer.Option("--threads", help="CPU threads (0: all cores).")] = None,
+    ctx_beyond_training: BeyondTrainingOpt = False,
+    gpu_layers: Annotated[int | None, typer.Option("--gpu-layers", help=table_help("num_gpu"))] = None,
+    threads: Annotated[int | None, typer.Option("--threads", help=table_help("num_thread"))] = None,
     verbose: Annotated[bool, typer.Option("--verbose", help="Print timings and acceptance after each answer.")] = False,
 ) -> None:
     """Chat with the model as `ollama run` does: streamed answers, history, /commands (/? for help).
@@ -146,24 +154,18 @@ def chat(
     MESSAGE history; flags given on the command line override it. Ctrl+C stops an answer,
     Ctrl+D or /bye exits.
     """
-    from local_eagle.cli.chat import ChatSession, check_parameter, run_repl
+    from local_eagle.cli.chat import ChatSession, run_repl
 
     pair = resolve_models(model, draft, modelfile)
     if pair.modelfile is not None:
         session = ChatSession.from_modelfile(pair.modelfile, pair.model, pair.draft)
     else:
         session = ChatSession(pair.model, pair.draft)
-    # flags override the Modelfile under their Ollama names, so /show parameters prints what is in force
-    flags = [
-        ("num_predict", "--max-tokens", max_tokens), *sampling.flags(), ("draft_num_predict", "--draft-max", draft_max),
-        ("num_ctx", "--ctx", ctx), ("num_gpu", "--gpu-layers", gpu_layers), ("num_thread", "--threads", threads),
-    ]  # fmt: skip
-    for name, flag, value in flags:
-        if value is not None:
-            problem = check_parameter(name, value)
-            if problem:
-                raise LocalEagleError(f"{flag}: {problem}")
-            session.parameters[name] = value
+    # flags (checked by checked_options) override the Modelfile under their Ollama names, so
+    # /show parameters prints what is in force
+    given = {"max_tokens": max_tokens, "draft_max": draft_max, "ctx": ctx, "gpu_layers": gpu_layers, "threads": threads}
+    given = {OPTION_PARAMETERS[k]: v for k, v in given.items() if v is not None}
+    session.parameters.update(given | sampling.values)
     if sampling.stop:
         session.parameters["stop"] = list(sampling.stop)
     if system is not None:
@@ -171,16 +173,23 @@ def chat(
     session.verbose = verbose
     session.draft_p_min = draft_p_min
     warn_if_cpu_only()
-    run_repl(session, lambda s: open_engine(s.model, s.draft, s.n_ctx, s.n_gpu_layers, s.n_threads))
+
+    def load(s: ChatSession) -> Engine:
+        k = s.stream_options()["draft_max"]
+        opts = LoadOptions(s.parameters.get("num_ctx"), s.n_gpu_layers, s.n_threads, k, ctx_beyond_training)
+        return open_engine(s.model, s.draft, opts)
+
+    run_repl(session, load)
 
 
 @friendly
+@checked_options
 def demo(
     prompt: Annotated[
         str | None, typer.Option("--prompt", "-p", help="Prompt (default: a held-out coding task).")
     ] = None,
-    max_tokens: Annotated[int, typer.Option("--max-tokens", "-n")] = 128,
-    draft_max: Annotated[int, typer.Option("--draft-max")] = 4,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", help=PARAMETERS["num_predict"].help)] = 128,
+    draft_max: Annotated[int, typer.Option("--draft-max", help=PARAMETERS["draft_num_predict"].help)] = 4,
     threads: ThreadsOpt = 0,
     as_json: JsonOpt = False,
 ) -> None:

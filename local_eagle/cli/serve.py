@@ -7,21 +7,25 @@ from typing import Annotated
 import typer
 
 from local_eagle.cli.console import err, friendly
+from local_eagle.cli.loading import BeyondTrainingOpt, LoadOptions, explain_load_failure, plan_context
 from local_eagle.cli.options import (
-    DEFAULT_CTX,
+    DraftMaxOpt,
     DraftOpt,
     GpuOpt,
     ModelfileOpt,
     OptionalModelOpt,
     ThreadsOpt,
+    checked_options,
     resolve_models,
+    table_help,
 )
-from local_eagle.errors import LocalEagleError
+from local_eagle.errors import LlamaError, LocalEagleError
 
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 @friendly
+@checked_options
 def serve(
     model: OptionalModelOpt = None,
     draft: DraftOpt = None,
@@ -33,10 +37,9 @@ def serve(
         "127.0.0.1"
     ),
     port: Annotated[int, typer.Option(help="Port (Ollama's is 11434).")] = 11434,
-    draft_max: Annotated[int | None, typer.Option("--draft-max", help="Default tokens drafted per step.")] = None,
-    ctx: Annotated[
-        int | None, typer.Option("--ctx", help=f"Context length, fixed for the server (default {DEFAULT_CTX}).")
-    ] = None,
+    draft_max: DraftMaxOpt = None,
+    ctx: Annotated[int | None, typer.Option("--ctx", help=table_help("num_ctx") + " Fixed for the server.")] = None,
+    ctx_beyond_training: BeyondTrainingOpt = False,
     timeout: Annotated[float, typer.Option(help="Stop any generation after this many seconds (0: never).")] = 0.0,
     queue_timeout: Annotated[
         float, typer.Option("--queue-timeout", help="Answer 503 after waiting this long for the model (0: never).")
@@ -50,20 +53,24 @@ def serve(
 
     if any(importlib.util.find_spec(m) is None for m in ("fastapi", "uvicorn")):
         raise LocalEagleError("serve needs FastAPI and uvicorn: pip install 'local-eagle[serve]'")
-    from local_eagle.runtime.engine import EngineOptions
     from local_eagle.serve.app import ServeConfig, load, model_name
     from local_eagle.serve.app import serve as run_server
 
     pair = resolve_models(model, draft, modelfile)
     if timeout < 0 or queue_timeout < 0:
         raise LocalEagleError("--timeout and --queue-timeout must be 0 (never) or positive")
-    n_ctx = ctx or pair.parameters.get("num_ctx", DEFAULT_CTX)
+    k = pair.draft_max(draft_max)
+    opts = LoadOptions(ctx or pair.parameters.get("num_ctx"), gpu_layers, threads, k, ctx_beyond_training)
+    n_ctx = plan_context(pair.model, pair.draft, opts)
     config = ServeConfig(
         name=name or model_name(pair.model, modelfile), model=pair.model, draft=pair.draft, modelfile=pair.modelfile,
-        parameters=pair.parameters, draft_max=pair.draft_max(draft_max), queue_timeout=queue_timeout or None,
+        parameters=pair.parameters, draft_max=k, queue_timeout=queue_timeout or None,
         generation_timeout=timeout or None,
     )  # fmt: skip
-    server = load(config, EngineOptions(n_ctx=n_ctx, n_gpu_layers=gpu_layers, n_threads=threads), host, port, log_level)
+    try:
+        server = load(config, opts.engine_options(n_ctx), host, port, log_level)
+    except LlamaError as e:
+        raise explain_load_failure(e, pair.model, pair.draft) from None
     if host not in _LOOPBACK:
         err.print(f"[yellow]warning:[/] listening on {host}: whoever reaches it can use the model", soft_wrap=True)
     pair_name = pair.model.name + (f" + {pair.draft.name}" if pair.draft else "")

@@ -10,10 +10,11 @@ import typer
 from rich.table import Table
 
 from local_eagle.cli.console import friendly, out
-from local_eagle.cli.options import ThreadsOpt
+from local_eagle.cli.options import ThreadsOpt, checked_options
 
 
 @friendly
+@checked_options
 def train(
     target: Annotated[Path, typer.Option("--target", help="The target model's GGUF.")],
     prompts: Annotated[Path, typer.Option("--prompts", help=".jsonl prompts the target answers, or .txt text.")],

@@ -278,7 +278,8 @@ def _semver(value: str, at: str) -> str:
 def template_error(where: str, line: int, e: GoTemplateError) -> ModelfileError:
     """A template error at its line in the Modelfile (the TEMPLATE starts on ``line``)."""
     at = line + (e.line - 1 if e.line else 0)
-    return ModelfileError(f"{where}:{at}: TEMPLATE: {e.msg}")
+    col = f" (column {e.col} of the template's line)" if e.col else ""
+    return ModelfileError(f"{where}:{at}: TEMPLATE: {e.msg}{col}")
 
 
 def _check_template(text: str, where: str, line: int) -> None:

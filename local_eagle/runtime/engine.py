@@ -295,11 +295,12 @@ class _Generation:
         return accepted
 
     def draft_length(self) -> int:
-        """How many tokens this round may draft: the draft limit, the context and max_tokens bound it."""
+        """How many tokens this round may draft: the draft limit, the context, max_tokens and the batch
+        (verify decodes the last token and the drafts in one batch of at most n_batch rows) bound it."""
         if not self.speculative:
             return 0
         remaining = self.max_tokens - len(self.output_tokens)
-        return min(self.draft_max, self.engine.n_ctx - self.n_past - 1, remaining - 1)
+        return min(self.draft_max, self.engine.n_ctx - self.n_past - 1, remaining - 1, self.target.n_batch - 1)
 
     def draft(self, last_token: int, observed: RoundStats) -> tuple[list[int], list[np.ndarray]]:
         """A chain of drafter steps from ``last_token``; the drafts and, when sampling, their distributions.

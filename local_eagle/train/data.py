@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from local_eagle.errors import LocalEagleError
-from local_eagle.files import atomic_output
+from local_eagle.files import atomic_output, read_text_input
 from local_eagle.llamacpp.bindings import Context, ContextOptions
 from local_eagle.runtime.sampling import GREEDY
 
@@ -35,9 +35,7 @@ class Sample:
 def read_samples(path: str | os.PathLike[str]) -> list[Sample]:
     """``.jsonl`` ({"prompt": ...} answered by the target, or {"text": ...} taken as is) or ``.txt`` paragraphs."""
     p = Path(path)
-    if not p.is_file():
-        raise LocalEagleError(f"{p}: prompts file not found")
-    raw = p.read_text(encoding="utf-8")
+    raw = read_text_input(p, "prompts file")
     samples: list[Sample] = []
     if p.suffix == ".jsonl":
         for i, line in enumerate(raw.splitlines(), 1):

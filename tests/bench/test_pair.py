@@ -21,3 +21,15 @@ def test_tiny_pair_quantises_and_runs(tmp_path) -> None:
     eng = Engine(paths["target"], paths["drafter"], EngineOptions(n_ctx=256, n_threads=1))
     res = eng.generate("the quick brown fox", max_tokens=8)
     assert len(res.tokens) == 8 and res.stats.target_calls > 0
+
+
+def test_run_bench_refuses_an_empty_prompt_list() -> None:
+    from types import SimpleNamespace
+
+    import pytest
+
+    from local_eagle.bench.run import run_bench
+    from local_eagle.errors import LocalEagleError
+
+    with pytest.raises(LocalEagleError, match="at least one prompt"):
+        run_bench(SimpleNamespace(drafter=object()), [], [4], progress=False)  # type: ignore[arg-type]

@@ -12,14 +12,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from converters import convert, write_checkpoint
 from local_eagle.cli.app import app
 from local_eagle.cli.chat import ChatSession, MultilineReader, SessionStats, go_duration, run_repl, verbose_report
 from local_eagle.errors import LocalEagleError
 from local_eagle.llamacpp.bindings import gpu_offload_supported
 from local_eagle.ollama.modelfile import Message, parse
 from local_eagle.runtime.engine import GenerationResult, GenerationStats
-from local_eagle.testing.tiny_pair import make_cycle_drafter, write_cycle_target
+from local_eagle.testing.tiny_pair import write_cycle_target
 
 try:
     import pexpect
@@ -28,16 +27,6 @@ except ImportError:  # the pty tests need the dev extra (and a POSIX pty)
 needs_pty = pytest.mark.skipif(pexpect is None, reason="needs pexpect (pip install -e .[dev])")
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def pair(tmp_path_factory):
-    d = tmp_path_factory.mktemp("chat")
-    target = write_cycle_target(d / "target.gguf")
-    m = make_cycle_drafter(True)
-    ckpt = write_checkpoint(m.state_dict(), m.cfg.to_dict(), d / "ckpt")
-    draft = convert(ckpt, target, d / "draft.gguf", outtype="f16").outfile
-    return d, target, draft
 
 
 def session(**kw) -> ChatSession:
@@ -334,6 +323,33 @@ def test_loop_verbose_errors_and_reload():
     assert "eval count:           3 token(s)" in err and "acceptance length:" in err
 
 
+def test_a_reload_that_fails_goes_back_to_the_settings_that_loaded():
+    s = session(template="{{ .Prompt }}")
+    engines: list[FakeEngine] = []
+
+    def open_engine(sess: ChatSession) -> FakeEngine:
+        if sess.parameters.get("num_ctx") == 999999:
+            raise LocalEagleError("a context of 999999 tokens needs 9.00 GiB ..., more than this machine's 1.00 GiB")
+        engines.append(FakeEngine())
+        return engines[-1]
+
+    out, err = io.StringIO(), io.StringIO()
+    lines = iter(["/set parameter num_ctx 999999", "hi", "/show parameters", "/bye"])
+    run_repl(s, open_engine, out=out, err=err, read=lambda _: next(lines))
+    assert "error: a context of 999999 tokens needs" in err.getvalue() and "back to the settings" in err.getvalue()
+    assert len(engines) == 2 and engines[0].closed and engines[1].prompts == ["hi"]  # the session went on
+    assert "num_ctx" not in s.parameters and "No parameters" in out.getvalue()
+
+
+def test_the_engines_context_bounds_the_prompt():
+    s = session(template="{{ .Prompt }}|{{ .Response }}", parameters={"num_ctx": 4096})
+    e = FakeEngine()
+    e.n_ctx = 20  # capped at the model's trained context when it loaded
+    _, err = drive(s, ["aaaa", "bbbb", "cc", "/bye"], [e])
+    assert err.count("the 1 oldest exchange(s) left out") == 1
+    assert s.handle("/set parameter num_ctx 512").output and s.n_ctx == 512  # until the next load
+
+
 def test_loop_says_when_old_turns_are_left_out():
     s = session(template="{{ .Prompt }}|{{ .Response }}", parameters={"num_ctx": 20})
     e = FakeEngine()
@@ -365,6 +381,24 @@ def test_chat_reads_piped_input(pair):
     )  # fmt: skip
     assert r.exit_code == 0, r.output
     assert "Be nice." in r.output and "PABCD\n" in r.output and "EAGLE 3.1" in r.output
+
+
+def test_input_that_is_not_utf8_is_replaced_and_the_session_goes_on(pair):
+    _, target, draft = pair
+    r = CliRunner().invoke(
+        app, ["chat", "-m", str(target), "-d", str(draft), "--temperature", "0", "-n", "5", "--threads", "1"],
+        input=b"caf\xe9\n/show system\nhi\n/bye\n",
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert r.stderr.count("not UTF-8 text; its undecodable bytes were replaced by U+FFFD") == 1, r.stderr
+    assert "No system message" in r.stdout and "PABCD\n" in r.stdout
+
+
+def test_undecodable_bytes_reach_the_model_as_replacement_characters():
+    s = session(template="{{ .Prompt }}")
+    e = FakeEngine()
+    _, err = drive(s, ["caf\udce9", "/bye"], [e])
+    assert e.prompts == ["caf\ufffd"] and "replaced by U+FFFD" in err
 
 
 def test_a_failing_command_is_one_line_and_the_session_goes_on(pair, tmp_path):
@@ -401,6 +435,9 @@ def test_pty_chat_session(pair):
         c.sendline("/show parameters")
         c.expect(r"num_predict\s+20")
         c.expect_exact(">>> ")
+        c.sendline("/set parameter num_ctx 1000000000000")  # once the end of the session
+        c.expect_exact("Couldn't set parameter: num_ctx must be between 16 and 1048576, got 1000000000000")
+        c.expect_exact(">>> ")
         c.sendline("/set verbose")
         c.expect_exact("Set 'verbose' mode.")
         c.sendline("hello")  # ends outside the cycle: the answer starts at P again
@@ -432,7 +469,19 @@ def test_pty_chat_session(pair):
 @needs_pty
 def test_pty_ctrl_c_stops_the_answer_and_ctrl_d_exits(pair):
     _, target, draft = pair
-    c = spawn("-m", str(target), "-d", str(draft), "--temperature", "0", "--threads", "1", "--ctx", "65536")
+    c = spawn(
+        "-m",
+        str(target),
+        "-d",
+        str(draft),
+        "--temperature",
+        "0",
+        "--threads",
+        "1",
+        "--ctx",
+        "65536",
+        "--ctx-beyond-training",
+    )
     try:
         c.expect_exact(">>> ")
         c.sendline("hi")  # no EOS in the cycle: the answer runs until the context is full

@@ -7,22 +7,10 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from converters import convert, write_checkpoint
 from local_eagle.cli.app import app
 from local_eagle.testing.tiny import TinyTargetSpec, write_tiny_target
-from local_eagle.testing.tiny_pair import make_cycle_drafter, write_cycle_target
 
 runner = CliRunner()
-
-
-@pytest.fixture(scope="module")
-def pair(tmp_path_factory):
-    d = tmp_path_factory.mktemp("cli")
-    target = write_cycle_target(d / "target.gguf")
-    m = make_cycle_drafter(True)
-    ckpt = write_checkpoint(m.state_dict(), m.cfg.to_dict(), d / "ckpt")
-    draft = convert(ckpt, target, d / "draft.gguf", outtype="f16").outfile
-    return d, target, draft
 
 
 def test_generate_streams_text_and_stats(pair):
@@ -36,14 +24,18 @@ def test_generate_streams_text_and_stats(pair):
     assert "acceptance length" in r.output
 
 
-def test_generate_json(pair):
+def generate_json(pair, *args: str) -> dict:
+    """``generate --json`` on the pair, one thread, prompt "hi"; the object it prints."""
     _, target, draft = pair
     r = runner.invoke(
-        app, ["generate", "-m", str(target), "-d", str(draft), "-p", "hi", "-n", "12", "--temperature", "0",
-              "--draft-max", "3", "--json", "--threads", "1"],
-    )  # fmt: skip
+        app, ["generate", "-m", str(target), "-d", str(draft), "-p", "hi", "--json", "--threads", "1", *args]
+    )
     assert r.exit_code == 0, r.output
-    obj = json.loads(r.output)
+    return json.loads(r.stdout)
+
+
+def test_generate_json(pair):
+    obj = generate_json(pair, "-n", "12", "--temperature", "0", "--draft-max", "3")
     assert obj["text"] == "PABCDEFGHIJK"
     assert len(obj["tokens"]) == 12
     st = obj["stats"]
@@ -135,3 +127,38 @@ def test_generate_and_fit_from_a_modelfile(pair, tmp_path):
     assert json.loads(r.output)["text"] == "PABCD"
     r = runner.invoke(app, ["fit", "-f", str(mf), "--vram-gb", "24", "--json"])
     assert r.exit_code == 0, r.output
+
+
+def test_a_negative_seed_samples_at_random(pair):
+    assert len(generate_json(pair, "-n", "8", "--temperature", "0.7", "--seed", "-1")["tokens"]) == 8
+
+
+def test_threads_past_the_cores_run_and_past_the_table_are_refused(pair):
+    _, target, draft = pair
+    args = ["generate", "-m", str(target), "-d", str(draft), "-p", "hi", "-n", "5", "--temperature", "0", "--json"]
+    r = runner.invoke(app, [*args, "--threads", "500"])  # clamped to the cores present
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["text"] == "PABCD"
+    assert_one_line_error(runner.invoke(app, [*args, "--threads", "100000"]), "--threads:", "between 0 and 512")
+
+
+@pytest.mark.parametrize("command", ["generate", "bench", "train"])
+def test_input_files_that_are_not_utf8_are_named(pair, tmp_path, command):
+    _, target, draft = pair
+    bad = tmp_path / ("prompt.txt" if command == "generate" else "prompts.jsonl")
+    bad.write_bytes(b'{"prompt": "ok"}\n{"prompt": "caf\xe9"}\n')
+    args = {
+        "generate": ["generate", "-m", str(target), "--prompt-file", str(bad)],
+        "bench": ["bench", "-m", str(target), "-d", str(draft), "--prompts", str(bad)],
+        "train": ["train", "--target", str(target), "--prompts", str(bad), "--out", str(tmp_path / "run")],
+    }[command]
+    what = "prompt file" if command == "generate" else "prompts file"
+    assert_one_line_error(runner.invoke(app, args), f"{bad.name}:2: the {what} is not UTF-8 text (byte 32)")
+
+
+def test_bench_limit_must_leave_a_prompt(pair, tmp_path):
+    _, target, draft = pair
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "hi"}\n')
+    r = runner.invoke(app, ["bench", "-m", str(target), "-d", str(draft), "--prompts", str(prompts), "--limit", "0"])
+    assert_one_line_error(r, "--limit must be at least 1 (prompts to use), got 0")

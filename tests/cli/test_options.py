@@ -19,6 +19,7 @@ from local_eagle.cli.options import (
     sampling_params,
 )
 from local_eagle.errors import LocalEagleError
+from local_eagle.ollama.parameters import PARAMETERS
 from local_eagle.runtime.sampling import SamplingParams
 
 runner = CliRunner()
@@ -50,7 +51,6 @@ def test_sampling_flags_reach_the_command_as_one_object() -> None:
     r = runner.invoke(probe_app, ["probe", "--top-k", "5", "--temperature", "0", "--stop", "a", "--stop", "b"])
     assert r.exit_code == 0, r.output
     assert seen[-1] == SamplingFlags({"temperature": 0.0, "top_k": 5}, ["a", "b"])
-    assert seen[-1].flags() == [("temperature", "--temperature", 0.0), ("top_k", "--top-k", 5)]
     r = runner.invoke(probe_app, ["probe"])
     assert r.exit_code == 0, r.output
     assert seen[-1] == SamplingFlags()
@@ -69,14 +69,63 @@ def test_a_command_without_a_sampling_parameter_is_refused() -> None:
 
 
 @pytest.mark.parametrize("command", ["generate", "chat"])
-def test_help_quotes_the_sampler_defaults(command: str) -> None:
+def test_help_comes_from_the_parameter_table(command: str) -> None:
     cmd = typer.main.get_command(app).commands[command]  # type: ignore[attr-defined]
     helps = {p.opts[0]: p.help for p in cmd.params}
     d = SamplingParams()
-    assert helps["--temperature"] == f"0 = greedy. Default {d.temperature}."
-    assert helps["--top-k"] == f"Default {d.top_k}."
-    assert helps["--repeat-penalty"] == f"Default {d.repeat_penalty} (off)."
+    assert helps["--temperature"] == f"{PARAMETERS['temperature'].help} Default {d.temperature}."
+    assert helps["--top-k"] == f"{PARAMETERS['top_k'].help} Default {d.top_k}."
+    assert helps["--repeat-penalty"] == f"{PARAMETERS['repeat_penalty'].help} Default 1."
+    assert helps["--ctx"] == f"{PARAMETERS['num_ctx'].help} Default {PARAMETERS['num_ctx'].default}."
     assert all(flag in helps for flag in SAMPLING_FLAGS)
+    max_tokens = {p.opts[0]: p for p in cmd.params}["--max-tokens"]
+    assert max_tokens.default is None  # unchanged: generate's 128 and chat's -1 come from the command
+
+
+def test_defaults_stay_the_commands_own() -> None:
+    commands = typer.main.get_command(app).commands  # type: ignore[attr-defined]
+    assert "Default 128." in {p.opts[0]: p.help for p in commands["generate"].params}["--max-tokens"]
+    defaults = {p.opts[0]: p.default for p in commands["bench"].params}
+    assert defaults["--max-tokens"] == 128 and defaults["--gpu-layers"] == -1 and defaults["--threads"] == 0
+    assert {p.opts[0]: p.default for p in commands["fit"].params}["--draft-max"] == 8
+
+
+NO_MODEL = "/nonexistent/model.gguf"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["generate", "-m", NO_MODEL, "-p", "x", "--ctx", "1"], "--ctx: num_ctx must be between 16 and 1048576, got 1"),
+        (["generate", "-m", NO_MODEL, "-p", "x", "--ctx", "1000000000"], "--ctx: num_ctx must be between 16 and"),
+        (["generate", "-m", NO_MODEL, "-p", "x", "--threads", "100000"], "--threads: num_thread must be between 0 and"),
+        (["generate", "-m", NO_MODEL, "-p", "x", "--top-p", "2"], "--top-p: top_p must be between 0 and 1, got 2"),
+        (["generate", "-m", NO_MODEL, "-p", "x", "--max-tokens", "0"], "--max-tokens: num_predict must be at least 1"),
+        (["generate", "-m", NO_MODEL, "-p", "x", "--gpu-layers", "-2"], "--gpu-layers: num_gpu must be between 0 and"),
+        (["generate", "-m", NO_MODEL, "-p", "x", "--repeat-last-n", "-5"], "--repeat-last-n: repeat_last_n must be"),
+        (["chat", "-m", NO_MODEL, "--draft-max", "65"], "--draft-max: draft_num_predict must be between 0 and 64"),
+        (["chat", "-m", NO_MODEL, "--min-p", "-0.5"], "--min-p: min_p must be between 0 and 1"),
+        (["bench", "-m", NO_MODEL, "-d", NO_MODEL, "--prompts", "p", "--draft-max", "2", "--draft-max", "99"],
+         "--draft-max: draft_num_predict must be between 0 and 64, got 99"),
+        (["bench", "-m", NO_MODEL, "-d", NO_MODEL, "--prompts", "p", "--ctx", "8"], "--ctx: num_ctx must be"),
+        (["serve", "-m", NO_MODEL, "--threads", "20000"], "--threads: num_thread must be between 0 and 512"),
+        (["fit", "-m", NO_MODEL, "--ctx", "4", "--vram-gb", "8"], "--ctx: num_ctx must be between 16"),
+        (["fit", "-m", NO_MODEL, "--gpu-layers", "-5", "--vram-gb", "8"], "--gpu-layers: num_gpu must be"),
+        (["demo", "--draft-max", "100"], "--draft-max: draft_num_predict must be between 0 and 64"),
+        (["train", "--target", NO_MODEL, "--prompts", "p", "--out", "o", "--threads", "513"], "--threads: num_thread"),
+    ],
+)  # fmt: skip
+def test_options_are_checked_by_the_table_before_anything_loads(args: list[str], message: str) -> None:
+    r = runner.invoke(app, args)
+    assert r.exit_code == 2, r.output
+    assert "Traceback" not in r.output and "not found" not in r.output
+    assert r.stderr.startswith("error: ") and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert message in r.stderr, r.stderr
+
+
+def test_a_negative_seed_is_random_as_in_ollama() -> None:
+    assert sampling_params({"seed": -1}).seed is None
+    assert sampling_params({"seed": 0}).seed == 0
 
 
 def test_no_model_and_no_modelfile_is_an_error() -> None:

@@ -292,3 +292,12 @@ def test_thread_counts_are_clamped_to_the_cores(pairs):
         assert len(eng.generate("ab", max_tokens=2).tokens) == 2
     finally:
         eng.close()
+
+
+def test_drafts_never_outgrow_the_batch(engine):
+    """verify decodes the last token and the drafts as one batch: a draft limit of n_batch or more is cut to fit."""
+    eng = engine("cycle-3.1", n_batch=4)
+    base = eng.generate("hello", max_tokens=40, draft_max=0)
+    spec = eng.generate("hello", max_tokens=40, draft_max=8)
+    assert spec.tokens == base.tokens
+    assert spec.stats.acceptance_length > 3.0 and len(spec.stats.acceptance_per_position) == 8

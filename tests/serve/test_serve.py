@@ -508,9 +508,9 @@ def test_a_field_of_the_wrong_json_type_is_a_400(served, path, field, value):
     [
         (["--port", "70000"], "--port must be between 1 and 65535"),
         (["--log-level", "bogus"], "--log-level must be one of"),
-        (["--draft-max", "-1"], "--draft-max must be between 0 and 64"),
-        (["--threads", "100000"], "--threads must be between 0 and 512"),
-        (["--ctx", "5"], "--ctx must be between 16"),
+        (["--draft-max", "-1"], "--draft-max: draft_num_predict must be between 0 and 64"),
+        (["--threads", "100000"], "--threads: num_thread must be between 0 and 512"),
+        (["--ctx", "5"], "--ctx: num_ctx must be between 16"),
         (["--host", "no.such.host.invalid"], "--host"),
     ],
 )

@@ -1,0 +1,179 @@
+"""What a command checks before llama.cpp loads a pair, and what it says when llama.cpp refuses one.
+
+llama.cpp allocates whatever context it is asked for (``--ctx 1000000000`` ran to 19.6 GB before
+``std::bad_alloc``), so :func:`plan_context` first caps the context at the one the model was trained
+on (``<arch>.context_length``) unless ``--ctx-beyond-training`` says otherwise, then prices its KV
+cache and compute buffers with the planner ``fit`` uses (:mod:`local_eagle.vram`) and refuses what
+this machine cannot hold. A drafter given as the target, or a file llama.cpp cannot load, gets the
+sentence ``inspect`` would print rather than llama.cpp's log line. ``generate``, ``chat``, ``bench``
+(through :func:`open_engine`) and ``serve`` all load through here.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from local_eagle.cli.console import err
+from local_eagle.cli.options import DEFAULT_CTX
+from local_eagle.errors import GGUFError, LlamaError, LocalEagleError
+from local_eagle.ollama.parameters import PARAMETERS
+from local_eagle.units import human_bytes
+
+if TYPE_CHECKING:
+    from local_eagle.runtime.engine import Engine, EngineOptions
+
+BeyondTrainingOpt = Annotated[
+    bool,
+    typer.Option(
+        "--ctx-beyond-training",
+        help="Allow a context longer than the model was trained on (else it is capped there, with a note).",
+    ),
+]
+
+N_BATCH = 512  # the engine's n_batch and n_ubatch (EngineOptions' default)
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """How a pair is loaded, from flags, the Modelfile or the defaults."""
+
+    ctx: int | None = None
+    """Context length; None is the default (DEFAULT_CTX), capped at the trained context without a note."""
+    gpu_layers: int = -1
+    threads: int = 0
+    draft_max: int = PARAMETERS["draft_num_predict"].default
+    beyond_training: bool = False
+
+    def engine_options(self, n_ctx: int) -> EngineOptions:
+        from local_eagle.runtime.engine import EngineOptions
+
+        return EngineOptions(n_ctx=n_ctx, n_batch=N_BATCH, n_gpu_layers=self.gpu_layers, n_threads=self.threads)
+
+
+def open_engine(model: Path, draft: Path | None, load: LoadOptions) -> Engine:
+    """An engine for the pair, once :func:`plan_context` has found a context it can hold."""
+    from local_eagle.runtime.engine import Engine
+
+    n_ctx = plan_context(model, draft, load)
+    try:
+        return Engine(model, draft, load.engine_options(n_ctx))
+    except LlamaError as e:
+        raise explain_load_failure(e, model, draft) from None
+
+
+def plan_context(model: Path, draft: Path | None, load: LoadOptions, note: Callable[[str], None] | None = None) -> int:
+    """The context to create: the trained context at most (unless allowed), and within this machine's memory.
+
+    A header that cannot be read is left to llama.cpp (and :func:`explain_load_failure`): only
+    llama.cpp decides what it can load.
+    """
+    from local_eagle.gguf import DRAFTER_ARCH, read_header
+
+    try:
+        kv = read_header(model, "target GGUF").kv
+    except GGUFError:
+        return load.ctx or DEFAULT_CTX
+    arch = kv.get("general.architecture")
+    if arch == DRAFTER_ARCH:
+        raise LocalEagleError(f"{model} is an EAGLE drafter; give it with --draft and its target with --model")
+    trained = kv.get(f"{arch}.context_length")
+    trained = trained if isinstance(trained, int) and trained > 0 else None
+    n_ctx = capped_context(load.ctx, trained, load.beyond_training, note or _note)
+    check_memory(model, draft, n_ctx, load)
+    return n_ctx
+
+
+def _note(text: str) -> None:
+    err.print(f"[dim]note: {text}[/]", highlight=False, soft_wrap=True)
+
+
+def capped_context(requested: int | None, trained: int | None, beyond: bool, note: Callable[[str], None]) -> int:
+    """``requested`` (None: the default), capped at ``trained`` unless ``beyond``; a cap the user
+    asked past gets one note (the default is capped quietly: it is a default, not a request)."""
+    n_ctx = DEFAULT_CTX if requested is None else requested
+    if trained is None or n_ctx <= trained or beyond:
+        return n_ctx
+    if requested is not None:
+        note(
+            f"the model was trained on a context of {trained} tokens: using {trained}, not {requested} "
+            "(--ctx-beyond-training allows more)"
+        )
+    return trained
+
+
+def check_memory(model: Path, draft: Path | None, n_ctx: int, load: LoadOptions) -> None:
+    """Refuse a context whose KV cache and compute buffers outgrow this machine, before llama.cpp tries.
+
+    The bytes are the planner's (``fit``); the weights are left out, since llama.cpp maps them from
+    the file. On a GPU build the GPU's memory counts too. The estimate only guards against the
+    absurd: a file the planner cannot read or price is left to llama.cpp, never refused here.
+    """
+    from local_eagle.llamacpp.backends import gpu_offload_supported
+
+    gpu = gpu_offload_supported()
+    try:
+        need = buffer_bytes(model, draft, n_ctx, load, gpu)
+    except (LocalEagleError, ArithmeticError, LookupError, TypeError, ValueError):
+        return
+    have = physical_memory()
+    if have is None or need <= have:
+        return
+    where = "memory"
+    if gpu and load.gpu_layers != 0:
+        from local_eagle.vram.gpus import detect
+
+        found = detect()
+        if found is not None:
+            have, where = have + found.total * found.count, "memory and GPU memory"
+    if need > have:
+        raise LocalEagleError(
+            f"a context of {n_ctx} tokens needs {human_bytes(need)} for the KV cache and compute buffers, "
+            f"more than this machine's {human_bytes(have)} of {where}; lower --ctx "
+            "(local-eagle fit shows the breakdown)"
+        )
+
+
+def buffer_bytes(model: Path, draft: Path | None, n_ctx: int, load: LoadOptions, gpu: bool) -> int:
+    """The KV caches and compute buffers of the pair's contexts, as the planner prices them."""
+    from local_eagle import vram
+
+    target = vram.read_shape(model, "target GGUF")
+    drafter = vram.read_shape(draft, "drafter GGUF") if draft is not None else None
+    s = vram.Settings(
+        n_ctx=n_ctx, n_batch=N_BATCH, n_ubatch=N_BATCH, n_gpu_layers=0, draft_batch=N_BATCH, draft_ubatch=N_BATCH,
+        draft_max=min(load.draft_max, N_BATCH - 1),
+    )  # fmt: skip
+    backend = vram.CUDA if gpu else vram.CPU
+    total = vram.kv_cache(target, vram.ctx_dims(n_ctx, 1, N_BATCH, N_BATCH, False), s, 0).total
+    total += vram.target_compute(target, s, backend)
+    if drafter is not None:
+        total += vram.kv_cache(drafter, vram.ctx_dims(n_ctx, 1, N_BATCH, N_BATCH, False), s, 0, True).total
+        total += vram.draft_compute(drafter, s, backend)
+    return total
+
+
+def physical_memory() -> int | None:
+    """This machine's RAM in bytes (None where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def explain_load_failure(e: LlamaError, model: Path, draft: Path | None) -> LocalEagleError:
+    """llama.cpp's refusal of a file in the words ``inspect`` uses, where the file's header says why."""
+    from local_eagle.gguf import read_model_info
+
+    for path in (model, draft):
+        if path is not None and str(e).startswith(f"{path}:"):
+            try:
+                read_model_info(path)
+            except GGUFError as found:
+                return GGUFError(f"{found}; llama.cpp could not load it")
+    return e
