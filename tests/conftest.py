@@ -7,8 +7,10 @@ from typing import Any
 
 import pytest
 
+from converters import convert
 from converters.formats import write_checkpoint
 from local_eagle.testing.tiny import TinyTargetSpec, make_drafter, write_tiny_target
+from local_eagle.testing.tiny_pair import make_cycle_drafter, write_cycle_target
 
 TARGET_LAYERS = [1, 3, 4]
 SPEC = TinyTargetSpec()
@@ -19,11 +21,25 @@ N_VOCAB = 265
 def _no_ollama_store(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """Tests never read the machine's own Ollama store: ``FROM name`` finds only what a test builds."""
     monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path_factory.getbasetemp() / "no-ollama-store"))
+    # nor write to the user's own store: each test gets an empty one
+    monkeypatch.setenv("LOCAL_EAGLE_MODELS", str(tmp_path_factory.mktemp("local-eagle-models")))
 
 
 @pytest.fixture(scope="session")
 def target_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_tiny_target(tmp_path_factory.mktemp("target") / "tiny-target.gguf", SPEC)
+
+
+@pytest.fixture(scope="session")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    """(folder, target, drafter): the target writes the letters P, A, B, ... P, A, ... and the drafter
+    predicts them, so greedy outputs and acceptance are known in advance. Tests must not change them.
+    The folder also holds the drafter's checkpoint, ``ckpt``."""
+    d = tmp_path_factory.mktemp("cli-pair")
+    target = write_cycle_target(d / "target.gguf")
+    m = make_cycle_drafter(True)
+    draft = convert(write_checkpoint(m.state_dict(), m.cfg.to_dict(), d / "ckpt"), target, d / "draft.gguf").outfile
+    return d, target, draft
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ LAYERS: list[set[str]] = [
     {"local_eagle.runtime", "local_eagle.vram"},
     {"converters"},
     {"local_eagle.ollama"},
+    {"local_eagle.store"},
     {"local_eagle.train"},
     {"local_eagle.testing"},
     {"local_eagle.bench", "local_eagle.doctor"},

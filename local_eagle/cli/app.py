@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import typer
 
-from local_eagle.cli import bench, convert, doctor, fit, modelfile, run, serve, train
+from local_eagle.cli import bench, convert, doctor, fit, modelfile, run, serve, store, train
 
 app = typer.Typer(
     add_completion=False,
@@ -32,4 +32,14 @@ for command in (
     serve.serve,
 ):
     app.command()(command)
+for name, command in (
+    ("create", store.create),
+    ("list", store.list_models),
+    ("show", store.show),
+    ("run", store.run),
+    ("cp", store.cp),
+    ("rm", store.rm),
+):
+    app.command(name)(command)
+app.command("ls", hidden=True)(store.list_models)
 app.add_typer(modelfile.app, name="modelfile")

@@ -174,6 +174,7 @@ class ModelPair:
     draft: Path | None = None
     parameters: dict[str, Any] = field(default_factory=dict)
     modelfile: Modelfile | None = None
+    name: str | None = None  # the model name it was given by, when it came from a store
 
     def draft_max(self, flag: int | None, default: int = _DRAFT_MAX.default) -> int:
         """--draft-max, else the Modelfile's draft_num_predict when its DRAFT is used, else ``default``."""
@@ -193,6 +194,10 @@ def resolve_models(model: Path | None, draft: Path | None, modelfile: Path | Non
     if modelfile is None:
         if model is None:
             raise LocalEagleError("give --model (or -f Modelfile)")
+        from local_eagle.store import is_model_name
+
+        if is_model_name(model):
+            return named_pair(str(model), draft)
         return ModelPair(model, draft)
     from local_eagle.ollama.modelfile import parse_file, resolve_draft, resolve_model
 
@@ -202,3 +207,15 @@ def resolve_models(model: Path | None, draft: Path | None, modelfile: Path | Non
     mf_draft = resolve_draft(m) if m.draft is not None else None
     mf_model = resolve_model(m)  # checked even under --model: a Modelfile whose FROM is broken is refused
     return ModelPair(model or mf_model, draft or mf_draft, dict(m.parameters), m)
+
+
+def named_pair(name: str, draft: Path | None) -> ModelPair:
+    """The pair a model name stands for (local-eagle's store, then Ollama's); ``--draft`` overrides its drafter."""
+    from local_eagle.ollama.modelfile import resolve_draft, resolve_model
+    from local_eagle.store import resolve_name
+
+    m = resolve_name(name)
+    for w in m.warnings:
+        err.print(f"[yellow]warning:[/] {w}", highlight=False)
+    mf_draft = resolve_draft(m) if m.draft is not None and draft is None else None
+    return ModelPair(resolve_model(m), draft or mf_draft, dict(m.parameters), m, name)

@@ -62,8 +62,9 @@ def serve(
     k = pair.draft_max(draft_max)
     opts = LoadOptions(ctx or pair.parameters.get("num_ctx"), gpu_layers, threads, k, ctx_beyond_training)
     n_ctx = plan_context(pair.model, pair.draft, opts)
+    name = name or pair.name or model_name(pair.model, modelfile)
     config = ServeConfig(
-        name=name or model_name(pair.model, modelfile), model=pair.model, draft=pair.draft, modelfile=pair.modelfile,
+        name=name, model=pair.model, draft=pair.draft, modelfile=pair.modelfile,
         parameters=pair.parameters, draft_max=k, queue_timeout=queue_timeout or None,
         generation_timeout=timeout or None,
     )  # fmt: skip

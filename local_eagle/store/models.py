@@ -1,0 +1,255 @@
+"""The entries of local-eagle's store: ``create``, ``list``, ``show``, ``cp`` and ``rm`` work on these.
+
+A model is a name (validated and laid out as Ollama's, ``manifests/<host>/<namespace>/<model>/<tag>``
+under ``$LOCAL_EAGLE_MODELS``, default ``~/.local-eagle/models``) and one JSON file: the Modelfile
+with every path resolved (FROM the GGUF, DRAFT the drafter GGUF) and a reference to each GGUF with
+its size, modification time and SHA-256. GGUFs are many gigabytes, so they are never copied: the
+reference is checked when the model is used, by size and mtime first (free), by the full digest
+only when the mtime moved (a ``touch`` or a copy back is not a change), and a file that has moved or
+changed is a one-line error naming it. A DRAFT checkpoint directory is converted once, into the
+store's ``drafters/`` (the Modelfile code's conversion cache), and referenced like any GGUF.
+
+An entry is one file written atomically (:func:`local_eagle.files.atomic_output`), so a ``create``
+that fails half-way leaves the old entry as it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from local_eagle.errors import LocalEagleError
+from local_eagle.files import atomic_output
+from local_eagle.ollama.modelfile import Modelfile, format_modelfile, parse, parse_file, resolve_draft, resolve_model
+from local_eagle.ollama.store import Name, StoreError, check_name
+
+SCHEMA = 1
+_OLLAMA_BLOB_RE = re.compile(r"sha256-([0-9a-f]{64})")
+
+
+class StoreEntryError(LocalEagleError):
+    """A model of local-eagle's store that cannot be used (or a name it does not have); one line."""
+
+
+def default_root() -> Path:
+    """``$LOCAL_EAGLE_MODELS``, else ``~/.local-eagle/models``."""
+    configured = os.environ.get("LOCAL_EAGLE_MODELS", "").strip()
+    if configured:
+        return Path(configured).expanduser()
+    return Path(os.path.expanduser("~")) / ".local-eagle" / "models"
+
+
+def sha256_file(path: Path) -> str:
+    """The hex SHA-256 of a file, read in 4 MiB chunks (a GGUF does not fit in memory)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@dataclass
+class FileRef:
+    """A GGUF an entry uses, as it was when the entry was created."""
+
+    role: str  # "model" or "draft"
+    path: str
+    size: int
+    mtime_ns: int
+    sha256: str
+
+    @classmethod
+    def of(cls, role: str, path: Path) -> FileRef:
+        """Record ``path`` now; an Ollama blob is named by its digest, so it is not read again."""
+        st = path.stat()
+        m = _OLLAMA_BLOB_RE.fullmatch(path.name)
+        digest = m.group(1) if m and path.parent.name == "blobs" else sha256_file(path)
+        return cls(role, str(path), st.st_size, st.st_mtime_ns, digest)
+
+    def check(self, model: str) -> bool:
+        """Raise if the file moved or changed; True when only its mtime moved (the record should follow)."""
+        what = "drafter" if self.role == "draft" else "model GGUF"
+        again = f"put it back, or run `local-eagle create {model} -f Modelfile` again"
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            raise StoreEntryError(f"{model}: its {what} {self.path} has moved or been deleted; {again}") from None
+        if st.st_size != self.size:
+            raise StoreEntryError(
+                f"{model}: its {what} {self.path} has changed ({st.st_size} bytes, {self.size} when created); {again}"
+            )
+        if st.st_mtime_ns == self.mtime_ns:
+            return False
+        if sha256_file(Path(self.path)) != self.sha256:
+            raise StoreEntryError(f"{model}: its {what} {self.path} has changed (another SHA-256); {again}")
+        self.mtime_ns = st.st_mtime_ns
+        return True
+
+
+@dataclass
+class Entry:
+    """One model of the store: its name, its Modelfile (paths resolved) and the files it references."""
+
+    name: Name
+    modelfile: str
+    files: list[FileRef]
+    created_at: str
+    from_name: str | None = None
+    path: Path | None = field(default=None, compare=False)
+
+    @property
+    def size(self) -> int:
+        return sum(f.size for f in self.files)
+
+    @property
+    def digest(self) -> str:
+        """What ``ollama list`` shows as ID: a digest of the entry's content."""
+        body = json.dumps({"modelfile": self.modelfile, "files": [f.sha256 for f in self.files]}, sort_keys=True)
+        return hashlib.sha256(body.encode()).hexdigest()
+
+    def file(self, role: str) -> FileRef | None:
+        return next((f for f in self.files if f.role == role), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA, "name": str(self.name), "created_at": self.created_at, "from": self.from_name,
+            "modelfile": self.modelfile, "files": [asdict(f) for f in self.files],
+        }  # fmt: skip
+
+
+class LocalStore:
+    """local-eagle's store at ``root`` (default :func:`default_root`)."""
+
+    def __init__(self, root: str | os.PathLike[str] | None = None) -> None:
+        self.root = Path(root) if root is not None else default_root()
+
+    @property
+    def drafters(self) -> Path:
+        """Where DRAFT checkpoint directories are converted to, once."""
+        return self.root / "drafters"
+
+    # --- names ---------------------------------------------------------------------------------
+
+    def _path(self, name: Name) -> Path:
+        """The entry file of ``name``: an existing one whose parts differ only in case, else its own."""
+        exact = self.root.joinpath("manifests", *name.parts)
+        if exact.is_file():
+            return exact
+        for path in sorted(self.root.glob("manifests/*/*/*/*")):
+            if path.is_file() and Name(*path.relative_to(self.root / "manifests").parts).same(name):
+                return path
+        return exact
+
+    def find(self, ref: str) -> Entry | None:
+        """The entry ``ref`` names, or None; an invalid name raises (Ollama's message)."""
+        path = self._path(_checked(ref))
+        return self._read(path) if path.is_file() else None
+
+    def get(self, ref: str) -> Entry:
+        entry = self.find(ref)
+        if entry is None:
+            raise StoreEntryError(f"model {ref!r} not found in {self.root}; `local-eagle list` shows the models")
+        return entry
+
+    def entries(self) -> list[Entry]:
+        """Every model, newest first (``ollama list``'s order); an unreadable entry is skipped."""
+        out = []
+        for path in self.root.glob("manifests/*/*/*/*"):
+            if path.is_file():
+                with contextlib.suppress(StoreEntryError):
+                    out.append(self._read(path))
+        return sorted(out, key=lambda e: e.created_at, reverse=True)
+
+    def _read(self, path: Path) -> Entry:
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+            name = Name(*path.relative_to(self.root / "manifests").parts)
+            files = [FileRef(**f) for f in raw["files"]]
+            return Entry(name, raw["modelfile"], files, raw["created_at"], raw.get("from"), path)
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise StoreEntryError(f"{path}: not a readable local-eagle model entry ({e})") from None
+
+    def _write(self, entry: Entry, path: Path) -> None:
+        with atomic_output(path) as tmp:
+            tmp.write_text(json.dumps(entry.to_json(), indent=1) + "\n", encoding="utf-8")
+        entry.path = path
+
+    # --- commands ------------------------------------------------------------------------------
+
+    def create(self, ref: str, modelfile: str | os.PathLike[str], progress: bool = False) -> Entry:
+        """``ollama create NAME -f Modelfile``: read it (FROM a name inherits from Ollama's store),
+        resolve FROM and DRAFT to GGUFs (a checkpoint is converted into the store), and record them."""
+        name = _checked(ref)
+        m = parse_file(modelfile)
+        return self.create_from(name, m, progress)
+
+    def create_from(self, name: Name, m: Modelfile, progress: bool = False) -> Entry:
+        """Store a parsed Modelfile under ``name``, replacing an entry only once everything is resolved."""
+        model = resolve_model(m)
+        draft = resolve_draft(m, cache_dir=self.drafters, progress=progress) if m.draft is not None else None
+        resolved = Modelfile(**{**m.__dict__, "model": model.absolute(), "draft": draft and draft.absolute()})
+        files = [FileRef.of("model", model.absolute())]
+        if draft is not None:
+            files.append(FileRef.of("draft", draft.absolute()))
+        created = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+        entry = Entry(name, format_modelfile(resolved), files, created, m.from_name)
+        self._write(entry, self._path(name))
+        return entry
+
+    def copy(self, src: str, dst: str) -> Entry:
+        """``ollama cp``: a second name for the same model (the GGUFs are referenced, not copied)."""
+        entry = self.get(src)
+        name = _checked(dst)
+        new = Entry(name, entry.modelfile, entry.files, datetime.now(UTC).isoformat().replace("+00:00", "Z"),
+                    entry.from_name)  # fmt: skip
+        self._write(new, self._path(name))
+        return new
+
+    def remove(self, ref: str) -> Entry:
+        """``ollama rm``: the entry goes, and drafters converted for it that no other entry uses."""
+        entry = self.get(ref)
+        assert entry.path is not None
+        entry.path.unlink()
+        parent = entry.path.parent
+        while parent != self.root / "manifests" and parent != parent.parent:
+            try:
+                parent.rmdir()
+            except OSError:
+                break
+            parent = parent.parent
+        self._collect_drafters()
+        return entry
+
+    def _collect_drafters(self) -> None:
+        used = {os.path.realpath(f.path) for e in self.entries() for f in e.files}
+        for p in self.drafters.glob("*.gguf") if self.drafters.is_dir() else ():
+            if os.path.realpath(p) not in used:
+                with contextlib.suppress(OSError):
+                    p.unlink()
+
+    # --- use -----------------------------------------------------------------------------------
+
+    def load(self, entry: Entry) -> Modelfile:
+        """The entry's Modelfile, after checking that its files are still the ones it was made from."""
+        label = entry.name.short
+        changed = [f.check(label) for f in entry.files]
+        if any(changed) and entry.path is not None:
+            with contextlib.suppress(LocalEagleError):  # a read-only store still works, just slower
+                self._write(entry, entry.path)
+        m = parse(entry.modelfile, base_dir=self.root, source=f"{label} ({entry.path})")
+        m.from_name = entry.from_name
+        return m
+
+
+def _checked(ref: str) -> Name:
+    try:
+        return check_name(ref)
+    except StoreError as e:
+        raise StoreEntryError(str(e)) from None

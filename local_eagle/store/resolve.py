@@ -1,0 +1,48 @@
+"""A model name given to ``generate``, ``chat``, ``run`` or ``serve``: local-eagle's store first, then Ollama's.
+
+The order is Ollama's own habit turned around for one reason: a model created here carries a DRAFT,
+which is the point of local-eagle, while the same name in Ollama's store would run without one. A
+name found in neither store is one line naming both places.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from local_eagle.errors import LocalEagleError
+from local_eagle.ollama.modelfile import Modelfile, _looks_like_path, parse
+from local_eagle.ollama.modelfile_syntax import ModelfileError
+from local_eagle.ollama.store import OllamaStore, StoreError, check_name
+from local_eagle.store.models import LocalStore, StoreEntryError
+
+
+def is_model_name(value: str | os.PathLike[str]) -> bool:
+    """True when ``value`` is no existing file, does not read as a path, and is a valid model name."""
+    text = os.fspath(value)
+    if not text or Path(text).exists() or _looks_like_path(text):
+        return False
+    try:
+        check_name(text)
+    except StoreError:
+        return False
+    return True
+
+
+def resolve_name(ref: str, local: LocalStore | None = None, ollama: OllamaStore | None = None) -> Modelfile:
+    """The Modelfile ``ref`` stands for, its files checked: a model created with ``local-eagle create``,
+    else one Ollama has pulled (with what it inherits there, as ``FROM ref`` would)."""
+    local = local if local is not None else LocalStore()
+    ollama = ollama if ollama is not None else OllamaStore()
+    entry = local.find(ref)
+    if entry is not None:
+        return local.load(entry)
+    try:
+        return parse(f"FROM {ref}\n", base_dir=Path.cwd(), source=ref, store=ollama)
+    except ModelfileError as e:
+        if "no such model in Ollama's store" in str(e):
+            raise StoreEntryError(
+                f"model {ref!r} not found: not in local-eagle's store ({local.root}; `local-eagle create`) "
+                f"nor in Ollama's ({ollama.root}; `ollama pull`)"
+            ) from None
+        raise LocalEagleError(str(e).removeprefix(f"{ref}:1: FROM {ref}: ")) from None
