@@ -1,0 +1,149 @@
+"""The models a store server has loaded: load on first use, keep for ``keep_alive``, unload the least
+recently used when the next one would not fit.
+
+Each loaded model is a whole single-model server (:class:`~local_eagle.serve.server.EagleServer`, its
+own job slot and worker), so requests for one model wait only for that model's queue and get the
+answer a lone server would give. What a load costs is the caller's to say (``load``: the CLI prices
+weights, KV cache and compute buffers with the ``vram`` planner, tests use the file sizes), so this
+module is bookkeeping only: who is loaded, who is in use, who expires when.
+
+``keep_alive`` follows Ollama (``api.Duration``, ``server/sched.go``): absent means 5 minutes, a
+number is seconds, a string is a Go duration (``"10m"``, ``"1h30m"``, ``"0"``), a negative value keeps
+the model loaded for good and ``0`` unloads it as soon as its request is done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from local_eagle.errors import LocalEagleError
+from local_eagle.serve.server import EagleServer
+
+DEFAULT_KEEP_ALIVE = 300.0
+_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_DURATION_RE = re.compile(r"([0-9]*\.?[0-9]+)(ns|us|µs|ms|s|m|h)")
+
+
+def keep_alive_seconds(value: Any) -> float | None:
+    """Seconds to keep a model after a request (None: for good), from a request's ``keep_alive``."""
+    if value is None:
+        return DEFAULT_KEEP_ALIVE
+    if isinstance(value, bool):
+        raise LocalEagleError('keep_alive must be a duration such as "5m" or a number of seconds')
+    if isinstance(value, int | float):
+        seconds = float(value)
+    else:
+        text = str(value).strip()
+        sign = -1.0 if text.startswith("-") else 1.0
+        body = text.lstrip("+-")
+        try:
+            seconds = float(body)  # Ollama takes a bare number as seconds
+        except ValueError:
+            parts = _DURATION_RE.findall(body)
+            if not body or "".join(n + u for n, u in parts) != body:
+                raise LocalEagleError(f'keep_alive {value!r} is not a duration such as "5m" or "1h30m"') from None
+            seconds = sum(float(n) * _UNITS[u] for n, u in parts)
+        seconds *= sign
+    return None if seconds < 0 else seconds
+
+
+@dataclass
+class Loaded:
+    """One loaded model: its server, what it costs, who uses it and when it goes."""
+
+    key: str
+    name: str
+    server: EagleServer
+    size: int
+    last_used: float
+    expires_at: float | None = None  # monotonic seconds; None: never
+    users: int = 0
+
+
+LoadFn = Callable[[str], tuple[str, EagleServer, int]]  # name -> (key, server, bytes it holds)
+
+
+class ModelRegistry:
+    """The loaded models of a store server, under a memory ``budget`` in bytes (None: no limit)."""
+
+    def __init__(self, load: LoadFn, budget: int | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        self._load = load
+        self.budget = budget
+        self.clock = clock
+        self.loaded: dict[str, Loaded] = {}
+        self._lock = threading.Lock()
+        self._loading = asyncio.Lock()
+
+    def _find(self, key: str) -> Loaded | None:
+        with self._lock:
+            return self.loaded.get(key)
+
+    async def acquire(self, name: str, key: str) -> Loaded:
+        """The model ``key`` (as the store canonicalises ``name``), loaded if it is not; marked in use."""
+        async with self._loading:  # one load at a time: two would both count the same free memory
+            got = self._find(key)
+            if got is None:
+                key2, server, size = await asyncio.to_thread(self._load, name)
+                self._make_room(size)
+                got = Loaded(key2, name, server, size, self.clock())
+                with self._lock:
+                    self.loaded[key2] = got
+            with self._lock:
+                got.users += 1
+                got.last_used = self.clock()
+                got.expires_at = None
+            return got
+
+    def release(self, got: Loaded, keep_alive: float | None) -> None:
+        """A request is done with ``got``: it stays ``keep_alive`` seconds more (None: for good)."""
+        with self._lock:
+            got.users -= 1
+            got.last_used = self.clock()
+            if got.users == 0:
+                got.expires_at = None if keep_alive is None else self.clock() + keep_alive
+        self.reap()
+
+    def _make_room(self, size: int) -> None:
+        """Unload idle models, least recently used first, until ``size`` more bytes fit the budget."""
+        if self.budget is None:
+            return
+        while True:
+            with self._lock:
+                used = sum(x.size for x in self.loaded.values())
+                idle = sorted((x for x in self.loaded.values() if x.users == 0), key=lambda x: x.last_used)
+            if used + size <= self.budget or not idle:
+                return  # what is in use cannot go; llama.cpp decides whether the rest fits
+            self.unload(idle[0].key)
+
+    def reap(self) -> list[str]:
+        """Unload the models whose keep_alive has run out; their keys."""
+        now = self.clock()
+        with self._lock:
+            gone = [x.key for x in self.loaded.values() if x.users == 0 and x.expires_at is not None
+                    and x.expires_at <= now]  # fmt: skip
+        for key in gone:
+            self.unload(key)
+        return gone
+
+    def unload(self, key: str) -> bool:
+        """Forget ``key`` and free its engine once no thread is inside llama.cpp (a job still finishing)."""
+        with self._lock:
+            got = self.loaded.pop(key, None)
+        if got is None:
+            return False
+        got.server.close()
+        return True
+
+    def snapshot(self) -> list[Loaded]:
+        with self._lock:
+            return sorted(self.loaded.values(), key=lambda x: x.last_used, reverse=True)
+
+    def close(self) -> None:
+        for x in self.snapshot():
+            self.unload(x.key)

@@ -1,0 +1,259 @@
+"""The store server's own routes: listing, ``/api/ps``, ``/api/show``, ``/api/create``, ``/api/copy`` and
+``/api/delete``, with Ollama's request and response shapes (``api/types.go``), on local-eagle's store.
+
+``/api/create`` takes Ollama's current request (``model``, ``from``, ``template``, ``system``,
+``parameters``, ``messages``, ``license``) where ``from`` is a GGUF path, a model of this store or
+one Ollama has pulled, as a Modelfile's FROM is; the older ``modelfile`` text; and, as our extension,
+``draft`` (a drafter GGUF or checkpoint directory). Ollama's ``files`` (uploaded blobs), ``adapters``
+and ``quantize`` are refused: the GGUFs stay where they are.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+
+from local_eagle import __version__
+from local_eagle.errors import LocalEagleError
+from local_eagle.ollama.modelfile import Modelfile, encode_value, format_modelfile, format_parameter, parse
+from local_eagle.serve.errors import ApiError, install_error_handlers
+from local_eagle.serve.models import check_fields, json_body
+
+if TYPE_CHECKING:
+    from local_eagle.serve.store_app import StoreFront
+    from local_eagle.store.models import Entry
+
+_CREATE = {"model": str, "name": str, "from": str, "modelfile": str, "draft": str, "template": str, "system": str,
+           "parameters": dict, "messages": list, "license": (str, list), "stream": bool}  # fmt: skip
+
+
+def _iso(ts: float | str) -> str:
+    if isinstance(ts, str):
+        return ts
+    return datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z")
+
+
+def _details(front: StoreFront, model: Path, draft: Path | None) -> dict[str, Any]:
+    from local_eagle.store.summary import summarize
+
+    try:
+        s = summarize(model, draft)
+    except LocalEagleError:
+        return {"format": "gguf", "family": "", "families": [], "parameter_size": "", "quantization_level": ""}
+    return {"parent_model": "", "format": "gguf", "family": s.architecture, "families": [s.architecture],
+            "parameter_size": s.parameter_size, "quantization_level": s.quantization}  # fmt: skip
+
+
+def _entry_json(front: StoreFront, e: Entry) -> dict[str, Any]:
+    model, draft = e.file("model"), e.file("draft")
+    assert model is not None
+    details = _details(front, Path(model.path), Path(draft.path) if draft else None)
+    return {"name": e.name.short, "model": e.name.short, "modified_at": e.created_at, "size": e.size,
+            "digest": e.digest, "details": details}  # fmt: skip
+
+
+def _tags(front: StoreFront) -> list[dict[str, Any]]:
+    out = [_entry_json(front, e) for e in front.config.local.entries()]
+    ollama = front.config.ollama
+    if ollama is not None:
+        have = {x["name"].lower() for x in out}
+        for name in ollama.names():
+            if name.short.lower() in have:
+                continue
+            path = ollama.manifest_path(name)
+            st = path.stat() if path is not None else None
+            out.append({"name": name.short, "model": name.short, "modified_at": _iso(st.st_mtime if st else 0),
+                        "size": 0, "digest": "", "details": {"format": "gguf"}})  # fmt: skip
+    return out
+
+
+def _model_ref(body: dict[str, Any]) -> str:
+    ref = body.get("model") or body.get("name")
+    if not isinstance(ref, str) or not ref:
+        raise ApiError(400, "model is required")
+    return ref
+
+
+def create_store_api(front: StoreFront) -> FastAPI:
+    """The FastAPI app of the routes that work on the store rather than on one model."""
+    app = FastAPI(title="local-eagle", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
+    install_error_handlers(app)
+    limit = front.config.max_request_bytes
+
+    @app.get("/")
+    async def root() -> PlainTextResponse:
+        return PlainTextResponse("Ollama is running")
+
+    @app.get("/api/version")
+    async def version() -> dict[str, Any]:
+        return {"version": __version__}
+
+    @app.get("/api/tags")
+    async def tags() -> dict[str, Any]:
+        return {"models": _tags(front)}
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": m["name"], "object": "model", "created": int(time.time()),
+                                            "owned_by": "local-eagle"} for m in _tags(front)]}  # fmt: skip
+
+    @app.get("/api/ps")
+    async def ps() -> dict[str, Any]:
+        now = front.registry.clock()
+        out = []
+        for x in front.registry.snapshot():
+            c = x.server.config
+            expires = "2318-01-01T00:00:00Z" if x.expires_at is None and x.users == 0 else _iso(
+                time.time() + ((x.expires_at - now) if x.expires_at is not None else 300.0))  # fmt: skip
+            out.append({"name": x.name, "model": x.name, "size": x.size, "digest": "",
+                        "details": _details(front, c.model, c.draft), "expires_at": expires,
+                        "size_vram": x.size if x.server.engine.options.n_gpu_layers != 0 else 0,
+                        "context_length": x.server.engine.n_ctx})  # fmt: skip
+        return {"models": out}
+
+    @app.post("/api/show")
+    async def show(request: Request) -> dict[str, Any]:
+        body = await json_body(request, limit)
+        ref = _model_ref(body)
+        m = _resolve(front, ref)
+        return _show(front, ref, m)
+
+    @app.post("/api/create")
+    async def create(request: Request) -> Response:
+        body = await json_body(request, limit)
+        check_fields(body, _CREATE)
+        ref = _model_ref(body)
+        m = _create_modelfile(front, body)
+        try:
+            entry = front.config.local.create_from(_name(ref), m)
+        except LocalEagleError as e:
+            raise ApiError(400, str(e)) from None
+        front.registry.unload(str(entry.name).lower())  # the next request loads the new one
+        statuses = [{"status": "using existing layers"}, {"status": "writing manifest"}, {"status": "success"}]
+        if body.get("stream") is False:
+            return JSONResponse(statuses[-1])
+        return StreamingResponse((json.dumps(s) + "\n" for s in statuses), media_type="application/x-ndjson")
+
+    @app.post("/api/copy")
+    async def copy(request: Request) -> Response:
+        body = await json_body(request, limit)
+        src, dst = body.get("source"), body.get("destination")
+        if not isinstance(src, str) or not isinstance(dst, str) or not src or not dst:
+            raise ApiError(400, "source and destination are required")
+        try:
+            front.config.local.copy(src, dst)
+        except LocalEagleError as e:
+            raise ApiError(404 if "not found" in str(e) else 400, str(e)) from None
+        return Response(status_code=200)
+
+    @app.delete("/api/delete")
+    async def delete(request: Request) -> Response:
+        body = await json_body(request, limit)
+        ref = _model_ref(body)
+        try:
+            entry = front.config.local.remove(ref)
+        except LocalEagleError as e:
+            raise ApiError(404 if "not found" in str(e) else 400, str(e)) from None
+        front.registry.unload(str(entry.name).lower())
+        return Response(status_code=200)
+
+    return app
+
+
+def _name(ref: str) -> Any:
+    from local_eagle.store.models import _checked
+
+    try:
+        return _checked(ref)
+    except LocalEagleError as e:
+        raise ApiError(400, str(e)) from None
+
+
+def _resolve(front: StoreFront, ref: str) -> Modelfile:
+    try:
+        return front.resolve(ref)[1]
+    except LocalEagleError as e:
+        raise ApiError(404 if "not found" in str(e) else 400, str(e)) from None
+
+
+def _show(front: StoreFront, ref: str, m: Modelfile) -> dict[str, Any]:
+    """``/api/show``'s answer (``api.ShowResponse``)."""
+    from local_eagle.store.summary import summarize
+
+    params = "\n".join(
+        f"{k:<30} {json.dumps(v) if isinstance(v, str) else format_parameter(v)}"
+        for k, vs in sorted(m.parameters.items())
+        for v in (vs if isinstance(vs, list) else [vs])
+    )
+    try:
+        s = summarize(m.model, m.draft)
+        info: dict[str, Any] = {"general.architecture": s.architecture, "general.parameter_count": s.parameters,
+                                f"{s.architecture}.context_length": s.context_length,
+                                f"{s.architecture}.embedding_length": s.embedding_length}  # fmt: skip
+        if m.draft is not None:
+            info |= {"local_eagle.draft": str(m.draft), "local_eagle.eagle_version": s.eagle_version,
+                     "local_eagle.target_layers": s.target_layers,
+                     "local_eagle.draft_num_predict": m.draft_num_predict}  # fmt: skip
+    except LocalEagleError:
+        info = {}
+    head = (
+        "# Modelfile generated by local-eagle serve\n"
+        f"# To build a new Modelfile based on this, replace FROM with:\n# FROM {ref}\n\n"
+    )
+    return {
+        "modelfile": head + format_modelfile(m), "parameters": params, "template": m.template or "",
+        "system": m.system or "", "license": "\n".join(m.license), "details": _details(front, m.model, m.draft),
+        "model_info": info, "capabilities": ["completion"], "modified_at": _iso(m.model.stat().st_mtime),
+    }  # fmt: skip
+
+
+def _create_modelfile(front: StoreFront, body: dict[str, Any]) -> Modelfile:
+    """The Modelfile an ``/api/create`` request describes: ``modelfile`` text, or ``from`` plus overrides."""
+    for key in ("files", "adapters", "quantize"):
+        if body.get(key):
+            raise ApiError(400, f"'{key}' is not supported: local-eagle references GGUFs where they are; give 'from'")
+    try:
+        if body.get("modelfile"):
+            return parse(body["modelfile"], base_dir=Path.cwd(), source="modelfile")
+        base = body.get("from")
+        if not isinstance(base, str) or not base:
+            raise ApiError(400, "'from' is required: a GGUF path or a model name")
+        lines = _override_lines(body)
+        local = front.config.local.find(base) if not Path(base).exists() else None
+        if local is not None:  # FROM a model of this store: its Modelfile, less what the request replaces
+            drop = tuple(p for p, key in (("MESSAGE ", "messages"), ("DRAFT ", "draft")) if body.get(key))
+            text = format_modelfile(front.config.local.load(local))
+            text = "".join(x + "\n" for x in text.splitlines() if not (drop and x.startswith(drop)))
+            return parse(text + lines, base_dir=Path.cwd(), source=f"from {base}")
+        return parse(f"FROM {encode_value(base, 'from')}\n" + lines, base_dir=Path.cwd(), source="request")
+    except ApiError:
+        raise
+    except LocalEagleError as e:
+        raise ApiError(400, str(e)) from None
+
+
+def _override_lines(body: dict[str, Any]) -> str:
+    out = []
+    if body.get("draft"):
+        out.append(f"DRAFT {encode_value(body['draft'], 'draft')}")
+    for key in ("template", "system"):
+        if body.get(key):
+            out.append(f"{key.upper()} {encode_value(body[key], key)}")
+    for name, value in (body.get("parameters") or {}).items():
+        for v in value if isinstance(value, list) else [value]:
+            text = v if isinstance(v, str) else json.dumps(v)
+            out.append(f"PARAMETER {name} {encode_value(text, f'parameter {name}')}")
+    lic = body.get("license")
+    for text in [lic] if isinstance(lic, str) else lic or []:
+        out.append(f"LICENSE {encode_value(text, 'license')}")
+    for msg in body.get("messages") or []:
+        if not isinstance(msg, dict):
+            raise ApiError(400, "messages must be objects with role and content")
+        out.append(f"MESSAGE {msg.get('role', '')} {encode_value(str(msg.get('content', '')), 'message')}")
+    return "".join(x + "\n" for x in out)

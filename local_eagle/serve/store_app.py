@@ -1,0 +1,216 @@
+"""``local-eagle serve`` without ``-m``: every model of the store, each loaded when a request names it.
+
+A request that runs a model (``/api/generate``, ``/api/chat``, ``/v1/chat/completions``,
+``/v1/completions``) is read up to its size limit, its ``model`` looked up (local-eagle's store, then
+Ollama's when asked for), the model loaded through :class:`~local_eagle.serve.registry.ModelRegistry`,
+and the request handed, byte for byte, to that model's own single-model app: the very code that
+``serve -m`` runs, so the answer is the one a lone server gives. Everything else (listing, show,
+create, copy, delete) is :mod:`local_eagle.serve.store_api` on the store itself.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from local_eagle.errors import LocalEagleError
+from local_eagle.ollama.modelfile import Modelfile, resolve_model
+from local_eagle.ollama.store import Name, OllamaStore, StoreError, check_name
+from local_eagle.runtime.engine import Engine, EngineOptions
+from local_eagle.serve.registry import ModelRegistry, keep_alive_seconds
+from local_eagle.serve.server import MAX_REQUEST_BYTES, EagleServer, ServeConfig
+from local_eagle.store import LocalStore, resolve_name
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+RUN_PATHS = ("/api/generate", "/api/chat", "/v1/chat/completions", "/v1/completions")
+
+
+class ModelNotFoundError(LocalEagleError):
+    """No store has the model a request names (a 404)."""
+
+
+class StoreServer(EagleServer):
+    """A model of the store, answering to every spelling of its name (case, ``:latest``, namespace)."""
+
+    key: Name
+
+    def check_model(self, name: Any) -> None:
+        try:
+            if isinstance(name, str) and check_name(name).same(self.key):
+                return
+        except StoreError:
+            pass
+        super().check_model(name)
+
+
+@dataclass
+class StoreConfig:
+    """What a store server serves and how it loads a model."""
+
+    local: LocalStore
+    ollama: OllamaStore | None = None  # Ollama's store too (``serve --ollama``)
+    options: EngineOptions = field(default_factory=EngineOptions)
+    queue_timeout: float | None = 300.0
+    generation_timeout: float | None = None
+    max_request_bytes: int = MAX_REQUEST_BYTES
+    budget: int | None = None  # bytes the loaded models may hold; None: no limit
+    size_of: Callable[[Path, Path | None, int], int] | None = None  # bytes a pair holds at a context
+
+
+def model_key(name: Name) -> str:
+    return str(name).lower()
+
+
+class StoreFront:
+    """The ASGI app of a store server: routes run requests to their model's app, the rest to the store API."""
+
+    def __init__(self, config: StoreConfig) -> None:
+        from local_eagle.serve.store_api import create_store_api
+
+        self.config = config
+        self.registry = ModelRegistry(self._load, config.budget)
+        self.api = create_store_api(self)
+        self._apps: dict[str, Any] = {}
+        self._stop = threading.Event()
+        self._reaper = threading.Thread(target=self._reap, name="keep-alive", daemon=True)
+        self._reaper.start()
+
+    # --- names and loading ---------------------------------------------------------------------
+
+    def resolve(self, ref: str) -> tuple[Name, Modelfile]:
+        """The canonical name and Modelfile of ``ref``: local-eagle's store, then Ollama's if served."""
+        local = self.config.local
+        entry = local.find(ref)
+        if entry is not None:
+            return entry.name, local.load(entry)
+        if self.config.ollama is not None:
+            m = resolve_name(ref, local, self.config.ollama)
+            return check_name(ref), m
+        raise ModelNotFoundError(f"model '{ref}' not found")
+
+    def key_of(self, ref: str) -> str:
+        local = self.config.local
+        entry = local.find(ref)
+        return model_key(entry.name if entry is not None else check_name(ref))
+
+    def _load(self, ref: str) -> tuple[str, EagleServer, int]:
+        name, m = self.resolve(ref)
+        model = resolve_model(m)
+        c = self.config
+        n_ctx = int(m.parameters.get("num_ctx", c.options.n_ctx))
+        config = ServeConfig(
+            name=name.short.removesuffix(":latest"), model=model, draft=m.draft, modelfile=m,
+            parameters=dict(m.parameters), draft_max=m.draft_num_predict if m.draft else 0,
+            queue_timeout=c.queue_timeout, generation_timeout=c.generation_timeout,
+            max_request_bytes=c.max_request_bytes,
+        )  # fmt: skip
+        options = EngineOptions(**{**c.options.__dict__, "n_ctx": n_ctx})
+        size = (c.size_of or _file_bytes)(model, m.draft, n_ctx)
+        server = StoreServer(Engine(model, m.draft, options), config)
+        server.key = name
+        return model_key(name), server, size
+
+    def _reap(self) -> None:
+        while not self._stop.wait(0.2):
+            self.registry.reap()
+
+    def close(self) -> None:
+        self._stop.set()
+        self.registry.close()
+
+    # --- ASGI ----------------------------------------------------------------------------------
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] not in RUN_PATHS:
+            await self.api(scope, receive, send)
+            return
+        body = await _read_body(receive, self.config.max_request_bytes)
+        if body is None:
+            await _error(send, scope, 413, "request body too large")
+            return
+        try:
+            request = json.loads(body or b"{}")
+            ref = request.get("model") if isinstance(request, dict) else None
+            keep = keep_alive_seconds(request.get("keep_alive")) if isinstance(request, dict) else None
+        except (ValueError, LocalEagleError) as e:
+            await _error(send, scope, 400, f"invalid request: {e}")
+            return
+        if not isinstance(ref, str) or not ref:
+            await _error(send, scope, 400, "model is required")
+            return
+        try:
+            got = await self.registry.acquire(ref, self.key_of(ref))
+        except ModelNotFoundError as e:
+            await _error(send, scope, 404, str(e))
+            return
+        except LocalEagleError as e:
+            await _error(send, scope, 404 if "not found" in str(e) else 500, str(e))
+            return
+        try:
+            await self._app(got.key, got.server)(scope, _replay(body, receive), send)
+        finally:
+            self.registry.release(got, keep)
+
+    def _app(self, key: str, server: EagleServer) -> Any:
+        from local_eagle.serve.app import create_app
+
+        app = self._apps.get(key)
+        if app is None or app.state.eagle is not server:
+            app = self._apps[key] = create_app(server)
+        return app
+
+
+def _file_bytes(model: Path, draft: Path | None, n_ctx: int) -> int:
+    """What a pair holds when nothing better is known: its weights."""
+    return model.stat().st_size + (draft.stat().st_size if draft is not None else 0)
+
+
+async def _read_body(receive: Receive, limit: int) -> bytes | None:
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return b""
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A ``receive`` that gives the body already read, then the real one's messages (a client's
+    disconnect, which cancels its generation)."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+async def _error(send: Send, scope: Scope, status: int, message: str) -> None:
+    """An error in the shape of the API the path belongs to."""
+    if scope["path"].startswith("/v1/"):
+        kind = "not_found_error" if status == 404 else "invalid_request_error"
+        payload: dict[str, Any] = {"error": {"message": message, "type": kind, "code": None}}
+    else:
+        payload = {"error": message}
+    data = json.dumps(payload).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": data})
