@@ -47,8 +47,16 @@ def serve(
     gpu_layers: GpuOpt = -1,
     threads: ThreadsOpt = 0,
     log_level: Annotated[str, typer.Option("--log-level", help="uvicorn's: warning, info, debug.")] = "info",
+    ollama: Annotated[bool, typer.Option("--ollama", help="Without -m/-f: serve Ollama's models too.")] = False,
+    max_memory: Annotated[
+        int | None, typer.Option("--max-memory", help="Without -m/-f: bytes the loaded models may hold.")
+    ] = None,
 ) -> None:
-    """Serve one model pair over Ollama's (/api) and OpenAI's (/v1) HTTP APIs; requests queue for it."""
+    """Serve one model pair over Ollama's (/api) and OpenAI's (/v1) HTTP APIs; requests queue for it.
+
+    Without -m or -f, serve every model of local-eagle's store (`local-eagle list`), each loaded
+    when a request names it and kept for its keep_alive.
+    """
     import importlib.util
 
     if any(importlib.util.find_spec(m) is None for m in ("fastapi", "uvicorn")):
@@ -56,6 +64,11 @@ def serve(
     from local_eagle.serve.app import ServeConfig, load, model_name
     from local_eagle.serve.app import serve as run_server
 
+    if model is None and modelfile is None:  # the store server: every model by name
+        from local_eagle.cli.serve_store import serve_store
+
+        return serve_store(host, port, log_level, ollama=ollama, ctx=ctx, gpu_layers=gpu_layers, threads=threads,
+                           timeout=timeout, queue_timeout=queue_timeout, max_memory=max_memory)  # fmt: skip
     pair = resolve_models(model, draft, modelfile)
     if timeout < 0 or queue_timeout < 0:
         raise LocalEagleError("--timeout and --queue-timeout must be 0 (never) or positive")

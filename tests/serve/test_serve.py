@@ -345,9 +345,36 @@ def test_serve_command_with_a_modelfile(pair):
     assert "serving cyc" in output and "Traceback" not in output
 
 
-def test_serve_command_needs_a_model():
-    r = CliRunner().invoke(app, ["serve"])
-    assert r.exit_code == 2 and "give --model" in r.output
+def test_serve_command_without_a_model_serves_the_store(pair, tmp_path, monkeypatch):
+    from local_eagle.store import LocalStore
+
+    d, target, draft = pair
+    mf = d / "cyc.Modelfile"
+    mf.write_text(f"FROM {target}\nDRAFT {draft}\nPARAMETER temperature 0\nPARAMETER num_predict 5\n")
+    LocalStore(tmp_path / "models").create("cyc", mf)
+    monkeypatch.setenv("LOCAL_EAGLE_MODELS", str(tmp_path / "models"))
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "local_eagle", "serve", "--port", str(port), "--threads", "1", "--log-level", "warning"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        client = ollama.Client(host=f"http://127.0.0.1:{port}")
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                models = client.list().models
+                break
+            except (httpx.ConnectError, ConnectionError):
+                assert proc.poll() is None and time.monotonic() < deadline, "serve did not start"
+                time.sleep(0.2)
+        assert [m.model for m in models] == ["cyc:latest"]
+        assert client.generate(model="cyc", prompt="hi").response == "PABCD"
+        assert [m.model for m in client.ps().models] == ["cyc"]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        output = proc.communicate(timeout=30)[0]
+    assert "serving 1 model(s)" in output and "Traceback" not in output
 
 
 def test_options_follow_the_parameter_table(served, oll, oai):

@@ -1,0 +1,80 @@
+"""``local-eagle serve`` with no model: the store server (:mod:`local_eagle.serve.store_app`).
+
+Here, and not in the server, because pricing a model is the CLI's loading code: the weights plus the
+KV cache and compute buffers the ``vram`` planner prices for the context it will get, against this
+machine's memory (and GPU memory on a GPU build), the same numbers ``chat`` and ``serve -m`` check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from local_eagle.cli.console import err
+from local_eagle.cli.loading import LoadOptions, buffer_bytes, physical_memory
+from local_eagle.errors import LocalEagleError
+
+
+def memory_budget(gpu_layers: int) -> int | None:
+    """This machine's RAM, plus its GPUs' memory when layers go there; None where the OS does not say."""
+    from local_eagle.llamacpp.backends import gpu_offload_supported
+
+    have = physical_memory()
+    if have is not None and gpu_offload_supported() and gpu_layers != 0:
+        from local_eagle.vram.gpus import detect
+
+        found = detect()
+        if found is not None:
+            have += found.total * found.count
+    return have
+
+
+def pair_bytes(load: LoadOptions, gpu: bool) -> Callable[[Path, Path | None, int], int]:
+    """What a pair holds at a context: its GGUFs plus the planner's KV cache and compute buffers."""
+
+    def size_of(model: Path, draft: Path | None, n_ctx: int) -> int:
+        weights = model.stat().st_size + (draft.stat().st_size if draft is not None else 0)
+        try:
+            return weights + buffer_bytes(model, draft, n_ctx, load, gpu)
+        except (LocalEagleError, ArithmeticError, LookupError, TypeError, ValueError):
+            return weights  # a file the planner cannot price is left to llama.cpp
+
+    return size_of
+
+
+def serve_store(
+    host: str, port: int, log_level: str, *, ollama: bool, ctx: int | None, gpu_layers: int, threads: int,
+    timeout: float, queue_timeout: float, max_memory: int | None,
+) -> None:  # fmt: skip
+    """Serve every model of local-eagle's store (and Ollama's with ``ollama``), each loaded on first use."""
+    import uvicorn
+
+    from local_eagle.llamacpp.backends import gpu_offload_supported
+    from local_eagle.ollama.store import OllamaStore
+    from local_eagle.runtime.engine import EngineOptions
+    from local_eagle.serve.server import check_config
+    from local_eagle.serve.store_app import StoreConfig, StoreFront
+    from local_eagle.store import LocalStore
+
+    load = LoadOptions(ctx, gpu_layers, threads, 4, False)
+    options = EngineOptions(n_ctx=ctx or 4096, n_gpu_layers=gpu_layers, n_threads=threads)
+    local = LocalStore()
+    from local_eagle.serve.server import ServeConfig
+
+    probe = ServeConfig(name="-", model=Path("-"), queue_timeout=queue_timeout or None,
+                        generation_timeout=timeout or None)  # fmt: skip
+    options = check_config(probe, options, host, port, log_level)
+    config = StoreConfig(
+        local=local, ollama=OllamaStore() if ollama else None, options=options, queue_timeout=queue_timeout or None,
+        generation_timeout=timeout or None, budget=max_memory or memory_budget(gpu_layers),
+        size_of=pair_bytes(load, gpu_offload_supported()),
+    )  # fmt: skip
+    front = StoreFront(config)
+    n = len(local.entries())
+    also = f" and Ollama's store ({config.ollama.root})" if config.ollama else ""
+    err.print(f"serving {n} model(s) of {local.root}{also} on http://{host}:{port}: Ollama API at /api, "
+              "OpenAI API at /v1; each loads on first use", highlight=False, soft_wrap=True)  # fmt: skip
+    try:
+        uvicorn.run(front, host=host, port=port, log_level=log_level.lower())
+    finally:
+        front.close()

@@ -1,0 +1,130 @@
+"""``serve`` without a model: the store through the official ``ollama`` client (create, list, show, copy,
+delete, ps, chat), models loaded on first use, swapped under a small memory budget, and keep_alive."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from pathlib import Path
+
+import ollama
+import pytest
+import uvicorn
+
+from local_eagle.runtime.engine import EngineOptions
+from local_eagle.serve.store_app import StoreConfig, StoreFront
+from local_eagle.store import LocalStore
+
+GREEDY = {"temperature": 0, "num_predict": 5}
+HI = [{"role": "user", "content": "hi"}]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(config: StoreConfig):
+    front = StoreFront(config)
+    port = _free_port()
+    uv = uvicorn.Server(uvicorn.Config(front, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=uv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not uv.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
+        time.sleep(0.05)
+    return front, uv, thread, ollama.Client(host=f"http://127.0.0.1:{port}")
+
+
+@pytest.fixture
+def store(pair, tmp_path: Path) -> LocalStore:
+    _, target, draft = pair
+    local = LocalStore(tmp_path / "models")
+    mf = tmp_path / "Modelfile"
+    mf.write_text(f"FROM {target}\nDRAFT {draft}\nPARAMETER num_thread 1\nTEMPLATE {{{{ .Prompt }}}}\n")
+    local.create("cyc", mf)
+    return local
+
+
+@pytest.fixture
+def served(store: LocalStore, pair):
+    size = pair[1].stat().st_size + pair[2].stat().st_size
+    config = StoreConfig(local=store, options=EngineOptions(n_ctx=512, n_threads=1), budget=int(size * 1.5))
+    front, uv, thread, client = start(config)
+    try:
+        yield front, client
+    finally:
+        uv.should_exit = True
+        thread.join(timeout=30)
+        front.close()
+
+
+def test_the_ollama_client_on_the_store(served, pair) -> None:
+    front, client = served
+    assert [m.model for m in client.list().models] == ["cyc:latest"]
+    assert client.ps().models == []
+    assert client.chat(model="cyc", messages=HI, options=GREEDY).message.content == "PABCD"
+    ps = client.ps().models
+    assert [m.model for m in ps] == ["cyc"] and ps[0].size > 0 and ps[0].context_length == 512
+    shown = client.show("cyc")
+    assert shown.template == "{{ .Prompt }}" and shown.modelinfo["local_eagle.eagle_version"] == "3.1"
+    assert f"DRAFT {pair[2]}" in shown.modelfile
+
+    assert client.create(model="brief", from_="cyc", system="be brief", parameters={"num_predict": 3}).status == (
+        "success"
+    )
+    assert "SYSTEM be brief" in client.show("brief").modelfile
+    assert client.chat(model="brief", messages=HI, options={"temperature": 0}).message.content == "PAB"
+    client.copy("brief", "me/brief:v2")
+    assert sorted(m.model for m in client.list().models) == ["brief:latest", "cyc:latest", "me/brief:v2"]
+    client.delete("brief")
+    assert sorted(m.model for m in client.list().models) == ["cyc:latest", "me/brief:v2"]
+    with pytest.raises(ollama.ResponseError) as e:
+        client.chat(model="brief", messages=HI)
+    assert e.value.status_code == 404
+    with pytest.raises(ollama.ResponseError) as e:
+        client.delete("brief")
+    assert e.value.status_code == 404
+
+
+def test_two_models_swap_under_a_small_budget(served) -> None:
+    front, client = served
+    client.copy("cyc", "other")
+    assert client.chat(model="cyc", messages=HI, options=GREEDY).message.content == "PABCD"
+    assert [m.model for m in client.ps().models] == ["cyc"]
+    assert client.chat(model="other", messages=HI, options=GREEDY).message.content == "PABCD"
+    assert [m.model for m in client.ps().models] == ["other"], "the least recently used went to make room"
+
+
+def test_keep_alive(served) -> None:
+    front, client = served
+    client.chat(model="cyc", messages=HI, options=GREEDY, keep_alive=0)
+    assert client.ps().models == [], "keep_alive 0 unloads at once"
+    client.chat(model="cyc", messages=HI, options=GREEDY, keep_alive="600ms")
+    assert [m.model for m in client.ps().models] == ["cyc"]
+    deadline = time.monotonic() + 10
+    while client.ps().models:
+        assert time.monotonic() < deadline, "keep_alive did not expire"
+        time.sleep(0.1)
+    client.chat(model="cyc", messages=HI, options=GREEDY, keep_alive=-1)
+    assert client.ps().models[0].expires_at.year > 2100
+
+
+def test_answers_equal_a_lone_servers(served) -> None:
+    front, client = served
+    client.copy("cyc", "twin")
+    results: dict[str, str] = {}
+
+    def ask(name: str) -> None:
+        results[name] = client.generate(model=name, prompt="hi", options={"temperature": 0, "num_predict": 40}).response
+
+    front.registry.budget = None
+    threads = [threading.Thread(target=ask, args=(n,)) for n in ("cyc", "twin")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert results["cyc"] == results["twin"] == "PABCDEFGHIJKLMNOPABCDEFGHIJKLMNOPABCDEFG"
