@@ -66,7 +66,8 @@ class Loaded:
     users: int = 0
 
 
-LoadFn = Callable[[str], tuple[str, EagleServer, int]]  # name -> (key, server, bytes it holds)
+# name -> (key, bytes it will hold, the load itself): priced first, so that room is made before it loads
+LoadFn = Callable[[str], tuple[str, int, Callable[[], EagleServer]]]
 
 
 class ModelRegistry:
@@ -89,8 +90,9 @@ class ModelRegistry:
         async with self._loading:  # one load at a time: two would both count the same free memory
             got = self._find(key)
             if got is None:
-                key2, server, size = await asyncio.to_thread(self._load, name)
-                self._make_room(size)
+                key2, size, load = await asyncio.to_thread(self._load, name)
+                await asyncio.to_thread(self._make_room, size)
+                server = await asyncio.to_thread(load)
                 got = Loaded(key2, name, server, size, self.clock())
                 with self._lock:
                     self.loaded[key2] = got

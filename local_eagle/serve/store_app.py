@@ -101,7 +101,7 @@ class StoreFront:
         entry = local.find(ref)
         return model_key(entry.name if entry is not None else check_name(ref))
 
-    def _load(self, ref: str) -> tuple[str, EagleServer, int]:
+    def _load(self, ref: str) -> tuple[str, int, Callable[[], EagleServer]]:
         name, m = self.resolve(ref)
         model = resolve_model(m)
         c = self.config
@@ -114,9 +114,13 @@ class StoreFront:
         )  # fmt: skip
         options = EngineOptions(**{**c.options.__dict__, "n_ctx": n_ctx})
         size = (c.size_of or _file_bytes)(model, m.draft, n_ctx)
-        server = StoreServer(Engine(model, m.draft, options), config)
-        server.key = name
-        return model_key(name), server, size
+
+        def load() -> EagleServer:
+            server = StoreServer(Engine(model, m.draft, options), config)
+            server.key = name
+            return server
+
+        return model_key(name), size, load
 
     def _reap(self) -> None:
         while not self._stop.wait(0.2):

@@ -128,3 +128,23 @@ def test_answers_equal_a_lone_servers(served) -> None:
     for t in threads:
         t.join(timeout=120)
     assert results["cyc"] == results["twin"] == "PABCDEFGHIJKLMNOPABCDEFGHIJKLMNOPABCDEFG"
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [(None, 300.0), (0, 0.0), ("0", 0.0), (-1, None), ("-1m", None), ("5m", 300.0), ("1h30m", 5400.0),
+     ("600ms", 0.6), (2.5, 2.5), ("10", 10.0)],
+)  # fmt: skip
+def test_keep_alive_durations(value, seconds) -> None:
+    from local_eagle.serve.registry import keep_alive_seconds
+
+    assert keep_alive_seconds(value) == seconds
+
+
+@pytest.mark.parametrize("value", ["5 minutes", "m", True, "1x"])
+def test_bad_keep_alive(value) -> None:
+    from local_eagle.errors import LocalEagleError
+    from local_eagle.serve.registry import keep_alive_seconds
+
+    with pytest.raises(LocalEagleError):
+        keep_alive_seconds(value)
