@@ -38,10 +38,10 @@ def create(
     """Create a model from a Modelfile: GGUFs are referenced, not copied; a DRAFT checkpoint is converted once."""
     from local_eagle.ollama.modelfile import parse_file
     from local_eagle.store import LocalStore
-    from local_eagle.store.models import _checked
+    from local_eagle.store.models import checked_name
 
     store = LocalStore()
-    checked = _checked(name)
+    checked = checked_name(name)
     m = parse_file(file)
     for w in m.warnings:
         err.print(f"[yellow]warning:[/] {w}", highlight=False, soft_wrap=True)

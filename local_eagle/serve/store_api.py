@@ -167,10 +167,10 @@ def create_store_api(front: StoreFront) -> FastAPI:
 
 
 def _name(ref: str) -> Any:
-    from local_eagle.store.models import _checked
+    from local_eagle.store.models import checked_name
 
     try:
-        return _checked(ref)
+        return checked_name(ref)
     except LocalEagleError as e:
         raise ApiError(400, str(e)) from None
 

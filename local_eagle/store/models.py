@@ -149,7 +149,7 @@ class LocalStore:
 
     def find(self, ref: str) -> Entry | None:
         """The entry ``ref`` names, or None; an invalid name raises (Ollama's message)."""
-        path = self._path(_checked(ref))
+        path = self._path(checked_name(ref))
         return self._read(path) if path.is_file() else None
 
     def get(self, ref: str) -> Entry:
@@ -186,7 +186,7 @@ class LocalStore:
     def create(self, ref: str, modelfile: str | os.PathLike[str], progress: bool = False) -> Entry:
         """``ollama create NAME -f Modelfile``: read it (FROM a name inherits from Ollama's store),
         resolve FROM and DRAFT to GGUFs (a checkpoint is converted into the store), and record them."""
-        name = _checked(ref)
+        name = checked_name(ref)
         m = parse_file(modelfile)
         return self.create_from(name, m, progress)
 
@@ -206,7 +206,7 @@ class LocalStore:
     def copy(self, src: str, dst: str) -> Entry:
         """``ollama cp``: a second name for the same model (the GGUFs are referenced, not copied)."""
         entry = self.get(src)
-        name = _checked(dst)
+        name = checked_name(dst)
         new = Entry(name, entry.modelfile, entry.files, datetime.now(UTC).isoformat().replace("+00:00", "Z"),
                     entry.from_name)  # fmt: skip
         self._write(new, self._path(name))
@@ -248,7 +248,7 @@ class LocalStore:
         return m
 
 
-def _checked(ref: str) -> Name:
+def checked_name(ref: str) -> Name:
     try:
         return check_name(ref)
     except StoreError as e:
