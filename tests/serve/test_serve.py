@@ -316,16 +316,17 @@ def test_timeouts(served, oll):
     assert oll.generate(model="cycle", prompt="hi", options={**GREEDY, "num_predict": 2}).response == "PA"
 
 
-def test_serve_command_with_a_modelfile(pair):
-    d, target, draft = pair
-    mf = d / "cyc.Modelfile"
-    mf.write_text(f"FROM {target}\nDRAFT {draft}\nPARAMETER temperature 0\nPARAMETER stop E\nPARAMETER num_ctx 512\n")
+@contextlib.contextmanager
+def serve_process(*args: str):
+    """``local-eagle serve ARGS`` in a subprocess: an ollama client, the models it lists once up, and
+    (after the block, once SIGINT stopped it) the server's output in a one-item list."""
     port = _free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "local_eagle", "serve", "-f", str(mf), "--port", str(port), "--threads", "1",
+        [sys.executable, "-m", "local_eagle", "serve", *args, "--port", str(port), "--threads", "1",
          "--log-level", "warning"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
+    output: list[str] = []
     try:
         client = ollama.Client(host=f"http://127.0.0.1:{port}")
         deadline = time.monotonic() + 60
@@ -336,13 +337,21 @@ def test_serve_command_with_a_modelfile(pair):
             except (httpx.ConnectError, ConnectionError):
                 assert proc.poll() is None and time.monotonic() < deadline, "serve did not start"
                 time.sleep(0.2)
+        yield client, models, output
+    finally:
+        proc.send_signal(signal.SIGINT)
+        output.append(proc.communicate(timeout=30)[0])
+
+
+def test_serve_command_with_a_modelfile(pair):
+    d, target, draft = pair
+    mf = d / "cyc.Modelfile"
+    mf.write_text(f"FROM {target}\nDRAFT {draft}\nPARAMETER temperature 0\nPARAMETER stop E\nPARAMETER num_ctx 512\n")
+    with serve_process("-f", str(mf)) as (client, models, output):
         assert [m.model for m in models] == ["cyc:latest"]
         assert client.ps().models[0].context_length == 512
         assert client.generate(model="cyc", prompt="hi").response == "PABCD"  # the Modelfile's parameters
-    finally:
-        proc.send_signal(signal.SIGINT)
-        output = proc.communicate(timeout=30)[0]
-    assert "serving cyc" in output and "Traceback" not in output
+    assert "serving cyc" in output[0] and "Traceback" not in output[0]
 
 
 def test_serve_command_without_a_model_serves_the_store(pair, tmp_path, monkeypatch):
@@ -353,28 +362,11 @@ def test_serve_command_without_a_model_serves_the_store(pair, tmp_path, monkeypa
     mf.write_text(f"FROM {target}\nDRAFT {draft}\nPARAMETER temperature 0\nPARAMETER num_predict 5\n")
     LocalStore(tmp_path / "models").create("cyc", mf)
     monkeypatch.setenv("LOCAL_EAGLE_MODELS", str(tmp_path / "models"))
-    port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "local_eagle", "serve", "--port", str(port), "--threads", "1", "--log-level", "warning"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-    try:
-        client = ollama.Client(host=f"http://127.0.0.1:{port}")
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                models = client.list().models
-                break
-            except (httpx.ConnectError, ConnectionError):
-                assert proc.poll() is None and time.monotonic() < deadline, "serve did not start"
-                time.sleep(0.2)
+    with serve_process() as (client, models, output):
         assert [m.model for m in models] == ["cyc:latest"]
         assert client.generate(model="cyc", prompt="hi").response == "PABCD"
         assert [m.model for m in client.ps().models] == ["cyc"]
-    finally:
-        proc.send_signal(signal.SIGINT)
-        output = proc.communicate(timeout=30)[0]
-    assert "serving 1 model(s)" in output and "Traceback" not in output
+    assert "serving 1 model(s)" in output[0] and "Traceback" not in output[0]
 
 
 def test_options_follow_the_parameter_table(served, oll, oai):
