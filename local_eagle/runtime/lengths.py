@@ -117,9 +117,9 @@ def state_dict(state: PolicyState) -> dict:
         "draft_step_ms": round(1000 * state.draft_step, 3),
         "first_step_ms": round(1000 * state.first_step, 3),
         "host_ms": round(1000 * state.host, 3),
-        "expected_tokens_per_second": round(state.rate, 2),
-        "target_tokens_per_second": round(state.target_rate, 2),
-        "calibration": [round(w, 3) for w in state.calibration],
+        "expected_tokens_per_second": round(float(state.rate), 2),
+        "target_tokens_per_second": round(float(state.target_rate), 2),
+        "calibration": [round(float(w), 3) for w in state.calibration],
         "probe_interval": state.probe_interval,
         "idle_rounds": state.idle_rounds,
     }
