@@ -165,3 +165,48 @@ def open_engine(model: Path, draft: Path | None, ctx: int, gpu_layers: int, thre
     from local_eagle.runtime.engine import Engine, EngineOptions
 
     return Engine(model, draft, EngineOptions(n_ctx=ctx, n_gpu_layers=gpu_layers, n_threads=threads))
+
+
+# --- draft length: adaptive by default, fixed for benchmarks ---------------------------------------------
+
+AUTO = "auto"
+FIXED_DRAFT_MAX = 4
+"""--fixed's draft length when neither --draft-max N nor the Modelfile gives one (Ollama's draft_num_predict)."""
+
+DraftLengthOpt = Annotated[
+    str,
+    typer.Option(
+        "--draft-max",
+        help="Most tokens drafted per round: 'auto' (the Modelfile's draft_num_predict, else 8) or N. "
+        "The cost-aware policy drafts as many of them as pay on this machine, possibly none; with --fixed, all.",
+    ),
+]
+FixedOpt = Annotated[
+    bool, typer.Option("--fixed", help="Draft exactly --draft-max tokens every round (benchmarks), not adaptively.")
+]
+
+
+def parse_draft_max(value: str | None, flag: str = "--draft-max") -> int | None:
+    """``auto`` (or nothing) -> None: the bound comes from the Modelfile or the default; else the number.
+
+    Its range is checked where it is used (the engine, or chat's Ollama parameter table).
+    """
+    if value is None or value.strip().lower() == AUTO:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise LocalEagleError(f"{flag} must be 'auto' or a number of tokens, got {value!r}") from None
+
+
+def draft_bound(pair: ModelPair, value: str | None, fixed: bool) -> int:
+    """The draft length's bound: --draft-max N, else the Modelfile's ``draft_num_predict`` parameter (when its
+    DRAFT is used), else 4 with --fixed and 8 for the adaptive policy (which drafts that deep only where it pays)."""
+    from local_eagle.runtime.lengths import AUTO_DRAFT_MAX
+
+    n = parse_draft_max(value)
+    if n is not None:
+        return n
+    if pair.modelfile is not None and pair.modelfile.draft is not None and "draft_num_predict" in pair.parameters:
+        return int(pair.parameters["draft_num_predict"])
+    return FIXED_DRAFT_MAX if fixed else AUTO_DRAFT_MAX

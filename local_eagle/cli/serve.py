@@ -8,12 +8,16 @@ import typer
 
 from local_eagle.cli.console import err, friendly
 from local_eagle.cli.options import (
+    AUTO,
     DEFAULT_CTX,
+    DraftLengthOpt,
     DraftOpt,
+    FixedOpt,
     GpuOpt,
     ModelfileOpt,
     OptionalModelOpt,
     ThreadsOpt,
+    draft_bound,
     resolve_models,
 )
 from local_eagle.errors import LocalEagleError
@@ -33,7 +37,8 @@ def serve(
         "127.0.0.1"
     ),
     port: Annotated[int, typer.Option(help="Port (Ollama's is 11434).")] = 11434,
-    draft_max: Annotated[int | None, typer.Option("--draft-max", help="Default tokens drafted per step.")] = None,
+    draft_max: DraftLengthOpt = AUTO,
+    fixed: FixedOpt = False,
     ctx: Annotated[
         int | None, typer.Option("--ctx", help=f"Context length, fixed for the server (default {DEFAULT_CTX}).")
     ] = None,
@@ -60,10 +65,11 @@ def serve(
     n_ctx = ctx or pair.parameters.get("num_ctx", DEFAULT_CTX)
     config = ServeConfig(
         name=name or model_name(pair.model, modelfile), model=pair.model, draft=pair.draft, modelfile=pair.modelfile,
-        parameters=pair.parameters, draft_max=pair.draft_max(draft_max), queue_timeout=queue_timeout or None,
+        parameters=pair.parameters, draft_max=draft_bound(pair, draft_max, fixed), queue_timeout=queue_timeout or None,
         generation_timeout=timeout or None,
     )  # fmt: skip
-    server = load(config, EngineOptions(n_ctx=n_ctx, n_gpu_layers=gpu_layers, n_threads=threads))
+    # requests' draft_num_predict bounds the adaptive policy (or, with --fixed, is the draft length)
+    server = load(config, EngineOptions(n_ctx=n_ctx, n_gpu_layers=gpu_layers, n_threads=threads, adaptive=not fixed))
     if host not in _LOOPBACK:
         err.print(f"[yellow]warning:[/] listening on {host}: whoever reaches it can use the model", soft_wrap=True)
     pair_name = pair.model.name + (f" + {pair.draft.name}" if pair.draft else "")

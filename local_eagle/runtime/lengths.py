@@ -85,27 +85,27 @@ class PolicyHolder:
         return self.policy
 
 
-def explain(state: PolicyState, draft_lengths: list[int]) -> str:
-    """One line on why the policy drafted as much or as little as it did, from its own estimates."""
+def explain(policy: dict, draft_lengths: list[int]) -> str:
+    """One line on why the policy drafted as much or as little as it did, from its estimates (``state_dict``)."""
     rounds = sum(draft_lengths)
     if rounds == 0:
-        return "adaptive drafting: no round ran"
-    idle = draft_lengths[0] / rounds if draft_lengths else 1.0
-    t = state.verify
-    t1 = t[0] * 1000
-    cost2 = f"a 2-row verify costs {t[1] / t[0]:.2f}x a 1-token decode ({t1:.1f} ms)" if len(t) > 1 else ""
-    gain = state.rate / state.target_rate if state.target_rate else 1.0
+        return "no round ran"
+    drafting = 1.0 - draft_lengths[0] / rounds
     mean = sum(k * n for k, n in enumerate(draft_lengths)) / rounds
-    if idle > 0.9:
+    t = policy["verify_ms"]
+    costs = f"a verify of 2 rows costs {t[1] / t[0]:.2f}x a 1-token decode ({t[0]:.1f} ms)" if len(t) > 1 else ""
+    costs += f", starting the drafter {policy['first_step_ms']:.1f} ms and a further draft step"
+    costs += f" {policy['draft_step_ms']:.1f} ms"
+    gain = policy["expected_tokens_per_second"] / policy["target_tokens_per_second"]
+    if drafting < 0.1:
         return (
-            f"drafted in {1 - idle:.0%} of rounds: on this machine {cost2} and a draft step "
-            f"{state.draft_step * 1000:.1f} ms, so only near-certain drafts would pay, and the drafter's were not "
-            f"certain enough (expected gain {gain:.2f}x); probes every {state.probe_interval} rounds check for "
-            "text it predicts better"
+            f"drafted in {drafting:.0%} of rounds: on this machine {costs}, so only near-certain drafts would pay, "
+            f"and too few of this drafter's were (expected gain {gain:.2f}x); probes every "
+            f"{policy['probe_interval']} rounds check whether the text has become easier to predict"
         )
     return (
-        f"drafted {mean:.1f} tokens per round on average ({1 - idle:.0%} of rounds): {cost2}, a draft step "
-        f"{state.draft_step * 1000:.1f} ms, and drafts were accepted often enough to pay (expected gain {gain:.2f}x)"
+        f"drafted {mean:.1f} tokens per round on average, in {drafting:.0%} of rounds: {costs}, and enough "
+        f"confident drafts were accepted to pay for that (expected gain {gain:.2f}x)"
     )
 
 
