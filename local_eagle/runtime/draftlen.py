@@ -214,9 +214,10 @@ class DraftLengthPolicy:
     nothing and ``extend()`` says yes to it.
 
     When the policy drafts nothing for ``probe_interval`` rounds it probes: it drafts one token whatever
-    its confidence, so that it notices when the text becomes predictable. A failed probe quadruples the
-    interval and an accepted one halves it, so probes grow rare unless about two in three are accepted;
-    where even a sure draft would gain less than a tenth of a token over its cost, every probe fails.
+    its confidence, so that it notices when the text becomes predictable. An accepted probe halves the
+    interval and a failed one grows it so that probes grow rare unless they are accepted more often than
+    they cost (``probe_break_even``); where even a sure probe would gain less than a tenth of a token,
+    every probe fails.
     ``fixed`` drafts ``k_max`` every round (benchmarks).
     """
 
@@ -333,10 +334,13 @@ class DraftLengthPolicy:
         if host_seconds is not None:
             self.costs.add_host(host_seconds)
         if self.probing:
-            if accepted > 0 and self._plan.take[1] < 0.9:  # accepted, where a sure draft would gain > 0.1 token
+            p = self.probe_break_even()
+            if accepted > 0 and p < 0.9:  # accepted, where a sure probe gains more than a tenth of a token
                 self.probe_interval = max(1, self.probe_interval // 2)
             elif self.acceptance.observations >= self.probe_warmup:
-                self.probe_interval = min(self.probe_max, 4 * self.probe_interval)
+                p = min(max(p, 1.0 / 3.0), 0.95)
+                grow = max(self.probe_interval + 1, round(self.probe_interval * 2.0 ** (p / (1.0 - p))))
+                self.probe_interval = min(self.probe_max, grow)
         if taken:
             self.idle_rounds = 0
         elif self._cap > 0:
@@ -346,6 +350,18 @@ class DraftLengthPolicy:
         if not self.fixed and (r % self.refresh_every == 0 or (r < self.refresh_every and r & (r - 1) == 0)):
             self.replan()
         self.begin_round()
+
+    def probe_break_even(self) -> float:
+        """The acceptance a probe needs to pay for itself: its first step and its verify's extra row, in tokens.
+
+        Probes halve the interval when accepted and multiply it by 2^(p/(1-p)) when not, which drifts neither
+        way at a success rate of p: probing fades unless probes succeed more often than they cost. With a
+        cheap extra row (a GPU) p is small and probes stay frequent; where a row costs a full decode (a small
+        CPU) it is near 1, and a drafter right 70% of the time is probed rarely.
+        """
+        T = self.costs.verify(2)
+        first = 0.0 if self.primed else self.costs.first_step
+        return (first + T[2] - T[1]) * self._plan.rate
 
     def shadow(self, confidence: float, accepted: bool) -> None:
         """Calibrate on an undrafted token known (after the fact) to have matched or not, at no cost."""
