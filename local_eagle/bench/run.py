@@ -3,16 +3,20 @@
 Each prompt runs the baseline (k = 0, same loop) and speculative decoding back to back, the
 order alternating between prompts so slow drift on a noisy machine hits both sides alike.
 Speed is reported as a ratio within the run, next to the acceptance figures that explain it
-and the ideal speedup the measured costs allow, so the loop's own overhead shows.
+and the ideal speedup the measured costs allow, so the loop's own overhead shows. A run with
+the adaptive policy also reports the draft lengths it chose, the costs it estimated and what
+catching the drafter up after idle rounds cost. Greedy outputs are compared token for token:
+an exact match, a divergence at a near-tie (float rounding), or a real divergence (a bug).
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from local_eagle.errors import LocalEagleError
 from local_eagle.runtime.engine import Engine
+from local_eagle.runtime.identity import DIVERGENT, IDENTICAL, NEAR_TIE, check_identity
 from local_eagle.runtime.sampling import GREEDY
 from local_eagle.runtime.stats import GenerationTotals
 
@@ -24,6 +28,18 @@ def read_prompts(path: str | os.PathLike[str]) -> list[str]:
     return [s.text for s in read_samples(path)]
 
 
+@dataclass(frozen=True)
+class DraftSetting:
+    """One configuration to benchmark: up to ``draft_max`` drafts, chosen by the policy or always all of them."""
+
+    draft_max: int
+    adaptive: bool
+
+    @property
+    def label(self) -> str:
+        return f"auto<={self.draft_max}" if self.adaptive else str(self.draft_max)
+
+
 @dataclass
 class BenchRow:
     draft_max: int
@@ -33,20 +49,35 @@ class BenchRow:
     speedup: float
     acceptance_length: float
     acceptance_per_position: list[float]
-    identical: bool
-    mismatches: int
+    identical: bool  # every output matched the target's exactly
+    mismatches: int  # prompts whose output differed (near-ties and divergences)
     target_call_ms: float
     verify_call_ms: float
     draft_ms_per_round: float
     draft_step_ms: float
     ideal_speedup: float
     host_ms_per_round: float
+    adaptive: bool = False
+    near_ties: int = 0  # outputs that differed at a near-tie (float rounding)
+    divergent: int = 0  # outputs that differed otherwise: a bug
+    divergences: list[dict] = field(default_factory=list)  # runtime.identity's finding for each mismatch
+    draft_lengths: list[float] = field(default_factory=list)  # share of rounds by number of tokens drafted
+    probes: int = 0
+    catch_ups: int = 0
+    catch_up_rows: float = 0.0  # per catch-up
+    catch_up_ms: float = 0.0  # per catch-up
+    policy: dict | None = None  # the adaptive policy's cost estimates at the end of the run (ms)
+
+    @property
+    def label(self) -> str:
+        return DraftSetting(self.draft_max, self.adaptive).label
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-def summarize(k: int, base: GenerationTotals, spec: GenerationTotals, n_prompts: int, mismatches: int) -> BenchRow:
+def summarize(k: int, base: GenerationTotals, spec: GenerationTotals, n_prompts: int, mismatches: int,
+              adaptive: bool = False, checks: list | None = None) -> BenchRow:  # fmt: skip
     baseline, speculative = base.total, spec.total
     calls = speculative.target_calls
     t1 = baseline.target_seconds / baseline.target_calls if baseline.target_calls else 0.0
@@ -55,6 +86,9 @@ def summarize(k: int, base: GenerationTotals, spec: GenerationTotals, n_prompts:
     tau = spec.acceptance_length
     base_round = baseline.decode_seconds / baseline.target_calls if baseline.target_calls else 0.0
     base_tps, spec_tps = baseline.tokens_per_second, speculative.tokens_per_second
+    checks = checks or []
+    rounds = sum(speculative.draft_lengths)
+    n_catch = speculative.catch_ups
     return BenchRow(
         draft_max=k,
         prompts=n_prompts,
@@ -72,41 +106,59 @@ def summarize(k: int, base: GenerationTotals, spec: GenerationTotals, n_prompts:
         # what the loop would reach with no host overhead: tau tokens per (verify + drafting) against t1 per token
         ideal_speedup=tau * base_round / (tv + draft_round) if (tv + draft_round) else 0.0,
         host_ms_per_round=1000 * speculative.host_seconds / calls if calls else 0.0,
+        adaptive=adaptive,
+        near_ties=sum(c.verdict == NEAR_TIE for c in checks),
+        divergent=sum(c.verdict == DIVERGENT for c in checks),
+        divergences=[c.to_dict() for c in checks if c.verdict != IDENTICAL],
+        draft_lengths=[n / rounds for n in speculative.draft_lengths] if rounds else [],
+        probes=speculative.probes,
+        catch_ups=n_catch,
+        catch_up_rows=speculative.catch_up_rows / n_catch if n_catch else 0.0,
+        catch_up_ms=1000 * speculative.catch_up_seconds / n_catch if n_catch else 0.0,
+        policy=speculative.policy,
     )
 
 
 def run_bench(
     engine: Engine,
     prompts: list[str],
-    draft_values: list[int],
+    draft_values: list[int | DraftSetting],
     max_tokens: int = 128,
     draft_p_min: float = 0.0,
     progress: bool = True,
 ) -> list[BenchRow]:
-    """Greedy baseline vs speculative for every prompt and every k; outputs must match token for token."""
+    """Greedy baseline vs speculative for every prompt and every setting; outputs are checked token for token.
+
+    A plain number in ``draft_values`` is a fixed draft length. A setting runs on the same engine as the
+    others, so the adaptive policy keeps what it learnt from one prompt to the next (as a server's does).
+    """
     from rich.progress import Progress
 
     if engine.drafter is None:
         raise LocalEagleError("bench needs a drafter (--draft)")
     if not prompts:
         raise LocalEagleError("bench needs at least one prompt")
+    settings = [v if isinstance(v, DraftSetting) else DraftSetting(v, False) for v in draft_values]
     rows = []
     with Progress(transient=True, disable=not progress) as bar:
-        task = bar.add_task("benchmarking", total=len(prompts) * len(draft_values))
-        engine.generate(prompts[0], max_tokens=8, sampling=GREEDY, draft_max=max(draft_values))  # warm-up
-        for k in draft_values:
-            base, spec, mismatches = GenerationTotals(), GenerationTotals(), 0
+        task = bar.add_task("benchmarking", total=len(prompts) * len(settings))
+        warm = max(settings, key=lambda s: s.draft_max)
+        engine.generate(prompts[0], max_tokens=8, sampling=GREEDY, draft_max=warm.draft_max, adaptive=warm.adaptive)
+        for setting in settings:
+            k = setting.draft_max
+            base, spec, checks = GenerationTotals(), GenerationTotals(), []
             for i, prompt in enumerate(prompts):
                 order = (0, k) if i % 2 == 0 else (k, 0)
                 results = {}
                 for kk in order:
                     results[kk] = engine.generate(
-                        prompt, max_tokens=max_tokens, sampling=GREEDY, draft_max=kk, draft_p_min=draft_p_min
-                    )
+                        prompt, max_tokens=max_tokens, sampling=GREEDY, draft_max=kk, draft_p_min=draft_p_min,
+                        adaptive=setting.adaptive and kk > 0,
+                    )  # fmt: skip
                 base.add(results[0].stats)
                 spec.add(results[k].stats)
                 if results[0].tokens != results[k].tokens:
-                    mismatches += 1
+                    checks.append(check_identity(engine, prompt, results[0], results[k]))
                 bar.advance(task)
-            rows.append(summarize(k, base, spec, len(prompts), mismatches))
+            rows.append(summarize(k, base, spec, len(prompts), len(checks), setting.adaptive, checks))
     return rows

@@ -12,12 +12,15 @@ from rich.table import Table
 from local_eagle.cli.console import err, friendly, out
 from local_eagle.cli.loading import BeyondTrainingOpt, LoadOptions, open_engine
 from local_eagle.cli.options import (
+    AUTO,
+    FixedOpt,
     GpuOpt,
     ModelOpt,
     OptionalCtxOpt,
     RequiredDraftOpt,
     ThreadsOpt,
     checked_options,
+    parse_draft_max,
 )
 from local_eagle.errors import LocalEagleError
 from local_eagle.ollama.parameters import PARAMETERS
@@ -31,8 +34,14 @@ def bench(
     prompts: Annotated[Path, typer.Option("--prompts", help="JSONL file of prompts ({'prompt': ...} per line).")],
     max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", help=PARAMETERS["num_predict"].help)] = 128,
     draft_max: Annotated[
-        list[int] | None, typer.Option("--draft-max", help="Tokens drafted per step to test (repeatable). Default 4.")
+        list[str] | None,
+        typer.Option(
+            "--draft-max",
+            help="Settings to test (repeatable): 'auto' (adaptive, up to 8) or N (adaptive up to N; fixed with "
+            "--fixed). Default: auto.",
+        ),
     ] = None,
+    fixed: FixedOpt = False,
     draft_p_min: Annotated[float, typer.Option("--draft-p-min")] = 0.0,
     limit: Annotated[int | None, typer.Option(help="Use only the first N prompts.")] = None,
     ctx: OptionalCtxOpt = None,
@@ -41,17 +50,25 @@ def bench(
     threads: ThreadsOpt = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON rows.")] = False,
 ) -> None:
-    """Greedy baseline vs speculative decoding in one process: speedup, acceptance, ideal speedup."""
-    from local_eagle.bench.run import read_prompts, run_bench
+    """Greedy baseline vs speculative decoding in one process: speedup, acceptance, chosen draft lengths, costs.
+
+    ``--draft-max auto --draft-max 1 --draft-max 4 --fixed`` compares the adaptive policy with fixed k = 1 and 4.
+    """
+    from local_eagle.bench.run import DraftSetting, read_prompts, run_bench
+    from local_eagle.cli.run import draft_lengths_text
+    from local_eagle.runtime.lengths import AUTO_DRAFT_MAX
 
     if limit is not None and limit < 1:
         raise LocalEagleError(f"--limit must be at least 1 (prompts to use), got {limit}")
     texts = read_prompts(prompts)[:limit]
-    ks = draft_max or [4]
-    load = LoadOptions(ctx, gpu_layers, threads, max(ks), ctx_beyond_training)
+    settings = []
+    for value in draft_max or [AUTO]:
+        n = parse_draft_max(value)
+        settings.append(DraftSetting(AUTO_DRAFT_MAX, True) if n is None else DraftSetting(n, not fixed))
+    load = LoadOptions(ctx, gpu_layers, threads, max(s.draft_max for s in settings), ctx_beyond_training)
     with open_engine(model, draft, load) as engine:
-        n = max_tokens if max_tokens > 0 else engine.n_ctx  # Ollama's -1: until the context is full
-        rows = run_bench(engine, texts, ks, max_tokens=n, draft_p_min=draft_p_min, progress=not as_json)
+        n_tokens = max_tokens if max_tokens > 0 else engine.n_ctx  # Ollama's -1: until the context is full
+        rows = run_bench(engine, texts, settings, max_tokens=n_tokens, draft_p_min=draft_p_min, progress=not as_json)
     if as_json:
         print(json.dumps([r.to_dict() for r in rows]))
     else:
@@ -59,10 +76,12 @@ def bench(
         for c in ("k", "baseline tok/s", "spec tok/s", "speedup", "ideal", "accept len", "identical"):
             t.add_column(c)
         for r in rows:
+            same = "yes" if r.identical else f"{r.prompts - r.mismatches} + {r.near_ties} near-tie"
+            if r.divergent:
+                same += f", {r.divergent} DIVERGENT"
             t.add_row(
-                str(r.draft_max), f"{r.baseline_tps:.1f}", f"{r.speculative_tps:.1f}", f"{r.speedup:.2f}x",
-                f"{r.ideal_speedup:.2f}x", f"{r.acceptance_length:.2f}",
-                "yes" if r.identical else f"NO ({r.mismatches})",
+                r.label, f"{r.baseline_tps:.1f}", f"{r.speculative_tps:.1f}", f"{r.speedup:.2f}x",
+                f"{r.ideal_speedup:.2f}x", f"{r.acceptance_length:.2f}", same,
             )  # fmt: skip
         out.print(t)
         c = Table(title="acceptance per draft position and costs (ms)")
@@ -70,10 +89,39 @@ def bench(
             c.add_column(col)
         for r in rows:
             c.add_row(
-                str(r.draft_max), " ".join(f"{a:.2f}" for a in r.acceptance_per_position), f"{r.target_call_ms:.2f}",
+                r.label, " ".join(f"{a:.2f}" for a in r.acceptance_per_position), f"{r.target_call_ms:.2f}",
                 f"{r.verify_call_ms:.2f}", f"{r.draft_ms_per_round:.2f}", f"{r.host_ms_per_round:.2f}",
             )  # fmt: skip
         out.print(c)
-    if not all(r.identical for r in rows):  # a correctness bug, not a slow pair: exit status 1
-        err.print("[red]speculative output differed from the target's[/]")
+        _print_adaptive(rows, draft_lengths_text)
+        for r in rows:
+            for d in r.divergences:
+                x = d["divergence"]
+                if x is not None:
+                    out.print(
+                        f"k={r.label}: {d['verdict']} at token {x['index']}: top-2 gap {x['gap_single']:.3f} "
+                        f"(1-row) / {x['gap_batched']:.3f} (batched), the two computations differ by "
+                        f"{x['noise']:.3f} (logit range {x['scale']:.1f})",
+                        highlight=False,
+                    )
+    if any(r.divergent for r in rows):  # a correctness bug, not a slow pair or a near-tie: exit status 1
+        err.print("[red]speculative output diverged from the target's (not at a near-tie)[/]")
         raise typer.Exit(1)
+
+
+def _print_adaptive(rows: list, lengths_text) -> None:
+    """The adaptive runs: the draft lengths chosen, what the policy estimated, what catching up cost."""
+    adaptive = [r for r in rows if r.adaptive]
+    if not adaptive:
+        return
+    a = Table(title="adaptive runs: draft lengths chosen (share of rounds), estimated costs (ms), drafter catch-up")
+    for col in ("k", "draft lengths", "est. verify by rows", "est. step / first", "probes", "catch-up"):
+        a.add_column(col)
+    for r in adaptive:
+        p = r.policy or {}
+        verify = " ".join(f"{t:.1f}" for t in p.get("verify_ms", []))
+        steps = f"{p.get('draft_step_ms', 0.0):.2f} / {p.get('first_step_ms', 0.0):.2f}"
+        catch = f"{r.catch_ups} x {r.catch_up_rows:.1f} rows, {r.catch_up_ms:.2f} ms" if r.catch_ups else "none"
+        shares = lengths_text([round(1000 * x) for x in r.draft_lengths])
+        a.add_row(r.label, shares, verify, steps, str(r.probes), catch)
+    out.print(a)

@@ -44,6 +44,7 @@ from local_eagle.ollama.modelfile import (
     format_modelfile,
     format_parameter,
 )
+from local_eagle.runtime.lengths import AUTO_DRAFT_MAX
 from local_eagle.runtime.sampling import SamplingParams
 from local_eagle.runtime.stats import GenerationTotals
 
@@ -120,6 +121,8 @@ def verbose_report(st: Any, total_seconds: float, load_seconds: float) -> str:
         f"accepted tokens:      {st.accepted_tokens}",
         f"acceptance length:    {st.acceptance_length:.2f}",
     ]
+    if getattr(st, "adaptive", False):  # rounds by the number of tokens the policy chose to draft
+        lines.append(f"draft lengths:        {' '.join(f'{k}:{n}' for k, n in enumerate(st.draft_lengths) if n)}")
     return "\n".join(lines) + "\n"
 
 
@@ -140,6 +143,7 @@ class ChatSession:
         messages: list[Message] | None = None,
         verbose: bool = False,
         draft_p_min: float = 0.0,
+        adaptive: bool = False,
     ) -> None:
         self.model = Path(model)
         self.draft = Path(draft) if draft is not None else None
@@ -149,6 +153,7 @@ class ChatSession:
         self.messages = list(messages or [])
         self.verbose = verbose
         self.draft_p_min = draft_p_min
+        self.adaptive = adaptive  # draft_num_predict bounds the cost-aware policy rather than fixing the length
         self.history: list[dict[str, str]] = []
         self.stats = SessionStats()
         self.reload_needed = False
@@ -183,12 +188,13 @@ class ChatSession:
         """Keyword arguments for :meth:`Engine.stream`: an answer runs to EOS, a stop string,
         num_predict tokens or the end of the context (Ollama's default num_predict is -1)."""
         n_predict = int(self.parameters.get("num_predict", -1))
-        default_k = DEFAULT_DRAFT_NUM_PREDICT if self.draft is not None else 0
+        default_k = (AUTO_DRAFT_MAX if self.adaptive else DEFAULT_DRAFT_NUM_PREDICT) if self.draft is not None else 0
         return {
             "max_tokens": n_predict if n_predict > 0 else self.n_ctx,
             "sampling": self.sampling(),
             "draft_max": int(self.parameters.get("draft_num_predict", default_k)),
             "draft_p_min": self.draft_p_min,
+            "adaptive": self.adaptive,
             "stop": list(self.parameters.get("stop", [])),
         }
 

@@ -117,7 +117,10 @@ def checked_options(fn: F) -> F:
         for keyword, value in kwargs.items():
             if keyword in OPTION_PARAMETERS and value is not None:
                 for v in value if isinstance(value, list) else [value]:
-                    check_option(keyword, v)
+                    if isinstance(v, str):  # --draft-max: 'auto' or a number
+                        v = parse_draft_max(v, "--" + keyword.replace("_", "-"))
+                    if v is not None:
+                        check_option(keyword, v)
         return fn(*args, **kwargs)
 
     return wrapper  # type: ignore[return-value]
@@ -219,3 +222,48 @@ def named_pair(name: str, draft: Path | None) -> ModelPair:
         err.print(f"[yellow]warning:[/] {w}", highlight=False)
     mf_draft = resolve_draft(m) if m.draft is not None and draft is None else None
     return ModelPair(resolve_model(m), draft or mf_draft, dict(m.parameters), m, name)
+
+
+# --- draft length: adaptive by default, fixed for benchmarks ---------------------------------------------
+
+AUTO = "auto"
+FIXED_DRAFT_MAX = 4
+"""--fixed's draft length when neither --draft-max N nor the Modelfile gives one (Ollama's draft_num_predict)."""
+
+DraftLengthOpt = Annotated[
+    str,
+    typer.Option(
+        "--draft-max",
+        help="Most tokens drafted per round: 'auto' (the Modelfile's draft_num_predict, else 8) or N. "
+        "The cost-aware policy drafts as many of them as pay on this machine, possibly none; with --fixed, all.",
+    ),
+]
+FixedOpt = Annotated[
+    bool, typer.Option("--fixed", help="Draft exactly --draft-max tokens every round (benchmarks), not adaptively.")
+]
+
+
+def parse_draft_max(value: str | None, flag: str = "--draft-max") -> int | None:
+    """``auto`` (or nothing) -> None: the bound comes from the Modelfile or the default; else the number.
+
+    Its range is checked where it is used (the engine, or chat's Ollama parameter table).
+    """
+    if value is None or value.strip().lower() == AUTO:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise LocalEagleError(f"{flag} must be 'auto' or a number of tokens, got {value!r}") from None
+
+
+def draft_bound(pair: ModelPair, value: str | None, fixed: bool) -> int:
+    """The draft length's bound: --draft-max N, else the Modelfile's ``draft_num_predict`` parameter (when its
+    DRAFT is used), else 4 with --fixed and 8 for the adaptive policy (which drafts that deep only where it pays)."""
+    from local_eagle.runtime.lengths import AUTO_DRAFT_MAX
+
+    n = parse_draft_max(value)
+    if n is not None:
+        return n
+    if pair.modelfile is not None and pair.modelfile.draft is not None and "draft_num_predict" in pair.parameters:
+        return int(pair.parameters["draft_num_predict"])
+    return FIXED_DRAFT_MAX if fixed else AUTO_DRAFT_MAX

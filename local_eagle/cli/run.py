@@ -17,11 +17,13 @@ from rich.table import Table
 from local_eagle.cli.console import err, friendly, out, warn_if_cpu_only
 from local_eagle.cli.loading import BeyondTrainingOpt, LoadOptions, open_engine
 from local_eagle.cli.options import (
+    AUTO,
     NO_SAMPLING_FLAGS,
     OPTION_PARAMETERS,
-    DraftMaxOpt,
+    DraftLengthOpt,
     DraftOpt,
     DraftPMinOpt,
+    FixedOpt,
     GpuOpt,
     JsonOpt,
     ModelfileOpt,
@@ -30,6 +32,8 @@ from local_eagle.cli.options import (
     SamplingFlags,
     ThreadsOpt,
     checked_options,
+    draft_bound,
+    parse_draft_max,
     resolve_models,
     sampling_options,
     sampling_params,
@@ -74,6 +78,8 @@ def _stats_line(st: Any) -> str:
     )
     if st.drafted_tokens:
         line += f", drafted {st.drafted_tokens}, accepted {st.accepted_tokens}, per position [{per_pos}]"
+    if st.adaptive:
+        line += f"; draft lengths chosen {draft_lengths_text(st.draft_lengths)}"
     return line + f"; stop: {st.stop_reason}"
 
 
@@ -90,7 +96,8 @@ def generate(
         int | None, typer.Option("--max-tokens", "-n", help=table_help("num_predict", DEFAULT_MAX_TOKENS))
     ] = None,
     sampling: SamplingFlags = NO_SAMPLING_FLAGS,
-    draft_max: DraftMaxOpt = None,
+    draft_max: DraftLengthOpt = AUTO,
+    fixed: FixedOpt = False,
     draft_p_min: DraftPMinOpt = 0.0,
     ctx: OptionalCtxOpt = None,
     ctx_beyond_training: BeyondTrainingOpt = False,
@@ -114,15 +121,18 @@ def generate(
     n_predict = max_tokens if max_tokens is not None else params.get("num_predict", DEFAULT_MAX_TOKENS)
     sp = sampling_params({**params, **sampling.values})
     stops = sampling.stop or list(params.get("stop", []))
-    k = pair.draft_max(draft_max)
+    k = draft_bound(pair, draft_max, fixed)
     load = LoadOptions(ctx if ctx is not None else params.get("num_ctx"), gpu_layers, threads, k, ctx_beyond_training)
     with open_engine(pair.model, pair.draft, load) as engine:
         n_predict = n_predict if n_predict > 0 else engine.n_ctx  # Ollama: -1 = until the context is full
-        s = engine.stream(text, max_tokens=n_predict, sampling=sp, draft_max=k, draft_p_min=draft_p_min, stop=stops)
+        s = engine.stream(text, max_tokens=n_predict, sampling=sp, draft_max=k, draft_p_min=draft_p_min, stop=stops,
+                          adaptive=not fixed)  # fmt: skip
         _echo(s, as_json)
         res = s.result
     if as_json:
-        print(json.dumps({"text": res.text, "tokens": res.tokens, "stats": res.stats.to_dict()}))
+        rounds = res.spec_stats.trace_drafted if res.spec_stats is not None else []
+        print(json.dumps({"text": res.text, "tokens": res.tokens, "stats": res.stats.to_dict(),
+                          "draft_lengths_by_round": rounds}))  # fmt: skip
         return
     out.file.write("\n")
     err.print(_stats_line(res.stats), highlight=False, style="dim", soft_wrap=True)
@@ -140,7 +150,8 @@ def chat(
     max_tokens: Annotated[int | None, typer.Option("--max-tokens", "-n", help=table_help("num_predict"))] = None,
     sampling: SamplingFlags = NO_SAMPLING_FLAGS,
     system: Annotated[str | None, typer.Option("--system", help="System message.")] = None,
-    draft_max: DraftMaxOpt = None,
+    draft_max: DraftLengthOpt = AUTO,
+    fixed: FixedOpt = False,
     draft_p_min: DraftPMinOpt = 0.0,
     ctx: OptionalCtxOpt = None,
     ctx_beyond_training: BeyondTrainingOpt = False,
@@ -163,7 +174,8 @@ def chat(
         session = ChatSession(pair.model, pair.draft)
     # flags (checked by checked_options) override the Modelfile under their Ollama names, so
     # /show parameters prints what is in force
-    given = {"max_tokens": max_tokens, "draft_max": draft_max, "ctx": ctx, "gpu_layers": gpu_layers, "threads": threads}
+    given = {"max_tokens": max_tokens, "draft_max": parse_draft_max(draft_max), "ctx": ctx, "gpu_layers": gpu_layers,
+             "threads": threads}  # fmt: skip
     given = {OPTION_PARAMETERS[k]: v for k, v in given.items() if v is not None}
     session.parameters.update(given | sampling.values)
     if sampling.stop:
@@ -172,6 +184,7 @@ def chat(
         session.system = system
     session.verbose = verbose
     session.draft_p_min = draft_p_min
+    session.adaptive = not fixed
     warn_if_cpu_only()
 
     def load(s: ChatSession) -> Engine:
@@ -182,6 +195,36 @@ def chat(
     run_repl(session, load)
 
 
+_WARMUP = (
+    'def fibonacci(n: int) -> int:\n    """ Return the n-th Fibonacci number.\n    >>> fibonacci(10)\n    55\n    """\n'
+)
+"""demo's warm-up (not the demo prompt): llama.cpp's first calls, and the adaptive policy measuring this machine."""
+
+
+def draft_lengths_text(counts: list[int]) -> str:
+    """Rounds by draft length, as shares: ``0: 91%, 1: 8%, 2: 1%`` (lengths never chosen left out)."""
+    total = sum(counts)
+    return ", ".join(f"{k}: {n / total:.0%}" for k, n in enumerate(counts) if n) if total else "none"
+
+
+def identity_text(check: Any) -> str:
+    """How the speculative output compares with the target's own, in the three cases runtime.identity tells apart."""
+    from local_eagle.runtime.identity import IDENTICAL, NEAR_TIE
+
+    if check.verdict == IDENTICAL:
+        return "output identical to the target's own"
+    d = check.divergence
+    if d is None:
+        return "output DIFFERENT from the target's own (a bug)"
+    where = (
+        f"at token {d.index}: the target's top-2 logit gap is {d.gap_single:.3f} decoding alone and "
+        f"{d.gap_batched:.3f} in the verify batch, the two computations differing by {d.noise:.3f}"
+    )
+    if check.verdict == NEAR_TIE:
+        return f"output differs from the target's own at a near-tie, {where} (float rounding, not a bug)"
+    return f"output DIFFERENT from the target's own {where} (a bug)"
+
+
 @friendly
 @checked_options
 def demo(
@@ -189,44 +232,60 @@ def demo(
         str | None, typer.Option("--prompt", "-p", help="Prompt (default: a held-out coding task).")
     ] = None,
     max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", help=PARAMETERS["num_predict"].help)] = 128,
-    draft_max: Annotated[int, typer.Option("--draft-max", help=PARAMETERS["draft_num_predict"].help)] = 4,
+    draft_max: DraftLengthOpt = AUTO,
+    fixed: FixedOpt = False,
     threads: ThreadsOpt = 0,
     as_json: JsonOpt = False,
 ) -> None:
     """The built-in default: Gemma 3 270M with our EAGLE 3.1 drafter, speculative vs plain, on this machine."""
     from local_eagle.assets import DEMO_PROMPT, demo_drafter, demo_target
+    from local_eagle.cli.options import FIXED_DRAFT_MAX
     from local_eagle.runtime.engine import Engine, EngineOptions
+    from local_eagle.runtime.identity import DIVERGENT, check_identity
+    from local_eagle.runtime.lengths import AUTO_DRAFT_MAX, explain
 
     warn_if_cpu_only()
     target, draft = demo_target(), demo_drafter()
     text = prompt if prompt is not None else DEMO_PROMPT
-    with Engine(target, draft, EngineOptions(n_ctx=2048, n_threads=threads)) as engine:
-        engine.generate(text, max_tokens=8, draft_max=draft_max)  # warm-up
+    k = parse_draft_max(draft_max)
+    k = k if k is not None else FIXED_DRAFT_MAX if fixed else AUTO_DRAFT_MAX
+    adaptive = not fixed
+    with Engine(target, draft, EngineOptions(n_ctx=2048, n_threads=threads, adaptive=adaptive)) as engine:
+        engine.generate(_WARMUP, max_tokens=64 if adaptive else 8, draft_max=k)  # warm-up
         if not as_json:
             out.print(f"[dim]{target.name} + {draft.name}, greedy, up to {max_tokens} tokens[/]", highlight=False)
             out.file.write(text)
-        s = engine.stream(text, max_tokens=max_tokens, draft_max=draft_max)
+        s = engine.stream(text, max_tokens=max_tokens, draft_max=k)
         _echo(s, as_json)
         spec = s.result
         base = engine.generate(text, max_tokens=max_tokens, draft_max=0)
-    ratio = spec.stats.tokens_per_second / base.stats.tokens_per_second if base.stats.tokens_per_second else 0.0
+        check = check_identity(engine, text, base, spec)
+    st = spec.stats
+    ratio = st.tokens_per_second / base.stats.tokens_per_second if base.stats.tokens_per_second else 0.0
+    why = explain(st.policy, st.draft_lengths) if adaptive and st.policy else ""
     if as_json:
-        print(json.dumps({"text": spec.text, "identical": spec.tokens == base.tokens, "speedup": ratio,
-                          "speculative": spec.stats.to_dict(), "baseline": base.stats.to_dict()}))  # fmt: skip
+        print(json.dumps({"text": spec.text, "identical": spec.tokens == base.tokens, "identity": check.to_dict(),
+                          "speedup": ratio, "why": why, "speculative": st.to_dict(),
+                          "baseline": base.stats.to_dict()}))  # fmt: skip
+        if check.verdict == DIVERGENT:
+            raise typer.Exit(1)
         return
     out.file.write("\n")
     t = Table(title="speculative vs the target alone (same run)")
-    for c in ("", "tok/s", "target calls", "accept len", "per-position acceptance"):
+    for c in ("", "tok/s", "target calls", "accept len", "per-position acceptance", "draft lengths chosen"):
         t.add_column(c)
-    st = spec.stats
-    t.add_row("target alone", f"{base.stats.tokens_per_second:.1f}", str(base.stats.target_calls), "1.00", "")
+    t.add_row("target alone", f"{base.stats.tokens_per_second:.1f}", str(base.stats.target_calls), "1.00", "", "")
     t.add_row(
-        f"EAGLE 3.1, k={draft_max}", f"{st.tokens_per_second:.1f}", str(st.target_calls),
-        f"{st.acceptance_length:.2f}", " ".join(f"{a:.2f}" for a in st.acceptance_per_position),
+        f"EAGLE 3.1, {'auto, up to' if adaptive else 'fixed'} k={k}", f"{st.tokens_per_second:.1f}",
+        str(st.target_calls), f"{st.acceptance_length:.2f}", " ".join(f"{a:.2f}" for a in st.acceptance_per_position),
+        draft_lengths_text(st.draft_lengths),
     )  # fmt: skip
     out.print(t)
-    same = "identical to" if spec.tokens == base.tokens else "DIFFERENT from"
-    out.print(f"speedup {ratio:.2f}x; output {same} the target's own", highlight=False)
+    out.print(f"speedup {ratio:.2f}x; {identity_text(check)}", highlight=False)
+    if why:
+        out.print(f"why: {why}", highlight=False, soft_wrap=True)
+    if check.verdict == DIVERGENT:
+        raise typer.Exit(1)
 
 
 @friendly

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated
 
 import typer
@@ -9,13 +10,16 @@ import typer
 from local_eagle.cli.console import err, friendly
 from local_eagle.cli.loading import BeyondTrainingOpt, LoadOptions, explain_load_failure, plan_context
 from local_eagle.cli.options import (
-    DraftMaxOpt,
+    AUTO,
+    DraftLengthOpt,
     DraftOpt,
+    FixedOpt,
     GpuOpt,
     ModelfileOpt,
     OptionalModelOpt,
     ThreadsOpt,
     checked_options,
+    draft_bound,
     resolve_models,
     table_help,
 )
@@ -37,7 +41,8 @@ def serve(
         "127.0.0.1"
     ),
     port: Annotated[int, typer.Option(help="Port (Ollama's is 11434).")] = 11434,
-    draft_max: DraftMaxOpt = None,
+    draft_max: DraftLengthOpt = AUTO,
+    fixed: FixedOpt = False,
     ctx: Annotated[int | None, typer.Option("--ctx", help=table_help("num_ctx") + " Fixed for the server.")] = None,
     ctx_beyond_training: BeyondTrainingOpt = False,
     timeout: Annotated[float, typer.Option(help="Stop any generation after this many seconds (0: never).")] = 0.0,
@@ -72,7 +77,7 @@ def serve(
     pair = resolve_models(model, draft, modelfile)
     if timeout < 0 or queue_timeout < 0:
         raise LocalEagleError("--timeout and --queue-timeout must be 0 (never) or positive")
-    k = pair.draft_max(draft_max)
+    k = draft_bound(pair, draft_max, fixed)
     opts = LoadOptions(ctx or pair.parameters.get("num_ctx"), gpu_layers, threads, k, ctx_beyond_training)
     n_ctx = plan_context(pair.model, pair.draft, opts)
     name = name or pair.name or model_name(pair.model, modelfile)
@@ -81,8 +86,10 @@ def serve(
         parameters=pair.parameters, draft_max=k, queue_timeout=queue_timeout or None,
         generation_timeout=timeout or None,
     )  # fmt: skip
+    # requests' draft_num_predict bounds the adaptive policy (or, with --fixed, is the draft length)
+    engine_options = dataclasses.replace(opts.engine_options(n_ctx), adaptive=not fixed)
     try:
-        server = load(config, opts.engine_options(n_ctx), host, port, log_level)
+        server = load(config, engine_options, host, port, log_level)
     except LlamaError as e:
         raise explain_load_failure(e, pair.model, pair.draft) from None
     if host not in _LOOPBACK:

@@ -71,6 +71,7 @@ class CostModel:
         self.min_samples = min_samples
         self._rows: dict[int, Window] = {}
         self._draft = Window(window)
+        self._first = Window(window)
         self._host = Window(window)
         self._draft0 = 0.1 * t1 if draft_step is None else draft_step
         self._host0 = host
@@ -82,12 +83,21 @@ class CostModel:
         if steps > 0:
             self._draft.add(seconds / steps)
 
+    def add_first(self, seconds: float) -> None:
+        """A round's first draft step, catching the drafter up on the rows it skipped included."""
+        self._first.add(seconds)
+
     def add_host(self, seconds: float) -> None:
         self._host.add(max(0.0, seconds))
 
     @property
     def draft_step(self) -> float:
         return self._draft.median(self._draft0)
+
+    @property
+    def first_step(self) -> float:
+        """The first step of a round; a later step's cost until one was measured."""
+        return self._first.median(self.draft_step)
 
     @property
     def host(self) -> float:
@@ -107,6 +117,9 @@ class CostModel:
         ones = self._rows.get(1)
         m1 = ones.median(self.t1, pseudo=self.min_samples) if ones else self.t1
         multi = [(r, xs) for r, xs in self._rows.items() if r > 1 and xs]
+        # a 1-row call never costs more than a bigger one: a t1 measured while the machine was busy is
+        # corrected by multi-row calls even when the policy runs no 1-row call for a while
+        m1 = min([m1] + [xs.median(0.0) for _, xs in multi if len(xs) >= self.min_samples])
         slopes = [self.prior_slope * self.t1] + [(xs.median(0.0) - m1) / (r - 1) for r, xs in multi]
         fade = max(1e-3, 1.0 - sum(len(xs) for _, xs in multi) / self.min_samples)
         weights = [fade] + [len(xs) for _, xs in multi]

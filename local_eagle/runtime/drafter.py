@@ -12,10 +12,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
+from gguf import GGMLQuantizationType
 
 from local_eagle.errors import LocalEagleError
 from local_eagle.gguf import (
     DRAFTER_ARCH,
+    GGUFHeader,
     ModelInfo,
     field_value,
     model_info,
@@ -44,6 +46,7 @@ class DrafterSpec:
     norm_output: bool
     output_norm_weight: np.ndarray
     info: ModelInfo  # the header facts the pair check reads
+    draft_ids: np.ndarray | None = None  # d2t: the target ids the draft vocabulary covers (None: all of them)
 
 
 def read_spec(path: str | os.PathLike[str]) -> DrafterSpec:
@@ -75,7 +78,21 @@ def read_spec(path: str | os.PathLike[str]) -> DrafterSpec:
         norm_output=bool(field_value(reader, KEY_NORM_OUTPUT, False)),
         output_norm_weight=tensor_f32(reader, "output_norm.weight"),
         info=info,
+        draft_ids=_draft_ids(reader),
     )
+
+
+def _draft_ids(reader: GGUFHeader) -> np.ndarray | None:
+    """The ``d2t`` tensor (I64 absolute target ids), or None when the drafter predicts the whole vocabulary.
+
+    The eagle3 graph scatters its draft logits into a row of the target's size (-inf elsewhere); reading
+    a draft's confidence over these ids only costs 8K values instead of 262K on Gemma.
+    """
+    t = reader.tensor("d2t")
+    if t is None or t.type != GGMLQuantizationType.I64:
+        return None
+    raw = np.memmap(reader.path, dtype=np.int64, mode="r", offset=reader.data_offset + t.offset, shape=(t.ne[0],))
+    return np.array(raw)
 
 
 def check_pair(spec: DrafterSpec, target: Model) -> None:
@@ -145,6 +162,23 @@ class Drafter:
                 logits[s + i] = self.ctx.logits(i, self.n_vocab)
                 prenorm[s + i] = self.ctx.embeddings_nextn_ith(i, self.n_embd)
         return logits, prenorm
+
+    def decode_last(self, tokens: np.ndarray, g: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Decode rows and return only the last row's (logits [1, n_vocab], prenorm [1, H]).
+
+        Catching the drafter up after rounds it skipped needs the rows' cache entries and one next
+        step: reading every row's 262K-wide logits back (as :meth:`decode` does) would cost more than
+        the rows themselves. The eagle3 graph computes every row whatever the output marks say, so all
+        rows stay marked and only the last is read.
+        """
+        n, step = len(tokens), self.ctx.n_batch
+        last = (n - 1) // step * step
+        if last:
+            self.decode_kv(tokens[:last], g[:last], positions[:last])
+        self.ctx.decode(tokens[last:], positions[last:], True, g[last:])
+        i = n - 1 - last
+        logits = self.ctx.logits(i, self.n_vocab)[None, :]
+        return logits, self.ctx.embeddings_nextn_ith(i, self.n_embd)[None, :]
 
     def decode_kv(self, tokens: np.ndarray, g: np.ndarray, positions: np.ndarray) -> None:
         """Decode real rows whose outputs nobody reads: only their cache entries matter."""

@@ -129,7 +129,7 @@ def _root(x: np.ndarray, f: np.ndarray) -> float:
     return float(x[i - 1] - f[i - 1] * (x[i] - x[i - 1]) / (f[i] - f[i - 1]))
 
 
-def _solve(lam: float, T: np.ndarray, t_d: float, k: int, primed: bool, x: np.ndarray, at: tuple):
+def _solve(lam: float, T: np.ndarray, t_d: float, k: int, first: float, x: np.ndarray, at: tuple):
     """Backward induction over depth for the objective tokens - lam * seconds (Dinkelbach's parametrisation).
 
     The tokens G and seconds C still to come from depth n on are tabulated over x, the chance that the
@@ -145,7 +145,7 @@ def _solve(lam: float, T: np.ndarray, t_d: float, k: int, primed: bool, x: np.nd
         ug, uc = UG[i] + f * (UG[i + 1] - UG[i]), UC[i] + f * (UC[i + 1] - UC[i])
         keep = ug - lam * uc > 0.0
         EG, EC = (ug * keep).sum(1) / q, (uc * keep).sum(1) / q
-        step = 0.0 if (n == 1 and primed) else t_d
+        step = first if n == 1 else t_d
         V = EG - lam * (EC + step)
         extend[n - 1] = _root(x, V)
         go = V > 0.0
@@ -154,8 +154,12 @@ def _solve(lam: float, T: np.ndarray, t_d: float, k: int, primed: bool, x: np.nd
 
 
 def plan(T: np.ndarray, t_d: float, host: float, acc: np.ndarray, k: int, *, primed: bool = False,
-         rate: float | None = None, grid: int = 51, iterations: int = 4) -> Plan:  # fmt: skip
+         first: float | None = None, rate: float | None = None, grid: int = 51,
+         iterations: int = 4) -> Plan:  # fmt: skip
     """The rule that maximises the long-run rate E[tokens] / E[seconds] over rounds.
+
+    The first step of a round costs ``first`` (default ``t_d``; nothing when ``primed``): an engine that
+    lets its drafter idle pays for catching it up there.
 
     Maximising a round's own rate would stop a good round early and drag a bad one on; the renewal-reward
     optimum instead keeps drafting while the expected marginal tokens beat ``rate`` times the marginal
@@ -168,13 +172,14 @@ def plan(T: np.ndarray, t_d: float, host: float, acc: np.ndarray, k: int, *, pri
     at = (i, pos - i, len(acc))
     t0 = T[1] + host
     lam = max(1.0 / t0, rate or 0.0)
-    take, extend, g, c = _solve(lam, T, t_d, k, primed, x, at)
+    first = 0.0 if primed else t_d if first is None else first
+    take, extend, g, c = _solve(lam, T, t_d, k, first, x, at)
     for _ in range(iterations):
         new = max(1.0 / t0, (1.0 + g) / (t0 + c))
         if abs(new - lam) <= 2e-3 * lam:
             break
         lam = new
-        take, extend, g, c = _solve(lam, T, t_d, k, primed, x, at)
+        take, extend, g, c = _solve(lam, T, t_d, k, first, x, at)
     return Plan(lam, 1.0 / t0, take, extend, 1.0 + g, t0 + c)
 
 
@@ -188,6 +193,7 @@ class PolicyState:
     target_rate: float
     verify: tuple[float, ...]
     draft_step: float
+    first_step: float
     host: float
     calibration: tuple[float, float]
     idle_rounds: int
@@ -208,9 +214,10 @@ class DraftLengthPolicy:
     nothing and ``extend()`` says yes to it.
 
     When the policy drafts nothing for ``probe_interval`` rounds it probes: it drafts one token whatever
-    its confidence, so that it notices when the text becomes predictable. A failed probe quadruples the
-    interval and an accepted one halves it, so probes grow rare unless about two in three are accepted;
-    where even a sure draft would gain less than a tenth of a token over its cost, every probe fails.
+    its confidence, so that it notices when the text becomes predictable. An accepted probe halves the
+    interval and a failed one grows it so that probes grow rare unless they are accepted more often than
+    they cost (``probe_break_even``); where even a sure probe would gain less than a tenth of a token,
+    every probe fails.
     ``fixed`` drafts ``k_max`` every round (benchmarks).
     """
 
@@ -259,8 +266,17 @@ class DraftLengthPolicy:
         T = self.costs.verify(k + 1, optimism=self.optimism)
         rate = getattr(self, "_plan", None)
         self._plan = plan(T, self.costs.draft_step, self.costs.host, acc, k, primed=self.primed,
-                          rate=rate.rate if rate else None)  # fmt: skip
+                          first=self.costs.first_step, rate=rate.rate if rate else None)  # fmt: skip
         return self._plan
+
+    def set_k_max(self, k_max: int) -> None:
+        """Change the bound (one engine serves requests with different ones); what was learnt carries over."""
+        if k_max < 0:
+            raise ValueError(f"k_max must be >= 0, got {k_max}")
+        if k_max != self.k_max:
+            self.k_max = k_max
+            self.replan()
+            self.begin_round()
 
     def begin_round(self, cap: int | None = None) -> None:
         """Start a round that may draft at most ``cap`` tokens (``k_max`` by default)."""
@@ -298,21 +314,33 @@ class DraftLengthPolicy:
         return len(self._taken)
 
     def end_round(self, accepted: int, *, verify_seconds: float, draft_seconds: float = 0.0,
-                  draft_steps: int = 0, host_seconds: float | None = None) -> None:  # fmt: skip
-        """Learn from the verified round; ``draft_steps`` counts the steps paid for this round."""
+                  draft_steps: int = 0, host_seconds: float | None = None,
+                  first_seconds: float | None = None) -> None:  # fmt: skip
+        """Learn from the verified round; ``draft_steps`` counts the steps paid for this round.
+
+        ``first_seconds``, when given, is the part of ``draft_seconds`` the first step took (with the
+        drafter's catch-up), learnt apart from the later steps'.
+        """
         taken = self._taken
         accepted = min(accepted, len(taken))
         for i, c in enumerate(taken[: accepted + 1]):
             self.acceptance.observe(c, i < accepted, self.rounds)
         self.costs.add_verify(1 + len(taken), verify_seconds)
-        self.costs.add_draft(draft_steps, draft_seconds)
+        if first_seconds is not None and draft_steps > 0:
+            self.costs.add_first(first_seconds)
+            self.costs.add_draft(draft_steps - 1, max(0.0, draft_seconds - first_seconds))
+        else:
+            self.costs.add_draft(draft_steps, draft_seconds)
         if host_seconds is not None:
             self.costs.add_host(host_seconds)
         if self.probing:
-            if accepted > 0 and self._plan.take[1] < 0.9:  # accepted, where a sure draft would gain > 0.1 token
+            p = self.probe_break_even()
+            if accepted > 0 and p < 0.9:  # accepted, where a sure probe gains more than a tenth of a token
                 self.probe_interval = max(1, self.probe_interval // 2)
             elif self.acceptance.observations >= self.probe_warmup:
-                self.probe_interval = min(self.probe_max, 4 * self.probe_interval)
+                p = min(max(p, 1.0 / 3.0), 0.95)
+                grow = max(self.probe_interval + 1, round(self.probe_interval * 2.0 ** (p / (1.0 - p))))
+                self.probe_interval = min(self.probe_max, grow)
         if taken:
             self.idle_rounds = 0
         elif self._cap > 0:
@@ -322,6 +350,18 @@ class DraftLengthPolicy:
         if not self.fixed and (r % self.refresh_every == 0 or (r < self.refresh_every and r & (r - 1) == 0)):
             self.replan()
         self.begin_round()
+
+    def probe_break_even(self) -> float:
+        """The acceptance a probe needs to pay for itself: its first step and its verify's extra row, in tokens.
+
+        Probes halve the interval when accepted and multiply it by 2^(p/(1-p)) when not, which drifts neither
+        way at a success rate of p: probing fades unless probes succeed more often than they cost. With a
+        cheap extra row (a GPU) p is small and probes stay frequent; where a row costs a full decode (a small
+        CPU) it is near 1, and a drafter right 70% of the time is probed rarely.
+        """
+        T = self.costs.verify(2)
+        first = 0.0 if self.primed else self.costs.first_step
+        return (first + T[2] - T[1]) * self._plan.rate
 
     def shadow(self, confidence: float, accepted: bool) -> None:
         """Calibrate on an undrafted token known (after the fact) to have matched or not, at no cost."""
@@ -336,6 +376,7 @@ class DraftLengthPolicy:
             target_rate=p.target_rate,
             verify=tuple(self.costs.verify(self.k_max + 1)[1:].tolist()),
             draft_step=self.costs.draft_step,
+            first_step=0.0 if self.primed else self.costs.first_step,
             host=self.costs.host,
             calibration=(float(self.acceptance.w[0]), float(self.acceptance.w[1])),
             idle_rounds=self.idle_rounds,

@@ -22,11 +22,15 @@ class RoundStats:
 
     drafted: int = 0
     accepted: int = 0
+    steps: int = 0  # drafter steps run (a draft the policy refused after computing it included)
+    probe: bool = False  # drafted because the policy probes, not because drafting looked worth it
+    catch_up_rows: int = 0  # rows the first step decoded to bring the drafter up to date (0: no step)
+    catch_up_seconds: float = 0.0  # that first step: catch-up, reading its logits, choosing the draft
     draft_seconds: float = 0.0  # the drafter's chain of steps, choosing each draft included
     verify_seconds: float = 0.0  # one target decode of 1 + drafted rows, reading logits and features
     accept_seconds: float = 0.0  # greedy match or rejection sampling, on the host
     rollback_seconds: float = 0.0  # commit: the target's cache back to the accepted prefix
-    feed_seconds: float = 0.0  # commit: the drafter's rollback, encode and decode of the accepted rows
+    feed_seconds: float = 0.0  # commit: the drafter's rollback and queueing the accepted rows (catch-up is drafting)
 
     @property
     def verify_rows(self) -> int:
@@ -38,10 +42,20 @@ class SpecStats:
     """Every round of one generation, summed; ``observe`` is called once per round.
 
     ``verify_calls_by_rows[n]`` and ``verify_seconds_by_rows[n]`` count the target calls that
-    verified n rows (the last token plus n - 1 drafts) and their total time.
+    verified n rows (the last token plus n - 1 drafts) and their total time. ``trace_drafted`` and
+    ``trace_accepted`` keep every round in order, so a verify batch can be replayed (``runtime.identity``).
     """
 
     draft_max: int = 0
+    adaptive: bool = False
+    policy: dict | None = None  # the adaptive policy's estimates at the end (``PolicyState``, times in ms)
+    trace_drafted: list[int] = field(default_factory=list)
+    trace_accepted: list[int] = field(default_factory=list)
+    probes: int = 0
+    catch_ups: int = 0
+    catch_up_rows: int = 0
+    catch_up_seconds: float = 0.0
+    draft_steps: int = 0
     rounds: int = 0
     drafted_tokens: int = 0
     accepted_tokens: int = 0
@@ -58,7 +72,7 @@ class SpecStats:
 
     @classmethod
     def for_draft_max(cls, draft_max: int) -> SpecStats:
-        """Counters sized once for chains of up to ``draft_max`` drafts, so ``observe`` never grows a list."""
+        """Counters sized once for chains of up to ``draft_max`` drafts; ``observe`` only appends to the trace."""
         return cls(
             draft_max=draft_max,
             drafted_per_position=[0] * draft_max,
@@ -69,6 +83,14 @@ class SpecStats:
 
     def observe(self, round_stats: RoundStats) -> None:
         self.rounds += 1
+        self.trace_drafted.append(round_stats.drafted)
+        self.trace_accepted.append(round_stats.accepted)
+        self.probes += round_stats.probe
+        self.draft_steps += round_stats.steps
+        if round_stats.catch_up_rows:
+            self.catch_ups += 1
+            self.catch_up_rows += round_stats.catch_up_rows
+            self.catch_up_seconds += round_stats.catch_up_seconds
         self.drafted_tokens += round_stats.drafted
         self.accepted_tokens += round_stats.accepted
         for position in range(round_stats.drafted):
@@ -114,7 +136,14 @@ class SpecStats:
             accepted_tokens=self.accepted_tokens,
             drafted_per_position=list(self.drafted_per_position),
             accepted_per_position=list(self.accepted_per_position),
-            draft_steps=self.drafted_tokens,
+            draft_steps=self.draft_steps,
+            adaptive=self.adaptive,
+            draft_lengths=self.verify_calls_by_rows[1:],
+            probes=self.probes,
+            catch_ups=self.catch_ups,
+            catch_up_rows=self.catch_up_rows,
+            catch_up_seconds=self.catch_up_seconds,
+            policy=self.policy,
             prefill_seconds=self.prefill_seconds,
             target_seconds=self.target_seconds,
             drafter_seconds=self.drafter_seconds,
@@ -140,6 +169,13 @@ class GenerationStats:
     drafter_seconds: float = 0.0
     decode_seconds: float = 0.0
     stop_reason: str = ""
+    adaptive: bool = False  # draft lengths chosen by the cost-aware policy (else fixed at draft_max)
+    draft_lengths: list[int] = field(default_factory=list)  # [k]: rounds that drafted k tokens
+    probes: int = 0  # rounds the adaptive policy drafted one token to test whether drafting pays again
+    catch_ups: int = 0  # drafter calls that decoded the rows queued while it was idle (and the first step)
+    catch_up_rows: int = 0
+    catch_up_seconds: float = 0.0
+    policy: dict | None = None  # the adaptive policy's estimates at the end (times in ms)
 
     @property
     def verified_tokens(self) -> int:
@@ -201,6 +237,13 @@ class GenerationTotals:
         total.drafted_tokens += stats.drafted_tokens
         total.accepted_tokens += stats.accepted_tokens
         total.draft_steps += stats.draft_steps
+        total.adaptive = stats.adaptive
+        total.probes += stats.probes
+        total.catch_ups += stats.catch_ups
+        total.catch_up_rows += stats.catch_up_rows
+        total.catch_up_seconds += stats.catch_up_seconds
+        total.policy = stats.policy or total.policy
+        _add_counts(total.draft_lengths, stats.draft_lengths)
         _add_counts(total.drafted_per_position, stats.drafted_per_position)
         _add_counts(total.accepted_per_position, stats.accepted_per_position)
         total.prefill_seconds += stats.prefill_seconds

@@ -35,13 +35,31 @@ def generate_json(pair, *args: str) -> dict:
 
 
 def test_generate_json(pair):
-    obj = generate_json(pair, "-n", "12", "--temperature", "0", "--draft-max", "3")
+    obj = generate_json(pair, "-n", "12", "--temperature", "0", "--draft-max", "3", "--fixed")
     assert obj["text"] == "PABCDEFGHIJK"
     assert len(obj["tokens"]) == 12
     st = obj["stats"]
     assert st["acceptance_length"] > 2 and len(st["acceptance_per_position"]) == 3
     for key in ("target_seconds", "drafter_seconds", "host_seconds", "tokens_per_second", "stop_reason"):
         assert key in st
+    assert not st["adaptive"] and sum(st["draft_lengths"]) == st["target_calls"]
+
+
+def test_generate_is_adaptive_by_default_and_reports_the_draft_lengths_chosen(pair):
+    _, target, draft = pair
+    r = runner.invoke(
+        app, ["generate", "-m", str(target), "-d", str(draft), "-p", "hi", "-n", "24", "--temperature", "0",
+              "--json", "--threads", "1"],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    obj = json.loads(r.output)
+    assert obj["text"] == "PABCDEFGHIJKLMNOPABCDEFG"  # the target's own, whatever was drafted
+    st = obj["stats"]
+    assert st["adaptive"] and len(st["draft_lengths"]) == 9  # rounds that drafted 0..8 tokens (auto: up to 8)
+    assert sum(st["draft_lengths"]) == st["target_calls"] == len(obj["draft_lengths_by_round"])
+    assert [st["draft_lengths"][k] for k in range(9)] == [obj["draft_lengths_by_round"].count(k) for k in range(9)]
+    r = runner.invoke(app, ["generate", "-m", str(target), "-d", str(draft), "-p", "hi", "--draft-max", "many"])
+    assert_one_line_error(r, "--draft-max must be 'auto' or a number")
 
 
 def test_bench_table_and_json(pair):
@@ -50,20 +68,23 @@ def test_bench_table_and_json(pair):
     prompts.write_text("\n".join(json.dumps({"prompt": p}) for p in ["hello", "abc", "ABC xyz"]) + "\n")
     r = runner.invoke(
         app, ["bench", "-m", str(target), "-d", str(draft), "--prompts", str(prompts), "-n", "32",
-              "--draft-max", "2", "--draft-max", "4", "--json", "--threads", "1"],
+              "--draft-max", "2", "--draft-max", "4", "--fixed", "--draft-max", "auto", "--json", "--threads", "1"],
     )  # fmt: skip
     assert r.exit_code == 0, r.output
     rows = json.loads(r.output)
-    assert [row["draft_max"] for row in rows] == [2, 4]
+    assert [(row["draft_max"], row["adaptive"]) for row in rows] == [(2, False), (4, False), (8, True)]
     for row in rows:
-        assert row["identical"] and row["prompts"] == 3
-        assert row["acceptance_length"] > 2 and row["baseline_tps"] > 0 and row["speculative_tps"] > 0
+        assert row["identical"] and row["prompts"] == 3 and row["near_ties"] == row["divergent"] == 0
+        assert row["baseline_tps"] > 0 and row["speculative_tps"] > 0
         assert row["ideal_speedup"] > 0 and row["verify_call_ms"] > 0
+        assert sum(row["draft_lengths"]) == pytest.approx(1.0)
+    assert all(row["acceptance_length"] > 2 for row in rows[:2])
+    assert rows[2]["policy"] is not None and len(rows[2]["policy"]["verify_ms"]) == 9
     r = runner.invoke(
         app, ["bench", "-m", str(target), "-d", str(draft), "--prompts", str(prompts), "-n", "16", "--threads", "1"]
     )
     assert r.exit_code == 0, r.output
-    assert "speedup" in r.output and "accept len" in r.output
+    assert "speedup" in r.output and "accept len" in r.output and "draft lengths" in r.output
 
 
 def assert_one_line_error(r, *needles):

@@ -9,6 +9,7 @@ import pytest
 
 from converters import convert, write_checkpoint
 from local_eagle.errors import LocalEagleError
+from local_eagle.runtime.draftcost import CostModel
 from local_eagle.runtime.engine import (
     STOP_CANCELLED,
     STOP_CONTEXT,
@@ -17,7 +18,10 @@ from local_eagle.runtime.engine import (
     STOP_STRING,
     Engine,
     EngineOptions,
+    GenerationResult,
 )
+from local_eagle.runtime.feed import IDLE_CONTEXT
+from local_eagle.runtime.identity import DIVERGENT, IDENTICAL, KERNEL_NOISE, NEAR_TIE, check_identity, classify
 from local_eagle.runtime.sampling import SamplingParams
 from local_eagle.testing.tiny import make_drafter, write_tiny_target
 from local_eagle.testing.tiny_pair import LAYERS, N_VOCAB, SPEC, make_cycle_drafter, write_cycle_target
@@ -301,3 +305,136 @@ def test_drafts_never_outgrow_the_batch(engine):
     spec = eng.generate("hello", max_tokens=40, draft_max=8)
     assert spec.tokens == base.tokens
     assert spec.stats.acceptance_length > 3.0 and len(spec.stats.acceptance_per_position) == 8
+
+
+# --- the adaptive path -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["noisy-3.1", "noisy-3", "random-3.1", "cycle-3.1", "cycle-3"])
+def test_adaptive_greedy_is_lossless(engine, name):
+    """Idle rounds, probes, windowed catch-ups and deep chains: exactly the target's tokens, every time.
+
+    On these f32 models with one thread a verify batch computes a row bit for bit as a 1-row decode,
+    so no near-tie can excuse a difference here."""
+    eng = engine(name)
+    drafted = catch_ups = 0
+    for prompt in prompts(12, seed=31):
+        base = eng.generate(prompt, max_tokens=64, draft_max=0)
+        for k in (3, 6):
+            spec = eng.generate(prompt, max_tokens=64, draft_max=k, adaptive=True)
+            check = check_identity(eng, prompt, base, spec)
+            assert check.verdict == IDENTICAL, (prompt, k, check)
+            assert spec.text == base.text and spec.stats.adaptive
+            drafted += spec.stats.drafted_tokens
+            catch_ups += spec.stats.catch_ups
+    assert eng.policy is not None and drafted > 0 and catch_ups > 0
+
+
+class _FrozenCosts(CostModel):
+    """Costs of a machine other than this one, which the policy cannot unlearn from this one's timings."""
+
+    def __init__(self, verify_ratios: list[float], draft_step: float) -> None:
+        super().__init__(1e-3, draft_step=draft_step)
+        for rows, ratio in enumerate(verify_ratios, start=1):
+            for _ in range(self.min_samples):
+                super().add_verify(rows, 1e-3 * ratio)
+
+    def add_verify(self, rows: int, seconds: float) -> None:
+        pass
+
+    def add_draft(self, steps: int, seconds: float) -> None:
+        pass
+
+    def add_first(self, seconds: float) -> None:
+        pass
+
+    def add_host(self, seconds: float) -> None:
+        pass
+
+
+@pytest.mark.parametrize("name", ["cycle-3.1", "cycle-3"])
+def test_adaptive_follows_the_costs_deep_on_a_gpu_and_not_at_all_on_a_cpu(engine, name):
+    """The engine drafts what its policy decides: deep chains where a verify of 7 rows costs about one decode
+    and drafts are right (the cycle pair), nothing where every row costs a full decode. Costs are frozen at
+    those of such machines, since on these tiny models the drafter costs as much as the target."""
+    eng = engine(name)
+    eng.generate("hello", max_tokens=16, draft_max=6, adaptive=True)  # builds the policy
+    policy = eng.policy
+    own = policy.costs
+    try:
+        policy.costs = _FrozenCosts([1.0, 1.02, 1.04, 1.06, 1.08, 1.1, 1.12], draft_step=5e-5)
+        policy.replan()
+        for _ in range(3):  # learns that this drafter is right
+            eng.generate("hello", max_tokens=64, draft_max=6, adaptive=True)
+        st = eng.generate("hello", max_tokens=64, draft_max=6, adaptive=True).stats
+        assert st.draft_lengths[6] >= 0.7 * sum(st.draft_lengths), st.draft_lengths
+        assert st.acceptance_length > 4.0 and min(st.acceptance_per_position) > 0.8
+        assert st.policy is not None and len(st.policy["verify_ms"]) == 7
+        policy.costs = _FrozenCosts([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0], draft_step=2e-4)
+        policy.replan()
+        st = eng.generate("hello", max_tokens=64, draft_max=6, adaptive=True).stats
+        assert st.draft_lengths[0] >= 0.8 * sum(st.draft_lengths), st.draft_lengths
+    finally:
+        policy.costs = own
+        policy.replan()
+
+
+def test_adaptive_idle_policy_skips_the_drafter_and_catches_up_in_one_bounded_call(engine):
+    """A drafter that is never right: rounds draft nothing, the drafter runs only for rare probes, and each
+    probe's catch-up decodes at most a window of the rows queued since the last one."""
+    eng = engine("random-3.1")
+    for prompt in prompts(6, seed=41):
+        eng.generate(prompt, max_tokens=64, draft_max=4, adaptive=True)
+    st = eng.generate("abcdef", max_tokens=64, draft_max=4, adaptive=True).stats
+    rounds = sum(st.draft_lengths)
+    assert st.draft_lengths[0] >= 0.85 * rounds and st.probes <= 3
+    assert st.catch_ups == st.draft_steps == st.probes  # one drafter call per probe, none otherwise
+    assert st.catch_up_rows <= st.catch_ups * IDLE_CONTEXT
+
+
+def test_engine_option_makes_adaptive_the_default(engine):
+    eng = engine("cycle-3.1")
+    assert not eng.generate("hi", max_tokens=8, draft_max=4).stats.adaptive
+    eng.options.adaptive = True
+    try:
+        assert eng.generate("hi", max_tokens=8, draft_max=4).stats.adaptive
+        assert not eng.generate("hi", max_tokens=8, draft_max=4, adaptive=False).stats.adaptive
+    finally:
+        eng.options.adaptive = False
+
+
+def test_fixed_drafting_drafts_the_bound_every_round(engine):
+    st = engine("random-3.1").generate("abc", max_tokens=33, draft_max=3).stats
+    assert st.draft_lengths[3] == st.target_calls - st.draft_lengths[2] - st.draft_lengths[1] - st.draft_lengths[0]
+    assert st.draft_lengths[3] >= st.target_calls - 3  # shorter only where max_tokens leaves less room
+
+
+# --- greedy identity, told honestly ----------------------------------------------------------------
+
+
+def test_classify_tells_a_near_tie_from_a_divergence():
+    single = np.array([2.0, 1.99, -3.0, -6.0])
+    batched = single + np.array([0.0, 0.03, 0.0, 0.0])  # the other rounding swaps the top two
+    d = classify(single, batched, 0, 1)
+    assert d.near_tie and d.reproduced and d.gap_single == pytest.approx(0.01) and d.noise == pytest.approx(0.03)
+    assert not classify(single, batched, 0, 2).near_tie  # the batch did not pick the token the run emitted
+    far = single + np.array([0.0, 0.0, 5.5, 0.0])  # a token far from the top moved: not float noise
+    assert not classify(single, far, 0, 2).near_tie
+    wide = single + np.array([0.0, 1.0, 0.0, 0.0])  # the gap is under the noise, the noise over KERNEL_NOISE
+    assert 1.0 > KERNEL_NOISE * 8.0 and not classify(single, wide, 0, 1).near_tie
+
+
+def test_check_identity_calls_a_wrong_token_a_divergence(engine):
+    eng = engine("noisy-3.1")
+    prompt = "ABCD xyz"
+    base = eng.generate(prompt, max_tokens=32, draft_max=0)
+    spec = eng.generate(prompt, max_tokens=32, draft_max=4)
+    assert check_identity(eng, prompt, base, spec).verdict == IDENTICAL
+    tokens = list(spec.tokens)
+    tokens[12] = (tokens[12] + 1) % N_VOCAB  # what a loop that corrupted its cache might emit
+    wrong = GenerationResult(spec.text, tokens, spec.stats, spec.spec_stats)
+    check = check_identity(eng, prompt, base, wrong)
+    assert check.verdict == DIVERGENT and check.verdict != NEAR_TIE
+    d = check.divergence
+    assert d.index == 12 and not d.reproduced and d.target_token == base.tokens[12]
+    assert d.noise <= 1e-3 * d.scale  # the replays agree: the batch computed what a 1-row decode does

@@ -164,3 +164,58 @@ def test_speculative_sampling_matches_target_distribution(noisy_pair):
         obs = np.append(obs[~rare], obs[rare].sum())
         exp = np.append(exp[~rare], exp[rare].sum())
     assert stats.chisquare(obs, exp).pvalue > 1e-3
+
+
+@pytest.fixture(scope="module")
+def confident_pair(tmp_path_factory):
+    """A pair whose drafts are accepted often enough (margin 0.75) that the adaptive policy drafts in some
+    rounds and not in others, and rejects some of what it drafts."""
+    from converters import convert, write_checkpoint
+    from local_eagle.testing.tiny_pair import make_cycle_drafter, write_cycle_target
+
+    d = tmp_path_factory.mktemp("adaptive-sampling")
+    target = write_cycle_target(d / "t.gguf", margin=0.75, noise=0.1, seed=4)
+    m = make_cycle_drafter(True, noise=0.05, seed=5)
+    ckpt = write_checkpoint(m.state_dict(), m.cfg.to_dict(), d / "ckpt")
+    draft = convert(ckpt, target, d / "d.gguf", outtype="f32").outfile
+    eng = Engine(target, draft, EngineOptions(n_ctx=256, n_batch=32, n_threads=1))
+    yield eng
+    eng.close()
+
+
+def test_adaptive_speculative_sampling_matches_target_distribution(confident_pair):
+    """Draft lengths chosen by the policy (from the drafter's confidence and past rounds only) keep p.
+
+    The decision to draft must not depend on the token sampled from q (that would bias the accepted
+    drafts); the policy reads the top of q and what earlier rounds cost and kept, nothing else.
+    """
+    eng = confident_pair
+    sp = SamplingParams(temperature=1.0, top_k=4, top_p=1.0, min_p=0.0)
+    prompt = "xyzA"
+
+    def run(seed: int, max_tokens: int):
+        sps = SamplingParams(**{**sp.__dict__, "seed": seed})
+        return eng.generate(prompt, max_tokens=max_tokens, sampling=sps, draft_max=4, adaptive=True)
+
+    for seed in range(8):  # the policy is built from measured rounds and learns this pair's acceptance
+        run(seed, 64)
+    assert eng.policy is not None
+    joint = _target_joint(eng, prompt, sp)
+    keys = sorted(joint)
+    n = 3000
+    counts = dict.fromkeys(keys, 0)
+    drafted = accepted = idle = 0
+    for seed in range(n):
+        res = run(10_000 + seed, 3)
+        counts[tuple(res.tokens[:2])] += 1
+        drafted += res.stats.drafted_tokens
+        accepted += res.stats.accepted_tokens
+        idle += res.spec_stats.trace_drafted[0] == 0  # the round after the first token (the only one that may draft)
+    assert 0 < accepted < drafted and 0 < idle < n  # drafted in some rounds, not in others; rejections resampled
+    obs = np.array([counts[k] for k in keys], dtype=float)
+    exp = np.array([joint[k] for k in keys]) * n
+    rare = exp < 5
+    if rare.any():
+        obs = np.append(obs[~rare], obs[rare].sum())
+        exp = np.append(exp[~rare], exp[rare].sum())
+    assert stats.chisquare(obs, exp).pvalue > 1e-3

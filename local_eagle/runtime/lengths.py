@@ -1,0 +1,125 @@
+"""How many tokens a round drafts: a fixed number (benchmarks), or the engine's cost-aware policy.
+
+Both speak the protocol of :class:`~local_eagle.runtime.draftlen.DraftLengthPolicy` (``begin_round``,
+``extend``, ``take``, ``end_round``), so the draft phase has one loop. The adaptive policy belongs to the
+:class:`~local_eagle.runtime.engine.Engine`, not to one generation: what it learnt about this machine's
+costs and this drafter's calibration carries over from one answer to the next. It is built once the
+target's 1-row time is measured, from the first rounds the engine runs without drafting.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Protocol
+
+from local_eagle.runtime.draftlen import DraftLengthPolicy, PolicyState
+
+AUTO_DRAFT_MAX = 8
+"""The adaptive policy's bound when neither a flag nor a Modelfile gives one: it drafts that deep only where it pays."""
+
+T1_ROUNDS = 4
+"""1-row target calls measured before the policy is built (their median is its first cost estimate)."""
+
+
+class DraftLengths(Protocol):
+    """What the draft phase asks before and after each drafter step (``DraftLengthPolicy``'s protocol)."""
+
+    probing: bool
+
+    def begin_round(self, cap: int | None = None) -> None: ...
+
+    def extend(self) -> bool: ...
+
+    def take(self, confidence: float) -> bool: ...
+
+    def end_round(self, accepted: int, *, verify_seconds: float, draft_seconds: float = 0.0, draft_steps: int = 0,
+                  host_seconds: float | None = None, first_seconds: float | None = None) -> None: ...  # fmt: skip
+
+    def shadow(self, confidence: float, accepted: bool) -> None: ...
+
+
+class FixedLengths:
+    """Draft exactly the round's cap (``--fixed``): the behaviour benchmarks compare against."""
+
+    probing = False
+
+    def __init__(self) -> None:
+        self._left = 0
+
+    def begin_round(self, cap: int | None = None) -> None:
+        self._left = cap or 0
+
+    def extend(self) -> bool:
+        return self._left > 0
+
+    def take(self, confidence: float) -> bool:
+        self._left -= 1
+        return True
+
+    def end_round(self, accepted: int, **timings: float | int | None) -> None:
+        pass
+
+    def shadow(self, confidence: float, accepted: bool) -> None:
+        pass
+
+
+class PolicyHolder:
+    """The engine's one adaptive policy: built from the first measured 1-row target calls, bounded per call."""
+
+    def __init__(self) -> None:
+        self.policy: DraftLengthPolicy | None = None
+        self._t1: list[float] = []
+
+    def for_bound(self, k_max: int) -> DraftLengthPolicy | None:
+        """The policy with bound ``k_max`` (None while the 1-row time is not measured yet)."""
+        if self.policy is not None:
+            self.policy.set_k_max(k_max)
+        return self.policy
+
+    def observe_t1(self, seconds: float, k_max: int) -> DraftLengthPolicy | None:
+        """Record a round that verified one row; build the policy once ``T1_ROUNDS`` are known."""
+        if self.policy is None:
+            self._t1.append(seconds)
+            if len(self._t1) >= T1_ROUNDS:
+                self.policy = DraftLengthPolicy(statistics.median(self._t1), k_max)
+        return self.policy
+
+
+def explain(policy: dict, draft_lengths: list[int]) -> str:
+    """One line on why the policy drafted as much or as little as it did, from its estimates (``state_dict``)."""
+    rounds = sum(draft_lengths)
+    if rounds == 0:
+        return "no round ran"
+    drafting = 1.0 - draft_lengths[0] / rounds
+    mean = sum(k * n for k, n in enumerate(draft_lengths)) / rounds
+    t = policy["verify_ms"]
+    costs = f"a verify of 2 rows costs {t[1] / t[0]:.2f}x a 1-token decode ({t[0]:.1f} ms)" if len(t) > 1 else ""
+    costs += f", starting the drafter {policy['first_step_ms']:.1f} ms and a further draft step"
+    costs += f" {policy['draft_step_ms']:.1f} ms"
+    gain = policy["expected_tokens_per_second"] / policy["target_tokens_per_second"]
+    if drafting < 0.1:
+        return (
+            f"drafted in {drafting:.0%} of rounds: on this machine {costs}, so only near-certain drafts would pay, "
+            f"and too few of this drafter's were (expected gain {gain:.2f}x); probes every "
+            f"{policy['probe_interval']} rounds check whether the text has become easier to predict"
+        )
+    return (
+        f"drafted {mean:.1f} tokens per round on average, in {drafting:.0%} of rounds: {costs}, and enough "
+        f"confident drafts were accepted to pay for that (expected gain {gain:.2f}x)"
+    )
+
+
+def state_dict(state: PolicyState) -> dict:
+    """The policy's estimates for statistics (JSON): times in milliseconds, rates in tokens per second."""
+    return {
+        "rounds": state.rounds,
+        "verify_ms": [round(1000 * t, 3) for t in state.verify],
+        "draft_step_ms": round(1000 * state.draft_step, 3),
+        "first_step_ms": round(1000 * state.first_step, 3),
+        "host_ms": round(1000 * state.host, 3),
+        "expected_tokens_per_second": round(float(state.rate), 2),
+        "target_tokens_per_second": round(float(state.target_rate), 2),
+        "calibration": [round(float(w), 3) for w in state.calibration],
+        "probe_interval": state.probe_interval,
+        "idle_rounds": state.idle_rounds,
+    }

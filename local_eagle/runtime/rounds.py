@@ -1,0 +1,398 @@
+"""One generation's draft-verify rounds: the phases of the loop and the state they share.
+
+Each round runs the phases llama.cpp's ``common/speculative`` names (docs/architecture.md): *draft* a
+chain with the drafter, as long as the draft lengths say (``runtime.lengths``), *verify* it in one target
+decode, *accept* a prefix (greedy match or rejection sampling), *commit* it (the target's cache rolled back
+to it, its rows queued for the drafter, ``runtime.feed``), and *learn* (the policy hears what it cost). The
+*prefill* before the first round decodes the prompt.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from local_eagle.llamacpp.model import Context
+from local_eagle.runtime.draftlen import DraftLengthPolicy
+from local_eagle.runtime.feed import IDLE_CONTEXT
+from local_eagle.runtime.lengths import DraftLengths, FixedLengths, state_dict
+from local_eagle.runtime.sampling import (
+    SamplingParams,
+    apply_repeat_penalty,
+    choose,
+    probabilities,
+    top_probability,
+    verify_greedy,
+    verify_stochastic,
+)
+from local_eagle.runtime.stats import GenerationStats, RoundStats, SpecStats
+from local_eagle.runtime.textstream import TextStream
+
+if TYPE_CHECKING:
+    from local_eagle.runtime.engine import Engine
+
+STOP_EOS = "eos"
+STOP_STRING = "stop"
+STOP_LENGTH = "length"
+STOP_CONTEXT = "context"
+STOP_CANCELLED = "cancelled"
+NO_HISTORY = np.zeros(0, dtype=np.int64)
+clock = time.perf_counter
+
+
+@dataclass
+class GenerationResult:
+    text: str
+    tokens: list[int]
+    stats: GenerationStats
+    spec_stats: SpecStats | None = None
+
+
+def decode_prompt(ctx: Context, prompt: np.ndarray, cancelled: Callable[[], bool] | None = None) -> Iterator[int]:
+    """Decode ``prompt`` into an empty ``ctx`` in ubatch-sized chunks, only the last row with logits.
+
+    Yields each chunk's row count (for reading its features). Speculative and plain decoding split a
+    prompt this one way, so both start from the same cache and the same first token; the identity
+    check's replays (``runtime.identity``) use it too. ``cancelled`` is asked before each chunk; when it
+    says so the decoding stops there (fewer rows yielded than the prompt has).
+    """
+    ubatch, n = ctx.n_ubatch, len(prompt)
+    for start in range(0, n, ubatch):
+        if cancelled is not None and cancelled():
+            return
+        chunk = prompt[start : start + ubatch]
+        outputs = np.zeros(len(chunk), dtype=bool)
+        outputs[-1] = start + len(chunk) == n
+        ctx.decode(chunk, np.arange(start, start + len(chunk)), outputs)
+        yield len(chunk)
+
+
+def prompt_logits(ctx: Context, n_prompt: int, n_vocab: int) -> np.ndarray:
+    """The logits of the prompt's last row after :func:`decode_prompt` (the first token's)."""
+    return ctx.logits(n_prompt - 1 - (n_prompt - 1) // ctx.n_ubatch * ctx.n_ubatch, n_vocab)
+
+
+class Generation:
+    """One call to :meth:`Engine.stream`: the state its phases share, and the phases.
+
+    Invariant at the start of every round, with ``last_token`` the last chosen token, at
+    position ``n_past``: the target's cache holds positions 0..n_past-1 (``last_token`` is not
+    decoded yet); the drafter's rows 0..n_past-1, row P being (token[P+1], g[P]) with g the
+    drafter's projection of the target features at P, are either in its cache or queued in the
+    engine's :class:`DrafterFeed` (the queued ones after the cached ones; after a long idle
+    stretch only the last few are kept). The round's first draft step decodes the queue.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        prompt: np.ndarray,
+        max_tokens: int,
+        sampling: SamplingParams,
+        draft_max: int,
+        draft_p_min: float,
+        stop: list[str],
+        adaptive: bool = False,
+    ) -> None:
+        self.engine = engine
+        self.target = engine.ctx
+        self.drafter = engine.drafter
+        self.capture = engine.capture
+        self.feed = engine.feed
+        self.prompt = prompt
+        self.max_tokens = max_tokens
+        self.sampling = sampling
+        self.draft_max = draft_max
+        self.draft_p_min = draft_p_min
+        self.speculative = self.drafter is not None and self.capture is not None and draft_max > 0
+        self.adaptive = adaptive and self.speculative
+        self.lengths: DraftLengths | None = None  # None: no drafting (plain decoding, or the policy is not built yet)
+        if self.adaptive:
+            self.lengths = engine.lengths.for_bound(draft_max)
+        elif self.speculative:
+            self.lengths = FixedLengths()
+        if self.feed is not None:
+            self.feed.window = max(IDLE_CONTEXT, draft_max + 1)
+        self.draft_ids = self.drafter.spec.draft_ids if self.drafter is not None else None
+        self._confidence_row = np.empty(0 if self.draft_ids is None else len(self.draft_ids), dtype=np.float32)
+        self.penalized = sampling.repeat_penalty != 1.0  # the token history is only read by the repeat penalty
+        self.rng = np.random.default_rng(sampling.seed)
+        self.history = [int(token) for token in prompt]
+        self.text = TextStream(stop)
+        self.output_tokens: list[int] = []
+        self.stop_reason = ""
+        self.spec_stats = SpecStats.for_draft_max(draft_max)
+        self.spec_stats.adaptive = self.adaptive
+        self.n_past = 0
+        self.cancelled: Callable[[], bool] | None = None
+
+    def run(self) -> Iterator[str]:
+        self._reset_caches()
+        started = clock()
+        first = self.prefill()
+        self.spec_stats.prefill_seconds = clock() - started
+        if first is None:
+            stats = self.spec_stats.generation_stats(len(self.prompt), 0, STOP_CANCELLED)
+            return GenerationResult(text="", tokens=[], stats=stats, spec_stats=self.spec_stats)
+        pending = [first]  # tokens chosen but not yet emitted
+        started = clock()
+        try:
+            while True:
+                yield from self.emit(pending)
+                if self.stop_reason:
+                    break
+                if self.n_past >= self.engine.n_ctx:
+                    self.stop_reason = STOP_CONTEXT
+                    break
+                pending = self.round(pending[-1])
+        finally:
+            self.spec_stats.decode_seconds = clock() - started
+        tail = self.text.finish()
+        if tail:
+            yield tail
+        if isinstance(self.lengths, DraftLengthPolicy):
+            self.spec_stats.policy = state_dict(self.lengths.state())
+        stats = self.spec_stats.generation_stats(len(self.prompt), len(self.output_tokens), self.stop_reason)
+        return GenerationResult(text=self.text.text, tokens=self.output_tokens, stats=stats, spec_stats=self.spec_stats)
+
+    def _reset_caches(self) -> None:
+        self.target.clear()
+        if self.feed is not None:
+            self.feed.reset()
+        if self.capture is not None:
+            self.capture.set_enabled(self.speculative)
+
+    def recent_history(self, last_token: int, drafts: list[int]) -> np.ndarray:
+        """The tokens before the next position, for the repeat penalty (empty when it is off)."""
+        return np.asarray(self.history + [last_token] + drafts) if self.penalized else NO_HISTORY
+
+    def confidence(self, logits: np.ndarray, distribution: np.ndarray | None) -> float:
+        """The drafter's top probability for its draft: what the draft-length policy decides on.
+
+        Sampling: the top of the processed draft distribution. Greedy: the softmax top probability over
+        the draft vocabulary, computed in a buffer kept for the generation (8K values for Gemma's
+        drafter rather than its 262K-wide logits row).
+        """
+        if distribution is not None:
+            return float(distribution.max())
+        if self.draft_ids is None:
+            return top_probability(logits)
+        row = self._confidence_row
+        np.take(logits, self.draft_ids, out=row)
+        np.subtract(row, row.max(), out=row)
+        np.exp(row, out=row)
+        return float(1.0 / row.sum())
+
+    # --- phases -------------------------------------------------------------------------------
+
+    def prefill(self) -> int | None:
+        """Decode the prompt into the target and queue its rows for the drafter; the first token (None
+        when ``cancelled`` stopped the prompt's decoding between chunks: a server dropping a long prefill).
+
+        The drafter decodes the prompt's rows here too when drafting is likely to start at once (fixed
+        drafting, or a policy that drafted lately); otherwise they wait, and only the last few are kept.
+        """
+        prompt = self.prompt
+        n_prompt = len(prompt)
+        features = []
+        decoded = 0
+        for rows in decode_prompt(self.target, prompt, self.cancelled):
+            decoded += rows
+            if self.speculative:
+                features.append(self.capture.features(rows))
+        if decoded < n_prompt:
+            return None
+        logits = prompt_logits(self.target, n_prompt, self.engine.n_vocab)
+        token, _ = choose(logits, np.asarray(self.history), self.sampling, self.rng)
+        if self.speculative:
+            self.feed.push(0, np.append(prompt[1:], token), np.concatenate(features))
+            policy = self.lengths if isinstance(self.lengths, DraftLengthPolicy) else None
+            if self.lengths is not None and (policy is None or policy.idle_rounds < IDLE_CONTEXT):
+                self.feed.flush()
+            else:
+                self.feed.trim()
+        self.n_past = n_prompt
+        return token
+
+    def round(self, last_token: int) -> list[int]:
+        """One draft-verify round after ``last_token``; the tokens it adds (accepted drafts, then one more)."""
+        started = clock()
+        observed = RoundStats()
+        drafts, draft_distributions, refused = self.draft(last_token, observed)
+        target_logits, verified_features = self.verify(last_token, drafts, observed)
+        n_accepted, next_token = self.accept(last_token, drafts, draft_distributions, target_logits, observed)
+        accepted = drafts[:n_accepted] + [next_token]
+        self.commit(last_token, accepted, verified_features, observed)
+        self.learn(observed, refused, next_token, clock() - started)
+        self.spec_stats.observe(observed)
+        return accepted
+
+    def draft_length(self) -> int:
+        """How many tokens this round may draft: the draft limit, the context, max_tokens and the batch
+        (verify decodes the last token and the drafts in one batch of at most n_batch rows) bound it."""
+        if not self.speculative:
+            return 0
+        remaining = self.max_tokens - len(self.output_tokens)
+        return min(self.draft_max, self.engine.n_ctx - self.n_past - 1, remaining - 1, self.target.n_batch - 1)
+
+    def draft(
+        self, last_token: int, observed: RoundStats
+    ) -> tuple[list[int], list[np.ndarray], tuple[int, float] | None]:
+        """A chain of drafter steps from ``last_token``, as long as ``self.lengths`` says.
+
+        Returns the drafts, their distributions when sampling, and the draft computed last but not
+        put in the batch with its confidence (None when the chain ended otherwise). The first step
+        catches the drafter up on the rows queued since it last ran. The chain also stops once the
+        drafter's confidence falls under ``draft_p_min``. Every decision reads only the drafter's
+        output, never the target's, so the verified output stays the target's own.
+        """
+        drafts: list[int] = []
+        distributions: list[np.ndarray] = []
+        lengths = self.lengths
+        if lengths is None:
+            return drafts, distributions, None
+        lengths.begin_round(max(0, self.draft_length()))
+        started = clock()
+        drafter = self.drafter
+        refused = None
+        prenorm = None
+        while lengths.extend():
+            n = len(drafts)
+            if n == 0:
+                logits, prenorm, observed.catch_up_rows = self.feed.catch_up()
+            else:
+                position = np.array([self.n_past + n - 1])
+                logits, prenorm = drafter.decode(np.array([drafts[-1]]), drafter.feedback(prenorm), position)
+            observed.steps += 1
+            row = logits[0]
+            token, distribution = choose(row, self.recent_history(last_token, drafts), self.sampling, self.rng)
+            confidence = self.confidence(row, distribution)
+            if n == 0:
+                observed.catch_up_seconds = clock() - started
+            if confidence < self.draft_p_min or not lengths.take(confidence):
+                refused = (token, confidence)
+                break
+            drafts.append(token)
+            if distribution is not None:
+                distributions.append(distribution)
+        observed.drafted = len(drafts)
+        observed.probe = lengths.probing and observed.drafted > 0
+        observed.draft_seconds = clock() - started
+        return drafts, distributions, refused
+
+    def verify(self, last_token: int, drafts: list[int], observed: RoundStats) -> tuple[np.ndarray, np.ndarray | None]:
+        """One target decode of [last_token, *drafts], every row with logits; those and the rows' features."""
+        started = clock()
+        batch = np.array([last_token, *drafts], dtype=np.int32)
+        n_rows = len(batch)
+        self.target.decode(batch, np.arange(self.n_past, self.n_past + n_rows), True)
+        target_logits = np.stack([self.target.logits(row, self.engine.n_vocab) for row in range(n_rows)])
+        features = self.capture.features(n_rows) if self.speculative else None
+        observed.verify_seconds = clock() - started
+        return target_logits, features
+
+    def accept(
+        self,
+        last_token: int,
+        drafts: list[int],
+        draft_distributions: list[np.ndarray],
+        target_logits: np.ndarray,
+        observed: RoundStats,
+    ) -> tuple[int, int]:
+        """How many drafts the target keeps, and the token it adds after them.
+
+        Every row's logits go through the same processing the target alone would apply at that
+        position, so the output is the target's own: token-identical greedy, same distribution
+        when sampling.
+        """
+        started = clock()
+        sampling = self.sampling
+        history = self.recent_history(last_token, drafts)
+        n_history = len(self.history) + 1
+        penalty, last_n = sampling.repeat_penalty, sampling.repeat_last_n
+
+        def processed(row: int) -> np.ndarray:
+            return apply_repeat_penalty(target_logits[row], history[: n_history + row], penalty, last_n)
+
+        draft_tokens = np.array(drafts, dtype=np.int64)
+        if sampling.greedy:
+            if self.penalized:
+                target_choices = np.array([int(np.argmax(processed(row))) for row in range(len(target_logits))])
+            else:
+                target_choices = np.argmax(target_logits, axis=1)
+            n_accepted = verify_greedy(draft_tokens, target_choices)
+            next_token = int(target_choices[n_accepted])
+        else:
+            targets = [probabilities(processed(row), sampling) for row in range(len(target_logits))]
+            n_accepted, next_token = verify_stochastic(draft_tokens, draft_distributions, targets, self.rng)
+        observed.accepted = n_accepted
+        observed.accept_seconds = clock() - started
+        return n_accepted, next_token
+
+    def commit(
+        self, last_token: int, accepted: list[int], verified_features: np.ndarray | None, observed: RoundStats
+    ) -> None:
+        """Keep the accepted prefix: roll the target's cache back to it and queue its rows for the drafter.
+
+        The drafter's own rows past ``n_past`` (its chain, fed its own feedback) are dropped: the queued
+        rows carry the target's features instead. The queue keeps at most ``feed.window`` rows.
+        """
+        n_accepted = len(accepted) - 1
+        n_past = self.n_past
+        started = clock()
+        self.target.remove_from(n_past + 1 + n_accepted)
+        observed.rollback_seconds = clock() - started
+        if self.speculative:
+            started = clock()
+            if observed.steps > 1:
+                self.drafter.remove_from(n_past)
+            self.feed.push(n_past, accepted, verified_features[: n_accepted + 1])
+            if self.feed.pending > self.feed.window:
+                self.feed.trim()
+            observed.feed_seconds = clock() - started
+        self.history.extend([last_token, *accepted[:-1]])
+        self.n_past += 1 + n_accepted
+
+    def learn(self, observed: RoundStats, refused: tuple[int, float] | None, next_token: int, seconds: float) -> None:
+        """Tell the draft-length policy what the round cost and how many drafts the target kept.
+
+        Before the adaptive policy exists, rounds without drafts measure the 1-row target call it starts
+        from. A draft computed but refused is scored too (greedy: did the target pick it?), at no cost.
+        """
+        if not self.speculative:
+            return
+        lengths = self.lengths
+        if lengths is None:
+            if self.adaptive:
+                self.lengths = self.engine.lengths.observe_t1(observed.verify_seconds, self.draft_max)
+            return
+        if refused is not None and self.sampling.greedy and observed.accepted == observed.drafted:
+            lengths.shadow(refused[1], refused[0] == next_token)
+        host = max(0.0, seconds - observed.verify_seconds - observed.draft_seconds)
+        lengths.end_round(
+            observed.accepted, verify_seconds=observed.verify_seconds, draft_seconds=observed.draft_seconds,
+            draft_steps=observed.steps, host_seconds=host,
+            first_seconds=observed.catch_up_seconds if observed.steps else None,
+        )  # fmt: skip
+
+    def emit(self, tokens: list[int]) -> Iterator[str]:
+        """Text for the chosen tokens, until one of them ends the generation (``stop_reason`` says why)."""
+        model = self.engine.model
+        for token in tokens:
+            if model.is_eog(token):
+                self.stop_reason = STOP_EOS
+                return
+            self.output_tokens.append(token)
+            piece = self.text.push(model.token_to_piece(token))
+            if piece:
+                yield piece
+            if self.text.stopped:
+                self.stop_reason = STOP_STRING
+                return
+            if len(self.output_tokens) >= self.max_tokens:
+                self.stop_reason = STOP_LENGTH
+                return
