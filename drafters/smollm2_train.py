@@ -1,6 +1,6 @@
 """Training stage of the SmolLM2-135M-Instruct chat drafter recipe (see drafters/README.md).
 
-python drafters/smollm2_train.py ARCH DATA_DIR OUT_DIR MAX_STEPS EPOCHS [THREADS]
+python drafters/smollm2_train.py ARCH DATA_DIR OUT_DIR MAX_STEPS EPOCHS [THREADS] [MAX_SECONDS]
 ARCH is eagle3.1 or eagle3; the same DATA_DIR, MAX_STEPS, EPOCHS and seed give both the same
 samples in the same order, so the two drafters differ only in the architecture.
 """
@@ -19,10 +19,13 @@ from local_eagle.train.trainer import TrainConfig, fit
 LAYERS = [2, 15, 27]
 
 
-def main(arch: str, data_dir: str, out_dir: str, max_steps: int, epochs: int, threads: int = 1) -> dict:
+def main(
+    arch: str, data_dir: str, out_dir: str, max_steps: int, epochs: int, threads: int = 1, max_seconds: int = 0
+) -> dict:
     paths = sorted(Path(data_dir).glob("sample-*.npz"))
-    cfg = TrainConfig(arch=arch, draft_vocab=8192, target_layers=LAYERS, ttt_steps=3, epochs=epochs, lr=5e-4,
-                      heldout_fraction=0.03, seed=0, n_threads=threads, max_steps=max_steps)  # fmt: skip
+    cfg = TrainConfig(arch=arch, draft_vocab=8192, target_layers=LAYERS, ttt_steps=3, epochs=epochs, lr=1e-3,
+                      heldout_fraction=0.03, seed=0, n_threads=threads, max_steps=max_steps,
+                      max_seconds=max_seconds or None)  # fmt: skip
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()

@@ -40,6 +40,7 @@ class TrainConfig:
     n_threads: int = 0
     vocab_size: int | None = None  # the HF target's vocabulary for config.json; default: the GGUF's token_embd rows
     max_steps: int | None = None  # cap on optimizer steps (one sample each): the same budget for drafters compared
+    max_seconds: float | None = None  # a wall-clock cap: training stops early and still writes the drafter
     save_every_s: float = 300.0  # mid-epoch checkpoints, so a killed long run resumes near where it stopped
 
     def validate(self) -> None:
@@ -416,6 +417,12 @@ def fit(
             losses = []
             for k in range(first, len(perm)):
                 if done >= total_steps:
+                    break
+                if cfg.max_seconds is not None and time.monotonic() - t_start > cfg.max_seconds:
+                    bar.console.print(
+                        f"stopping at step {done}/{total_steps}: the {cfg.max_seconds:.0f} s budget is spent"
+                    )
+                    total_steps = done
                     break
                 sample = train_set[int(perm[k])]
                 loss, _, _ = _loss_and_accuracy(model, embed, sample, t2d, cfg.ttt_steps, dev)
