@@ -118,3 +118,13 @@ def test_smollm2_modelfile_renders_as_the_gguf_template():
         {"role": "user", "content": "?"},
     ]
     assert modelfile_prompt(mf, msgs) == render_prompt(msgs, gguf_path=smollm2_target())
+
+
+def test_shipped_smollm2_drafter_header():
+    """The shipped chat drafter is EAGLE 3.1 with a reduced draft vocabulary, for a 576-wide, 49,152-token target."""
+    from local_eagle.assets import SMOLLM2_DRAFTER
+    from local_eagle.gguf import read_model_info
+
+    info = read_model_info(SMOLLM2_DRAFTER)
+    assert info.draft_vocab_size == 8192 and info.n_vocab == 49152 and info.n_embd == 576
+    assert info.target_layers == [2, 15, 27] and info.fc_norm and info.norm_output
