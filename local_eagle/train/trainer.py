@@ -20,6 +20,7 @@ from converters.eagle3_gguf import OUTTYPES
 from local_eagle.errors import LocalEagleError
 from local_eagle.files import atomic_output, check_output_dir, check_output_file
 from local_eagle.gguf import ModelInfo, field_value, model_info, open_gguf, tensor_f32
+from local_eagle.train.chat import features_f32
 
 CHECKPOINT = "train-state.pt"
 
@@ -38,6 +39,9 @@ class TrainConfig:
     seed: int = 0
     n_threads: int = 0
     vocab_size: int | None = None  # the HF target's vocabulary for config.json; default: the GGUF's token_embd rows
+    max_steps: int | None = None  # cap on optimizer steps (one sample each): the same budget for drafters compared
+    max_seconds: float | None = None  # a wall-clock cap: training stops early and still writes the drafter
+    save_every_s: float = 300.0  # mid-epoch checkpoints, so a killed long run resumes near where it stopped
 
     def validate(self) -> None:
         """Refuse, before any capture or training, settings that would crash hours in or train nothing.
@@ -63,6 +67,8 @@ class TrainConfig:
             raise LocalEagleError(f"--threads: expected 0 (all cores) or more, got {self.n_threads}")
         if self.target_layers is not None and len(self.target_layers) != 3:
             raise LocalEagleError(f"--target-layers: expected exactly three layer ids, got {self.target_layers}")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise LocalEagleError(f"max_steps: expected at least 1 step, got {self.max_steps}")
         if self.vocab_size is not None and self.vocab_size < 1:
             raise LocalEagleError(f"--vocab-size: expected a positive vocabulary size, got {self.vocab_size}")
         check_device(self.device)
@@ -129,24 +135,56 @@ def _target_shape(target: str | os.PathLike[str]) -> dict[str, Any]:
     }
 
 
-def choose_draft_vocab(data: list[dict[str, np.ndarray]], n_vocab: int, size: int) -> np.ndarray:
-    """The ``size`` target tokens most often predicted in the data (sorted ids); all of them if size >= vocab."""
+def choose_draft_vocab(data, n_vocab: int, size: int) -> np.ndarray:
+    """The ``size`` target tokens most often predicted in the data (sorted ids); all of them if size >= vocab.
+
+    ``data`` is any iterable of samples (a :class:`SampleStore` reads only the two arrays needed).
+    """
     if size >= n_vocab:
         return np.arange(n_vocab)
     counts = np.zeros(n_vocab, dtype=np.int64)
-    for d in data:
-        np.add.at(counts, d["tokens"][1:], 1)
-        np.add.at(counts, d["top_ids"][:, 0], 1)
+    it = data.labels() if isinstance(data, SampleStore) else ((d["tokens"], d["top_ids"]) for d in data)
+    for tokens, top_ids in it:
+        np.add.at(counts, tokens[1:], 1)
+        np.add.at(counts, top_ids[:, 0], 1)
     order = np.argsort(-counts, kind="stable")[:size]
     return np.sort(order)
 
 
-def load_data(paths: list[Path]) -> list[dict[str, np.ndarray]]:
-    out = []
-    for p in paths:
-        with np.load(p) as z:
-            out.append({k: z[k] for k in z.files})
-    return out
+class SampleStore:
+    """Captured samples read from disk one at a time: a dataset of millions of tokens never sits in memory."""
+
+    def __init__(self, paths: list[Path]) -> None:
+        self.paths = list(paths)
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, i: int) -> dict[str, np.ndarray]:
+        with np.load(self.paths[i]) as z:
+            return {k: z[k] for k in z.files}
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    def subset(self, idx) -> SampleStore:
+        return SampleStore([self.paths[int(i)] for i in idx])
+
+    def labels(self):
+        for p in self.paths:
+            with np.load(p) as z:
+                yield z["tokens"], z["top_ids"]
+
+    def n_tokens(self) -> int:
+        total = 0
+        for p in self.paths:
+            with np.load(p) as z:
+                total += len(z["tokens"])
+        return total
+
+
+def load_data(paths: list[Path]) -> SampleStore:
+    return SampleStore(paths)
 
 
 def make_model(target: str | os.PathLike[str], cfg: TrainConfig, vocab_ids: np.ndarray, layers: list[int]):
@@ -199,7 +237,7 @@ def _loss_and_accuracy(model, embed, sample, t2d, depth: int, device: str):
     from local_eagle.reference import ttt_forward
 
     tokens = torch.from_numpy(sample["tokens"].astype(np.int64))
-    feats = torch.from_numpy(sample["features"].astype(np.float32))
+    feats = torch.from_numpy(features_f32(sample))
     n = len(tokens)
     rows = n - 1  # bases p = 0..n-2 predict a token inside the sample at depth 0
     padded = torch.cat([tokens, torch.zeros(depth, dtype=torch.int64)])
@@ -251,10 +289,8 @@ def train(
 ) -> list[EpochReport]:
     """Capture data, train, write ``out_dir/drafter`` (HF checkpoint) and optionally a GGUF."""
     import torch
-    from rich.progress import Progress
 
-    from converters.eagle3_gguf import convert, default_target_layers
-    from converters.formats import write_checkpoint
+    from converters.eagle3_gguf import default_target_layers
     from local_eagle.train.data import build_dataset, read_samples
 
     cfg.validate()
@@ -283,14 +319,54 @@ def train(
     paths = build_dataset(
         target, samples, layers, out / "data", cfg.max_tokens_per_sample, n_threads=cfg.n_threads, progress=progress
     )
-    data = load_data(paths)
-    if not data:
+    if not paths:
         raise LocalEagleError(f"{prompts}: no sample produced enough tokens to train on")
+    return fit(target, paths, out, cfg, resume=resume, gguf_out=gguf_out, gguf_type=gguf_type, progress=progress,
+               vocab_size=vocab_size, layers=layers)  # fmt: skip
+
+
+def fit(
+    target: str | os.PathLike[str],
+    paths: list[Path],
+    out: Path,
+    cfg: TrainConfig,
+    *,
+    resume: bool = False,
+    gguf_out: str | os.PathLike[str] | None = None,
+    gguf_type: str = "q8_0",
+    progress: bool = True,
+    vocab_size: int | None = None,
+    layers: list[int] | None = None,
+    log_every_s: float = 60.0,
+) -> list[EpochReport]:
+    """Train on captured samples streamed from disk; write ``out/drafter`` and optionally a GGUF.
+
+    The train / held-out split and each epoch's order come from ``cfg.seed`` alone, so two drafters
+    trained with the same seed, data and ``max_steps`` see exactly the same samples in the same order.
+    A checkpoint is written every ``cfg.save_every_s`` seconds and at each epoch's end.
+    """
+    import sys
+    import time
+
+    import torch
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    from converters.eagle3_gguf import convert, default_target_layers
+    from converters.formats import write_checkpoint
+
+    cfg.validate()
+    shape = _target_shape(target)
+    vocab_size = vocab_size or hf_vocab_size(shape["info"], cfg.vocab_size)
+    layers = layers or cfg.target_layers or default_target_layers(shape["info"].n_layer)
+    if cfg.n_threads:
+        torch.set_num_threads(cfg.n_threads)
+    state_path = out / CHECKPOINT
+    data = load_data(paths)
     rng = np.random.default_rng(cfg.seed)
     order = rng.permutation(len(data))
     n_held = max(1, int(len(data) * cfg.heldout_fraction)) if len(data) > 1 else 0
-    held = [data[i] for i in order[:n_held]]
-    train_set = [data[i] for i in order[n_held:]] or held
+    held = data.subset(order[:n_held])
+    train_set = data.subset(order[n_held:]) if len(data) > n_held else held
 
     vocab_ids = choose_draft_vocab(train_set, shape["info"].n_vocab, cfg.draft_vocab)
     model, embed = make_model(target, cfg, vocab_ids, layers)
@@ -301,11 +377,13 @@ def train(
     embed = embed.to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
     total_steps = cfg.epochs * len(train_set)
+    if cfg.max_steps is not None:
+        total_steps = min(total_steps, cfg.max_steps)
     warm = max(1, total_steps // 50)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / max(1, total_steps))))
     )
-    start_epoch = 0
+    start_epoch = start_step = 0
     reports: list[EpochReport] = []
     if resume and state_path.exists():
         st = torch.load(state_path, map_location=dev, weights_only=False)
@@ -314,42 +392,66 @@ def train(
         model.load_state_dict(st["model"])
         opt.load_state_dict(st["optimizer"])
         sched.load_state_dict(st["scheduler"])
-        start_epoch = st["epoch"]
+        start_epoch, start_step = st["epoch"], st.get("step", 0)
         reports = [EpochReport(**r) for r in st["reports"]]
 
-    with Progress(disable=not progress) as bar:
-        task = bar.add_task("training", total=total_steps, completed=start_epoch * len(train_set))
+    def save(epoch: int, step: int) -> None:
+        _save_state(state_path, {"model": model.state_dict(), "optimizer": opt.state_dict(),
+                                 "scheduler": sched.state_dict(), "epoch": epoch, "step": step,
+                                 "config": asdict(cfg), "vocab_ids": vocab_ids,
+                                 "reports": [asdict(r) for r in reports]})  # fmt: skip
+
+    done = min(total_steps, start_epoch * len(train_set) + start_step)
+    columns = [TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+               TimeElapsedColumn(), TimeRemainingColumn()]  # fmt: skip
+    n_tok = 0
+    t_start = last_save = last_log = time.monotonic()
+    with Progress(*columns, disable=not progress) as bar:
+        task = bar.add_task("training", total=total_steps, completed=done)
         for epoch in range(start_epoch, cfg.epochs):
+            if done >= total_steps:
+                break
+            perm = np.random.default_rng([cfg.seed, epoch]).permutation(len(train_set))
+            first = start_step if epoch == start_epoch else 0
             model.train()
-            perm = rng.permutation(len(train_set))
             losses = []
-            for i in perm:
-                loss, _, _ = _loss_and_accuracy(model, embed, train_set[i], t2d, cfg.ttt_steps, dev)
+            for k in range(first, len(perm)):
+                if done >= total_steps:
+                    break
+                if cfg.max_seconds is not None and time.monotonic() - t_start > cfg.max_seconds:
+                    bar.console.print(
+                        f"stopping at step {done}/{total_steps}: the {cfg.max_seconds:.0f} s budget is spent"
+                    )
+                    total_steps = done
+                    break
+                sample = train_set[int(perm[k])]
+                loss, _, _ = _loss_and_accuracy(model, embed, sample, t2d, cfg.ttt_steps, dev)
                 opt.zero_grad()
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
                 opt.step()
                 sched.step()
+                done += 1
+                n_tok += len(sample["tokens"])
                 losses.append(float(loss.detach()))
-                bar.update(task, advance=1, description=f"epoch {epoch + 1} loss {np.mean(losses[-50:]):.3f}")
+                rate = n_tok / max(time.monotonic() - t_start, 1e-9)
+                desc = f"epoch {epoch + 1} loss {np.mean(losses[-50:]):.3f} {rate:.0f} tok/s"
+                bar.update(task, advance=1, description=desc)
+                now = time.monotonic()
+                if not sys.stdout.isatty() and now - last_log > log_every_s:
+                    last_log = now
+                    print(f"[train {cfg.arch}] step {done}/{total_steps} {desc}", flush=True)
+                if now - last_save > cfg.save_every_s:
+                    last_save = now
+                    save(epoch, k + 1)
             acc = evaluate(model, embed, held, t2d, cfg.ttt_steps, dev)
-            reports.append(EpochReport(epoch + 1, float(np.mean(losses)), acc))
+            reports.append(EpochReport(epoch + 1, float(np.mean(losses)) if losses else float("nan"), acc))
             bar.console.print(
-                f"epoch {epoch + 1}: loss {np.mean(losses):.3f}, held-out top-1 by depth "
+                f"epoch {epoch + 1}: loss {reports[-1].train_loss:.3f}, held-out top-1 by depth "
                 + " ".join(f"{a:.2f}" for a in acc)
+                + f" ({n_tok / max(time.monotonic() - t_start, 1e-9):.0f} training tok/s)"
             )
-            _save_state(
-                state_path,
-                {
-                    "model": model.state_dict(),
-                    "optimizer": opt.state_dict(),
-                    "scheduler": sched.state_dict(),
-                    "epoch": epoch + 1,
-                    "config": asdict(cfg),
-                    "vocab_ids": vocab_ids,
-                    "reports": [asdict(r) for r in reports],
-                },
-            )
+            save(epoch + 1, 0)
     model.to("cpu")
     drafter_cfg = model.cfg.to_dict()
     ckpt = write_checkpoint(model.state_dict(), drafter_cfg, out / "drafter", fmt="eagle3", vocab_size=vocab_size)

@@ -376,12 +376,13 @@ SHIPPED = sorted((REPO / "modelfiles").glob("*.Modelfile"))
 LLAMA3_STOPS = ["<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]  # Ollama's llama3-instruct.json
 
 
-def test_the_four_pairs_are_shipped() -> None:
+def test_the_five_pairs_are_shipped() -> None:
     assert [p.name for p in SHIPPED] == [
         "gemma3-270m-eagle31-demo.Modelfile",
         "llama3.1-8b-instruct-eagle3.Modelfile",
         "llama3.1-8b-instruct-eagle31.Modelfile",
         "qwen3-8b-eagle3.Modelfile",
+        "smollm2-135m-instruct-eagle31.Modelfile",
     ]
 
 
@@ -399,7 +400,7 @@ def test_shipped_modelfiles_parse_and_round_trip(path: Path) -> None:
         assert (
             raw == ""
             or raw.lstrip().startswith("#")
-            or word in {"FROM", "DRAFT", "TEMPLATE", "PARAMETER"}
+            or word in {"FROM", "DRAFT", "TEMPLATE", "SYSTEM", "PARAMETER"}
             or (not raw[:1].isalpha())
         ), raw
 
