@@ -112,7 +112,8 @@ class CostModel:
         A row count's estimate is the median of its samples together with ``min_samples`` copies of the
         line's value, so two or three samples, one of them an outlier, cannot pin it far off (and with
         it, through monotonicity, every larger count). ``optimism`` discounts the extra cost of row counts
-        with fewer than ``min_samples`` samples, so the policy tries them before ruling them out.
+        with fewer than ``min_samples`` samples, so the policy tries them before ruling them out: only the
+        count one past the deepest measured one, so that depths are explored one at a time.
         """
         ones = self._rows.get(1)
         m1 = ones.median(self.t1, pseudo=self.min_samples) if ones else self.t1
@@ -136,6 +137,10 @@ class CostModel:
             out[r] = max(fit, 1e-9)
         out[1:] = np.maximum.accumulate(out[1:])
         if optimism > 0.0 and max_rows > 1:
-            seen = np.array([min(1.0, self.samples(r) / self.min_samples) for r in range(2, max_rows + 1)])
+            # one row count past the deepest well-measured one at a time: on a CPU every untried depth
+            # would look worth a try at once, and each try of a deep verify costs several decodes
+            known = max((r for r in self._rows if self.samples(r) >= self.min_samples), default=1)
+            n = self.min_samples
+            seen = np.array([min(1.0, self.samples(r) / n) if r <= known + 1 else 1.0 for r in range(2, max_rows + 1)])
             out[2:] = out[1] + np.cumsum(np.diff(out[1:]) * (1.0 - optimism * (1.0 - seen)))
         return out

@@ -337,7 +337,7 @@ class DraftLengthPolicy:
             p = self.probe_break_even()
             if accepted > 0 and p < 0.9:  # accepted, where a sure probe gains more than a tenth of a token
                 self.probe_interval = max(1, self.probe_interval // 2)
-            elif self.acceptance.observations >= self.probe_warmup:
+            elif self.acceptance.observations >= self.probe_warmup or p >= 0.9:  # no warm-up for hopeless probes
                 p = min(max(p, 1.0 / 3.0), 0.95)
                 grow = max(self.probe_interval + 1, round(self.probe_interval * 2.0 ** (p / (1.0 - p))))
                 self.probe_interval = min(self.probe_max, grow)
