@@ -305,31 +305,8 @@ def capture_tokens(
     ctx, capture, tokens: np.ndarray, n_vocab: int, chunk: int, topk: int, soft_from: int = 0
 ) -> dict[str, np.ndarray]:
     """Teacher-force ``tokens`` in ``chunk``-row prefills: packed features and the target's top-k log-probs."""
-    import torch
+    from local_eagle.train.data import capture_sample
 
-    n = len(tokens)
-    ctx.clear()
-    feats = np.empty((n, len(capture.layers) * ctx.model.n_embd), dtype=np.float32)
-    top_ids = np.zeros((n, topk), dtype=np.int32)
-    top_lp = np.full((n, topk), -np.inf, dtype=np.float16)
-    hard = np.arange(min(soft_from, n - 1))
-    top_ids[hard, 0] = tokens[hard + 1]
-    top_lp[hard, 0] = 0.0
-    for s in range(0, n, chunk):
-        part = tokens[s : s + chunk]
-        m = len(part)
-        rows = np.arange(s, s + m)
-        outputs = rows >= soft_from
-        ctx.decode(part, rows, outputs)
-        feats[s : s + m] = capture.features(m)
-        idx = np.nonzero(outputs)[0]
-        if not len(idx):
-            continue
-        logits = torch.from_numpy(np.stack([ctx.logits(int(i), n_vocab) for i in idx]))
-        vals, ids = torch.topk(logits, topk, dim=1)
-        lse = torch.logsumexp(logits, dim=1, keepdim=True)
-        top_ids[s + idx] = ids.numpy()
-        top_lp[s + idx] = (vals - lse).numpy()
-    packed, scale = pack_features(feats)
-    return {"tokens": tokens.astype(np.int32), "features": packed, "feature_scale": scale,
-            "top_ids": top_ids, "top_logprobs": top_lp}  # fmt: skip
+    out = capture_sample(ctx, capture, tokens, n_vocab, soft_from, chunk=chunk, topk=topk)
+    packed, scale = pack_features(out["features"])
+    return {**out, "features": packed, "feature_scale": scale}

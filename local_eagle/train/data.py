@@ -83,7 +83,7 @@ def _save(path: Path, **arrays: np.ndarray) -> None:
 
 
 def capture_sample(
-    ctx: Context, capture, tokens: np.ndarray, n_vocab: int, soft_from: int = 0
+    ctx: Context, capture, tokens: np.ndarray, n_vocab: int, soft_from: int = 0, chunk: int = CHUNK, topk: int = TOPK
 ) -> dict[str, np.ndarray]:
     """Teacher-force ``tokens`` through the target: features everywhere, top-k log-probabilities from ``soft_from``.
 
@@ -94,24 +94,24 @@ def capture_sample(
 
     n = len(tokens)
     ctx.clear()
-    feats = np.empty((n, 3 * ctx.model.n_embd), dtype=np.float32)  # real hidden states overflow fp16
-    top_ids = np.zeros((n, TOPK), dtype=np.int32)
-    top_lp = np.full((n, TOPK), -np.inf, dtype=np.float16)
+    feats = np.empty((n, len(capture.layers) * ctx.model.n_embd), dtype=np.float32)  # hidden states overflow fp16
+    top_ids = np.zeros((n, topk), dtype=np.int32)
+    top_lp = np.full((n, topk), -np.inf, dtype=np.float16)
     hard = np.arange(min(soft_from, n - 1))
     top_ids[hard, 0] = tokens[hard + 1]
     top_lp[hard, 0] = 0.0
-    for s in range(0, n, CHUNK):
-        chunk = tokens[s : s + CHUNK]
-        m = len(chunk)
+    for s in range(0, n, chunk):
+        part = tokens[s : s + chunk]
+        m = len(part)
         rows = np.arange(s, s + m)
         outputs = rows >= soft_from
-        ctx.decode(chunk, rows, outputs)
+        ctx.decode(part, rows, outputs)
         feats[s : s + m] = capture.features(m)
         if not outputs.any():
             continue
         idx = np.nonzero(outputs)[0]
         logits = torch.from_numpy(np.stack([ctx.logits(int(i), n_vocab) for i in idx]))
-        vals, ids = torch.topk(logits, TOPK, dim=1)
+        vals, ids = torch.topk(logits, topk, dim=1)
         lse = torch.logsumexp(logits, dim=1, keepdim=True)
         top_ids[s + idx] = ids.numpy()
         top_lp[s + idx] = (vals - lse).numpy()
