@@ -207,6 +207,12 @@ def draft_lengths_text(counts: list[int]) -> str:
     return ", ".join(f"{k}: {n / total:.0%}" for k, n in enumerate(counts) if n) if total else "none"
 
 
+def acceptance_text(st: Any) -> str:
+    """Acceptance per draft position, for the positions that were drafted at all."""
+    pairs = zip(st.acceptance_per_position, st.drafted_per_position, strict=True)
+    return " ".join(f"{a:.2f}" for a, n in pairs if n) or "-"
+
+
 def identity_text(check: Any) -> str:
     """How the speculative output compares with the target's own, in the three cases runtime.identity tells apart."""
     from local_eagle.runtime.identity import IDENTICAL, NEAR_TIE
@@ -253,7 +259,9 @@ def demo(
     with Engine(target, draft, EngineOptions(n_ctx=2048, n_threads=threads, adaptive=adaptive)) as engine:
         engine.generate(_WARMUP, max_tokens=64 if adaptive else 8, draft_max=k)  # warm-up
         if not as_json:
-            out.print(f"[dim]{target.name} + {draft.name}, greedy, up to {max_tokens} tokens[/]", highlight=False)
+            how = "draft lengths chosen per round (after 64 tokens of another prompt)" if adaptive else f"k={k} fixed"
+            head = f"{target.name} + {draft.name}, greedy, up to {max_tokens} tokens, {how}"
+            out.print(f"[dim]{head}[/]", highlight=False)
             out.file.write(text)
         s = engine.stream(text, max_tokens=max_tokens, draft_max=k)
         _echo(s, as_json)
@@ -277,8 +285,7 @@ def demo(
     t.add_row("target alone", f"{base.stats.tokens_per_second:.1f}", str(base.stats.target_calls), "1.00", "", "")
     t.add_row(
         f"EAGLE 3.1, {'auto, up to' if adaptive else 'fixed'} k={k}", f"{st.tokens_per_second:.1f}",
-        str(st.target_calls), f"{st.acceptance_length:.2f}", " ".join(f"{a:.2f}" for a in st.acceptance_per_position),
-        draft_lengths_text(st.draft_lengths),
+        str(st.target_calls), f"{st.acceptance_length:.2f}", acceptance_text(st), draft_lengths_text(st.draft_lengths),
     )  # fmt: skip
     out.print(t)
     out.print(f"speedup {ratio:.2f}x; {identity_text(check)}", highlight=False)

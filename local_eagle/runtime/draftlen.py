@@ -217,7 +217,8 @@ class DraftLengthPolicy:
     its confidence, so that it notices when the text becomes predictable. An accepted probe halves the
     interval and a failed one grows it so that probes grow rare unless they are accepted more often than
     they cost (``probe_break_even``); where even a sure probe would gain less than a tenth of a token,
-    every probe fails.
+    every probe fails. The interval stops growing at ``probe_max`` rounds, or where failed probes would
+    cost ``probe_budget`` of the time if that is later.
     ``fixed`` drafts ``k_max`` every round (benchmarks).
     """
 
@@ -233,6 +234,7 @@ class DraftLengthPolicy:
         refresh_every: int = 16,
         probe_first: int = 8,
         probe_max: int = 64,
+        probe_budget: float = 0.01,
         support: int = 8,
         confidence_window: int = 64,
         optimism: float = 0.5,
@@ -248,6 +250,7 @@ class DraftLengthPolicy:
         self.refresh_every = refresh_every
         self.optimism = optimism
         self.probe_max = probe_max
+        self.probe_budget = probe_budget
         self.probe_interval = probe_first
         self.probe_warmup = probe_warmup
         self.idle_rounds = 0
@@ -334,13 +337,15 @@ class DraftLengthPolicy:
         if host_seconds is not None:
             self.costs.add_host(host_seconds)
         if self.probing:
-            p = self.probe_break_even()
-            if accepted > 0 and p < 0.9:  # accepted, where a sure probe gains more than a tenth of a token
+            cost = self.probe_break_even()
+            if accepted > 0 and cost < 0.9:  # accepted, where a sure probe gains more than a tenth of a token
                 self.probe_interval = max(1, self.probe_interval // 2)
-            elif self.acceptance.observations >= self.probe_warmup or p >= 0.9:  # no warm-up for hopeless probes
-                p = min(max(p, 1.0 / 3.0), 0.95)
+            elif self.acceptance.observations >= self.probe_warmup or cost >= 0.9:  # no warm-up for hopeless probes
+                p = min(max(cost, 1.0 / 3.0), 0.95)
                 grow = max(self.probe_interval + 1, round(self.probe_interval * 2.0 ** (p / (1.0 - p))))
-                self.probe_interval = min(self.probe_max, grow)
+                # failed probes cost at most ``probe_budget`` of the time: 1% of the rounds' worth when a probe
+                # costs a round (a 2-core CPU: its catch-up plus a second verify row cost ~1.8 decodes)
+                self.probe_interval = min(max(self.probe_max, math.ceil(cost / self.probe_budget)), grow)
         if taken:
             self.idle_rounds = 0
         elif self._cap > 0:
