@@ -63,6 +63,7 @@ class BenchRow:
     divergences: list[dict] = field(default_factory=list)  # runtime.identity's finding for each mismatch
     draft_lengths: list[float] = field(default_factory=list)  # share of rounds by number of tokens drafted
     probes: int = 0
+    captured: float = 0.0  # share of rounds whose target call recorded features for the drafter
     catch_ups: int = 0
     catch_up_rows: float = 0.0  # per catch-up
     catch_up_ms: float = 0.0  # per catch-up
@@ -112,6 +113,7 @@ def summarize(k: int, base: GenerationTotals, spec: GenerationTotals, n_prompts:
         divergences=[c.to_dict() for c in checks if c.verdict != IDENTICAL],
         draft_lengths=[n / rounds for n in speculative.draft_lengths] if rounds else [],
         probes=speculative.probes,
+        captured=speculative.captured_rounds / calls if calls else 0.0,
         catch_ups=n_catch,
         catch_up_rows=speculative.catch_up_rows / n_catch if n_catch else 0.0,
         catch_up_ms=1000 * speculative.catch_up_seconds / n_catch if n_catch else 0.0,

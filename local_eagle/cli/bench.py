@@ -115,7 +115,7 @@ def _print_adaptive(rows: list, lengths_text) -> None:
     if not adaptive:
         return
     a = Table(title="adaptive runs: draft lengths chosen (share of rounds), estimated costs (ms), drafter catch-up")
-    for col in ("k", "draft lengths", "est. verify by rows", "est. step / first", "probes", "catch-up"):
+    for col in ("k", "draft lengths", "est. verify by rows", "est. step / first", "probes", "captured", "catch-up"):
         a.add_column(col)
     for r in adaptive:
         p = r.policy or {}
@@ -123,5 +123,5 @@ def _print_adaptive(rows: list, lengths_text) -> None:
         steps = f"{p.get('draft_step_ms', 0.0):.2f} / {p.get('first_step_ms', 0.0):.2f}"
         catch = f"{r.catch_ups} x {r.catch_up_rows:.1f} rows, {r.catch_up_ms:.2f} ms" if r.catch_ups else "none"
         shares = lengths_text([round(1000 * x) for x in r.draft_lengths])
-        a.add_row(r.label, shares, verify, steps, str(r.probes), catch)
+        a.add_row(r.label, shares, verify, steps, str(r.probes), f"{r.captured:.0%}", catch)
     out.print(a)

@@ -281,18 +281,23 @@ class DraftLengthPolicy:
             self.replan()
             self.begin_round()
 
-    def begin_round(self, cap: int | None = None) -> None:
-        """Start a round that may draft at most ``cap`` tokens (``k_max`` by default)."""
+    def begin_round(self, cap: int | None = None, *, ready: bool = True) -> None:
+        """Start a round that may draft at most ``cap`` tokens (``k_max`` by default).
+
+        ``ready=False``: the drafter cannot draft this round (its input was paused and has not a window of
+        rows yet); the round counts as idle, and a probe that is due waits for a ready round.
+        """
         self._cap = self.k_max if cap is None else min(cap, self.k_max)
+        self._ready = ready
         self._taken: list[float] = []
         self._chain = 1.0
         self._steps = 0
-        self.probing = not self.fixed and self._cap > 0 and self.idle_rounds >= self.probe_interval
+        self.probing = ready and not self.fixed and self._cap > 0 and self.idle_rounds >= self.probe_interval
 
     def extend(self) -> bool:
         """Run one more drafter step? Called before each step, with the drafts so far in the batch."""
         n = len(self._taken)
-        if n >= self._cap or self._steps > n:
+        if n >= self._cap or self._steps > n or not self._ready:
             return False
         go = self.fixed or (self.probing and n == 0) or (self.primed and n == 0)
         go = go or self._chain > self._plan.extend[n]
@@ -311,6 +316,14 @@ class DraftLengthPolicy:
         self._taken.append(confidence)
         self._chain = y
         return True
+
+    def rounds_until_draft(self) -> int:
+        """Rounds before the next one that may draft, as far as the current plan says: 0 when the plan may
+        draft any round (or drafting is fixed), else the rounds to the next probe. A replan can bring a draft
+        sooner; an engine that paused its drafter's input then waits until it has a window of rows again."""
+        if self.fixed or self.primed or self._plan.extend[0] < 1.0:
+            return 0
+        return max(0, self.probe_interval - self.idle_rounds)
 
     @property
     def drafted(self) -> int:

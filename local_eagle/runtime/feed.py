@@ -64,6 +64,21 @@ class DrafterFeed:
             self.first += drop
             self._restart = True
 
+    def skip(self, position: int, n: int) -> None:
+        """Rows ``position .. position + n - 1`` will never exist (their features were not captured):
+        drop the queue, and clear the drafter's cache before it decodes again."""
+        if position != self.first + self.pending:
+            raise AssertionError(f"drafter rows skipped at {position}, expected {self.first + self.pending}")
+        self._head = self._tail = 0
+        self.first = position + n
+        self._restart = True
+
+    def ready(self, position: int) -> bool:
+        """Can a draft start at ``position``: the row before it is queued, and the drafter sees either its
+        whole context or a full window of it (not a few rows after a skip, which draft poorly)."""
+        n = self.pending
+        return n > 0 and self.first + n == position and (not self._restart or n >= self.window)
+
     def flush(self) -> None:
         """Decode every queued row but the last now, keeping the drafter's whole context (a prompt, say)."""
         n = self.pending - 1

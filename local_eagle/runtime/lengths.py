@@ -26,7 +26,7 @@ class DraftLengths(Protocol):
 
     probing: bool
 
-    def begin_round(self, cap: int | None = None) -> None: ...
+    def begin_round(self, cap: int | None = None, *, ready: bool = True) -> None: ...
 
     def extend(self) -> bool: ...
 
@@ -46,8 +46,8 @@ class FixedLengths:
     def __init__(self) -> None:
         self._left = 0
 
-    def begin_round(self, cap: int | None = None) -> None:
-        self._left = cap or 0
+    def begin_round(self, cap: int | None = None, *, ready: bool = True) -> None:
+        self._left = (cap or 0) if ready else 0
 
     def extend(self) -> bool:
         return self._left > 0

@@ -117,6 +117,7 @@ class Generation:
             self.lengths = FixedLengths()
         if self.feed is not None:
             self.feed.window = max(IDLE_CONTEXT, draft_max + 1)
+        self.pausable = self.adaptive and self.capture is not None and self.capture.can_pause
         self.draft_ids = self.drafter.spec.draft_ids if self.drafter is not None else None
         self._confidence_row = np.empty(0 if self.draft_ids is None else len(self.draft_ids), dtype=np.float32)
         self.penalized = sampling.repeat_penalty != 1.0  # the token history is only read by the repeat penalty
@@ -255,7 +256,7 @@ class Generation:
         lengths = self.lengths
         if lengths is None:
             return drafts, distributions, None
-        lengths.begin_round(max(0, self.draft_length()))
+        lengths.begin_round(max(0, self.draft_length()), ready=self.feed.ready(self.n_past))
         started = clock()
         drafter = self.drafter
         refused = None
@@ -284,14 +285,30 @@ class Generation:
         observed.draft_seconds = clock() - started
         return drafts, distributions, refused
 
+    def capturing(self, drafted: int) -> bool:
+        """Must this round's verify capture the target's features? Yes while drafting, or when the policy may
+        draft within the feed's window of rounds (the catch-up decodes the last ``window`` rows); an idle
+        policy's other rounds skip them, since recording costs a share of every target call (``LayerCapture.pause``).
+        Only the policy's state decides, never the target's output."""
+        if not self.speculative:
+            return False
+        if drafted or not self.pausable or not isinstance(self.lengths, DraftLengthPolicy):
+            return True
+        return self.lengths.rounds_until_draft() <= self.feed.window
+
     def verify(self, last_token: int, drafts: list[int], observed: RoundStats) -> tuple[np.ndarray, np.ndarray | None]:
-        """One target decode of [last_token, *drafts], every row with logits; those and the rows' features."""
+        """One target decode of [last_token, *drafts], every row with logits; those and the rows' features
+        (None when this round does not capture them)."""
         started = clock()
         batch = np.array([last_token, *drafts], dtype=np.int32)
         n_rows = len(batch)
+        capture = self.capturing(len(drafts))
+        if self.pausable:
+            self.capture.pause(not capture)
         self.target.decode(batch, np.arange(self.n_past, self.n_past + n_rows), True)
         target_logits = np.stack([self.target.logits(row, self.engine.n_vocab) for row in range(n_rows)])
-        features = self.capture.features(n_rows) if self.speculative else None
+        features = self.capture.features(n_rows) if capture else None
+        observed.captured = capture
         observed.verify_seconds = clock() - started
         return target_logits, features
 
@@ -350,9 +367,12 @@ class Generation:
             started = clock()
             if observed.steps > 1:
                 self.drafter.remove_from(n_past)
-            self.feed.push(n_past, accepted, verified_features[: n_accepted + 1])
-            if self.feed.pending > self.feed.window:
-                self.feed.trim()
+            if verified_features is None:
+                self.feed.skip(n_past, n_accepted + 1)
+            else:
+                self.feed.push(n_past, accepted, verified_features[: n_accepted + 1])
+                if self.feed.pending > self.feed.window:
+                    self.feed.trim()
             observed.feed_seconds = clock() - started
         self.history.extend([last_token, *accepted[:-1]])
         self.n_past += 1 + n_accepted

@@ -24,6 +24,7 @@ class RoundStats:
     accepted: int = 0
     steps: int = 0  # drafter steps run (a draft the policy refused after computing it included)
     probe: bool = False  # drafted because the policy probes, not because drafting looked worth it
+    captured: bool = False  # the verify recorded the target's features for the drafter (else paused: idle)
     catch_up_rows: int = 0  # rows the first step decoded to bring the drafter up to date (0: no step)
     catch_up_seconds: float = 0.0  # that first step: catch-up, reading its logits, choosing the draft
     draft_seconds: float = 0.0  # the drafter's chain of steps, choosing each draft included
@@ -52,6 +53,7 @@ class SpecStats:
     trace_drafted: list[int] = field(default_factory=list)
     trace_accepted: list[int] = field(default_factory=list)
     probes: int = 0
+    captured_rounds: int = 0
     catch_ups: int = 0
     catch_up_rows: int = 0
     catch_up_seconds: float = 0.0
@@ -86,6 +88,7 @@ class SpecStats:
         self.trace_drafted.append(round_stats.drafted)
         self.trace_accepted.append(round_stats.accepted)
         self.probes += round_stats.probe
+        self.captured_rounds += round_stats.captured
         self.draft_steps += round_stats.steps
         if round_stats.catch_up_rows:
             self.catch_ups += 1
@@ -140,6 +143,7 @@ class SpecStats:
             adaptive=self.adaptive,
             draft_lengths=self.verify_calls_by_rows[1:],
             probes=self.probes,
+            captured_rounds=self.captured_rounds,
             catch_ups=self.catch_ups,
             catch_up_rows=self.catch_up_rows,
             catch_up_seconds=self.catch_up_seconds,
@@ -172,6 +176,7 @@ class GenerationStats:
     adaptive: bool = False  # draft lengths chosen by the cost-aware policy (else fixed at draft_max)
     draft_lengths: list[int] = field(default_factory=list)  # [k]: rounds that drafted k tokens
     probes: int = 0  # rounds the adaptive policy drafted one token to test whether drafting pays again
+    captured_rounds: int = 0  # rounds whose target call recorded features for the drafter (the rest idled)
     catch_ups: int = 0  # drafter calls that decoded the rows queued while it was idle (and the first step)
     catch_up_rows: int = 0
     catch_up_seconds: float = 0.0
@@ -239,6 +244,7 @@ class GenerationTotals:
         total.draft_steps += stats.draft_steps
         total.adaptive = stats.adaptive
         total.probes += stats.probes
+        total.captured_rounds += stats.captured_rounds
         total.catch_ups += stats.catch_ups
         total.catch_up_rows += stats.catch_up_rows
         total.catch_up_seconds += stats.catch_up_seconds

@@ -375,3 +375,37 @@ def test_real_gemma3_270m_callback_capture(contexts: list[Context]) -> None:
             c.close()
         contexts.clear()
         model.close()
+
+
+def test_a_paused_callback_capture_records_nothing_and_resumes_on_the_next_decode(
+    gemma: Model, contexts: list[Context]
+) -> None:
+    """Paused between decodes of one sequence (an idle drafter), then resumed: rows decoded after resuming
+    read the same as a capture that never paused."""
+    toks = tokens(12)
+    whole, ctx_w = open_capture(gemma, GEMMA_LAYERS, "callback", contexts)
+    reference = decode_chunks(whole, ctx_w, toks, [10, 2, 2])
+    cap, ctx = open_capture(gemma, GEMMA_LAYERS, "callback", contexts)
+    assert cap.can_pause
+    decode_chunks(cap, ctx, toks, [10])
+    cap.pause(True)
+    ctx.decode(toks[10:12], np.arange(10, 12), True)
+    with pytest.raises(LocalEagleError, match="paused"):
+        cap.features(2)
+    cap.pause(False)
+    with pytest.raises(LocalEagleError, match="no decode"):
+        cap.features(1)  # what was recorded before the pause is forgotten
+    ctx.decode(toks[12:14], np.arange(12, 14), True)
+    assert_same_rows_across_shapes(cap.features(2), reference[2])
+    cap.pause(True)
+    ctx.clear()
+    cap.set_enabled(True)  # a new sequence records again
+    assert not cap.paused
+    decode_chunks(cap, ctx, toks, [10])
+
+
+def test_native_capture_cannot_pause(llama: Model, contexts: list[Context]) -> None:
+    cap, _ = open_capture(llama, LLAMA_LAYERS, "native", contexts)
+    assert not cap.can_pause
+    with pytest.raises(LocalEagleError, match="native layer capture cannot be paused"):
+        cap.pause(True)

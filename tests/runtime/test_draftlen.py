@@ -207,3 +207,26 @@ def test_policy_is_within_5_percent_of_the_best_fixed_k(profile: CostProfile):
         res = simulate(DraftLengthPolicy(profile.verify[1], 8), profile, AcceptanceProcess(alpha), 1000, seed=1)
         assert res.rate >= 0.95 * best, (profile.name, alpha, res.rate / best)
         assert res.speedup >= 0.95, (profile.name, alpha, res.speedup)
+
+
+def test_rounds_until_draft_counts_down_to_the_probe_and_a_round_not_ready_keeps_it_due():
+    """What the engine pauses the drafter's input by: an idle policy knows how far its next probe is, a round
+    whose drafter is not ready counts as idle, and a probe that falls due then waits for a ready round."""
+    pol = DraftLengthPolicy(PARTIAL.verify[1], 4, probe_first=4, probe_warmup=0, optimism=0.0)
+    for _ in range(20):  # a drafter that is always wrong: the policy stops drafting
+        pol.begin_round()
+        n = 0
+        while pol.extend() and pol.take(0.5):
+            n += 1
+        pol.end_round(0, verify_seconds=PARTIAL.verify[n + 1], draft_seconds=n * PARTIAL.draft_step, draft_steps=n)
+    left = pol.rounds_until_draft()
+    assert left == pol.state().probe_interval - pol.state().idle_rounds > 0
+    for i in range(left + 3):
+        pol.begin_round(ready=False)
+        assert not pol.state().probing and not pol.extend()
+        pol.end_round(0, verify_seconds=PARTIAL.verify[1])
+        assert pol.rounds_until_draft() == max(0, left - i - 1)
+    pol.begin_round()
+    assert pol.state().probing and pol.extend()
+    assert DraftLengthPolicy(GPU.verify[1], 4).rounds_until_draft() == 0  # drafting pays: any round may draft
+    assert DraftLengthPolicy(CPU.verify[1], 4, fixed=True).rounds_until_draft() == 0

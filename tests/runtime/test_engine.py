@@ -9,7 +9,6 @@ import pytest
 
 from converters import convert, write_checkpoint
 from local_eagle.errors import LocalEagleError
-from local_eagle.runtime.draftcost import CostModel
 from local_eagle.runtime.engine import (
     STOP_CANCELLED,
     STOP_CONTEXT,
@@ -23,6 +22,7 @@ from local_eagle.runtime.engine import (
 from local_eagle.runtime.feed import IDLE_CONTEXT
 from local_eagle.runtime.identity import DIVERGENT, IDENTICAL, KERNEL_NOISE, NEAR_TIE, check_identity, classify
 from local_eagle.runtime.sampling import SamplingParams
+from local_eagle.testing.costs import FrozenCosts
 from local_eagle.testing.tiny import make_drafter, write_tiny_target
 from local_eagle.testing.tiny_pair import LAYERS, N_VOCAB, SPEC, make_cycle_drafter, write_cycle_target
 
@@ -330,28 +330,6 @@ def test_adaptive_greedy_is_lossless(engine, name):
     assert eng.policy is not None and drafted > 0 and catch_ups > 0
 
 
-class _FrozenCosts(CostModel):
-    """Costs of a machine other than this one, which the policy cannot unlearn from this one's timings."""
-
-    def __init__(self, verify_ratios: list[float], draft_step: float) -> None:
-        super().__init__(1e-3, draft_step=draft_step)
-        for rows, ratio in enumerate(verify_ratios, start=1):
-            for _ in range(self.min_samples):
-                super().add_verify(rows, 1e-3 * ratio)
-
-    def add_verify(self, rows: int, seconds: float) -> None:
-        pass
-
-    def add_draft(self, steps: int, seconds: float) -> None:
-        pass
-
-    def add_first(self, seconds: float) -> None:
-        pass
-
-    def add_host(self, seconds: float) -> None:
-        pass
-
-
 @pytest.mark.parametrize("name", ["cycle-3.1", "cycle-3"])
 def test_adaptive_follows_the_costs_deep_on_a_gpu_and_not_at_all_on_a_cpu(engine, name):
     """The engine drafts what its policy decides: deep chains where a verify of 7 rows costs about one decode
@@ -362,7 +340,7 @@ def test_adaptive_follows_the_costs_deep_on_a_gpu_and_not_at_all_on_a_cpu(engine
     policy = eng.policy
     own = policy.costs
     try:
-        policy.costs = _FrozenCosts([1.0, 1.02, 1.04, 1.06, 1.08, 1.1, 1.12], draft_step=5e-5)
+        policy.costs = FrozenCosts([1.0, 1.02, 1.04, 1.06, 1.08, 1.1, 1.12], draft_step=5e-5)
         policy.replan()
         for _ in range(3):  # learns that this drafter is right
             eng.generate("hello", max_tokens=64, draft_max=6, adaptive=True)
@@ -370,7 +348,7 @@ def test_adaptive_follows_the_costs_deep_on_a_gpu_and_not_at_all_on_a_cpu(engine
         assert st.draft_lengths[6] >= 0.7 * sum(st.draft_lengths), st.draft_lengths
         assert st.acceptance_length > 4.0 and min(st.acceptance_per_position) > 0.8
         assert st.policy is not None and len(st.policy["verify_ms"]) == 7
-        policy.costs = _FrozenCosts([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0], draft_step=2e-4)
+        policy.costs = FrozenCosts([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0], draft_step=2e-4)
         policy.replan()
         st = eng.generate("hello", max_tokens=64, draft_max=6, adaptive=True).stats
         assert st.draft_lengths[0] >= 0.8 * sum(st.draft_lengths), st.draft_lengths
@@ -390,6 +368,32 @@ def test_adaptive_idle_policy_skips_the_drafter_and_catches_up_in_one_bounded_ca
     assert st.draft_lengths[0] >= 0.85 * rounds and st.probes <= 3
     assert st.catch_ups == st.draft_steps == st.probes  # one drafter call per probe, none otherwise
     assert st.catch_up_rows <= st.catch_ups * IDLE_CONTEXT
+
+
+def test_an_idle_policy_pauses_the_callback_capture_and_stays_lossless(tmp_path):
+    """Where drafting does not pay (every verify row costs a decode, a random drafter), the engine stops
+    recording the target's features except in the rounds before a probe, whose catch-up still sees a full
+    window of rows; the output stays the target's."""
+    from local_eagle.testing.tiny import TinyGemma3Spec, write_tiny_gemma3_target
+
+    spec = TinyGemma3Spec()
+    target = write_tiny_gemma3_target(tmp_path / "gemma3.gguf", spec)
+    model = make_drafter(N_VOCAB, spec.n_embd, [2, 4, 5], eagle31=True, draft_vocab=100, seed=3)
+    draft = _drafter_gguf(model, target, tmp_path / "d.gguf")
+    with Engine(target, draft, EngineOptions(n_ctx=512, n_batch=16, n_threads=1)) as eng:
+        assert eng.capture.can_pause
+        eng.generate("hello", max_tokens=16, draft_max=4, adaptive=True)  # builds the policy
+        eng.policy.costs = FrozenCosts([1.0, 2.0, 3.0, 4.0, 5.0], draft_step=2e-4)
+        eng.policy.replan()
+        captured = rounds = probes = 0
+        for prompt in prompts(6, seed=43):
+            base = eng.generate(prompt, max_tokens=120, draft_max=0)
+            spec = eng.generate(prompt, max_tokens=120, draft_max=4, adaptive=True)
+            assert spec.tokens == base.tokens
+            st = spec.stats
+            captured, rounds, probes = captured + st.captured_rounds, rounds + st.target_calls, probes + st.probes
+            assert st.catch_up_rows == st.catch_ups * IDLE_CONTEXT  # every probe saw a whole window
+    assert probes > 0 and captured < 0.5 * rounds, (captured, rounds, probes)
 
 
 def test_engine_option_makes_adaptive_the_default(engine):

@@ -77,3 +77,24 @@ def test_a_long_idle_stretch_keeps_only_a_window_and_restarts_the_drafter_cache(
     feed.push(103, *_rows(103, 2))
     feed.catch_up()
     assert d.ctx.cleared == 2 and [r[0] for r in d.rows[-2:]] == [103, 104]  # contiguous again: no restart
+
+
+def test_skipped_rows_restart_the_drafter_and_drafting_waits_for_a_full_window():
+    """Rounds whose features were not captured (an idle policy paused recording) leave a gap: the queue
+    starts again after it, and a draft may start once a whole window of rows has been queued."""
+    d = _Drafter()
+    feed = DrafterFeed(d, width=3, window=4)
+    feed.reset()
+    feed.push(0, *_rows(0, 3))
+    assert feed.ready(3) and not feed.ready(4)
+    feed.skip(3, 5)
+    assert feed.pending == 0 and feed.first == 8 and not feed.ready(8)
+    for p in range(8, 11):
+        feed.push(p, *_rows(p, 1))
+        assert not feed.ready(p + 1)
+    feed.push(11, *_rows(11, 1))
+    assert feed.ready(12)
+    _, prenorm, n = feed.catch_up()
+    assert n == 4 and d.ctx.cleared == 2 and [r[0] for r in d.rows] == [8, 9, 10, 11] and prenorm[0, 0] == 11
+    with pytest.raises(AssertionError):
+        feed.skip(13, 1)  # a gap: skipped rows must follow those queued

@@ -15,6 +15,7 @@ from local_eagle.runtime.sampling import (
     verify_greedy,
     verify_stochastic,
 )
+from local_eagle.testing.costs import FrozenCosts
 
 
 def test_probabilities_top_k_top_p_min_p_temperature():
@@ -197,9 +198,11 @@ def test_adaptive_speculative_sampling_matches_target_distribution(confident_pai
         sps = SamplingParams(**{**sp.__dict__, "seed": seed})
         return eng.generate(prompt, max_tokens=max_tokens, sampling=sps, draft_max=4, adaptive=True)
 
-    for seed in range(8):  # the policy is built from measured rounds and learns this pair's acceptance
+    run(0, 16)  # builds the policy from measured rounds
+    eng.policy.costs = FrozenCosts([1.0, 1.3, 1.6, 1.9, 2.2], draft_step=1e-4)  # an offloaded model's costs
+    eng.policy.replan()
+    for seed in range(1, 8):  # learns this pair's acceptance
         run(seed, 64)
-    assert eng.policy is not None
     joint = _target_joint(eng, prompt, sp)
     keys = sorted(joint)
     n = 3000
