@@ -33,6 +33,12 @@ def train(
     vocab_size: Annotated[
         int | None, typer.Option("--vocab-size", help="HF target vocabulary for config.json (default: embedding rows).")
     ] = None,
+    max_hours: Annotated[
+        float | None,
+        typer.Option(
+            "--max-hours", help="Stop training after this many hours (capture not counted) and still write the drafter."
+        ),
+    ] = None,
     threads: ThreadsOpt = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the per-epoch report as JSON.")] = False,
 ) -> None:
@@ -44,7 +50,7 @@ def train(
     cfg = TrainConfig(
         arch=arch, draft_vocab=draft_vocab, target_layers=parse_target_layers(target_layers) if target_layers else None,
         ttt_steps=ttt_steps, epochs=epochs, lr=lr, max_tokens_per_sample=max_tokens_per_sample, device=device,
-        n_threads=threads, vocab_size=vocab_size,
+        n_threads=threads, vocab_size=vocab_size, max_seconds=None if max_hours is None else 3600 * max_hours,
     )  # fmt: skip
     reports = do_train(target, prompts, out_dir, cfg, resume=resume, gguf_out=gguf, gguf_type=gguf_type,
                        progress=not as_json)  # fmt: skip

@@ -69,6 +69,8 @@ class TrainConfig:
             raise LocalEagleError(f"--target-layers: expected exactly three layer ids, got {self.target_layers}")
         if self.max_steps is not None and self.max_steps < 1:
             raise LocalEagleError(f"max_steps: expected at least 1 step, got {self.max_steps}")
+        if self.max_seconds is not None and not (math.isfinite(self.max_seconds) and self.max_seconds > 0):
+            raise LocalEagleError(f"--max-hours: expected a positive number of hours, got {self.max_seconds / 3600:g}")
         if self.vocab_size is not None and self.vocab_size < 1:
             raise LocalEagleError(f"--vocab-size: expected a positive vocabulary size, got {self.vocab_size}")
         check_device(self.device)

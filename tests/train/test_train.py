@@ -117,6 +117,7 @@ BAD_OPTIONS = [
     (["--device", "tpu"], ["--device: expected cpu, cuda or cuda:N"]),
     (["--gguf-type", "q4_0"], ["--gguf-type", "f32, f16, bf16, q8_0", "'q4_0'"]),
     (["--vocab-size", "10"], ["--vocab-size: 10 is smaller"]),
+    (["--max-hours", "0"], ["--max-hours: expected a positive number of hours, got 0"]),
 ]
 
 
@@ -175,3 +176,12 @@ def test_disk_space_is_checked(setup, tmp_path, monkeypatch):
     monkeypatch.setattr(traindata.shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(10**9, 10**9, 1000))
     with pytest.raises(LocalEagleError, match="is free"):
         train(target, prompts, tmp_path / "full", cfg(), progress=False)
+
+
+def test_max_hours_stops_training_and_still_writes_the_drafter(setup, tmp_path):
+    r = run_train(
+        setup, tmp_path / "budget", "--epochs", "50", "--max-hours", "1e-9", "--gguf", str(tmp_path / "b.gguf")
+    )
+    assert r.exit_code == 0, r.output
+    assert "budget is spent" in r.output
+    assert (tmp_path / "budget" / "drafter" / "config.json").exists() and (tmp_path / "b.gguf").exists()
