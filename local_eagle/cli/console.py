@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from local_eagle.errors import LocalEagleError
 
@@ -34,7 +35,8 @@ def friendly(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except LocalEagleError as e:
-            err.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+            # escaped: a message may quote text in brackets ('[chat-recipe]', a template's '[user]')
+            err.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
         except KeyboardInterrupt:
             err.print("interrupted", highlight=False)

