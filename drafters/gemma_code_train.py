@@ -23,7 +23,9 @@ from local_eagle.train.trainer import TrainConfig, fit
 LAYERS = [2, 9, 15]  # [2, n/2, n-3] for Gemma 3 270M's 18 layers
 
 
-def main(code_jsonl: str, out_dir: str, epochs: int, max_hours: float, arch: str = "eagle3.1", lr: float = 5e-4) -> dict:
+def main(
+    code_jsonl: str, out_dir: str, epochs: int, max_hours: float, arch: str = "eagle3.1", lr: float = 5e-4
+) -> dict:
     target = demo_target()
     out = Path(out_dir)
     samples = read_samples(code_jsonl)
