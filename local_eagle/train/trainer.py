@@ -284,6 +284,18 @@ def _loss_and_accuracy(model, embed, sample, t2d, depth: int, device: str):
     return total, hits, counts
 
 
+def lr_factor(step: int, total_steps: int, warm: int, elapsed: float = 0.0, max_seconds: float | None = None) -> float:
+    """Linear warm-up over ``warm`` steps, then cosine decay to 0 over the run.
+
+    The run's progress is its share of steps, or of the time budget when that will end it sooner, so a
+    run cut by ``max_seconds`` still ends with its learning rate annealed rather than halfway down.
+    """
+    progress = step / max(1, total_steps)
+    if max_seconds is not None:
+        progress = max(progress, elapsed / max_seconds)
+    return min(1.0, (step + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
 def _save_state(path: Path, state: dict) -> None:
     import torch
 
@@ -457,8 +469,9 @@ def fit(
     if cfg.max_steps is not None:
         total_steps = min(total_steps, cfg.max_steps)
     warm = max(1, total_steps // 50)
+    clock_start = time.monotonic()
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / max(1, total_steps))))
+        opt, lambda s: lr_factor(s, total_steps, warm, time.monotonic() - clock_start, cfg.max_seconds)
     )
     start_epoch = start_step = 0
     reports: list[EpochReport] = []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -185,3 +186,15 @@ def test_max_hours_stops_training_and_still_writes_the_drafter(setup, tmp_path):
     assert r.exit_code == 0, r.output
     assert "budget is spent" in r.output
     assert (tmp_path / "budget" / "drafter" / "config.json").exists() and (tmp_path / "b.gguf").exists()
+
+
+def test_lr_factor_warms_up_decays_and_follows_a_time_budget():
+    from local_eagle.train.trainer import lr_factor
+
+    assert lr_factor(0, 100, 10) == pytest.approx(0.1 * 0.5 * (1 + math.cos(0.0)))
+    assert lr_factor(50, 100, 10) == pytest.approx(0.5)
+    assert lr_factor(100, 100, 10) == pytest.approx(0.0, abs=1e-12)
+    # a time budget that ends the run at step 50 of 100: halfway by steps, fully annealed by time
+    assert lr_factor(50, 100, 10, elapsed=3600.0, max_seconds=3600.0) == pytest.approx(0.0, abs=1e-12)
+    assert lr_factor(50, 100, 10, elapsed=900.0, max_seconds=3600.0) == pytest.approx(0.5)  # steps lead
+    assert lr_factor(25, 100, 10, elapsed=1800.0, max_seconds=3600.0) == pytest.approx(0.5)  # time leads
