@@ -132,14 +132,20 @@ def test_policy_stops_when_acceptance_collapses_and_resumes_through_probes():
     assert d[1600:].mean() > 3.0
 
 
-def test_probes_grow_rare_when_they_fail_and_frequent_when_they_are_accepted():
+def _stopped_policy() -> DraftLengthPolicy:
+    """A policy on partial-offload costs that has stopped drafting after 20 rounds of a drafter always wrong."""
     pol = DraftLengthPolicy(PARTIAL.verify[1], 4, probe_first=4, probe_warmup=0, optimism=0.0)
-    for _ in range(20):  # a drafter that is always wrong: the policy stops drafting
+    for _ in range(20):
         pol.begin_round()
         n = 0
         while pol.extend() and pol.take(0.5):
             n += 1
         pol.end_round(0, verify_seconds=PARTIAL.verify[n + 1], draft_seconds=n * PARTIAL.draft_step, draft_steps=n)
+    return pol
+
+
+def test_probes_grow_rare_when_they_fail_and_frequent_when_they_are_accepted():
+    pol = _stopped_policy()
     while not pol.state().probing:
         pol.begin_round()
         assert not pol.extend()
@@ -212,13 +218,7 @@ def test_policy_is_within_5_percent_of_the_best_fixed_k(profile: CostProfile):
 def test_rounds_until_draft_counts_down_to_the_probe_and_a_round_not_ready_keeps_it_due():
     """What the engine pauses the drafter's input by: an idle policy knows how far its next probe is, a round
     whose drafter is not ready counts as idle, and a probe that falls due then waits for a ready round."""
-    pol = DraftLengthPolicy(PARTIAL.verify[1], 4, probe_first=4, probe_warmup=0, optimism=0.0)
-    for _ in range(20):  # a drafter that is always wrong: the policy stops drafting
-        pol.begin_round()
-        n = 0
-        while pol.extend() and pol.take(0.5):
-            n += 1
-        pol.end_round(0, verify_seconds=PARTIAL.verify[n + 1], draft_seconds=n * PARTIAL.draft_step, draft_steps=n)
+    pol = _stopped_policy()
     left = pol.rounds_until_draft()
     assert left == pol.state().probe_interval - pol.state().idle_rounds > 0
     for i in range(left + 3):
