@@ -22,8 +22,12 @@ def test_selfcheck_agrees_with_the_reference():
 
 @pytest.mark.slow
 def test_demo_pair_is_lossless_and_accepts():
-    r = runner.invoke(app, ["demo", "--json", "-n", "64"])
+    """Fixed k=4 (acceptance does not depend on this machine's costs), then the default adaptive policy."""
+    r = runner.invoke(app, ["demo", "--json", "-n", "64", "--draft-max", "4", "--fixed"])
     assert r.exit_code == 0, r.output
     res = json.loads(r.output.strip().splitlines()[-1])
-    assert res["identical"]
-    assert res["speculative"]["acceptance_length"] > 1.5
+    assert res["identity"]["verdict"] != "divergent"
+    assert res["speculative"]["acceptance_length"] > 1.8
+    r = runner.invoke(app, ["demo", "--json", "-n", "64"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output.strip().splitlines()[-1])["identity"]["verdict"] != "divergent"
