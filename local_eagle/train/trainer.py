@@ -54,6 +54,7 @@ class TrainConfig:
     max_steps: int | None = None  # cap on optimizer steps (one sample each): the same budget for drafters compared
     max_seconds: float | None = None  # a wall-clock cap: training stops early and still writes the drafter
     save_every_s: float = 300.0  # mid-epoch checkpoints, so a killed long run resumes near where it stopped
+    window_tokens: int | None = None  # train on windows of this many tokens (one step each); None: whole samples
 
     def validate(self) -> None:
         """Refuse, before any capture or training, settings that would crash hours in or train nothing.
@@ -67,6 +68,7 @@ class TrainConfig:
             "--ttt-steps": (self.ttt_steps, "at least 1 unrolled draft step"),
             "--epochs": (self.epochs, "at least 1 (0 epochs would write an untrained drafter)"),
             "--max-tokens-per-sample": (self.max_tokens_per_sample, "a positive number of tokens"),
+            "--window-tokens": (self.window_tokens, "a positive number of tokens per training step"),
         }
         for option, (value, expected) in counts.items():
             if value is not None and value < 1:
@@ -189,12 +191,43 @@ class SampleStore:
             with np.load(p) as z:
                 yield z["tokens"], z["top_ids"]
 
-    def n_tokens(self) -> int:
-        total = 0
+    def lengths(self) -> list[int]:
+        out = []
         for p in self.paths:
             with np.load(p) as z:
-                total += len(z["tokens"])
-        return total
+                out.append(len(z["tokens"]))
+        return out
+
+    def n_tokens(self) -> int:
+        return sum(self.lengths())
+
+
+def windows(lengths: list[int], size: int | None) -> list[tuple[int, int, int]]:
+    """(sample, start, end) training steps: each sample whole, or cut into windows of ``size`` tokens.
+
+    Shorter steps give many more optimizer updates for the same compute, which is what a drafter
+    trained on a CPU for an hour lacks most; the captured features still carry the whole context
+    before each window, and attention costs fall with the square of the window. A tail shorter than
+    a quarter window joins the window before it.
+    """
+    out = []
+    for i, n in enumerate(lengths):
+        if size is None or n <= size:
+            out.append((i, 0, n))
+            continue
+        starts = list(range(0, n, size))
+        if len(starts) > 1 and n - starts[-1] < size // 4:
+            starts.pop()
+        out += [(i, a, n if k == len(starts) - 1 else a + size) for k, a in enumerate(starts)]
+    return out
+
+
+def window_of(sample: dict[str, np.ndarray], start: int, end: int) -> dict[str, np.ndarray]:
+    """Rows ``start:end`` of every per-token array of a sample."""
+    n = len(sample["tokens"])
+    if start == 0 and end == n:
+        return sample
+    return {k: (v[start:end] if v.ndim >= 1 and len(v) == n else v) for k, v in sample.items()}
 
 
 def load_data(paths: list[Path]) -> SampleStore:
@@ -350,6 +383,7 @@ def train(
     gguf_out: str | os.PathLike[str] | None = None,
     gguf_type: str = "q8_0",
     progress: bool = True,
+    init_from: str | os.PathLike[str] | None = None,
 ) -> list[EpochReport]:
     """Capture data, train, write ``out_dir/drafter`` (HF checkpoint) and optionally a GGUF."""
     import torch
@@ -357,6 +391,8 @@ def train(
     from local_eagle.train.data import build_dataset, read_samples
 
     out, layers, vocab_size = _prepare(target, [("prompts file", prompts)], out_dir, cfg, resume, gguf_out, gguf_type)
+    if init_from is not None:
+        init_state_path(init_from)
     samples = read_samples(prompts)
     if cfg.n_threads:
         torch.set_num_threads(cfg.n_threads)
@@ -365,7 +401,7 @@ def train(
     if not paths:
         raise LocalEagleError(f"{prompts}: no sample produced enough tokens to train on")
     return fit(target, paths, out, cfg, resume=resume, gguf_out=gguf_out, gguf_type=gguf_type, progress=progress,
-               vocab_size=vocab_size, layers=layers)  # fmt: skip
+               vocab_size=vocab_size, layers=layers, init_from=init_from)  # fmt: skip
 
 
 def train_chat(
@@ -384,6 +420,7 @@ def train_chat(
     gguf_out: str | os.PathLike[str] | None = None,
     gguf_type: str = "q8_0",
     progress: bool = True,
+    init_from: str | os.PathLike[str] | None = None,
 ) -> list[EpochReport]:
     """Train on conversations rendered through the target's chat template, as :func:`train` on prompts.
 
@@ -402,6 +439,8 @@ def train_chat(
     if modelfile is not None:
         inputs.append(("Modelfile", modelfile))
     out, layers, vocab_size = _prepare(target, inputs, out_dir, cfg, resume, gguf_out, gguf_type)
+    if init_from is not None:
+        init_state_path(init_from)
     plan = plan_chat(target, source, conversations, skip, system, modelfile)
     data = out / "data"
     capture_chat(target, plan.conversations, layers, data, template=plan.template, system=plan.system,
@@ -411,7 +450,7 @@ def train_chat(
     if not paths:
         raise LocalEagleError(f"{source}: no conversation produced enough tokens to train on")
     return fit(target, paths, out, cfg, resume=resume, gguf_out=gguf_out, gguf_type=gguf_type, progress=progress,
-               vocab_size=vocab_size, layers=layers)  # fmt: skip
+               vocab_size=vocab_size, layers=layers, init_from=init_from)  # fmt: skip
 
 
 def fit(
@@ -427,12 +466,16 @@ def fit(
     vocab_size: int | None = None,
     layers: list[int] | None = None,
     log_every_s: float = 60.0,
+    init_from: str | os.PathLike[str] | None = None,
 ) -> list[EpochReport]:
     """Train on captured samples streamed from disk; write ``out/drafter`` and optionally a GGUF.
 
     The train / held-out split and each epoch's order come from ``cfg.seed`` alone, so two drafters
     trained with the same seed, data and ``max_steps`` see exactly the same samples in the same order.
     A checkpoint is written every ``cfg.save_every_s`` seconds and at each epoch's end.
+    ``init_from`` (an earlier run's directory or its ``train-state.pt``) starts a new run from that
+    drafter's weights, with a fresh optimizer and schedule: more epochs on more data without paying
+    again for the epochs already trained.
     """
     import sys
     import time
@@ -465,7 +508,8 @@ def fit(
     model.to(dev)
     embed = embed.to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
-    total_steps = cfg.epochs * len(train_set)
+    steps = windows(train_set.lengths(), cfg.window_tokens)
+    total_steps = cfg.epochs * len(steps)
     if cfg.max_steps is not None:
         total_steps = min(total_steps, cfg.max_steps)
     warm = max(1, total_steps // 50)
@@ -484,6 +528,8 @@ def fit(
         sched.load_state_dict(st["scheduler"])
         start_epoch, start_step = st["epoch"], st.get("step", 0)
         reports = [EpochReport(**r) for r in st["reports"]]
+    elif init_from is not None:
+        model.load_state_dict(_initial_weights(Path(init_from), vocab_ids, cfg.arch, dev))
 
     def save(epoch: int, step: int) -> None:
         _save_state(state_path, {"model": model.state_dict(), "optimizer": opt.state_dict(),
@@ -491,7 +537,7 @@ def fit(
                                  "config": asdict(cfg), "vocab_ids": vocab_ids,
                                  "reports": [asdict(r) for r in reports]})  # fmt: skip
 
-    done = min(total_steps, start_epoch * len(train_set) + start_step)
+    done = min(total_steps, start_epoch * len(steps) + start_step)
     columns = [TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                TimeElapsedColumn(), TimeRemainingColumn()]  # fmt: skip
     n_tok = 0
@@ -501,7 +547,7 @@ def fit(
         for epoch in range(start_epoch, cfg.epochs):
             if done >= total_steps:
                 break
-            perm = np.random.default_rng([cfg.seed, epoch]).permutation(len(train_set))
+            perm = np.random.default_rng([cfg.seed, epoch]).permutation(len(steps))
             first = start_step if epoch == start_epoch else 0
             model.train()
             losses = []
@@ -514,7 +560,8 @@ def fit(
                     )
                     total_steps = done
                     break
-                sample = train_set[int(perm[k])]
+                i, a, b = steps[int(perm[k])]
+                sample = window_of(train_set[i], a, b)
                 loss, _, _ = _loss_and_accuracy(model, embed, sample, t2d, cfg.ttt_steps, dev)
                 opt.zero_grad()
                 loss.backward()
@@ -548,6 +595,34 @@ def fit(
     if gguf_out is not None:
         convert(ckpt, target, gguf_out, outtype=gguf_type, progress=progress)
     return reports
+
+
+def init_state_path(path: str | os.PathLike[str]) -> Path:
+    """The training state ``--init-from`` names, checked before any capture so a typo fails in a second."""
+    p = Path(path)
+    p = p / CHECKPOINT if p.is_dir() else p
+    if not p.is_file():
+        raise LocalEagleError(f"--init-from {path}: no training state (expected a run directory or its {CHECKPOINT})")
+    return p
+
+
+def _initial_weights(path: Path, vocab_ids: np.ndarray, arch: str, device: str) -> dict:
+    import torch
+
+    path = init_state_path(path)
+    try:
+        st = torch.load(path, map_location=device, weights_only=False)
+        model, old_ids, old_arch = st["model"], st["vocab_ids"], st["config"]["arch"]
+    except Exception as e:  # noqa: BLE001 - any unreadable file is the same user error
+        raise LocalEagleError(f"--init-from {path}: not a local-eagle training state ({type(e).__name__})") from None
+    if old_arch != arch:
+        raise LocalEagleError(f"--init-from {path}: an {old_arch} drafter, expected --arch {arch}")
+    if np.asarray(old_ids).tolist() != vocab_ids.tolist():
+        raise LocalEagleError(
+            f"--init-from {path}: its draft vocabulary differs from this data's; train with the same --draft-vocab "
+            "on data that includes the earlier run's"
+        )
+    return model
 
 
 def evaluate(model, embed, data: list[dict[str, np.ndarray]], t2d, depth: int, device: str) -> list[float]:

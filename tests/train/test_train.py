@@ -119,6 +119,8 @@ BAD_OPTIONS = [
     (["--gguf-type", "q4_0"], ["--gguf-type", "f32, f16, bf16, q8_0", "'q4_0'"]),
     (["--vocab-size", "10"], ["--vocab-size: 10 is smaller"]),
     (["--max-hours", "0"], ["--max-hours: expected a positive number of hours, got 0"]),
+    (["--window-tokens", "0"], ["--window-tokens: expected a positive number of tokens per training step, got 0"]),
+    (["--init-from", "nowhere"], ["--init-from nowhere: no training state"]),
 ]
 
 
@@ -198,3 +200,62 @@ def test_lr_factor_warms_up_decays_and_follows_a_time_budget():
     assert lr_factor(50, 100, 10, elapsed=3600.0, max_seconds=3600.0) == pytest.approx(0.0, abs=1e-12)
     assert lr_factor(50, 100, 10, elapsed=900.0, max_seconds=3600.0) == pytest.approx(0.5)  # steps lead
     assert lr_factor(25, 100, 10, elapsed=1800.0, max_seconds=3600.0) == pytest.approx(0.5)  # time leads
+
+
+def test_windows_cut_samples_into_steps():
+    from local_eagle.train.trainer import windows
+
+    assert windows([10, 300], None) == [(0, 0, 10), (1, 0, 300)]
+    assert windows([10, 256], 256) == [(0, 0, 10), (1, 0, 256)]
+    # 600 = 256 + 256 + 88: the 88-token tail is a window of its own (over a quarter window)
+    assert windows([600], 256) == [(0, 0, 256), (0, 256, 512), (0, 512, 600)]
+    # 520 = 256 + 256 + 8: the 8-token tail joins the window before it
+    assert windows([520], 256) == [(0, 0, 256), (0, 256, 520)]
+    cover = windows([1000, 37, 513], 100)
+    for i, n in enumerate([1000, 37, 513]):
+        spans = [(a, b) for j, a, b in cover if j == i]
+        assert spans[0][0] == 0 and spans[-1][1] == n
+        assert all(b == a2 for (_, b), (a2, _) in zip(spans, spans[1:], strict=False))
+
+
+def test_window_of_slices_every_per_token_array():
+    from local_eagle.train.trainer import window_of
+
+    n = 12
+    sample = {"tokens": np.arange(n), "features": np.ones((n, 6)), "feature_scale": np.arange(n, dtype=np.float32),
+              "top_ids": np.zeros((n, 4)), "prompt_len": np.array(3)}  # fmt: skip
+    w = window_of(sample, 4, 9)
+    assert w["tokens"].tolist() == list(range(4, 9)) and w["features"].shape == (5, 6)
+    assert w["feature_scale"].tolist() == [4, 5, 6, 7, 8] and w["top_ids"].shape == (5, 4)
+    assert int(w["prompt_len"]) == 3
+    assert window_of(sample, 0, n) is sample
+
+
+def test_window_tokens_and_init_from(setup, tmp_path):
+    """Windowed training runs more steps on the same data; --init-from starts from a run's weights."""
+    r = run_train(setup, tmp_path / "win", "--window-tokens", "8", "--json")
+    assert r.exit_code == 0, r.output
+    whole = run_train(setup, tmp_path / "whole", "--json")
+    assert whole.exit_code == 0, whole.output
+    import torch
+
+    def steps(d):
+        return torch.load(d / "train-state.pt", weights_only=False)["scheduler"]["last_epoch"]
+
+    assert steps(tmp_path / "win") > steps(tmp_path / "whole")
+    # warm start: the new run's first report beats a cold start's, since it begins where "win" ended
+    warm = run_train(setup, tmp_path / "warm", "--window-tokens", "8", "--init-from", str(tmp_path / "win"), "--json")
+    assert warm.exit_code == 0, warm.output
+    first_warm = json.loads(warm.output.strip().splitlines()[-1])[0]
+    first_cold = json.loads(r.output.strip().splitlines()[-1])[0]
+    assert first_warm["train_loss"] < first_cold["train_loss"]
+
+
+@pytest.mark.parametrize("other_run, needle", [("eagle3", "an eagle3 drafter, expected --arch eagle3.1"),
+                                                ("vocab", "draft vocabulary differs")])  # fmt: skip
+def test_init_from_another_kind_of_run(setup, tmp_path, other_run, needle):
+    args = ["--arch", "eagle3"] if other_run == "eagle3" else ["--draft-vocab", "32"]
+    assert run_train(setup, tmp_path / "other", *args).exit_code == 0
+    r = run_train(setup, tmp_path / "run", "--init-from", str(tmp_path / "other"))
+    text = " ".join(r.output.split())
+    assert r.exit_code == 2 and needle in text and "Traceback" not in r.output, r.output
