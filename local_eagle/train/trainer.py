@@ -32,7 +32,14 @@ from local_eagle.train.chat import (
     plan_chat,
     sample_path,
 )
-from local_eagle.train.defaults import ANSWER_TOKENS, CHAT_MAX_TOKENS, PROMPT_MAX_TOKENS, SELF_DISTILL_EVERY, SHAREGPT
+from local_eagle.train.defaults import (
+    ANSWER_TOKENS,
+    CHAT_MAX_TOKENS,
+    PROMPT_MAX_TOKENS,
+    SELF_DISTILL_EVERY,
+    SHAREGPT,
+    WINDOW_TOKENS,
+)
 
 CHECKPOINT = "train-state.pt"
 
@@ -54,7 +61,7 @@ class TrainConfig:
     max_steps: int | None = None  # cap on optimizer steps (one sample each): the same budget for drafters compared
     max_seconds: float | None = None  # a wall-clock cap: training stops early and still writes the drafter
     save_every_s: float = 300.0  # mid-epoch checkpoints, so a killed long run resumes near where it stopped
-    window_tokens: int | None = None  # train on windows of this many tokens (one step each); None: whole samples
+    window_tokens: int | None = WINDOW_TOKENS  # tokens per optimizer step (samples cut into windows); None: whole
 
     def validate(self) -> None:
         """Refuse, before any capture or training, settings that would crash hours in or train nothing.
@@ -529,7 +536,7 @@ def fit(
         start_epoch, start_step = st["epoch"], st.get("step", 0)
         reports = [EpochReport(**r) for r in st["reports"]]
     elif init_from is not None:
-        model.load_state_dict(_initial_weights(Path(init_from), vocab_ids, cfg.arch, dev))
+        model.load_state_dict(_initial_weights(Path(init_from), model, vocab_ids, cfg.arch, dev))
 
     def save(epoch: int, step: int) -> None:
         _save_state(state_path, {"model": model.state_dict(), "optimizer": opt.state_dict(),
@@ -606,23 +613,36 @@ def init_state_path(path: str | os.PathLike[str]) -> Path:
     return p
 
 
-def _initial_weights(path: Path, vocab_ids: np.ndarray, arch: str, device: str) -> dict:
+def _initial_weights(path: Path, model, vocab_ids: np.ndarray, arch: str, device: str) -> dict:
+    """An earlier run's weights for this model; the draft vocabulary may differ (more data picks other tokens).
+
+    Head rows of tokens both vocabularies share are carried over; the others keep their fresh
+    initialisation from the target's head, as in a cold start.
+    """
     import torch
 
     path = init_state_path(path)
     try:
         st = torch.load(path, map_location=device, weights_only=False)
-        model, old_ids, old_arch = st["model"], st["vocab_ids"], st["config"]["arch"]
+        weights, old_ids, old_arch = st["model"], np.asarray(st["vocab_ids"]), st["config"]["arch"]
     except Exception as e:  # noqa: BLE001 - any unreadable file is the same user error
         raise LocalEagleError(f"--init-from {path}: not a local-eagle training state ({type(e).__name__})") from None
     if old_arch != arch:
         raise LocalEagleError(f"--init-from {path}: an {old_arch} drafter, expected --arch {arch}")
-    if np.asarray(old_ids).tolist() != vocab_ids.tolist():
-        raise LocalEagleError(
-            f"--init-from {path}: its draft vocabulary differs from this data's; train with the same --draft-vocab "
-            "on data that includes the earlier run's"
-        )
-    return model
+    fresh = model.state_dict()
+    if weights.keys() != fresh.keys() or any(
+        weights[k].shape != fresh[k].shape for k in fresh if k not in ("lm_head.weight", "d2t")
+    ):
+        raise LocalEagleError(f"--init-from {path}: a drafter of another shape (another target?)")
+    if old_ids.tolist() != vocab_ids.tolist():
+        old_row = {int(t): r for r, t in enumerate(old_ids)}
+        head = fresh["lm_head.weight"].clone()
+        pairs = [(r, old_row[int(t)]) for r, t in enumerate(vocab_ids) if int(t) in old_row]
+        if pairs:
+            new_r, old_r = (torch.tensor(x) for x in zip(*pairs, strict=True))
+            head[new_r] = weights["lm_head.weight"][old_r]
+        weights = {**weights, "lm_head.weight": head, "d2t": fresh["d2t"], "t2d": fresh["t2d"]}
+    return weights
 
 
 def evaluate(model, embed, data: list[dict[str, np.ndarray]], t2d, depth: int, device: str) -> list[float]:
