@@ -15,6 +15,7 @@ import json
 import random
 import sys
 import sysconfig
+from collections.abc import Iterator
 from pathlib import Path
 
 SKIP_PARTS = {"test", "tests", "idlelib", "turtledemo", "site-packages", "__pycache__", "encodings", "pydoc_data"}
@@ -47,17 +48,21 @@ def prompts(text: str) -> list[str]:
     return out
 
 
-def function_prompts(root: Path) -> list[str]:
-    """Every usable function of the standard library under ``root``, shuffled with seed 0."""
-    found = []
+def stdlib_sources(root: Path) -> Iterator[str]:
+    """The text of each standard-library module under ``root``, in path order, test suites left out."""
     for path in sorted(root.rglob("*.py")):
         rel = path.relative_to(root)
         if SKIP_PARTS & set(rel.parts) or rel.name.startswith("test_"):
             continue
         try:
-            found.extend(prompts(path.read_text(encoding="utf-8")))
+            yield path.read_text(encoding="utf-8")
         except (UnicodeDecodeError, OSError):
             continue
+
+
+def function_prompts(root: Path) -> list[str]:
+    """Every usable function of the standard library under ``root``, shuffled with seed 0."""
+    found = [p for text in stdlib_sources(root) for p in prompts(text)]
     random.Random(0).shuffle(found)
     return found
 

@@ -22,7 +22,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from make_code_prompts import SKIP_PARTS, function_prompts  # type: ignore[import-not-found]
+from make_code_prompts import function_prompts, stdlib_sources  # type: ignore[import-not-found]
 
 MAX_CHARS = 2000  # about 550 Gemma 3 tokens of Python
 MIN_CHARS = 200
@@ -55,18 +55,7 @@ def pieces(text: str) -> list[str]:
 
 def main(out: Path, n_chars: int, n_prompts: int = 0) -> None:
     root = Path(sysconfig.get_paths()["stdlib"])
-    texts = []
-    for path in sorted(root.rglob("*.py")):
-        rel = path.relative_to(root)
-        if SKIP_PARTS & set(rel.parts) or rel.name.startswith("test_"):
-            continue
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (UnicodeDecodeError, OSError):
-            continue
-        if not text.isascii():
-            continue
-        texts.extend(pieces(text))
+    texts = [p for text in stdlib_sources(root) if text.isascii() for p in pieces(text)]
     random.Random(0).shuffle(texts)
     here = Path(__file__).parent
     lines = (here / "prompts" / "humaneval-train.jsonl").read_text().splitlines()
