@@ -2,8 +2,9 @@
 
 python drafters/smollm2_train.py ARCH DATA_DIR OUT_DIR MAX_STEPS EPOCHS [--threads N] [--max-seconds S]
     [--window-tokens W] [--lr LR] [--init-from RUN_DIR]
-MAX_STEPS 0: no cap. ARCH is eagle3.1 or eagle3; the same DATA_DIR, MAX_STEPS, EPOCHS, window and
-seed give both the same samples in the same order, so the two drafters differ only in the architecture.
+DATA_DIR may be several directories, comma-separated; MAX_STEPS 0: no cap. ARCH is eagle3.1 or eagle3;
+the same DATA_DIR, MAX_STEPS, EPOCHS, window and seed give both the same samples in the same order, so
+the two drafters differ only in the architecture.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ def main(
     arch: str, data_dir: str, out_dir: str, max_steps: int, epochs: int, threads: int = 1, max_seconds: int = 0,
     window_tokens: int | None = 256, lr: float = 1e-3, init_from: str | None = None,
 ) -> dict:  # fmt: skip
-    paths = sorted(Path(data_dir).glob("sample-*.npz"))
+    paths = [p for d in data_dir.split(",") for p in sorted(Path(d).glob("sample-*.npz"))]
     cfg = TrainConfig(arch=arch, draft_vocab=8192, target_layers=LAYERS, ttt_steps=3, epochs=epochs, lr=lr,
                       heldout_fraction=0.03, seed=0, n_threads=threads, max_steps=max_steps or None,
                       max_seconds=max_seconds or None, window_tokens=window_tokens)  # fmt: skip
