@@ -351,6 +351,7 @@ def _prepare(
     resume: bool,
     gguf_out: str | os.PathLike[str] | None,
     gguf_type: str,
+    init_from: str | os.PathLike[str] | None = None,
 ) -> tuple[Path, list[int], int]:
     """The checks every training run makes before it reads its data: (out directory, target layers, HF vocab size).
 
@@ -359,6 +360,8 @@ def _prepare(
     from converters.eagle3_gguf import default_target_layers
 
     cfg.validate()
+    if init_from is not None:
+        init_state_path(init_from)
     if gguf_type not in OUTTYPES:
         raise LocalEagleError(f"--gguf-type: expected one of {', '.join(OUTTYPES)}, got {gguf_type!r}")
     out = check_output_dir(out_dir, "--out")
@@ -397,9 +400,9 @@ def train(
 
     from local_eagle.train.data import build_dataset, read_samples
 
-    out, layers, vocab_size = _prepare(target, [("prompts file", prompts)], out_dir, cfg, resume, gguf_out, gguf_type)
-    if init_from is not None:
-        init_state_path(init_from)
+    out, layers, vocab_size = _prepare(
+        target, [("prompts file", prompts)], out_dir, cfg, resume, gguf_out, gguf_type, init_from
+    )
     samples = read_samples(prompts)
     if cfg.n_threads:
         torch.set_num_threads(cfg.n_threads)
@@ -445,9 +448,7 @@ def train_chat(
     inputs = [] if str(source) == SHAREGPT else [("conversations file", source)]
     if modelfile is not None:
         inputs.append(("Modelfile", modelfile))
-    out, layers, vocab_size = _prepare(target, inputs, out_dir, cfg, resume, gguf_out, gguf_type)
-    if init_from is not None:
-        init_state_path(init_from)
+    out, layers, vocab_size = _prepare(target, inputs, out_dir, cfg, resume, gguf_out, gguf_type, init_from)
     plan = plan_chat(target, source, conversations, skip, system, modelfile)
     data = out / "data"
     capture_chat(target, plan.conversations, layers, data, template=plan.template, system=plan.system,
@@ -635,12 +636,9 @@ def _initial_weights(path: Path, model, vocab_ids: np.ndarray, arch: str, device
     ):
         raise LocalEagleError(f"--init-from {path}: a drafter of another shape (another target?)")
     if old_ids.tolist() != vocab_ids.tolist():
-        old_row = {int(t): r for r, t in enumerate(old_ids)}
+        _, new_r, old_r = np.intersect1d(vocab_ids, old_ids, return_indices=True)
         head = fresh["lm_head.weight"].clone()
-        pairs = [(r, old_row[int(t)]) for r, t in enumerate(vocab_ids) if int(t) in old_row]
-        if pairs:
-            new_r, old_r = (torch.tensor(x) for x in zip(*pairs, strict=True))
-            head[new_r] = weights["lm_head.weight"][old_r]
+        head[torch.from_numpy(new_r)] = weights["lm_head.weight"][torch.from_numpy(old_r)]
         weights = {**weights, "lm_head.weight": head, "d2t": fresh["d2t"], "t2d": fresh["t2d"]}
     return weights
 
