@@ -270,6 +270,7 @@ class DraftLengthPolicy:
         rate = getattr(self, "_plan", None)
         self._plan = plan(T, self.costs.draft_step, self.costs.host, acc, k, primed=self.primed,
                           first=self.costs.first_step, rate=rate.rate if rate else None)  # fmt: skip
+        self.probe_interval = min(self.probe_interval, self.probe_cap())
         return self._plan
 
     def set_k_max(self, k_max: int) -> None:
@@ -356,9 +357,7 @@ class DraftLengthPolicy:
             elif self.acceptance.observations >= self.probe_warmup or cost >= 0.9:  # no warm-up for hopeless probes
                 p = min(max(cost, 1.0 / 3.0), 0.95)
                 grow = max(self.probe_interval + 1, round(self.probe_interval * 2.0 ** (p / (1.0 - p))))
-                # failed probes cost at most ``probe_budget`` of the time: 1% of the rounds' worth when a probe
-                # costs a round (a 2-core CPU: its catch-up plus a second verify row cost ~1.8 decodes)
-                self.probe_interval = min(max(self.probe_max, math.ceil(cost / self.probe_budget)), grow)
+                self.probe_interval = min(self.probe_cap(cost), grow)
         if taken:
             self.idle_rounds = 0
         elif self._cap > 0:
@@ -368,6 +367,14 @@ class DraftLengthPolicy:
         if not self.fixed and (r % self.refresh_every == 0 or (r < self.refresh_every and r & (r - 1) == 0)):
             self.replan()
         self.begin_round()
+
+    def probe_cap(self, cost: float | None = None) -> int:
+        """The longest probe interval: ``probe_max``, or where failed probes cost ``probe_budget`` of the time
+        (1% of the rounds' worth when a probe costs a round: a 2-core CPU's catch-up plus a second verify row
+        cost ~1.8 decodes). Replans apply it to the current costs, so one slow early probe (a cold start, a
+        core taken by another job) does not silence probing after the costs it was judged by have settled."""
+        cost = self.probe_break_even() if cost is None else cost
+        return max(self.probe_max, math.ceil(cost / self.probe_budget))
 
     def probe_break_even(self) -> float:
         """The acceptance a probe needs to pay for itself: its first step and its verify's extra row, in tokens.

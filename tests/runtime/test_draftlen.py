@@ -165,6 +165,26 @@ def test_probes_grow_rare_when_they_fail_and_frequent_when_they_are_accepted():
     assert pol.state().probe_interval == grown // 2
 
 
+def test_one_slow_probe_does_not_silence_probing_once_the_costs_settle():
+    """A probe whose drafter start took 200 decodes (a cold start, a core taken by another job) grows the
+    interval to its cap at those costs; when later first steps are fast, the next replan brings the cap, and
+    with it the interval, back down, so the text is still checked for drafts that pay."""
+    pol = _stopped_policy()
+    while not pol.state().probing:
+        pol.begin_round()
+        pol.end_round(0, verify_seconds=PARTIAL.verify[1])
+    assert pol.extend() and pol.take(0.001)
+    slow = 200 * PARTIAL.verify[1]
+    pol.end_round(0, verify_seconds=PARTIAL.verify[2], draft_seconds=slow, draft_steps=1, first_seconds=slow)
+    stretched = pol.state().probe_interval
+    assert stretched > 1000
+    for _ in range(8):
+        pol.costs.add_first(PARTIAL.draft_step)
+    pol.replan()
+    settled = pol.state().probe_interval
+    assert settled == pol.probe_cap() < stretched / 10 and settled >= pol.probe_max
+
+
 @pytest.mark.parametrize("seed", [8, 9])
 def test_probes_that_cannot_pay_fade_even_when_mostly_accepted(seed: int):
     """On the CPU an extra verify row costs 0.7 of a decode: a probe right 70% of the time still loses a little,
