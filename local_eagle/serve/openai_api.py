@@ -153,7 +153,7 @@ async def models(server: Server) -> dict[str, Any]:
     return {"object": "list", "data": [_model_object(server)]}
 
 
-@router.get("/models/{name}")
+@router.get("/models/{name:path}")
 async def model(name: str, server: Server) -> dict[str, Any]:
     server.check_model(name)
     return _model_object(server)

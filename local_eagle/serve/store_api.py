@@ -26,6 +26,7 @@ from local_eagle.serve.errors import ApiError, install_error_handlers
 from local_eagle.serve.models import check_fields, json_body
 
 if TYPE_CHECKING:
+    from local_eagle.ollama.store import Name
     from local_eagle.serve.store_app import StoreFront
     from local_eagle.store.models import Entry
 
@@ -103,6 +104,11 @@ def create_store_api(front: StoreFront) -> FastAPI:
         return {"object": "list", "data": [{"id": m["name"], "object": "model", "created": int(time.time()),
                                             "owned_by": "local-eagle"} for m in _tags(front)]}  # fmt: skip
 
+    @app.get("/v1/models/{ref:path}")
+    async def model(ref: str) -> dict[str, Any]:
+        name = _resolve(front, ref)[0]
+        return {"id": name.short, "object": "model", "created": int(time.time()), "owned_by": "local-eagle"}
+
     @app.get("/api/ps")
     async def ps() -> dict[str, Any]:
         now = front.registry.clock()
@@ -121,7 +127,7 @@ def create_store_api(front: StoreFront) -> FastAPI:
     async def show(request: Request) -> dict[str, Any]:
         body = await json_body(request, limit)
         ref = _model_ref(body)
-        m = _resolve(front, ref)
+        m = _resolve(front, ref)[1]
         return _show(front, ref, m)
 
     @app.post("/api/create")
@@ -175,9 +181,9 @@ def _name(ref: str) -> Any:
         raise ApiError(400, str(e)) from None
 
 
-def _resolve(front: StoreFront, ref: str) -> Modelfile:
+def _resolve(front: StoreFront, ref: str) -> tuple[Name, Modelfile]:
     try:
-        return front.resolve(ref)[1]
+        return front.resolve(ref)
     except LocalEagleError as e:
         raise ApiError(404 if "not found" in str(e) else 400, str(e)) from None
 

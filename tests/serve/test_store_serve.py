@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import ollama
+import openai
 import pytest
 import uvicorn
 
@@ -88,6 +89,17 @@ def test_the_ollama_client_on_the_store(served, pair) -> None:
     with pytest.raises(ollama.ResponseError) as e:
         client.delete("brief")
     assert e.value.status_code == 404
+
+
+def test_the_openai_client_lists_and_retrieves_store_models(served) -> None:
+    front, client = served
+    client.copy("cyc", "me/cyc:v2")
+    oai = openai.OpenAI(base_url=str(client._client.base_url).rstrip("/") + "/v1", api_key="local", max_retries=0)
+    assert sorted(m.id for m in oai.models.list()) == ["cyc:latest", "me/cyc:v2"]
+    assert oai.models.retrieve("cyc").id == "cyc:latest"
+    assert oai.models.retrieve("me/cyc:v2").id == "me/cyc:v2"
+    with pytest.raises(openai.NotFoundError, match="not found"):
+        oai.models.retrieve("nope")
 
 
 def test_two_models_swap_under_a_small_budget(served) -> None:
