@@ -10,6 +10,7 @@ and ``quantize`` are refused: the GGUFs stay where they are.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from datetime import UTC, datetime
@@ -22,6 +23,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 from local_eagle import __version__
 from local_eagle.errors import LocalEagleError
 from local_eagle.ollama.modelfile import Modelfile, encode_value, format_modelfile, format_parameter, parse
+from local_eagle.ollama.store import StoreError, read_manifest
 from local_eagle.serve.errors import ApiError, install_error_handlers
 from local_eagle.serve.models import check_fields, json_body
 
@@ -69,9 +71,23 @@ def _tags(front: StoreFront) -> list[dict[str, Any]]:
                 continue
             path = ollama.manifest_path(name)
             st = path.stat() if path is not None else None
+            size, digest = _manifest_size_digest(path)
             out.append({"name": name.short, "model": name.short, "modified_at": _iso(st.st_mtime if st else 0),
-                        "size": 0, "digest": "", "details": {"format": "gguf"}})  # fmt: skip
+                        "size": size, "digest": digest, "details": {"format": "gguf"}})  # fmt: skip
     return out
+
+
+def _manifest_size_digest(path: Path | None) -> tuple[int, str]:
+    """What Ollama lists for a model of its store (``Manifest.Size`` and ``Digest``): the bytes of its layers
+    and config, and the sha256 of the manifest file; 0 and "" for a manifest that cannot be read."""
+    if path is None:
+        return 0, ""
+    try:
+        m = read_manifest(path)
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    except (StoreError, OSError):
+        return 0, ""
+    return sum(x.size for x in m.layers) + (m.config.size if m.config is not None else 0), digest
 
 
 def _model_ref(body: dict[str, Any]) -> str:

@@ -3,6 +3,8 @@ delete, ps, chat), models loaded on first use, swapped under a small memory budg
 
 from __future__ import annotations
 
+import hashlib
+import json
 import socket
 import threading
 import time
@@ -13,9 +15,11 @@ import openai
 import pytest
 import uvicorn
 
+from local_eagle.ollama.store import OllamaStore
 from local_eagle.runtime.engine import EngineOptions
 from local_eagle.serve.store_app import StoreConfig, StoreFront
 from local_eagle.store import LocalStore
+from local_eagle.testing.ollama_store import write_model
 
 GREEDY = {"temperature": 0, "num_predict": 5}
 HI = [{"role": "user", "content": "hi"}]
@@ -100,6 +104,28 @@ def test_the_openai_client_lists_and_retrieves_store_models(served) -> None:
     assert oai.models.retrieve("me/cyc:v2").id == "me/cyc:v2"
     with pytest.raises(openai.NotFoundError, match="not found"):
         oai.models.retrieve("nope")
+
+
+def test_ollama_store_models_are_listed_with_ollamas_size_and_digest(store, pair, tmp_path: Path) -> None:
+    """``Manifest.Size`` (every layer and the config) and ``Digest`` (the manifest file's sha256), as Ollama's
+    /api/tags lists them; a model of both stores is listed once, from ours."""
+    root = tmp_path / "ollama"
+    manifest = write_model(root, "tiny", pair[1], template="{{ .Prompt }}")
+    write_model(root, "cyc", pair[1])
+    raw = json.loads(manifest.read_text())
+    front, uv, thread, client = start(StoreConfig(local=store, ollama=OllamaStore(root),
+                                                  options=EngineOptions(n_ctx=512, n_threads=1)))  # fmt: skip
+    try:
+        listed = {m.model: m for m in client.list().models}
+        assert sorted(listed) == ["cyc:latest", "tiny:latest"]
+        tiny = listed["tiny:latest"]
+        assert tiny.size == sum(x["size"] for x in raw["layers"]) + raw["config"]["size"] > pair[1].stat().st_size
+        assert tiny.digest == hashlib.sha256(manifest.read_bytes()).hexdigest()
+        assert listed["cyc:latest"].digest == store.find("cyc").digest
+    finally:
+        uv.should_exit = True
+        thread.join(timeout=30)
+        front.close()
 
 
 def test_two_models_swap_under_a_small_budget(served) -> None:
