@@ -70,15 +70,23 @@ class Loaded:
 LoadFn = Callable[[str], tuple[str, int, Callable[[], EagleServer]]]
 
 
+class ServerBusy(LocalEagleError):
+    """A model could not load: the ones in use leave no room and none was done in time."""
+
+
 class ModelRegistry:
     """The loaded models of a store server, under a memory ``budget`` in bytes (None: no limit)."""
 
-    def __init__(self, load: LoadFn, budget: int | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, load: LoadFn, budget: int | None = None, clock: Callable[[], float] = time.monotonic,
+                 wait_timeout: float | None = 300.0) -> None:  # fmt: skip
         self._load = load
         self.budget = budget
         self.clock = clock
+        self.wait_timeout = wait_timeout
         self.loaded: dict[str, Loaded] = {}
         self._lock = threading.Lock()
+        self._released = threading.Condition(self._lock)
+        self._releases = 0
         self._loading = asyncio.Lock()
 
     def _find(self, key: str) -> Loaded | None:
@@ -86,17 +94,39 @@ class ModelRegistry:
             return self.loaded.get(key)
 
     async def acquire(self, name: str, key: str) -> Loaded:
-        """The model ``key`` (as the store canonicalises ``name``), loaded if it is not; marked in use."""
+        """The model ``key`` (as the store canonicalises ``name``), loaded if it is not; marked in use.
+
+        A loaded model is taken at once, whatever else is loading. A model that would not fit beside the
+        ones in use waits, as Ollama's scheduler does, until one of them is done and can go (up to
+        ``wait_timeout`` seconds: :class:`ServerBusy`); with nothing left to unload it loads anyway.
+        """
+        got = self._claim(key)
+        if got is not None:
+            return got
         async with self._loading:  # one load at a time: two would both count the same free memory
-            got = self._find(key)
-            if got is None:
-                key2, size, load = await asyncio.to_thread(self._load, name)
-                await asyncio.to_thread(self._make_room, size)
-                server = await asyncio.to_thread(load)
-                got = Loaded(key2, name, server, size, self.clock())
-                with self._lock:
-                    self.loaded[key2] = got
+            got = self._claim(key)
+            if got is not None:
+                return got
+            key2, size, load = await asyncio.to_thread(self._load, name)
+            deadline = None if self.wait_timeout is None else time.monotonic() + self.wait_timeout
+            while True:
+                releases = await asyncio.to_thread(self._make_room, size)
+                if releases is None:
+                    break
+                left = None if deadline is None else deadline - time.monotonic()
+                if (left is not None and left <= 0) or not await asyncio.to_thread(self._wait_release, releases, left):
+                    raise ServerBusy(f"the server is busy: {name} does not fit beside the models in use, and none "
+                                     f"was done within {self.wait_timeout:g}s")  # fmt: skip
+            server = await asyncio.to_thread(load)
+            got = Loaded(key2, name, server, size, self.clock(), users=1)
             with self._lock:
+                self.loaded[key2] = got
+            return got
+
+    def _claim(self, key: str) -> Loaded | None:
+        with self._lock:
+            got = self.loaded.get(key)
+            if got is not None:
                 got.users += 1
                 got.last_used = self.clock()
                 got.expires_at = None
@@ -109,29 +139,42 @@ class ModelRegistry:
             got.last_used = self.clock()
             if got.users == 0:
                 got.expires_at = None if keep_alive is None else self.clock() + keep_alive
+                self._releases += 1
+                self._released.notify_all()
         self.reap()
 
-    def _make_room(self, size: int) -> None:
-        """Unload idle models, least recently used first, until ``size`` more bytes fit the budget."""
+    def _make_room(self, size: int) -> int | None:
+        """Unload idle models, least recently used first, until ``size`` more bytes fit the budget.
+
+        None when the model may load; else it must wait for a model in use, and this is the count of
+        releases so far (:meth:`_wait_release`)."""
         if self.budget is None:
-            return
+            return None
         while True:
             with self._lock:
                 used = sum(x.size for x in self.loaded.values())
                 idle = sorted((x for x in self.loaded.values() if x.users == 0), key=lambda x: x.last_used)
-            if used + size <= self.budget or not idle:
-                return  # what is in use cannot go; llama.cpp decides whether the rest fits
-            self.unload(idle[0].key)
+                if used + size <= self.budget or not self.loaded:
+                    return None  # llama.cpp decides whether a model alone fits
+                if not idle:
+                    return self._releases
+                victim = self.loaded.pop(idle[0].key)
+            victim.server.close()
+
+    def _wait_release(self, releases: int, timeout: float | None) -> bool:
+        """Wait until a model in use is done (after ``releases`` releases); False on timeout."""
+        with self._released:
+            return self._released.wait_for(lambda: self._releases != releases, timeout)
 
     def reap(self) -> list[str]:
         """Unload the models whose keep_alive has run out; their keys."""
         now = self.clock()
         with self._lock:
-            gone = [x.key for x in self.loaded.values() if x.users == 0 and x.expires_at is not None
-                    and x.expires_at <= now]  # fmt: skip
-        for key in gone:
-            self.unload(key)
-        return gone
+            gone = [self.loaded.pop(x.key) for x in list(self.loaded.values()) if x.users == 0
+                    and x.expires_at is not None and x.expires_at <= now]  # fmt: skip
+        for x in gone:
+            x.server.close()
+        return [x.key for x in gone]
 
     def unload(self, key: str) -> bool:
         """Forget ``key`` and free its engine once no thread is inside llama.cpp (a job still finishing)."""

@@ -21,7 +21,7 @@ from local_eagle.errors import LocalEagleError
 from local_eagle.ollama.modelfile import Modelfile, resolve_model
 from local_eagle.ollama.store import Name, OllamaStore, StoreError, check_name
 from local_eagle.runtime.engine import Engine, EngineOptions
-from local_eagle.serve.registry import ModelRegistry, keep_alive_seconds
+from local_eagle.serve.registry import ModelRegistry, ServerBusy, keep_alive_seconds
 from local_eagle.serve.server import MAX_REQUEST_BYTES, EagleServer, ServeConfig
 from local_eagle.store import LocalStore, resolve_name
 
@@ -76,7 +76,7 @@ class StoreFront:
         from local_eagle.serve.store_api import create_store_api
 
         self.config = config
-        self.registry = ModelRegistry(self._load, config.budget)
+        self.registry = ModelRegistry(self._load, config.budget, wait_timeout=config.queue_timeout)
         self.api = create_store_api(self)
         self._apps: dict[str, Any] = {}
         self._stop = threading.Event()
@@ -154,6 +154,9 @@ class StoreFront:
             got = await self.registry.acquire(ref, self.key_of(ref))
         except ModelNotFoundError as e:
             await _error(send, scope, 404, str(e))
+            return
+        except ServerBusy as e:
+            await _error(send, scope, 503, str(e))
             return
         except LocalEagleError as e:
             await _error(send, scope, 404 if "not found" in str(e) else 500, str(e))
