@@ -10,9 +10,11 @@ and ``quantize`` are refused: the GGUFs stay where they are.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import time
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -75,6 +77,35 @@ def _tags(front: StoreFront) -> list[dict[str, Any]]:
             out.append({"name": name.short, "model": name.short, "modified_at": _iso(st.st_mtime if st else 0),
                         "size": size, "digest": digest, "details": {"format": "gguf"}})  # fmt: skip
     return out
+
+
+async def _progress(run: Callable[[Callable[[dict], None]], None]) -> AsyncIterator[str]:
+    """``run``'s statuses as NDJSON lines while it works in a thread; an error is the last line, as
+    Ollama's streamed errors are (its client raises it)."""
+    loop = asyncio.get_running_loop()
+    lines: asyncio.Queue[dict | None] = asyncio.Queue()
+    last: dict[str, float] = {}
+
+    def tell(status: dict) -> None:
+        now = time.monotonic()
+        if "completed" in status and status["completed"] < status["total"]:
+            if now - last.get(status["status"], 0.0) < 0.1:
+                return  # a GGUF hashes at GB/s: a line every 100 ms is enough
+            last[status["status"]] = now
+        loop.call_soon_threadsafe(lines.put_nowait, status)
+
+    async def work() -> None:
+        try:
+            await asyncio.to_thread(run, tell)
+        except LocalEagleError as e:
+            lines.put_nowait({"error": str(e)})
+        finally:
+            lines.put_nowait(None)
+
+    task = asyncio.create_task(work())
+    while (status := await lines.get()) is not None:
+        yield json.dumps(status) + "\n"
+    await task
 
 
 def _manifest_size_digest(path: Path | None) -> tuple[int, str]:
@@ -152,15 +183,19 @@ def create_store_api(front: StoreFront) -> FastAPI:
         check_fields(body, _CREATE)
         ref = _model_ref(body)
         m = _create_modelfile(front, body)
-        try:
-            entry = front.config.local.create_from(_name(ref), m)
-        except LocalEagleError as e:
-            raise ApiError(400, str(e)) from None
-        front.registry.unload(str(entry.name).lower())  # the next request loads the new one
-        statuses = [{"status": "using existing layers"}, {"status": "writing manifest"}, {"status": "success"}]
+        name = _name(ref)
+
+        def run(on_status: Callable[[dict], None] | None = None) -> None:
+            entry = front.config.local.create_from(name, m, on_status=on_status)
+            front.registry.unload(str(entry.name).lower())  # the next request loads the new one
+
         if body.get("stream") is False:
-            return JSONResponse(statuses[-1])
-        return StreamingResponse((json.dumps(s) + "\n" for s in statuses), media_type="application/x-ndjson")
+            try:
+                await asyncio.to_thread(run)
+            except LocalEagleError as e:
+                raise ApiError(400, str(e)) from None
+            return JSONResponse({"status": "success"})
+        return StreamingResponse(_progress(run), media_type="application/x-ndjson")
 
     @app.post("/api/copy")
     async def copy(request: Request) -> Response:

@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -46,12 +47,17 @@ def default_root() -> Path:
     return Path(os.path.expanduser("~")) / ".local-eagle" / "models"
 
 
-def sha256_file(path: Path) -> str:
-    """The hex SHA-256 of a file, read in 4 MiB chunks (a GGUF does not fit in memory)."""
+def sha256_file(path: Path, on_bytes: Callable[[int], None] | None = None) -> str:
+    """The hex SHA-256 of a file, read in 4 MiB chunks (a GGUF does not fit in memory); ``on_bytes``
+    hears the bytes read so far after each chunk (hashing a large GGUF takes seconds)."""
     h = hashlib.sha256()
+    done = 0
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 22), b""):
             h.update(chunk)
+            done += len(chunk)
+            if on_bytes is not None:
+                on_bytes(done)
     return h.hexdigest()
 
 
@@ -66,11 +72,11 @@ class FileRef:
     sha256: str
 
     @classmethod
-    def of(cls, role: str, path: Path) -> FileRef:
+    def of(cls, role: str, path: Path, on_bytes: Callable[[int], None] | None = None) -> FileRef:
         """Record ``path`` now; an Ollama blob is named by its digest, so it is not read again."""
         st = path.stat()
         m = _OLLAMA_BLOB_RE.fullmatch(path.name)
-        digest = m.group(1) if m and path.parent.name == "blobs" else sha256_file(path)
+        digest = m.group(1) if m and path.parent.name == "blobs" else sha256_file(path, on_bytes)
         return cls(role, str(path), st.st_size, st.st_mtime_ns, digest)
 
     def check(self, model: str) -> bool:
@@ -190,17 +196,33 @@ class LocalStore:
         m = parse_file(modelfile)
         return self.create_from(name, m, progress)
 
-    def create_from(self, name: Name, m: Modelfile, progress: bool = False) -> Entry:
-        """Store a parsed Modelfile under ``name``, replacing an entry only once everything is resolved."""
+    def create_from(
+        self, name: Name, m: Modelfile, progress: bool = False, on_status: Callable[[dict], None] | None = None
+    ) -> Entry:
+        """Store a parsed Modelfile under ``name``, replacing an entry only once everything is resolved.
+
+        ``on_status`` hears each step as Ollama's create streams it (``api.ProgressResponse``: ``status``,
+        and ``digest``, ``total`` and ``completed`` while a GGUF is hashed)."""
+        tell = on_status or (lambda _: None)
         model = resolve_model(m)
+        if m.draft is not None:
+            tell({"status": "resolving drafter"})
         draft = resolve_draft(m, cache_dir=self.drafters, progress=progress) if m.draft is not None else None
         resolved = Modelfile(**{**m.__dict__, "model": model.absolute(), "draft": draft and draft.absolute()})
-        files = [FileRef.of("model", model.absolute())]
-        if draft is not None:
-            files.append(FileRef.of("draft", draft.absolute()))
+        files = []
+        for role, path in (("model", model.absolute()), ("draft", draft and draft.absolute())):
+            if path is None:
+                continue
+            status = f"hashing {'drafter' if role == 'draft' else 'model'} {path.name}"
+            total = path.stat().st_size
+            ref = FileRef.of(role, path, lambda n, s=status, t=total: tell({"status": s, "total": t, "completed": n}))
+            tell({"status": f"using layer sha256:{ref.sha256}", "digest": f"sha256:{ref.sha256}"})
+            files.append(ref)
         created = datetime.now(UTC).isoformat().replace("+00:00", "Z")
         entry = Entry(name, format_modelfile(resolved), files, created, m.from_name)
+        tell({"status": "writing manifest"})
         self._write(entry, self._path(name))
+        tell({"status": "success"})
         return entry
 
     def copy(self, src: str, dst: str) -> Entry:

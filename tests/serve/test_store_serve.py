@@ -10,6 +10,7 @@ import threading
 import time
 from pathlib import Path
 
+import httpx
 import ollama
 import openai
 import pytest
@@ -126,6 +127,26 @@ def test_ollama_store_models_are_listed_with_ollamas_size_and_digest(store, pair
         uv.should_exit = True
         thread.join(timeout=30)
         front.close()
+
+
+def test_create_streams_its_progress_and_its_error(served, pair, tmp_path: Path) -> None:
+    """Ollama's create streams what it does as it does it; here, hashing the GGUFs it records."""
+    front, client = served
+    _, target, draft = pair
+    lines = list(client.create(model="again", from_=str(target), stream=True))
+    statuses = [x.status for x in lines]
+    digest = hashlib.sha256(target.read_bytes()).hexdigest()
+    hashing = [x for x in lines if x.status == f"hashing model {target.name}"]
+    assert hashing and hashing[-1].completed == hashing[-1].total == target.stat().st_size
+    assert statuses[-3:] == [f"using layer sha256:{digest}", "writing manifest", "success"]
+    assert client.chat(model="again", messages=HI, options=GREEDY).message.content  # the target alone
+    bad = tmp_path / "bad-drafter"
+    bad.mkdir()
+    body = {"model": "broken", "from": str(target), "draft": str(bad)}  # our extension: the client has no draft
+    with httpx.stream("POST", f"{client._client.base_url}".rstrip("/") + "/api/create", json=body) as r:
+        last = json.loads(list(r.iter_lines())[-1])
+    assert r.status_code == 200 and "bad-drafter" in last["error"]
+    assert "broken:latest" not in [m.model for m in client.list().models]
 
 
 def test_two_models_swap_under_a_small_budget(served) -> None:
