@@ -26,6 +26,7 @@ from local_eagle.errors import LocalEagleError
 from local_eagle.serve.server import EagleServer
 
 DEFAULT_KEEP_ALIVE = 300.0
+WAIT_SLICE = 0.5  # seconds a thread waits for a release before the request is looked at again
 _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 _DURATION_RE = re.compile(r"([0-9]*\.?[0-9]+)(ns|us|µs|ms|s|m|h)")
 
@@ -108,20 +109,26 @@ class ModelRegistry:
             if got is not None:
                 return got
             key2, size, load = await asyncio.to_thread(self._load, name)
-            deadline = None if self.wait_timeout is None else time.monotonic() + self.wait_timeout
-            while True:
-                releases = await asyncio.to_thread(self._make_room, size)
-                if releases is None:
-                    break
-                left = None if deadline is None else deadline - time.monotonic()
-                if (left is not None and left <= 0) or not await asyncio.to_thread(self._wait_release, releases, left):
-                    raise ServerBusy(f"the server is busy: {name} does not fit beside the models in use, and none "
-                                     f"was done within {self.wait_timeout:g}s")  # fmt: skip
+            await self._room_for(name, size)
             server = await asyncio.to_thread(load)
             got = Loaded(key2, name, server, size, self.clock(), users=1)
             with self._lock:
                 self.loaded[key2] = got
             return got
+
+    async def _room_for(self, name: str, size: int) -> None:
+        """Make room for ``size`` bytes, waiting for models in use to be done; waits in slices, so that a
+        request given up on frees its thread soon."""
+        deadline = None if self.wait_timeout is None else time.monotonic() + self.wait_timeout
+        while (releases := await asyncio.to_thread(self._make_room, size)) is not None:
+            while True:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise ServerBusy(f"the server is busy: {name} does not fit beside the models in use, and "
+                                     f"none was done within {self.wait_timeout:g}s")  # fmt: skip
+                if await asyncio.to_thread(self._wait_release, releases, WAIT_SLICE if left is None else
+                                           min(left, WAIT_SLICE)):  # fmt: skip
+                    break
 
     def _claim(self, key: str) -> Loaded | None:
         with self._lock:
