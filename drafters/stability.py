@@ -1,6 +1,9 @@
 """EAGLE 3 vs EAGLE 3.1 stability on the SmolLM2 chat pair: acceptance only (no timing), k=4, greedy.
 
-python drafters/stability.py DRAFTER.gguf [N_PROMPTS] [N_TOKENS] [THREADS] > result.json
+python drafters/stability.py DRAFTER.gguf [N_PROMPTS] [N_TOKENS] [THREADS] [CONDITIONS] > result.json
+
+CONDITIONS picks some of the four, comma-separated (default all): ``chat`` alone with more prompts is the
+issue's bar, cheaper than the long-context documents.
 
 Four conditions, the prompts drawn from ShareGPT conversations the recipe never trains on
 (kept records from 17,000 on; training uses the first few thousand):
@@ -81,10 +84,13 @@ def prompts(n: int) -> dict[str, list[str]]:
     }
 
 
-def main(draft: str, n: int = 8, n_tokens: int = 64, threads: int = 2) -> dict:
+def main(draft: str, n: int = 8, n_tokens: int = 64, threads: int = 2, conditions: str = "") -> dict:
     result: dict = {"draft": draft, "n_prompts": n, "tokens": n_tokens, "conditions": {}}
+    wanted = set(conditions.split(",")) if conditions else None
     with Engine(smollm2_target(), draft, EngineOptions(n_ctx=8192, n_threads=threads)) as eng:
         for name, texts in prompts(n).items():
+            if wanted is not None and name not in wanted:
+                continue
             verified = calls = 0
             accepted = np.zeros(4)
             drafted = np.zeros(4)
@@ -108,4 +114,4 @@ def main(draft: str, n: int = 8, n_tokens: int = 64, threads: int = 2) -> dict:
 
 if __name__ == "__main__":
     a = sys.argv
-    print(json.dumps(main(a[1], *(int(x) for x in a[2:]))))
+    print(json.dumps(main(a[1], *(int(x) for x in a[2:5]), *a[5:6])))
