@@ -90,10 +90,6 @@ class ModelRegistry:
         self._releases = 0
         self._loading = asyncio.Lock()
 
-    def _find(self, key: str) -> Loaded | None:
-        with self._lock:
-            return self.loaded.get(key)
-
     async def acquire(self, name: str, key: str) -> Loaded:
         """The model ``key`` (as the store canonicalises ``name``), loaded if it is not; marked in use.
 
