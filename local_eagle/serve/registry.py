@@ -117,14 +117,13 @@ class ModelRegistry:
         request given up on frees its thread soon."""
         deadline = None if self.wait_timeout is None else time.monotonic() + self.wait_timeout
         while (releases := await asyncio.to_thread(self._make_room, size)) is not None:
-            while True:
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
+            released = False
+            while not released:
+                left = WAIT_SLICE if deadline is None else min(WAIT_SLICE, deadline - time.monotonic())
+                if left <= 0:
                     raise ServerBusy(f"the server is busy: {name} does not fit beside the models in use, and "
                                      f"none was done within {self.wait_timeout:g}s")  # fmt: skip
-                if await asyncio.to_thread(self._wait_release, releases, WAIT_SLICE if left is None else
-                                           min(left, WAIT_SLICE)):  # fmt: skip
-                    break
+                released = await asyncio.to_thread(self._wait_release, releases, left)
 
     def _claim(self, key: str) -> Loaded | None:
         with self._lock:
@@ -164,7 +163,7 @@ class ModelRegistry:
                 victim = self.loaded.pop(idle[0].key)
             victim.server.close()
 
-    def _wait_release(self, releases: int, timeout: float | None) -> bool:
+    def _wait_release(self, releases: int, timeout: float) -> bool:
         """Wait until a model in use is done (after ``releases`` releases); False on timeout."""
         with self._released:
             return self._released.wait_for(lambda: self._releases != releases, timeout)

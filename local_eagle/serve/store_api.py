@@ -11,7 +11,6 @@ and ``quantize`` are refused: the GGUFs stay where they are.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import time
 from collections.abc import AsyncIterator, Callable
@@ -28,6 +27,7 @@ from local_eagle.ollama.modelfile import Modelfile, encode_value, format_modelfi
 from local_eagle.ollama.store import StoreError, read_manifest
 from local_eagle.serve.errors import ApiError, install_error_handlers
 from local_eagle.serve.models import check_fields, json_body
+from local_eagle.store.models import sha256_file
 
 if TYPE_CHECKING:
     from local_eagle.ollama.store import Name
@@ -115,7 +115,7 @@ def _manifest_size_digest(path: Path | None) -> tuple[int, str]:
         return 0, ""
     try:
         m = read_manifest(path)
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        digest = sha256_file(path)
     except (StoreError, OSError):
         return 0, ""
     return sum(x.size for x in m.layers) + (m.config.size if m.config is not None else 0), digest

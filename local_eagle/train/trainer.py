@@ -635,7 +635,7 @@ def _initial_weights(path: Path, model, vocab_ids: np.ndarray, arch: str, device
         weights[k].shape != fresh[k].shape for k in fresh if k not in ("lm_head.weight", "d2t")
     ):
         raise LocalEagleError(f"--init-from {path}: a drafter of another shape (another target?)")
-    if old_ids.tolist() != vocab_ids.tolist():
+    if not np.array_equal(old_ids, vocab_ids):
         _, new_r, old_r = np.intersect1d(vocab_ids, old_ids, return_indices=True)
         head = fresh["lm_head.weight"].clone()
         head[torch.from_numpy(new_r)] = weights["lm_head.weight"][torch.from_numpy(old_r)]
