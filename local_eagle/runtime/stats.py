@@ -16,6 +16,10 @@ def _ratio(numerator: float, denominator: float) -> float:
     return numerator / denominator if denominator else 0.0
 
 
+def _acceptance_length(accepted: int, calls: int) -> float:
+    return 1.0 + accepted / calls if calls else 1.0
+
+
 @dataclass(slots=True)
 class RoundStats:
     """One round, phase by phase, as the engine measured it."""
@@ -183,14 +187,14 @@ class GenerationStats:
     policy: dict | None = None  # the adaptive policy's estimates at the end (times in ms)
 
     @property
-    def verified_tokens(self) -> int:
-        """Generated tokens that came out of verify calls: all but the one the prefill chose."""
-        return max(0, self.generated_tokens - 1)
-
-    @property
     def acceptance_length(self) -> float:
-        """Tokens emitted per target verify call (1.0 without a drafter)."""
-        return _ratio(self.verified_tokens, self.target_calls)
+        """Tokens each target verify call produced: 1 plus the drafts it accepted, on average (1.0 without drafts).
+
+        Counted from the calls, not from the emitted text: the prefill chooses the first token without a verify
+        call, and an end-of-generation token or a stop ends the text inside a call's tokens, so
+        ``generated_tokens / target_calls`` reads below 1 for an answer with nothing drafted.
+        """
+        return _acceptance_length(self.accepted_tokens, self.target_calls)
 
     @property
     def acceptance_per_position(self) -> list[float]:
@@ -222,20 +226,14 @@ class GenerationStats:
 
 @dataclass
 class GenerationTotals:
-    """Several generations summed, e.g. a chat session's answers.
-
-    The acceptance length is summed from each generation's verified tokens, because every
-    generation's first token comes from its prefill, not from a verify call.
-    """
+    """Several generations summed, e.g. a chat session's answers."""
 
     answers: int = 0
-    verified_tokens: int = 0
     total: GenerationStats = field(default_factory=GenerationStats)
 
     def add(self, stats: GenerationStats) -> None:
         total = self.total
         self.answers += 1
-        self.verified_tokens += stats.verified_tokens
         total.prompt_tokens += stats.prompt_tokens
         total.generated_tokens += stats.generated_tokens
         total.target_calls += stats.target_calls
@@ -259,7 +257,7 @@ class GenerationTotals:
 
     @property
     def acceptance_length(self) -> float:
-        return _ratio(self.verified_tokens, self.total.target_calls)
+        return self.total.acceptance_length
 
     @property
     def acceptance_per_position(self) -> list[float]:

@@ -233,6 +233,22 @@ def test_go_duration_and_verbose_report():
         assert line in rep.splitlines(), rep
 
 
+def test_acceptance_length_counts_the_verify_calls_not_the_text():
+    # 25 rounds drafted nothing; the prefill chose the first token and the last round's end-of-generation
+    # token was not emitted: 25 tokens out of 25 calls, though 24 came out of them as text
+    idle = GenerationStats(prompt_tokens=10, generated_tokens=25, target_calls=25, stop_reason="eos")
+    assert idle.acceptance_length == 1.0
+    assert "acceptance length:    1.00" in verbose_report(idle, 1.0, 0.0).splitlines()
+    # a stop string inside a round's accepted drafts: the round still produced its 3 tokens
+    cut = GenerationStats(generated_tokens=4, target_calls=3, drafted_tokens=6, accepted_tokens=3, stop_reason="stop")
+    assert cut.acceptance_length == pytest.approx(2.0)
+    assert GenerationStats(generated_tokens=1).acceptance_length == 1.0  # the prefill's token only: no call
+    totals = SessionStats()
+    totals.add(idle)
+    totals.add(cut)
+    assert totals.acceptance_length == pytest.approx((28 + 3) / 28) and totals.acceptance_length >= 1.0
+
+
 # --- the loop with a fake engine ----------------------------------------------------------------
 
 
