@@ -3,6 +3,10 @@
 Every command prints results on ``out`` (stdout, so ``--json`` output can be piped) and
 progress, warnings and errors on ``err``. :func:`friendly` is the one place that turns a
 :class:`~local_eagle.errors.LocalEagleError` into a one-line message and exit status 2.
+
+Names, paths, templates and messages are the user's text: rich would read ``[bold]`` in them as
+markup and ``:b:`` as an emoji code, so the consoles never replace emoji codes and user text is
+printed escaped (:func:`warn`, :func:`escape`) or with ``markup=False``.
 """
 
 from __future__ import annotations
@@ -17,8 +21,8 @@ from rich.markup import escape
 
 from local_eagle.errors import LocalEagleError
 
-out = Console()
-err = Console(stderr=True)
+out = Console(emoji=False)
+err = Console(stderr=True, emoji=False)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -51,3 +55,8 @@ def warn_if_cpu_only() -> None:
 
     if not gpu_offload_supported():
         err.print("[dim]no GPU build of llama.cpp found: running on the CPU[/]")
+
+
+def warn(text: str) -> None:
+    """A warning on stderr; ``text`` is printed as it is, never read as markup."""
+    err.print(f"[yellow]warning:[/] {escape(text)}", highlight=False, soft_wrap=True)

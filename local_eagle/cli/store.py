@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
-from local_eagle.cli.console import err, friendly, out, warn_if_cpu_only
+from local_eagle.cli.console import err, friendly, out, warn, warn_if_cpu_only
 from local_eagle.cli.loading import BeyondTrainingOpt, LoadOptions, open_engine
 from local_eagle.cli.options import named_pair
 from local_eagle.units import human_bytes
@@ -44,12 +45,13 @@ def create(
     checked = checked_name(name)
     m = parse_file(file)
     for w in m.warnings:
-        err.print(f"[yellow]warning:[/] {w}", highlight=False, soft_wrap=True)
+        warn(w)
     err.print("gathering model components", highlight=False)
     entry = store.create_from(checked, m, progress=True)
     for f in entry.files:
-        err.print(f"using {f.role} {f.path} (sha256 {f.sha256[:12]}, {human_bytes(f.size)})", highlight=False)
-    err.print(f"success: created {entry.name.short}", highlight=False)
+        line = f"using {f.role} {f.path} (sha256 {f.sha256[:12]}, {human_bytes(f.size)})"
+        err.print(line, highlight=False, markup=False, soft_wrap=True)
+    err.print(f"success: created {entry.name.short}", highlight=False, markup=False)
 
 
 def _ago(iso: str) -> str:
@@ -67,16 +69,20 @@ def _ago(iso: str) -> str:
 
 @friendly
 def list_models() -> None:
-    """List the models of local-eagle's store (`ls` for short)."""
+    """List the models of local-eagle's store (`ls` for short); an entry that cannot be read is a warning."""
     from local_eagle.store import LocalStore
 
     t = Table(box=None, pad_edge=False)
     for col in ("NAME", "ID", "SIZE", "DRAFT", "MODIFIED"):
         t.add_column(col)
-    for e in LocalStore().entries():
+    entries, problems = LocalStore().scan()
+    for e in entries:
         draft = e.file("draft")
-        t.add_row(e.name.short, e.digest[:12], human_bytes(e.size), "yes" if draft else "", _ago(e.created_at))
+        cells = (e.name.short, e.digest[:12], human_bytes(e.size), "yes" if draft else "", _ago(e.created_at))
+        t.add_row(*(Text(c) for c in cells))
     out.print(t)
+    for problem in problems:
+        warn(problem)
 
 
 @friendly
@@ -106,7 +112,7 @@ def show(
             value = m.parameters[key]
             for v in value if isinstance(value, list) else [value]:
                 text = f'"{format_value(v)}"' if key == "stop" else format_value(v)
-                out.print(f"{key:<30} {text}", highlight=False)
+                out.print(f"{key:<30} {text}", highlight=False, markup=False)
         return
     if template or system:
         sys.stdout.write((m.template if template else m.system) or "")
@@ -118,14 +124,14 @@ def show(
         if sec != section:
             out.print(("\n" if section else "") + f"  {sec}", highlight=False)
             section = sec
-        out.print(f"    {key:<20} {value}", highlight=False)
+        out.print(f"    {key:<20} {value}", highlight=False, markup=False)
     if m.parameters:
         out.print("\n  Parameters", highlight=False)
         for key in sorted(m.parameters):
-            out.print(f"    {key:<20} {format_value(m.parameters[key])}", highlight=False)
+            out.print(f"    {key:<20} {format_value(m.parameters[key])}", highlight=False, markup=False)
     if m.system:
         out.print("\n  System", highlight=False)
-        out.print(f"    {m.system.splitlines()[0] if m.system.strip() else ''}", highlight=False)
+        out.print(f"    {m.system.splitlines()[0] if m.system.strip() else ''}", highlight=False, markup=False)
     out.print("")
 
 
@@ -136,8 +142,8 @@ def rm(names: Annotated[list[str], typer.Argument(help="Models to remove.", show
 
     store = LocalStore()
     for name in names:
-        entry = store.remove(name)
-        out.print(f"deleted '{entry.name.short}'", highlight=False)
+        removed = store.remove(name)
+        out.print(f"deleted '{removed.name.short}'", highlight=False, markup=False)
 
 
 @friendly
@@ -146,7 +152,7 @@ def cp(source: NameArg, destination: NameArg) -> None:
     from local_eagle.store import LocalStore
 
     entry = LocalStore().copy(source, destination)
-    out.print(f"copied '{source}' to '{entry.name.short}'", highlight=False)
+    out.print(f"copied '{source}' to '{entry.name.short}'", highlight=False, markup=False)
 
 
 @friendly

@@ -31,6 +31,13 @@ Layout and rules, from Ollama's source (github.com/ollama/ollama):
 What local-eagle cannot run is refused with one line naming the model and the file: a LoRA adapter
 layer or a vision projector layer, a model that is not a GGUF, a cloud model; so is a manifest that
 is not valid JSON, and a blob that is missing or of the wrong size (an interrupted pull).
+
+The store is a directory anyone with write access could plant files in, and the server reads it for
+every ``/api/show``: a blob is used only when it is a regular file whose real path lies in the
+store's ``blobs`` directory (so a link to ``/etc/passwd``, ``/dev/zero`` or a FIFO is refused, never
+printed, read without end or waited on), and the small blobs are read with a cap per media type. JSON
+(manifests, config, params, messages) is checked for nesting and for integers beyond 64 bits before
+anything walks it, so a crafted file is a one-line error and never a ``RecursionError``.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +65,15 @@ TEMPLATE, PROMPT, SYSTEM = MEDIA + "template", MEDIA + "prompt", MEDIA + "system
 PARAMS, MESSAGES, LICENSE = MEDIA + "params", MEDIA + "messages", MEDIA + "license"
 
 _DIGEST_RE = re.compile(r"sha256[:-][0-9a-fA-F]{64}")
+
+MiB = 1 << 20
+# The most bytes read from a blob of each kind: Ollama's own are kilobytes; a planted /dev/zero or a
+# huge file must not fill memory. Model, draft, adapter and projector blobs are never read here.
+BLOB_CAPS = {TEMPLATE: 4 * MiB, PROMPT: 4 * MiB, SYSTEM: 4 * MiB, LICENSE: 4 * MiB, PARAMS: MiB, MESSAGES: 16 * MiB}
+CONFIG_CAP = 4 * MiB
+MANIFEST_CAP = 4 * MiB
+JSON_DEPTH = 64  # Ollama's files nest 4 deep at most; deeper is crafted, and would make walking them recurse
+INT_LIMIT = 1 << 63  # Go's JSON numbers: no integer Ollama writes is wider than 64 bits
 
 
 class StoreError(LocalEagleError):
@@ -264,23 +281,35 @@ class OllamaStore:
                 out.append(name)
         return out
 
+    @property
+    def blobs(self) -> Path:
+        return self.root / "blobs"
+
     def blob(self, layer: Layer, what: str) -> Path:
-        """The file of ``layer`` (``BlobsPath``), checked to exist with the manifest's size."""
+        """The file of ``layer`` (``BlobsPath``): a regular file in the blobs directory (through links
+        too), with the manifest's size."""
         if not _DIGEST_RE.fullmatch(layer.digest):
             raise StoreError(f"{what}: invalid digest format {layer.digest!r} for {layer.media_type}")
-        path = self.root / "blobs" / layer.digest.replace(":", "-")
+        path = self.blobs / layer.digest.replace(":", "-")
         try:
-            size = path.stat().st_size
+            st = os.stat(_inside(path, self.blobs, f"{what}: blob", StoreError))
         except OSError:
             raise StoreError(
                 f"{what}: blob {path} ({layer.media_type}) is missing; pull the model again with `ollama pull`"
             ) from None
-        if layer.size and size != layer.size:
+        if not stat.S_ISREG(st.st_mode):
+            raise StoreError(f"{what}: blob {path} is {_kind(st.st_mode)}, not a regular file")
+        if layer.size and st.st_size != layer.size:
             raise StoreError(
-                f"{what}: blob {path} has {size} bytes where the manifest says {layer.size} "
+                f"{what}: blob {path} has {st.st_size} bytes where the manifest says {layer.size} "
                 "(an interrupted pull?); pull the model again with `ollama pull`"
             )
         return path
+
+    def read_blob(self, layer: Layer, what: str, cap: int) -> tuple[Path, bytes]:
+        """The path and bytes of a small blob (a template, params, ...), at most ``cap`` bytes."""
+        path = self.blob(layer, what)
+        return path, read_regular(path, f"{what}: blob", cap, StoreError, within=self.blobs)
 
     def resolve(self, ref: str) -> StoreModel:
         """Read the model ``ref`` names as Ollama's ``GetModel`` does; raises :class:`StoreError`
@@ -309,8 +338,8 @@ class OllamaStore:
     def _config(self, manifest: Manifest, what: str) -> dict[str, Any]:
         if manifest.config is None or not manifest.config.digest:
             return {}
-        blob = self.blob(manifest.config, what)
-        config = _json_blob(blob, what)
+        blob, data = self.read_blob(manifest.config, what, CONFIG_CAP)
+        config = load_json(data, f"{what}: config {blob}", StoreError)
         if not isinstance(config, dict):
             raise StoreError(f"{what}: config {blob} is not a JSON object")
         return config
@@ -325,14 +354,7 @@ def _config_str(config: Mapping[str, Any], key: str, what: str) -> str | None:
 
 def read_manifest(path: Path) -> Manifest:
     """A manifest file, checked field by field; a malformed one is a one-line error naming it."""
-    try:
-        raw = json.loads(path.read_bytes().decode("utf-8"))
-    except OSError as e:
-        raise StoreError(f"{path}: cannot read the manifest ({e.strerror})") from None
-    except UnicodeDecodeError:
-        raise StoreError(f"{path}: malformed manifest (not UTF-8)") from None
-    except json.JSONDecodeError as e:
-        raise StoreError(f"{path}: malformed manifest (invalid JSON at line {e.lineno}, column {e.colno})") from None
+    raw = load_json(read_regular(path, "manifest", MANIFEST_CAP, StoreError), f"{path}: malformed manifest", StoreError)
     if not isinstance(raw, dict):
         raise StoreError(f"{path}: malformed manifest (expected a JSON object)")
     layers = raw.get("layers")
@@ -351,25 +373,104 @@ def _layer(raw: Any, path: Path, which: str) -> Layer:
     if not isinstance(raw, dict):
         raise StoreError(f"{path}: malformed manifest ({which} is not an object)")
     media, digest, size = raw.get("mediaType", ""), raw.get("digest", ""), raw.get("size", 0)
-    if not isinstance(media, str) or not isinstance(digest, str) or not isinstance(size, int) or size < 0:
+    if not isinstance(media, str) or not isinstance(digest, str) or type(size) is not int or size < 0:
         raise StoreError(f"{path}: malformed manifest ({which} needs a string mediaType and digest and a size)")
     return Layer(media, digest, size)
 
 
-def _json_blob(blob: Path, what: str) -> Any:
-    try:
-        return json.loads(blob.read_bytes().decode("utf-8"))
-    except OSError as e:
-        raise StoreError(f"{what}: cannot read {blob} ({e.strerror})") from None
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise StoreError(f"{what}: {blob} is not valid JSON") from None
+def _kind(mode: int) -> str:
+    kinds = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+             (stat.S_ISDIR, "a directory"), (stat.S_ISSOCK, "a socket"))  # fmt: skip
+    for test, kind in kinds:
+        if test(mode):
+            return kind
+    return "not a regular file"
 
 
-def _text_blob(blob: Path, what: str) -> str:
+def _inside(path: Path, within: Path, what: str, error: type[LocalEagleError]) -> str:
+    """The real path of ``path``, which must lie in ``within``: a link out of the store is refused."""
+    real, base = os.path.realpath(path), os.path.realpath(within)
+    if os.path.commonpath([real, base]) != base:
+        raise error(f"{what} {path} links to {real}, outside {within}; a store's files must be inside it")
+    return real
+
+
+def read_regular(path: Path, what: str, cap: int, error: type[LocalEagleError], within: Path | None = None) -> bytes:
+    """The bytes of ``path``, which must be a regular file (in ``within``, through links, when given)
+    of at most ``cap`` bytes; anything else is one line starting with ``what``.
+
+    The file is opened without following a final link and without blocking, and checked on the open
+    descriptor: a FIFO or a device put there after the check is still refused, and never waited on.
+    """
+    real = _inside(path, within, what, error) if within is not None else os.path.realpath(path)
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
     try:
-        return blob.read_bytes().decode("utf-8")
+        st = os.stat(real)
+        if not stat.S_ISREG(st.st_mode):
+            raise error(f"{what} {path} is {_kind(st.st_mode)}, not a regular file")
+        fd = os.open(real, flags | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise error(f"{what} {path} is missing") from None
     except OSError as e:
-        raise StoreError(f"{what}: cannot read {blob} ({e.strerror})") from None
+        raise error(f"{what} {path} cannot be read ({e.strerror})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise error(f"{what} {path} is {_kind(st.st_mode)}, not a regular file")
+        if st.st_size > cap:
+            raise error(f"{what} {path} has {st.st_size} bytes, more than the {cap >> 20} MiB such a file may have")
+        chunks, left = [], cap + 1
+        while left > 0 and (chunk := os.read(fd, min(left, MiB))):
+            chunks.append(chunk)
+            left -= len(chunk)
+    except OSError as e:
+        raise error(f"{what} {path} cannot be read ({e.strerror})") from None
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > cap:
+        raise error(f"{what} {path} has more than the {cap >> 20} MiB such a file may have")
+    return data
+
+
+def load_json(data: bytes, what: str, error: type[LocalEagleError]) -> Any:
+    """JSON from a file of a store; errors are ``what (why)``. Nesting deeper than :data:`JSON_DEPTH` and
+    integers wider than 64 bits are refused here, so nothing that walks the result can recurse without
+    end or choke on a number (Python parses neither an array nested a thousand deep nor 4,300 digits)."""
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise error(f"{what} (not UTF-8 at byte {e.start}; expected JSON)") from None
+    except json.JSONDecodeError as e:
+        raise error(f"{what} (invalid JSON at line {e.lineno}, column {e.colno})") from None
+    except RecursionError:
+        raise error(f"{what} (JSON nested more than {JSON_DEPTH} deep)") from None
+    except ValueError:  # int() refuses more than sys.get_int_max_str_digits() digits
+        raise error(f"{what} (an integer with thousands of digits; expected one of at most 64 bits)") from None
+    problem = json_problem(value)
+    if problem:
+        raise error(f"{what} ({problem})")
+    return value
+
+
+def json_problem(value: Any) -> str:
+    """Why decoded JSON is not something a store file holds (too deep, an integer too wide), or ``""``;
+    iterative, so it cannot recurse itself."""
+    stack = [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, dict | list):
+            if depth > JSON_DEPTH:
+                return f"JSON nested more than {JSON_DEPTH} deep"
+            stack.extend((x, depth + 1) for x in (v.values() if isinstance(v, dict) else v))
+        elif type(v) is int and not -INT_LIMIT <= v < INT_LIMIT:
+            return f"an integer of {len(str(v))} digits; expected one of at most 64 bits"
+    return ""
+
+
+def _text_blob(data: bytes, blob: Path, what: str) -> str:
+    try:
+        return data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise StoreError(f"{what}: {blob} is not UTF-8 text (byte {e.start})") from None
 
@@ -397,8 +498,8 @@ def _read_layers(store: OllamaStore, manifest: Manifest, name: Name, what: str) 
         elif media == DRAFT:
             found["draft"] = store.blob(layer, what)
         elif media in (TEMPLATE, PROMPT, SYSTEM, LICENSE):
-            blob = store.blob(layer, what)
-            text = _text_blob(blob, what)
+            blob, data = store.read_blob(layer, what, BLOB_CAPS[media])
+            text = _text_blob(data, blob, what)
             if media == LICENSE:
                 found["license"].append(text)
             else:
@@ -406,15 +507,13 @@ def _read_layers(store: OllamaStore, manifest: Manifest, name: Name, what: str) 
                 found[key] = text
                 found["sources"][key] = blob
         elif media == PARAMS:
-            blob = store.blob(layer, what)
-            params = _json_blob(blob, what)
-            if not isinstance(params, dict):
-                raise StoreError(f"{what}: parameters {blob} are not a JSON object")
+            blob, data = store.read_blob(layer, what, BLOB_CAPS[PARAMS])
+            params = _params(load_json(data, f"{what}: parameters {blob}", StoreError), blob, what)
             found["parameters"].update(params)  # decoding into the same map: later layers win per key
             found["sources"]["parameters"] = blob
         elif media == MESSAGES:
-            blob = store.blob(layer, what)
-            found["messages"] = _messages(_json_blob(blob, what), blob, what)
+            blob, data = store.read_blob(layer, what, BLOB_CAPS[MESSAGES])
+            found["messages"] = _messages(load_json(data, f"{what}: messages {blob}", StoreError), blob, what)
             found["sources"]["messages"] = blob
         else:
             found["skipped"].append(media)
@@ -431,3 +530,17 @@ def _messages(raw: Any, blob: Path, what: str) -> list[dict[str, Any]]:
     ):
         raise StoreError(f"{what}: messages {blob} are not a JSON list of {{role, content}} objects")
     return [{**m, "role": m.get("role", "").lower(), "content": m.get("content", "")} for m in raw]
+
+
+def _params(raw: Any, blob: Path, what: str) -> dict[str, Any]:
+    """A params layer: an object of options, each a JSON scalar or a list of them (``stop``), as
+    ``ollama create`` writes it from PARAMETER lines."""
+    if not isinstance(raw, dict):
+        raise StoreError(f"{what}: parameters {blob} are not a JSON object")
+    for key, value in raw.items():
+        items = value if isinstance(value, list) else [value]
+        if not all(isinstance(x, str | int | float | bool) for x in items):
+            raise StoreError(
+                f"{what}: parameters {blob}: {key!r} is not a string, a number, true/false or a list of them"
+            )
+    return raw

@@ -10,7 +10,13 @@ changed is a one-line error naming it. A DRAFT checkpoint directory is converted
 store's ``drafters/`` (the Modelfile code's conversion cache), and referenced like any GGUF.
 
 An entry is one file written atomically (:func:`local_eagle.files.atomic_output`), so a ``create``
-that fails half-way leaves the old entry as it was.
+that fails half-way leaves the old entry as it was. Changes to one store are serialised within the
+process (the server runs ``create`` and ``delete`` in threads): an ``rm`` collecting converted
+drafters must not delete the one a ``create`` is about to record.
+
+An entry read back is checked field by field (a hand-edited or damaged file is one line naming the
+file and the field); ``list`` shows the good entries beside one warning per bad one, and ``rm``
+removes a bad one like any other.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ import hashlib
 import json
 import os
 import re
+import stat
+import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -29,10 +37,21 @@ from typing import Any
 from local_eagle.errors import LocalEagleError
 from local_eagle.files import atomic_output
 from local_eagle.ollama.modelfile import Modelfile, format_modelfile, parse, parse_file, resolve_draft, resolve_model
-from local_eagle.ollama.store import Name, StoreError, check_name
+from local_eagle.ollama.store import MiB, Name, StoreError, check_name, load_json, read_regular
 
 SCHEMA = 1
+ENTRY_CAP = 16 * MiB  # an entry is a Modelfile and two file records: kilobytes
 _OLLAMA_BLOB_RE = re.compile(r"sha256-([0-9a-f]{64})")
+_SHA256_RE = re.compile(r"[0-9a-f]{64}")
+_LOCKS: dict[str, threading.RLock] = {}
+_LOCKS_LOCK = threading.Lock()
+
+
+def _lock(root: Path) -> threading.RLock:
+    """The lock of the store at ``root``, shared by every :class:`LocalStore` of this process on it."""
+    key = os.path.realpath(root)
+    with _LOCKS_LOCK:
+        return _LOCKS.setdefault(key, threading.RLock())
 
 
 class StoreEntryError(LocalEagleError):
@@ -87,6 +106,8 @@ class FileRef:
             st = os.stat(self.path)
         except OSError:
             raise StoreEntryError(f"{model}: its {what} {self.path} has moved or been deleted; {again}") from None
+        if not stat.S_ISREG(st.st_mode):
+            raise StoreEntryError(f"{model}: its {what} {self.path} is no longer a regular file; {again}")
         if st.st_size != self.size:
             raise StoreEntryError(
                 f"{model}: its {what} {self.path} has changed ({st.st_size} bytes, {self.size} when created); {again}"
@@ -146,17 +167,17 @@ class LocalStore:
     def _path(self, name: Name) -> Path:
         """The entry file of ``name``: an existing one whose parts differ only in case, else its own."""
         exact = self.root.joinpath("manifests", *name.parts)
-        if exact.is_file():
+        if _present(exact):
             return exact
         for path in sorted(self.root.glob("manifests/*/*/*/*")):
-            if path.is_file() and Name(*path.relative_to(self.root / "manifests").parts).same(name):
+            if _present(path) and Name(*path.relative_to(self.root / "manifests").parts).same(name):
                 return path
         return exact
 
     def find(self, ref: str) -> Entry | None:
-        """The entry ``ref`` names, or None; an invalid name raises (Ollama's message)."""
+        """The entry ``ref`` names, or None; an invalid name raises (Ollama's message), so does a bad entry."""
         path = self._path(checked_name(ref))
-        return self._read(path) if path.is_file() else None
+        return self._read(path) if _present(path) else None
 
     def get(self, ref: str) -> Entry:
         entry = self.find(ref)
@@ -166,21 +187,24 @@ class LocalStore:
 
     def entries(self) -> list[Entry]:
         """Every model, newest first (``ollama list``'s order); an unreadable entry is skipped."""
-        out = []
-        for path in self.root.glob("manifests/*/*/*/*"):
-            if path.is_file():
-                with contextlib.suppress(StoreEntryError):
+        return self.scan()[0]
+
+    def scan(self) -> tuple[list[Entry], list[str]]:
+        """Every readable model, newest first, and one line for each entry that cannot be read."""
+        out, problems = [], []
+        for path in sorted(self.root.glob("manifests/*/*/*/*")):
+            if _present(path):
+                try:
                     out.append(self._read(path))
-        return sorted(out, key=lambda e: e.created_at, reverse=True)
+                except StoreEntryError as e:
+                    problems.append(str(e))
+        return sorted(out, key=lambda e: e.created_at, reverse=True), problems
 
     def _read(self, path: Path) -> Entry:
-        try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
-            name = Name(*path.relative_to(self.root / "manifests").parts)
-            files = [FileRef(**f) for f in raw["files"]]
-            return Entry(name, raw["modelfile"], files, raw["created_at"], raw.get("from"), path)
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise StoreEntryError(f"{path}: not a readable local-eagle model entry ({e})") from None
+        data = read_regular(path, "local-eagle model entry", ENTRY_CAP, StoreEntryError)
+        raw = load_json(data, f"{path}: not a readable local-eagle model entry", StoreEntryError)
+        name = Name(*path.relative_to(self.root / "manifests").parts)
+        return _entry(raw, name, path)
 
     def _write(self, entry: Entry, path: Path) -> None:
         with atomic_output(path) as tmp:
@@ -203,7 +227,10 @@ class LocalStore:
 
         ``on_status`` hears each step as Ollama's create streams it (``api.ProgressResponse``: ``status``,
         and ``digest``, ``total`` and ``completed`` while a GGUF is hashed)."""
-        tell = on_status or (lambda _: None)
+        with _lock(self.root):
+            return self._create(name, m, progress, on_status or (lambda _: None))
+
+    def _create(self, name: Name, m: Modelfile, progress: bool, tell: Callable[[dict], None]) -> Entry:
         model = resolve_model(m)
         if m.draft is not None:
             tell({"status": "resolving drafter"})
@@ -214,8 +241,14 @@ class LocalStore:
             if path is None:
                 continue
             status = f"hashing {'drafter' if role == 'draft' else 'model'} {path.name}"
-            total = path.stat().st_size
-            ref = FileRef.of(role, path, lambda n, s=status, t=total: tell({"status": s, "total": t, "completed": n}))
+            try:
+                total = path.stat().st_size
+                ref = FileRef.of(
+                    role, path, lambda n, s=status, t=total: tell({"status": s, "total": t, "completed": n})
+                )
+            except OSError as e:
+                what = "drafter" if role == "draft" else "model GGUF"
+                raise StoreEntryError(f"{path}: cannot read the {what} ({e.strerror or e})") from None
             tell({"status": f"using layer sha256:{ref.sha256}", "digest": f"sha256:{ref.sha256}"})
             files.append(ref)
         created = datetime.now(UTC).isoformat().replace("+00:00", "Z")
@@ -227,27 +260,44 @@ class LocalStore:
 
     def copy(self, src: str, dst: str) -> Entry:
         """``ollama cp``: a second name for the same model (the GGUFs are referenced, not copied)."""
-        entry = self.get(src)
-        name = checked_name(dst)
-        new = Entry(name, entry.modelfile, entry.files, datetime.now(UTC).isoformat().replace("+00:00", "Z"),
-                    entry.from_name)  # fmt: skip
-        self._write(new, self._path(name))
-        return new
+        with _lock(self.root):
+            entry = self.get(src)
+            name = checked_name(dst)
+            new = Entry(name, entry.modelfile, entry.files, datetime.now(UTC).isoformat().replace("+00:00", "Z"),
+                        entry.from_name)  # fmt: skip
+            self._write(new, self._path(name))
+            return new
 
-    def remove(self, ref: str) -> Entry:
-        """``ollama rm``: the entry goes, and drafters converted for it that no other entry uses."""
-        entry = self.get(ref)
-        assert entry.path is not None
-        entry.path.unlink()
-        parent = entry.path.parent
-        while parent != self.root / "manifests" and parent != parent.parent:
+    def remove(self, ref: str) -> Removed:
+        """``ollama rm``: the entry goes (readable or not), and drafters converted for it that no other
+        entry uses."""
+        with _lock(self.root):
+            path = self._path(checked_name(ref))
+            if not _present(path):
+                raise StoreEntryError(f"model {ref!r} not found in {self.root}; `local-eagle list` shows the models")
+            name = Name(*path.relative_to(self.root / "manifests").parts)
             try:
-                parent.rmdir()
-            except OSError:
-                break
-            parent = parent.parent
-        self._collect_drafters()
-        return entry
+                path.unlink()
+            except FileNotFoundError:
+                raise StoreEntryError(f"model {ref!r} not found in {self.root} (removed meanwhile)") from None
+            except OSError as e:
+                raise StoreEntryError(f"{path}: cannot remove the model entry ({e.strerror or e})") from None
+            parent = path.parent
+            while parent != self.root / "manifests" and parent != parent.parent:
+                try:
+                    parent.rmdir()
+                except OSError:
+                    break
+                parent = parent.parent
+            self._collect_drafters()
+            return Removed(name, path)
+
+    def _follow_mtimes(self, entry: Entry, path: Path) -> None:
+        """Record the new mtimes of ``entry``'s files, unless the entry was removed or replaced meanwhile."""
+        with _lock(self.root), contextlib.suppress(LocalEagleError):  # a read-only store works, just slower
+            now = self._read(path) if _present(path) else None
+            if now is not None and now.modelfile == entry.modelfile and _same_files(now, entry):
+                self._write(entry, path)
 
     def _collect_drafters(self) -> None:
         used = {os.path.realpath(f.path) for e in self.entries() for f in e.files}
@@ -263,11 +313,79 @@ class LocalStore:
         label = entry.name.short
         changed = [f.check(label) for f in entry.files]
         if any(changed) and entry.path is not None:
-            with contextlib.suppress(LocalEagleError):  # a read-only store still works, just slower
-                self._write(entry, entry.path)
+            self._follow_mtimes(entry, entry.path)
         m = parse(entry.modelfile, base_dir=self.root, source=f"{label} ({entry.path})")
         m.from_name = entry.from_name
         return m
+
+
+@dataclass(frozen=True)
+class Removed:
+    """What ``remove`` removed: the entry's name as stored, and its file."""
+
+    name: Name
+    path: Path
+
+
+def _present(path: Path) -> bool:
+    """An entry file is there: anything but a directory, a dangling or planted link included (so ``rm``
+    can remove what ``list`` warns about)."""
+    try:
+        return not stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _entry(raw: Any, name: Name, path: Path) -> Entry:
+    """An entry's JSON checked field by field: a damaged or hand-edited file is one line naming the field."""
+
+    def bad(field: str, want: str) -> StoreEntryError:
+        return StoreEntryError(f"{path}: {field} must be {want}; not a readable local-eagle model entry")
+
+    if not isinstance(raw, dict):
+        raise bad("the entry", "a JSON object")
+    if raw.get("schema", SCHEMA) != SCHEMA:
+        raise bad("schema", f"{SCHEMA} (written by another version of local-eagle?)")
+    modelfile, created, from_name, files = (raw.get(k) for k in ("modelfile", "created_at", "from", "files"))
+    if not isinstance(modelfile, str):
+        raise bad("modelfile", "a string")
+    if not isinstance(created, str) or not _is_time(created):
+        raise bad("created_at", "an ISO 8601 time such as 2025-01-31T12:00:00Z")
+    if from_name is not None and not isinstance(from_name, str):
+        raise bad("from", "a string or null")
+    if not isinstance(files, list) or not files:
+        raise bad("files", "a non-empty list")
+    refs = []
+    for i, f in enumerate(files):
+        if not isinstance(f, dict):
+            raise bad(f"files[{i}]", "an object")
+        role, fpath, size, mtime, digest = (f.get(k) for k in ("role", "path", "size", "mtime_ns", "sha256"))
+        if role not in ("model", "draft"):
+            raise bad(f"files[{i}].role", '"model" or "draft"')
+        if not isinstance(fpath, str) or not fpath:
+            raise bad(f"files[{i}].path", "a file path (a string)")
+        if type(size) is not int or size < 0:
+            raise bad(f"files[{i}].size", "a byte count (an integer of at least 0)")
+        if type(mtime) is not int:
+            raise bad(f"files[{i}].mtime_ns", "an integer")
+        if not isinstance(digest, str) or not _SHA256_RE.fullmatch(digest):
+            raise bad(f"files[{i}].sha256", "64 lowercase hex digits")
+        refs.append(FileRef(role, fpath, size, mtime, digest))
+    if [r.role for r in refs].count("model") != 1 or len(refs) > 2 or len({r.role for r in refs}) != len(refs):
+        raise bad("files", "one model file and at most one draft file")
+    return Entry(name, modelfile, refs, created, from_name, path)
+
+
+def _is_time(text: str) -> bool:
+    try:
+        datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return False
+    return True
+
+
+def _same_files(a: Entry, b: Entry) -> bool:
+    return [(f.role, f.path, f.sha256) for f in a.files] == [(f.role, f.path, f.sha256) for f in b.files]
 
 
 def checked_name(ref: str) -> Name:
