@@ -90,7 +90,7 @@ def plan_context(model: Path, draft: Path | None, load: LoadOptions, note: Calla
 
 
 def _note(text: str) -> None:
-    err.print(f"[dim]note: {text}[/]", highlight=False, soft_wrap=True)
+    err.print(f"note: {text}", highlight=False, markup=False, style="dim", soft_wrap=True)
 
 
 def capped_context(requested: int | None, trained: int | None, beyond: bool, note: Callable[[str], None]) -> int:

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from local_eagle.cli.console import err, friendly
+from local_eagle.cli.console import friendly, warn
 from local_eagle.errors import LocalEagleError
 
 app = typer.Typer(no_args_is_help=True, help="Ollama Modelfiles: read them as Ollama does, with DRAFT for the drafter.")
@@ -27,7 +27,7 @@ def show(
 
     m = parse_file(file)
     for w in m.warnings:
-        err.print(f"[yellow]warning:[/] {w}", highlight=False, soft_wrap=True)
+        warn(w)
     if as_json:
         print(
             json.dumps(
@@ -78,7 +78,7 @@ def render(
 
     m = parse_file(file)
     for w in m.warnings:
-        err.print(f"[yellow]warning:[/] {w}", highlight=False, soft_wrap=True)
+        warn(w)
     prompt = render_conversation(m, read_messages(messages), system=system, raw=raw)
     try:
         data = prompt.encode("utf-8")

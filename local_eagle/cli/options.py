@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
-from local_eagle.cli.console import err
+from local_eagle.cli.console import warn
 from local_eagle.errors import LocalEagleError
 from local_eagle.ollama.parameters import PARAMETERS, ParameterError, check, format_value
 from local_eagle.runtime.sampling import SamplingParams
@@ -206,7 +206,7 @@ def resolve_models(model: Path | None, draft: Path | None, modelfile: Path | Non
 
     m = parse_file(modelfile)
     for w in m.warnings:
-        err.print(f"[yellow]warning:[/] {w}", highlight=False)
+        warn(w)
     mf_draft = resolve_draft(m) if m.draft is not None else None
     mf_model = resolve_model(m)  # checked even under --model: a Modelfile whose FROM is broken is refused
     return ModelPair(model or mf_model, draft or mf_draft, dict(m.parameters), m)
@@ -219,7 +219,7 @@ def named_pair(name: str, draft: Path | None) -> ModelPair:
 
     m = resolve_name(name)
     for w in m.warnings:
-        err.print(f"[yellow]warning:[/] {w}", highlight=False)
+        warn(w)
     mf_draft = resolve_draft(m) if m.draft is not None and draft is None else None
     return ModelPair(resolve_model(m), draft or mf_draft, dict(m.parameters), m, name)
 

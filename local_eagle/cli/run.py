@@ -261,7 +261,7 @@ def demo(
         if not as_json:
             how = "draft lengths chosen per round (after 64 tokens of another prompt)" if adaptive else f"k={k} fixed"
             head = f"{target.name} + {draft.name}, greedy, up to {max_tokens} tokens, {how}"
-            out.print(f"[dim]{head}[/]", highlight=False)
+            out.print(head, highlight=False, markup=False, style="dim")
             out.file.write(text)
         s = engine.stream(text, max_tokens=max_tokens, draft_max=k)
         _echo(s, as_json)

@@ -73,7 +73,7 @@ def serve_store(
     n = len(local.entries())
     also = f" and Ollama's store ({config.ollama.root})" if config.ollama else ""
     err.print(f"serving {n} model(s) of {local.root}{also} on http://{host}:{port}: Ollama API at /api, "
-              "OpenAI API at /v1; each loads on first use", highlight=False, soft_wrap=True)  # fmt: skip
+              "OpenAI API at /v1; each loads on first use", highlight=False, markup=False, soft_wrap=True)  # fmt: skip
     try:
         uvicorn.run(front, host=host, port=port, log_level=log_level.lower())
     finally:

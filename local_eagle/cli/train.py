@@ -151,4 +151,4 @@ def train(
     for r in reports:
         t.add_row(str(r.epoch), f"{r.train_loss:.3f}", " ".join(f"{a:.2f}" for a in r.heldout_accuracy))
     out.print(t)
-    out.print(f"checkpoint: {out_dir / 'drafter'}" + (f", GGUF: {gguf}" if gguf else ""), highlight=False)
+    out.print(f"checkpoint: {out_dir / 'drafter'}" + (f", GGUF: {gguf}" if gguf else ""), highlight=False, markup=False)

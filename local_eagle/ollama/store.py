@@ -322,6 +322,8 @@ class OllamaStore:
         manifest = read_manifest(path)
         what = f"{name.short} ({path})"
         config = self._config(manifest, what)
+        for key in ("remote_host", "remote_model", "model_format"):
+            _config_str(config, key, what)
         if config.get("remote_host") or config.get("remote_model"):
             raise StoreError(f"{what}: an Ollama cloud model, run on {config.get('remote_host') or 'ollama.com'}; "
                              "there are no local weights for local-eagle to load")  # fmt: skip
@@ -348,7 +350,7 @@ class OllamaStore:
 def _config_str(config: Mapping[str, Any], key: str, what: str) -> str | None:
     value = config.get(key)
     if value is not None and not isinstance(value, str):
-        raise StoreError(f"{what}: config field {key!r} is not a string")
+        raise StoreError(f"{what}: config field {key!r} must be a string")
     return value or None
 
 
