@@ -28,8 +28,8 @@ from local_eagle.errors import LocalEagleError
 from local_eagle.files import read_input
 from local_eagle.ollama import inherit
 from local_eagle.ollama.modelfile_syntax import INSTRUCTIONS as INSTRUCTIONS
+from local_eagle.ollama.modelfile_syntax import MAX_MODELFILE, Command, ModelfileError, commands
 from local_eagle.ollama.modelfile_syntax import ROLES as ROLES
-from local_eagle.ollama.modelfile_syntax import Command, ModelfileError, commands
 from local_eagle.ollama.parameters import DEPRECATED, PARAMETERS, ParameterError, lookup, parse_text
 from local_eagle.ollama.parameters import format_value as format_parameter
 from local_eagle.ollama.store import OllamaStore
@@ -326,6 +326,8 @@ def _ollama_quote(s: str) -> str:
 def encode_value(s: str, what: str = "value") -> str:
     """How a value is written: as Ollama's ``quote`` would, unless that would not read back as the
     same string, then the first of bare, ``"..."`` and ``\"\"\"...\"\"\"`` that does."""
+    if len(s) > MAX_MODELFILE:
+        raise ModelfileError(f"the {what} has {len(s)} characters, more than the {MAX_MODELFILE} a Modelfile may have")
     candidates = ['""'] if s == "" else [_ollama_quote(s), s, f'"{s}"', f'"""{s}"""']
     for c in candidates:
         try:
@@ -334,7 +336,8 @@ def encode_value(s: str, what: str = "value") -> str:
             continue
         if len(cmds) == 1 and cmds[0].args == s:
             return c
-    raise ModelfileError(f"the {what} {s!r} cannot be written in a Modelfile (no quoting reads it back unchanged)")
+    shown = repr(s) if len(s) <= 200 else repr(s[:200]) + "..."
+    raise ModelfileError(f"the {what} {shown} cannot be written in a Modelfile (no quoting reads it back unchanged)")
 
 
 def format_modelfile(m: Modelfile) -> str:
