@@ -4,12 +4,20 @@ server/images.go GetModel reads them, over a synthetic store written like Ollama
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 from local_eagle.ollama import store as store_mod
 from local_eagle.ollama.store import (
+    LICENSE,
+    MESSAGES,
+    MODEL,
+    PARAMS,
+    PROMPT,
+    SYSTEM,
+    TEMPLATE,
     ModelNotFound,
     Name,
     OllamaStore,
@@ -17,8 +25,9 @@ from local_eagle.ollama.store import (
     check_name,
     models_dir,
     parse_name,
+    read_manifest,
 )
-from local_eagle.testing.ollama_store import add_blob, write_model
+from local_eagle.testing.ollama_store import CONFIG, add_blob, plant_blob, run_bounded, write_model
 
 LLAMA3 = (Path(__file__).parents[1] / "data" / "templates" / "llama3-instruct.gotmpl").read_text()
 P80, P350 = "8" * 80, "3" * 350
@@ -266,3 +275,131 @@ def test_manifest_json_is_what_ollama_writes(root: Path, target_gguf: Path) -> N
         "application/vnd.ollama.image.model",
         "application/vnd.ollama.image.system",
     ]
+
+
+# --------------------------------------------------------------------------------------------
+# planted files and crafted JSON: one line each, never a hang, a read without end or a traceback
+
+PLANTED = ["fifo", "/dev/zero", "outside", "fifo-in-store"]
+
+
+@pytest.fixture
+def planted(tmp_path: Path, root: Path):
+    """The file a planted blob links to: a FIFO, /dev/zero or a secret file outside the store, or a FIFO
+    inside its blobs directory."""
+
+    def make(kind: str) -> Path:
+        if kind.startswith("fifo"):
+            fifo = root / "blobs" / "fifo" if kind == "fifo-in-store" else tmp_path / "fifo"
+            fifo.parent.mkdir(parents=True, exist_ok=True)
+            if not fifo.exists():
+                os.mkfifo(fifo)
+            return fifo
+        if kind == "outside":
+            secret = tmp_path / "secret.txt"
+            secret.write_text("root:x:0:0:SECRET\n")
+            return secret
+        return Path(kind)
+
+    return make
+
+
+def expected(kind: str, target: Path, root: Path) -> str:
+    if kind == "fifo-in-store":
+        return "is a FIFO, not a regular file"
+    return f"links to {os.path.realpath(target)}, outside {root / 'blobs'}"
+
+
+def bounded_error(ref: str) -> str:
+    def resolve() -> None:
+        OllamaStore().resolve(ref)
+
+    with pytest.raises(StoreError) as e:
+        run_bounded(resolve)
+    assert "\n" not in str(e.value) and "SECRET" not in str(e.value)
+    return str(e.value)
+
+
+@pytest.mark.parametrize("kind", PLANTED)
+@pytest.mark.parametrize("media", [TEMPLATE, SYSTEM, PARAMS, MESSAGES, LICENSE, PROMPT])
+def test_a_planted_blob_is_refused(root: Path, target_gguf: Path, planted, kind: str, media: str) -> None:
+    target = planted(kind)
+    write_model(root, "tiny", target_gguf, layers=[plant_blob(root, target, media)])
+    assert expected(kind, target, root) in bounded_error("tiny")
+
+
+@pytest.mark.parametrize("kind", PLANTED)
+def test_a_planted_model_or_config_blob_is_refused(root: Path, planted, kind: str, target_gguf: Path) -> None:
+    target = planted(kind)
+    write_model(root, "weights", None, layers=[plant_blob(root, target, MODEL)])
+    assert expected(kind, target, root) in bounded_error("weights")
+    write_model(root, "config", target_gguf, config_layer=plant_blob(root, target, CONFIG))
+    assert expected(kind, target, root) in bounded_error("config")
+
+
+def test_a_link_inside_the_blobs_directory_is_followed(root: Path, target_gguf: Path) -> None:
+    real = add_blob(root, b"{{ .Prompt }}", TEMPLATE)
+    link = plant_blob(root, root / "blobs" / real["digest"].replace(":", "-"), TEMPLATE)
+    write_model(root, "tiny", target_gguf, layers=[link])
+    assert OllamaStore().resolve("tiny").template == "{{ .Prompt }}"
+
+
+def test_a_directory_as_blob_is_refused(root: Path, target_gguf: Path) -> None:
+    layer = add_blob(root, b"x", TEMPLATE)
+    path = root / "blobs" / layer["digest"].replace(":", "-")
+    path.unlink()
+    path.mkdir()
+    write_model(root, "tiny", target_gguf, layers=[{**layer, "size": 0}])
+    assert "is a directory, not a regular file" in bounded_error("tiny")
+
+
+def test_small_blobs_are_read_up_to_a_cap(root: Path, target_gguf: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_model(root, "tiny", target_gguf, template="x" * 100)
+    monkeypatch.setitem(store_mod.BLOB_CAPS, TEMPLATE, 64)
+    assert "has 100 bytes, more than the" in bounded_error("tiny")
+
+
+DEEP = "[" * 100_000 + "]" * 100_000
+NESTED = "[" * 80 + "]" * 80  # parses, but deeper than any file Ollama writes
+WIDE = "1" * 5000
+WIDE64 = str(1 << 70)
+
+
+@pytest.mark.parametrize(("text", "needle"), [(DEEP, "nested more than 64 deep"), (NESTED, "nested more than 64 deep")])
+def test_deeply_nested_json_is_one_line(root: Path, target_gguf: Path, text: str, needle: str) -> None:
+    path = write_model(root, "manifest", target_gguf)
+    path.write_text(f'{{"layers": {text}}}')
+    assert needle in bounded_error("manifest") and str(path) in bounded_error("manifest")
+    config = add_blob(root, f'{{"renderer": {text}}}'.encode(), CONFIG)
+    write_model(root, "config", target_gguf, config_layer=config)
+    assert needle in bounded_error("config")
+    write_model(root, "params", target_gguf, layers=[add_blob(root, f'{{"stop": {text}}}'.encode(), PARAMS)])
+    assert needle in bounded_error("params")
+    write_model(root, "messages", target_gguf, layers=[add_blob(root, text.encode(), MESSAGES)])
+    assert needle in bounded_error("messages")
+
+
+@pytest.mark.parametrize("number", [WIDE, WIDE64])
+def test_integers_beyond_64_bits_are_one_line(root: Path, target_gguf: Path, number: str) -> None:
+    path = write_model(root, "manifest", target_gguf)
+    raw = json.loads(path.read_text())
+    path.write_text(json.dumps(raw).replace(f'"size": {raw["layers"][0]["size"]}', f'"size": {number}', 1))
+    assert "at most 64 bits" in bounded_error("manifest")
+    with pytest.raises(StoreError, match="at most 64 bits"):
+        read_manifest(path)  # what the server's listing reads for each model: one bad manifest is one error
+    write_model(root, "params", target_gguf, layers=[add_blob(root, f'{{"seed": {number}}}'.encode(), PARAMS)])
+    assert "at most 64 bits" in bounded_error("params")
+
+
+@pytest.mark.parametrize(
+    ("params", "needle"),
+    [('{"stop": [{"a": 1}]}', "'stop' is not a string, a number"), ('{"top_k": {"x": 1}}', "'top_k' is not a")],
+)
+def test_parameters_of_the_wrong_shape_are_one_line(root: Path, target_gguf: Path, params: str, needle: str) -> None:
+    write_model(root, "tiny", target_gguf, layers=[add_blob(root, params.encode(), PARAMS)])
+    assert needle in bounded_error("tiny")
+
+
+def test_a_config_field_of_the_wrong_type_is_one_line(root: Path, target_gguf: Path) -> None:
+    write_model(root, "tiny", target_gguf, config={"model_format": {"x": 1}})
+    assert "config field 'model_format' must be a string" in bounded_error("tiny")
