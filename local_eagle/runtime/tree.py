@@ -1,0 +1,292 @@
+"""Draft trees, as pure maths: growing a tree, choosing the nodes a target call verifies, walking it.
+
+EAGLE-2's dynamic tree: the drafter expands the most probable frontier nodes depth by depth, every node
+scored by its cumulative draft probability, and the ``n`` best nodes form the tree the target verifies in
+one decode. A chain is the tree with one branch.
+
+Scores are *slot* scores: a node's i-th child scores its parent's score plus the log of the i-th largest
+draft probability at the parent, whatever token fills the slot. Greedy drafting fills slot i with the i-th
+most probable token, so the score is that token's cumulative probability. Sampling fills the slots with
+draws without replacement from the draft distribution (Gumbel top-k), and because no slot's score depends on
+the token drawn for it, whether a child exists never depends on the child itself: recursive rejection
+sampling over the siblings then emits exactly the target's distribution (:func:`walk_sampling`).
+
+Selection keeps the tree closed under parents and earlier siblings (a node's children verified are its
+first m slots), which the sibling-by-sibling acceptance needs; for greedy slots it is exactly the n best.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from local_eagle.errors import LocalEagleError
+
+MAX_SEQ = 256
+"""llama.cpp's ``LLAMA_MAX_SEQ``: a tree verify uses one sequence per leaf."""
+
+
+@dataclass(frozen=True)
+class TreeShape:
+    """How a round's tree grows: ``depth`` drafter calls, ``width`` frontier nodes expanded per call (each
+    with ``width`` children), ``nodes`` drafted nodes verified per target call."""
+
+    nodes: int
+    depth: int
+    width: int
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.nodes < MAX_SEQ:
+            raise LocalEagleError(f"tree nodes must be between 1 and {MAX_SEQ - 1}, got {self.nodes}")
+        if self.depth < 1:
+            raise LocalEagleError(f"tree depth must be at least 1, got {self.depth}")
+        if not 1 <= self.width <= 64:
+            raise LocalEagleError(f"tree width must be between 1 and 64, got {self.width}")
+
+    @classmethod
+    def for_nodes(cls, nodes: int, depth: int | None = None, width: int | None = None) -> TreeShape:
+        """A shape for ``nodes`` drafted nodes: as deep as a chain of that size up to 10 calls, frontier of up to
+        8 (the drafter is right most often at its first choices; measured on the Gemma pair, ``bench --tree``)."""
+        if depth is None:
+            depth = max(1, min(nodes, 10))
+        if width is None:
+            width = max(1, min(8, nodes))
+        return cls(nodes, depth, width)
+
+    @property
+    def chain(self) -> bool:
+        return self.width == 1
+
+
+def children_slots(q: np.ndarray, k: int, rng: np.random.Generator | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The first ``k`` children of a node whose draft distribution is ``q``: (positions in ``q``, slot log-scores).
+
+    Greedy (``rng`` None): the k most probable entries, most probable first. Sampling: k draws without
+    replacement (Gumbel top-k, which orders them as sequential draws would). Either way slot i scores
+    log of the i-th largest probability. Fewer than k when ``q`` has fewer non-zero entries.
+    """
+    support = np.flatnonzero(q > 0)
+    k = min(k, len(support))
+    if k == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0)
+    qs = q[support]
+    if k < len(support):
+        top = np.argpartition(-qs, k - 1)[:k]
+        sorted_top = top[np.argsort(-qs[top], kind="stable")]
+    else:
+        sorted_top = np.argsort(-qs, kind="stable")
+    logq = np.log(qs[sorted_top])
+    if rng is None:
+        return support[sorted_top], logq
+    keys = np.log(qs) + rng.gumbel(size=len(qs))
+    drawn = np.argpartition(-keys, k - 1)[:k] if k < len(qs) else np.arange(len(qs))
+    drawn = drawn[np.argsort(-keys[drawn], kind="stable")]
+    return support[drawn], logq
+
+
+class DraftTree:
+    """A growing tree; node 0 is the root (the round's last token, not a draft)."""
+
+    def __init__(self, root_token: int) -> None:
+        self.tokens = [int(root_token)]
+        self.parents = [-1]
+        self.depths = [0]
+        self.scores = [0.0]
+        self.ranks = [0]
+        self.children: list[list[int]] = [[]]
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def add_children(
+        self, parent: int, tokens: np.ndarray | list[int], logscores: np.ndarray | list[float]
+    ) -> list[int]:
+        """Add children to ``parent`` in slot order; their ids."""
+        if self.children[parent]:
+            raise AssertionError(f"node {parent} already has children")
+        ids = []
+        base, depth = self.scores[parent], self.depths[parent] + 1
+        for rank, (token, logscore) in enumerate(zip(tokens, logscores, strict=True)):
+            ids.append(len(self.tokens))
+            self.tokens.append(int(token))
+            self.parents.append(parent)
+            self.depths.append(depth)
+            self.scores.append(base + float(logscore))
+            self.ranks.append(rank)
+            self.children.append([])
+        self.children[parent] = ids
+        return ids
+
+    def frontier(self, depth: int, width: int) -> list[int]:
+        """The ``width`` best-scored nodes at ``depth`` (ties: the earlier node), best first."""
+        nodes = [i for i, d in enumerate(self.depths) if d == depth]
+        nodes.sort(key=lambda i: (-self.scores[i], i))
+        return nodes[:width]
+
+    def select(self, n: int) -> VerifyTree:
+        """The root and the ``n`` best nodes closed under parents and earlier siblings, as a verify tree."""
+        chosen = [0]
+        heap: list[tuple[float, int]] = []
+
+        def offer(node: int) -> None:
+            heapq.heappush(heap, (-self.scores[node], node))
+
+        if self.children[0]:
+            offer(self.children[0][0])
+        while heap and len(chosen) <= n:
+            _, node = heapq.heappop(heap)
+            chosen.append(node)
+            if self.children[node]:
+                offer(self.children[node][0])
+            siblings = self.children[self.parents[node]]
+            rank = self.ranks[node]
+            if rank + 1 < len(siblings):
+                offer(siblings[rank + 1])
+        chosen.sort(key=lambda i: (self.depths[i], i))
+        return VerifyTree.from_nodes(self, chosen)
+
+
+@dataclass
+class VerifyTree:
+    """The rows of one tree verify: row 0 the root, ancestors before descendants (by depth).
+
+    ``parents`` and ``children`` are row indices; ``children[r]`` in slot order; ``nodes`` maps rows back to
+    the draft tree's ids.
+    """
+
+    nodes: list[int]
+    tokens: np.ndarray
+    parents: np.ndarray
+    depths: np.ndarray
+    children: list[list[int]]
+
+    @classmethod
+    def from_nodes(cls, tree: DraftTree, nodes: list[int]) -> VerifyTree:
+        row = {node: r for r, node in enumerate(nodes)}
+        parents = np.array([row.get(tree.parents[i], -1) for i in nodes], dtype=np.int64)
+        children: list[list[int]] = [[] for _ in nodes]
+        for r in range(1, len(nodes)):
+            children[parents[r]].append(r)
+        for kids in children:
+            kids.sort(key=lambda r: tree.ranks[nodes[r]])
+        return cls(
+            nodes=list(nodes),
+            tokens=np.array([tree.tokens[i] for i in nodes], dtype=np.int32),
+            parents=parents,
+            depths=np.array([tree.depths[i] for i in nodes], dtype=np.int64),
+            children=children,
+        )
+
+    @classmethod
+    def chain(cls, root: int, drafts: list[int]) -> VerifyTree:
+        tree = DraftTree(root)
+        parent = 0
+        for token in drafts:
+            parent = tree.add_children(parent, [token], [0.0])[0]
+        return cls.from_nodes(tree, list(range(len(tree))))
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def drafted(self) -> int:
+        return len(self.tokens) - 1
+
+    def leaves(self) -> list[int]:
+        return [r for r in range(len(self)) if not self.children[r]]
+
+    def seq_ids(self) -> list[list[int]]:
+        """Each row's sequence ids: the numbers of the leaves below it (leaf i, in row order, is sequence i).
+
+        A row attends to the cache cells of its first sequence at positions not after its own. Any leaf below
+        a row has exactly the row's ancestors (and the shared prefix) at those positions, so whichever of its
+        ids llama.cpp takes first, the row sees its ancestors and itself.
+        """
+        leaf_id = {r: i for i, r in enumerate(self.leaves())}
+        seqs: list[list[int]] = [[] for _ in range(len(self))]
+        for r in reversed(range(len(self))):
+            if r in leaf_id:
+                seqs[r].append(leaf_id[r])
+            if r:
+                seqs[self.parents[r]].extend(seqs[r])
+        for s in seqs:
+            s.sort()
+        return seqs
+
+    def path(self, row: int) -> list[int]:
+        """Rows from the root's first child down to ``row`` (empty for the root)."""
+        out = []
+        while row > 0:
+            out.append(row)
+            row = int(self.parents[row])
+        return out[::-1]
+
+    def path_tokens(self, row: int) -> list[int]:
+        return [int(self.tokens[r]) for r in self.path(row)]
+
+
+def walk_greedy(tree: VerifyTree, choices: np.ndarray) -> tuple[list[int], int]:
+    """Follow the target's choices (``choices[r]``: its token after row r) down the tree.
+
+    Returns the accepted rows (root excluded) and the target's token after the last of them.
+    """
+    row, path = 0, []
+    while True:
+        want = int(choices[row])
+        nxt = next((c for c in tree.children[row] if int(tree.tokens[c]) == want), None)
+        if nxt is None:
+            return path, want
+        path.append(nxt)
+        row = nxt
+
+
+def walk_sampling(
+    tree: VerifyTree,
+    target: Callable[[int], np.ndarray],
+    draft: Callable[[int], np.ndarray],
+    rng: np.random.Generator,
+) -> tuple[list[int], int]:
+    """Recursive rejection sampling over siblings (SpecInfer; Jeon et al. 2024 for draws without replacement).
+
+    At a row, with p the target's distribution there (``target(row)``) and q the draft's (``draft(row)``), its
+    children x_1, x_2, ... (draws without replacement from q, in order) are tried in turn: x accepted with
+    probability min(1, p(x)/q(x)); on rejection p <- norm(max(0, p - q)) and q <- q with x removed,
+    renormalised. An accepted child becomes the row; when every child is rejected (or there are none) the next
+    token is drawn from the current p. The emitted tokens are distributed exactly as the target's own.
+    """
+    row, path = 0, []
+    while True:
+        p = target(row)
+        kids = tree.children[row]
+        if not kids:
+            return path, _sample(p, rng)
+        q = np.array(draft(row), dtype=np.float64)
+        accepted = None
+        for child in kids:
+            x = int(tree.tokens[child])
+            qx, px = q[x], p[x]
+            if qx > 0 and rng.random() * qx < px:
+                accepted = child
+                break
+            residual = np.maximum(p - q, 0.0)
+            total = residual.sum()
+            if total <= 0:  # p == q up to rounding: a rejection had probability 0
+                break
+            p = residual / total
+            q[x] = 0.0
+            mass = q.sum()
+            if mass <= 0:
+                break
+            q /= mass
+        if accepted is None:
+            return path, _sample(p, rng)
+        path.append(accepted)
+        row = accepted
+
+
+def _sample(p: np.ndarray, rng: np.random.Generator) -> int:
+    cum = np.cumsum(p)
+    return int(min(np.searchsorted(cum, rng.random() * cum[-1], side="right"), len(p) - 1))

@@ -1,0 +1,195 @@
+"""Draft trees as pure maths: growing, best-N selection, sequence ids, greedy and sampling walks."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from local_eagle.errors import LocalEagleError
+from local_eagle.runtime.tree import DraftTree, TreeShape, VerifyTree, children_slots, walk_greedy, walk_sampling
+
+
+def _tree() -> DraftTree:
+    """root -> a (0.6), b (0.3), c (0.1); a -> d (0.55), e (0.35); b -> f (0.9); d -> g (0.8)."""
+    t = DraftTree(100)
+    a, b, c = t.add_children(0, [1, 2, 3], np.log([0.6, 0.3, 0.1]))
+    d, e = t.add_children(a, [4, 5], np.log([0.55, 0.35]))
+    (f,) = t.add_children(b, [6], np.log([0.9]))
+    t.add_children(d, [7], np.log([0.8]))
+    return t
+
+
+def test_nodes_parents_depths_scores():
+    t = _tree()
+    assert t.tokens == [100, 1, 2, 3, 4, 5, 6, 7]
+    assert t.parents == [-1, 0, 0, 0, 1, 1, 2, 4]
+    assert t.depths == [0, 1, 1, 1, 2, 2, 2, 3]
+    assert t.scores[7] == pytest.approx(np.log(0.6 * 0.55 * 0.8))
+    assert t.ranks == [0, 0, 1, 2, 0, 1, 0, 0]
+    assert t.frontier(2, 2) == [4, 6]  # d: 0.33, f: 0.27, e: 0.21
+    with pytest.raises(AssertionError):
+        t.add_children(1, [9], [0.0])
+
+
+def test_best_n_selection_is_the_n_best_and_connected():
+    t = _tree()
+    # cumulative: a .6, d .33, b .3, f .27, g .264, e .21, c .1
+    best = [1, 4, 2, 6, 7, 5]
+    for n in range(1, 7):
+        want = set(best[:n])
+        v = t.select(n)
+        assert set(v.nodes) == {0} | want, n
+        assert v.drafted == n
+        assert all(v.depths[v.parents[r]] == v.depths[r] - 1 for r in range(1, len(v)))
+        assert list(v.depths) == sorted(v.depths)  # ancestors first
+    v = t.select(100)
+    assert len(v) == len(t)
+
+
+def test_selection_keeps_earlier_siblings_first():
+    """A later slot is never verified without the earlier ones, even when its own subtree scores higher."""
+    t = DraftTree(0)
+    a, b = t.add_children(0, [1, 2], np.log([0.5, 0.5]))
+    t.add_children(b, [3], [0.0])
+    v = t.select(2)
+    assert v.nodes == [0, a, b]
+    t2 = DraftTree(0)
+    a, b = t2.add_children(0, [1, 2], [np.log(0.4), np.log(0.9)])  # not sorted: slot scores may not be
+    assert t2.select(1).nodes == [0, a]
+
+
+def test_seq_ids_one_per_leaf_and_every_row_sees_its_ancestors():
+    t = _tree()
+    v = t.select(100)
+    seqs = v.seq_ids()
+    leaves = v.leaves()
+    assert len(leaves) == 4  # c, e, f, g
+    assert seqs[0] == [0, 1, 2, 3]
+    for i, leaf in enumerate(leaves):
+        assert seqs[leaf] == [i]
+    # simulate llama.cpp's mask: a row sees cells holding its first seq at positions not after its own
+    for r in range(len(v)):
+        for first in seqs[r]:  # whichever id comes first
+            seen = {c for c in range(len(v)) if first in seqs[c] and v.depths[c] <= v.depths[r]}
+            assert seen == {0, *v.path(r)}, (r, first)
+    # a chain is one sequence
+    chain = VerifyTree.chain(9, [1, 2, 3])
+    assert chain.seq_ids() == [[0]] * 4 and chain.leaves() == [3]
+    assert chain.path_tokens(3) == [1, 2, 3]
+
+
+def test_greedy_walk_follows_the_target():
+    v = _tree().select(100)
+    row = {node: r for r, node in enumerate(v.nodes)}
+    choices = np.full(len(v), 42)
+    choices[row[0]] = 1  # a
+    choices[row[1]] = 4  # d
+    choices[row[4]] = 7  # g
+    choices[row[7]] = 11  # bonus after g
+    path, nxt = walk_greedy(v, choices)
+    assert [v.nodes[r] for r in path] == [1, 4, 7] and nxt == 11
+    choices[row[0]] = 2  # b, then f rejected
+    path, nxt = walk_greedy(v, choices)
+    assert [v.nodes[r] for r in path] == [2] and nxt == 42
+    choices[row[0]] = 50
+    assert walk_greedy(v, choices) == ([], 50)
+
+
+def test_children_slots_greedy_and_sampled():
+    q = np.array([0.1, 0.0, 0.5, 0.15, 0.25])
+    idx, logq = children_slots(q, 3)
+    assert list(idx) == [2, 4, 3] and np.allclose(np.exp(logq), [0.5, 0.25, 0.15])
+    idx, _ = children_slots(q, 10)
+    assert list(idx) == [2, 4, 3, 0]  # never a zero-probability token
+    rng = np.random.default_rng(0)
+    firsts = np.bincount([children_slots(q, 2, rng)[0][0] for _ in range(20000)], minlength=5)
+    assert stats.chisquare(firsts[[0, 2, 3, 4]], 20000 * q[[0, 2, 3, 4]]).pvalue > 1e-3
+    # the second draw is without replacement: given the first was 2, it is q without 2, renormalised
+    seconds = [s for f, s in (children_slots(q, 2, rng)[0] for _ in range(20000)) if f == 2]
+    counts = np.bincount(seconds, minlength=5)
+    want = np.array([0.1, 0, 0, 0.15, 0.25]) / 0.5
+    assert counts[2] == 0
+    assert stats.chisquare(counts[[0, 3, 4]], len(seconds) * want[[0, 3, 4]]).pvalue > 1e-3
+
+
+def test_tree_shape_checks():
+    assert TreeShape.for_nodes(15) == TreeShape(15, 10, 8)
+    assert TreeShape.for_nodes(3).width == 3 and TreeShape(4, 4, 1).chain
+    for bad in [(0, 1, 1), (256, 2, 2), (4, 0, 1), (4, 2, 0), (4, 2, 65)]:
+        with pytest.raises(LocalEagleError):
+            TreeShape(*bad)
+
+
+# --- sampling: exactly the target's distribution ------------------------------------------------------
+
+V = 4
+
+
+def _dists(seed: int) -> tuple[dict, dict]:
+    """Target and draft next-token distributions for every context of up to 2 tokens, over V tokens."""
+    rng = np.random.default_rng(seed)
+    contexts = [()] + [(a,) for a in range(V)] + list(itertools.product(range(V), repeat=2))
+    p, q = {}, {}
+    for c in contexts:
+        p[c] = rng.dirichlet(np.full(V, 0.7))
+        q[c] = rng.dirichlet(np.full(V, 0.7))
+        q[c][rng.integers(V)] = 0.0  # the draft misses a token the target may want
+        q[c] /= q[c].sum()
+    return p, q
+
+
+def _draft_and_walk(p: dict, q: dict, rng: np.random.Generator, n: int, greedy_slots: bool) -> tuple[int, int]:
+    """Grow a depth-2 tree of width 2, verify its n best nodes, emit the first two tokens."""
+    tree = DraftTree(0)
+    context = {0: ()}
+    idx, logq = children_slots(q[()], 2, None if greedy_slots else rng)
+    for node in tree.add_children(0, idx, logq):
+        context[node] = (tree.tokens[node],)
+    for node in tree.frontier(1, 2):
+        idx, logq = children_slots(q[context[node]], 2, None if greedy_slots else rng)
+        for child in tree.add_children(node, idx, logq):
+            context[child] = context[node] + (tree.tokens[child],)
+    v = tree.select(n)
+    ctx = [context[node] for node in v.nodes]
+    path, nxt = walk_sampling(v, lambda r: p[ctx[r]], lambda r: q[ctx[r]], rng)
+    out = [int(v.tokens[r]) for r in path] + [nxt]
+    if len(out) == 1:  # the second token: what the target alone samples after the first
+        out.append(int(rng.choice(V, p=p[(out[0],)])))
+    return out[0], out[1]
+
+
+def _joint(p: dict) -> np.ndarray:
+    return np.array([[p[()][a] * p[(a,)][b] for b in range(V)] for a in range(V)]).ravel()
+
+
+@pytest.mark.parametrize("n", [1, 3, 6])
+def test_tree_sampling_gives_the_target_distribution(n):
+    """Two tokens emitted through a sampled tree: their joint distribution is the target's (chi-square)."""
+    p, q = _dists(seed=n)
+    rng = np.random.default_rng(100 + n)
+    trials = 30000
+    counts = np.zeros(V * V)
+    for _ in range(trials):
+        a, b = _draft_and_walk(p, q, rng, n, greedy_slots=False)
+        counts[a * V + b] += 1
+    want = _joint(p) * trials
+    keep = want > 0
+    assert stats.chisquare(counts[keep], want[keep]).pvalue > 1e-4
+
+
+def test_negative_control_a_planted_bias_fails():
+    """The same test catches a bias: children taken as the draft's top choices (not drawn from it) but
+    verified as if drawn, which over-emits the draft's favourites."""
+    p, q = _dists(seed=3)
+    rng = np.random.default_rng(7)
+    trials = 30000
+    counts = np.zeros(V * V)
+    for _ in range(trials):
+        a, b = _draft_and_walk(p, q, rng, 6, greedy_slots=True)
+        counts[a * V + b] += 1
+    want = _joint(p) * trials
+    keep = want > 0
+    assert stats.chisquare(counts[keep], want[keep]).pvalue < 1e-6
