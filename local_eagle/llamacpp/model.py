@@ -91,6 +91,15 @@ class Model:
     def bos(self) -> int:
         return int(C.llama_vocab_bos(self.vocab))
 
+    def branching_refusal(self) -> str | None:
+        """Why this model cannot verify a draft tree (None when it can): recurrent and hybrid models keep one
+        state per sequence, so sequences cannot share a cached prefix and branch from it."""
+        if C.llama_model_is_recurrent(self.ptr):
+            return "a recurrent model keeps one state per sequence and cannot branch a cached prefix"
+        if C.llama_model_is_hybrid(self.ptr):
+            return "a hybrid model's recurrent layers keep one state per sequence and cannot branch a cached prefix"
+        return None
+
     def close(self) -> None:
         if getattr(self, "ptr", None):
             C.llama_model_free(self.ptr)
@@ -112,6 +121,7 @@ class ContextOptions:
     flash_attn: bool | None = None  # None: LLAMA_FLASH_ATTN_TYPE_AUTO, on where the backend supports it
     type_k: int = GGML_TYPE_F16  # KV cache element types (ggml_type)
     type_v: int = GGML_TYPE_F16
+    n_seq_max: int = 1  # sequences the cache holds; above 1 the cache is unified (one buffer, shared prefixes)
 
 
 class Context:
@@ -129,7 +139,8 @@ class Context:
         params.n_ctx = opts.n_ctx
         params.n_batch = opts.n_batch
         params.n_ubatch = min(opts.n_ubatch, opts.n_batch)
-        params.n_seq_max = 1
+        params.n_seq_max = opts.n_seq_max
+        params.kv_unified = opts.n_seq_max > 1  # tree verify couples sequences in one batch, which needs it
         threads = usable_threads(opts.n_threads)
         params.n_threads = threads
         params.n_threads_batch = threads
@@ -158,14 +169,21 @@ class Context:
         self.n_ubatch = int(C.llama_n_ubatch(ptr))
         self.mem = C.llama_get_memory(ptr)
         self.batch = C.llama_batch_ext_init(ptr)
+        self.n_seq_max = int(C.llama_n_seq_max(ptr))
         self._pos = ctypes.c_int32(0)
 
     # batches ------------------------------------------------------------------------------------
 
-    def _add_token(self, token: int, pos: int, output: bool, embd: np.ndarray | None) -> None:
-        idx = C.llama_batch_ext_add_token(self.batch, 0, int(token))
+    def _add_token(
+        self, token: int, pos: int, output: bool, embd: np.ndarray | None, seqs: list[int] | None = None
+    ) -> None:
+        idx = C.llama_batch_ext_add_token(self.batch, seqs[0] if seqs else 0, int(token))
         if idx < 0:
             raise LlamaError(f"batch rejected token {token} (code {idx}; batch holds at most {self.n_batch})")
+        if seqs:
+            for seq in seqs[1:]:
+                if not C.llama_batch_ext_add_seq(self.batch, idx, seq):
+                    raise LlamaError(f"batch rejected sequence {seq} (the context holds {self.n_seq_max})")
         self._pos.value = pos
         C.llama_batch_ext_set_pos(self.batch, idx, ctypes.byref(self._pos))
         if embd is not None:
@@ -197,8 +215,10 @@ class Context:
         positions: np.ndarray,
         outputs: np.ndarray | bool = False,
         embd: np.ndarray | None = None,
+        seqs: list[list[int]] | None = None,
     ) -> None:
-        """Decode rows (token, position[, embedding]); ``outputs`` marks rows whose logits are kept."""
+        """Decode rows (token, position[, embedding]); ``outputs`` marks rows whose logits are kept; ``seqs`` gives
+        each row's sequence ids (default: sequence 0), a row attending to its first sequence's cells."""
         n = len(tokens)
         if n > self.n_batch:
             raise LlamaError(f"batch of {n} rows exceeds n_batch={self.n_batch}")
@@ -207,7 +227,10 @@ class Context:
             embd = np.ascontiguousarray(embd, dtype=np.float32)
         C.llama_batch_ext_clear(self.batch)
         for i in range(n):
-            self._add_token(int(tokens[i]), int(positions[i]), bool(out[i]), None if embd is None else embd[i])
+            self._add_token(
+                int(tokens[i]), int(positions[i]), bool(out[i]), None if embd is None else embd[i],
+                None if seqs is None else seqs[i],
+            )  # fmt: skip
         self._run(DECODE, "decode")
 
     def encode_rows(self, rows: np.ndarray, positions: np.ndarray) -> None:
@@ -225,6 +248,13 @@ class Context:
         if not ptr:
             raise LlamaError(f"llama.cpp has no logits for output row {i}")
         return np.ctypeslib.as_array(ptr, shape=(n_vocab,)).copy()
+
+    def logits_view(self, i: int, n_vocab: int) -> np.ndarray:
+        """Output row i's logits as a view, valid until the next decode (to gather a few columns, not copy 262K)."""
+        ptr = C.llama_get_logits_ith(self.ptr, i)
+        if not ptr:
+            raise LlamaError(f"llama.cpp has no logits for output row {i}")
+        return np.ctypeslib.as_array(ptr, shape=(n_vocab,))
 
     def embeddings_nextn(self, n_rows: int, width: int) -> np.ndarray:
         ptr = staging.get_embeddings_nextn(self.ptr)
@@ -260,8 +290,21 @@ class Context:
     def clear(self) -> None:
         C.llama_memory_clear(self.mem, True)
 
-    def pos_max(self) -> int:
-        return int(C.llama_memory_seq_pos_max(self.mem, 0))
+    def seq_copy(self, src: int, dst: int) -> None:
+        """Sequence ``dst`` also holds every cell of ``src`` (in a unified cache: one more id on each cell)."""
+        C.llama_memory_seq_cp(self.mem, src, dst, -1, -1)
+
+    def seq_keep(self, seq: int) -> None:
+        """Drop every cell not in ``seq``, and every other sequence's id from the cells kept."""
+        C.llama_memory_seq_keep(self.mem, seq)
+
+    def seq_remove(self, seq: int, start: int = -1) -> None:
+        """Drop ``seq``'s cells at positions >= ``start`` (all of them for -1); cells other sequences hold stay."""
+        if not C.llama_memory_seq_rm(self.mem, seq, start, -1):
+            raise LlamaError(f"llama.cpp could not remove sequence {seq} from position {start}")
+
+    def pos_max(self, seq: int = 0) -> int:
+        return int(C.llama_memory_seq_pos_max(self.mem, seq))
 
     def close(self) -> None:
         if getattr(self, "batch", None):
