@@ -117,8 +117,8 @@ def _parameters(base: StoreModel, at: str, warnings: list[str]) -> dict[str, Any
         value = raw
         if p.type is list and isinstance(value, str):
             value = [value]
-        if p.type is int and isinstance(value, float) and value.is_integer():
-            value = int(value)
+        if p.type is int and isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
+            value = int(value)  # Ollama's JSON numbers are float64; a wider one stays a float and is refused
         try:
             out[name] = check(name, value)
         except ParameterError as e:

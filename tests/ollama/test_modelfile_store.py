@@ -11,7 +11,8 @@ from gguf import GGUFWriter
 from local_eagle.ollama.conversation import render_conversation
 from local_eagle.ollama.modelfile import Message, ModelfileError, format_modelfile, parse, parse_file, resolve_model
 from local_eagle.ollama.modelfile import show as show_modelfile
-from local_eagle.testing.ollama_store import add_blob, write_model
+from local_eagle.ollama.store import MESSAGES, PARAMS, TEMPLATE
+from local_eagle.testing.ollama_store import add_blob, plant_blob, run_bounded, write_model
 
 TEMPLATES = Path(__file__).parents[1] / "data" / "templates"
 LLAMA3 = (TEMPLATES / "llama3-instruct.gotmpl").read_text()
@@ -228,3 +229,35 @@ def test_show_writes_the_blob_and_names_the_model_like_ollama_show(tmp_path: Pat
     assert f"\nFROM {m.model}\n" in text
     again = parse(format_modelfile(m), tmp_path)
     assert again == m and again.from_name is None
+
+
+@pytest.mark.parametrize(
+    ("blob", "media", "needle"),
+    [
+        (b'{"seed": ' + b"7" * 5000 + b"}", PARAMS, "at most 64 bits"),
+        (b'{"seed": 1e300}', PARAMS, "seed must be an integer, got 1e+300"),
+        (b'{"stop": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", PARAMS, "nested more than 64 deep"),
+        (b"[" * 100_000 + b"]" * 100_000, MESSAGES, "nested more than 64 deep"),
+        (b'[{"role": "user", "content": ' + b"9" * 5000 + b"}]", MESSAGES, "at most 64 bits"),
+    ],
+)
+def test_crafted_json_in_a_blob_is_one_line_naming_the_modelfile_and_the_blob(
+    root: Path, tmp_path: Path, target_gguf: Path, blob: bytes, media: str, needle: str
+) -> None:
+    write_model(root, "crafted", target_gguf, layers=[add_blob(root, blob, media)])
+    mf = write(tmp_path, "FROM crafted\n")
+    with pytest.raises(ModelfileError) as e:
+        parse_file(mf)
+    msg = str(e.value)
+    assert msg.startswith(f"{mf}:1: FROM crafted") and "/blobs/sha256-" in msg and needle in msg and "\n" not in msg
+
+
+@pytest.mark.parametrize("target", ["/dev/zero", "/etc/passwd"])
+def test_a_planted_template_reaches_the_modelfile_as_one_line(
+    root: Path, tmp_path: Path, target_gguf: Path, target: str
+) -> None:
+    if not Path(target).exists():
+        pytest.skip(f"{target} does not exist here")
+    write_model(root, "planted", target_gguf, layers=[plant_blob(root, target, TEMPLATE)])
+    with pytest.raises(ModelfileError, match=rf"^.*Modelfile:1: FROM planted: .* links to {target}, outside "):
+        run_bounded(lambda: parse("FROM planted\n", tmp_path))
