@@ -24,6 +24,7 @@ from local_eagle.cli.options import (
     table_help,
 )
 from local_eagle.errors import LlamaError, LocalEagleError
+from local_eagle.serve.access import ORIGINS_ENV
 
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -56,6 +57,16 @@ def serve(
     max_memory: Annotated[
         int | None, typer.Option("--max-memory", help="Without -m/-f: bytes the loaded models may hold.")
     ] = None,
+    origins: Annotated[
+        str | None,
+        typer.Option(
+            "--origins",
+            envvar=list(ORIGINS_ENV),
+            show_default=False,
+            help="Web pages allowed to call the server besides localhost's, comma-separated, * a wildcard "
+            "(https://*.example.com), as Ollama's OLLAMA_ORIGINS; others get a 403.",
+        ),
+    ] = None,
 ) -> None:
     """Serve one model pair over Ollama's (/api) and OpenAI's (/v1) HTTP APIs; requests queue for it.
 
@@ -66,14 +77,18 @@ def serve(
 
     if any(importlib.util.find_spec(m) is None for m in ("fastapi", "uvicorn")):
         raise LocalEagleError("serve needs FastAPI and uvicorn: pip install 'local-eagle[serve]'")
+    from local_eagle.serve.access import Access
     from local_eagle.serve.app import ServeConfig, load, model_name
     from local_eagle.serve.app import serve as run_server
+
+    access = Access.configured(host, origins)  # a bad origin is refused before a model loads
 
     if model is None and modelfile is None:  # the store server: every model by name
         from local_eagle.cli.serve_store import serve_store
 
         return serve_store(host, port, log_level, ollama=ollama, ctx=ctx, gpu_layers=gpu_layers, threads=threads,
-                           timeout=timeout, queue_timeout=queue_timeout, max_memory=max_memory)  # fmt: skip
+                           timeout=timeout, queue_timeout=queue_timeout, max_memory=max_memory,
+                           access=access)  # fmt: skip
     pair = resolve_models(model, draft, modelfile)
     if timeout < 0 or queue_timeout < 0:
         raise LocalEagleError("--timeout and --queue-timeout must be 0 (never) or positive")
@@ -84,7 +99,7 @@ def serve(
     config = ServeConfig(
         name=name, model=pair.model, draft=pair.draft, modelfile=pair.modelfile,
         parameters=pair.parameters, draft_max=k, queue_timeout=queue_timeout or None,
-        generation_timeout=timeout or None,
+        generation_timeout=timeout or None, access=access,
     )  # fmt: skip
     # requests' draft_num_predict bounds the adaptive policy (or, with --fixed, is the draft length)
     engine_options = dataclasses.replace(opts.engine_options(n_ctx), adaptive=not fixed)

@@ -9,10 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from local_eagle.cli.console import err
 from local_eagle.cli.loading import LoadOptions, buffer_bytes, physical_memory
 from local_eagle.errors import LocalEagleError
+
+if TYPE_CHECKING:
+    from local_eagle.serve.access import Access
 
 
 def memory_budget(gpu_layers: int) -> int | None:
@@ -44,14 +48,13 @@ def pair_bytes(load: LoadOptions, gpu: bool) -> Callable[[Path, Path | None, int
 
 def serve_store(
     host: str, port: int, log_level: str, *, ollama: bool, ctx: int | None, gpu_layers: int, threads: int,
-    timeout: float, queue_timeout: float, max_memory: int | None,
+    timeout: float, queue_timeout: float, max_memory: int | None, access: Access,
 ) -> None:  # fmt: skip
     """Serve every model of local-eagle's store (and Ollama's with ``ollama``), each loaded on first use."""
-    import uvicorn
-
     from local_eagle.llamacpp.backends import gpu_offload_supported
     from local_eagle.ollama.store import OllamaStore
     from local_eagle.runtime.engine import EngineOptions
+    from local_eagle.serve import runner
     from local_eagle.serve.server import check_config
     from local_eagle.serve.store_app import StoreConfig, StoreFront
     from local_eagle.store import LocalStore
@@ -67,7 +70,7 @@ def serve_store(
     config = StoreConfig(
         local=local, ollama=OllamaStore() if ollama else None, options=options, queue_timeout=queue_timeout or None,
         generation_timeout=timeout or None, budget=max_memory or memory_budget(gpu_layers),
-        size_of=pair_bytes(load, gpu_offload_supported()),
+        size_of=pair_bytes(load, gpu_offload_supported()), access=access,
     )  # fmt: skip
     front = StoreFront(config)
     n = len(local.entries())
@@ -75,6 +78,6 @@ def serve_store(
     err.print(f"serving {n} model(s) of {local.root}{also} on http://{host}:{port}: Ollama API at /api, "
               "OpenAI API at /v1; each loads on first use", highlight=False, markup=False, soft_wrap=True)  # fmt: skip
     try:
-        uvicorn.run(front, host=host, port=port, log_level=log_level.lower())
+        runner.run(front, host, port, log_level)
     finally:
         front.close()

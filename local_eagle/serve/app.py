@@ -12,18 +12,23 @@ import sys
 from fastapi import FastAPI
 
 from local_eagle import __version__
-from local_eagle.serve import ollama_api, openai_api
+from local_eagle.serve import ollama_api, openai_api, runner
+from local_eagle.serve.access import AccessGuard
 from local_eagle.serve.errors import install_error_handlers
 from local_eagle.serve.server import EagleServer, ServeConfig, load, model_name
 
 __all__ = ["EagleServer", "ServeConfig", "create_app", "load", "model_name", "serve"]
 
 
-def create_app(server: EagleServer) -> FastAPI:
-    """The FastAPI app: Ollama's API under /api, OpenAI's under /v1; errors in each one's shape."""
+def create_app(server: EagleServer, guarded: bool = True) -> FastAPI:
+    """The FastAPI app: Ollama's API under /api, OpenAI's under /v1; errors in each one's shape. Web pages and
+    host names the server does not know are refused (:mod:`~local_eagle.serve.access`) unless ``guarded`` is
+    off, for an app behind a front that checked them already."""
     app = FastAPI(title="local-eagle", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.eagle = server
     install_error_handlers(app)
+    if guarded:
+        app.add_middleware(AccessGuard, access=lambda: server.config.access)
     app.include_router(ollama_api.router)
     app.include_router(openai_api.router)
     return app
@@ -31,10 +36,8 @@ def create_app(server: EagleServer) -> FastAPI:
 
 def serve(server: EagleServer, host: str = "127.0.0.1", port: int = 11434, log_level: str = "info") -> None:
     """Run until interrupted, then free the model once no thread is inside llama.cpp any more."""
-    import uvicorn
-
     try:
-        uvicorn.run(create_app(server), host=host, port=port, log_level=log_level.lower())
+        runner.run(create_app(server), host, port, log_level)
     finally:
         _shut_down(server)
 

@@ -322,10 +322,11 @@ class JobSlot:
         return events, first
 
 
-async def off_loop(request: Request, fn: Callable[[], T]) -> T:
-    """``fn()`` in a thread of its own, so that the event loop goes on answering other requests while a prompt
-    is rendered (a template may run long) and tokenized. A daemon thread, not the loop's executor: one that
-    never ends must not hold up shutdown. Gives up (499) when the client leaves; the thread is left to finish."""
+def in_thread(fn: Callable[[], T]) -> asyncio.Future[T]:
+    """``fn()`` in a daemon thread of its own, as a future of the running loop. Not the loop's executor: it has
+    a few threads, which a few stuck calls (a slow disk, a template that runs long) would take up, and it is
+    joined at exit, so that one call that never ends would hold up shutdown. Awaiting the future may be given
+    up (a timeout, a client gone): the thread is then left to finish, and its result is dropped."""
     loop = asyncio.get_running_loop()
     done: asyncio.Future[T] = loop.create_future()
 
@@ -340,19 +341,28 @@ async def off_loop(request: Request, fn: Callable[[], T]) -> T:
     def work() -> None:
         try:
             result, error = fn(), None
-        except BaseException as e:  # handed to the request, which turns it into its answer
+        except BaseException as e:  # handed to the awaiting request, which turns it into its answer
             result, error = None, e
         try:
             loop.call_soon_threadsafe(settle, result, error)
         except RuntimeError:  # the loop closed meanwhile: nobody waits for this any more
             pass
 
-    threading.Thread(target=work, name="local-eagle-prompt", daemon=True).start()
+    threading.Thread(target=work, name="local-eagle-work", daemon=True).start()
+    return done
+
+
+async def off_loop(request: Request, fn: Callable[[], T]) -> T:
+    """``fn()`` off the event loop (:func:`in_thread`), so that the loop goes on answering other requests while
+    a prompt is rendered (a template may run long) and tokenized, or a Modelfile parsed. Gives up (499) when
+    the client leaves; the thread is left to finish."""
+    done = in_thread(fn)
     while True:
         finished, _ = await asyncio.wait({done}, timeout=_POLL_SECONDS)
         if finished:
             return done.result()
         if await request.is_disconnected():
+            done.cancel()
             raise ApiError(499, "client closed the request")
 
 

@@ -38,13 +38,41 @@ async def json_body(request: Request, limit: int) -> dict[str, Any]:
         if size > limit:
             raise too_big
         chunks.append(chunk)
+    return parse_body(b"".join(chunks))
+
+
+MAX_DEPTH = 64  # arrays and objects in one another: a tool's JSON schema needs a dozen
+
+
+def parse_body(data: bytes) -> dict[str, Any]:
+    """A request body as a JSON object, or a 400: Python's json raises RecursionError on deep nesting and
+    ValueError on an integer of more than 4300 digits, and what reads the body further recurses too, so
+    nesting is bounded here (Go's decoder, Ollama's, stops at 10000)."""
     try:
-        body = json.loads(b"".join(chunks))
+        body = json.loads(data)
+    except RecursionError:
+        raise ApiError(400, f"the request body is nested more than {MAX_DEPTH} levels deep") from None
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise ApiError(400, "the request body is not valid JSON") from None
+    except ValueError:  # int("9" * 5000): sys.get_int_max_str_digits()
+        raise ApiError(400, "the request body has a number with more digits than any field takes") from None
     if not isinstance(body, dict):
         raise ApiError(400, "the request body must be a JSON object")
+    if _depth(body) > MAX_DEPTH:
+        raise ApiError(400, f"the request body is nested more than {MAX_DEPTH} levels deep")
     return body
+
+
+def _depth(value: Any) -> int:
+    """How deep arrays and objects nest in ``value``, without recursion (a deep body must not exhaust it)."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        v, d = todo.pop()
+        if isinstance(v, dict | list):
+            deepest = max(deepest, d)
+            if d <= MAX_DEPTH:
+                todo.extend((x, d + 1) for x in (v.values() if isinstance(v, dict) else v))
+    return deepest
 
 
 Kind = type | tuple[type, ...]
@@ -68,6 +96,17 @@ def check_fields(body: dict[str, Any], kinds: dict[str, Kind]) -> None:
     for name, kind in kinds.items():
         if body.get(name) is not None:
             typed(body[name], kind, name)
+
+
+def check_keep_alive(value: Any) -> None:
+    """The store server keeps a model by it; a one-model server has only its one, but refuses the same values,
+    so that a request means the same to both."""
+    from local_eagle.serve.registry import keep_alive_seconds
+
+    try:
+        keep_alive_seconds(value)
+    except LocalEagleError as e:
+        raise ApiError(400, str(e)) from None
 
 
 def stream_flag(value: Any, default: bool) -> bool:

@@ -22,6 +22,7 @@ from local_eagle.serve.models import (
     Kind,
     chat_tokens,
     check_fields,
+    check_keep_alive,
     json_body,
     parse_messages,
     parse_tools,
@@ -168,6 +169,7 @@ async def show(request: Request, server: Server) -> dict[str, Any]:
 async def generate(request: Request, server: Server) -> Response:
     body = await json_body(request, server.config.max_request_bytes)
     check_fields(body, _GENERATE)
+    check_keep_alive(body.get("keep_alive"))
     model = body.get("model")
     server.check_model(model)
     prompt = body.get("prompt") or ""
@@ -190,6 +192,7 @@ async def generate(request: Request, server: Server) -> Response:
 async def chat(request: Request, server: Server) -> Response:
     body = await json_body(request, server.config.max_request_bytes)
     check_fields(body, _CHAT)
+    check_keep_alive(body.get("keep_alive"))
     model = body.get("model")
     server.check_model(model)
     if body.get("format"):

@@ -21,6 +21,7 @@ from local_eagle.llamacpp.model import usable_threads
 from local_eagle.ollama import parameters
 from local_eagle.ollama.parameters import ParameterError
 from local_eagle.runtime.engine import Engine, EngineOptions
+from local_eagle.serve.access import Access
 from local_eagle.serve.errors import ApiError
 from local_eagle.serve.jobs import JobSlot
 
@@ -41,6 +42,7 @@ class ServeConfig:
     queue_timeout: float | None = 300.0
     generation_timeout: float | None = None
     max_request_bytes: int = MAX_REQUEST_BYTES
+    access: Access = field(default_factory=Access)  # the web pages and host names it answers
 
 
 class EagleServer(JobSlot):

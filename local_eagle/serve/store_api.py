@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
@@ -26,6 +27,7 @@ from local_eagle.errors import LocalEagleError
 from local_eagle.ollama.modelfile import Modelfile, encode_value, format_modelfile, format_parameter, parse
 from local_eagle.ollama.store import StoreError, read_manifest
 from local_eagle.serve.errors import ApiError, install_error_handlers
+from local_eagle.serve.jobs import in_thread, off_loop
 from local_eagle.serve.models import check_fields, json_body
 from local_eagle.store.models import sha256_file
 
@@ -36,6 +38,8 @@ if TYPE_CHECKING:
 
 _CREATE = {"model": str, "name": str, "from": str, "modelfile": str, "draft": str, "template": str, "system": str,
            "parameters": dict, "messages": list, "license": (str, list), "stream": bool}  # fmt: skip
+_SHOW = {"model": str, "name": str, "verbose": bool}
+_log = logging.getLogger("uvicorn.error")  # a line in the server's log, in its format
 
 
 def _iso(ts: float | str) -> str:
@@ -57,25 +61,42 @@ def _details(front: StoreFront, model: Path, draft: Path | None) -> dict[str, An
 
 def _entry_json(front: StoreFront, e: Entry) -> dict[str, Any]:
     model, draft = e.file("model"), e.file("draft")
-    assert model is not None
+    if model is None:
+        raise StoreError(f"{e.path}: the entry names no model file")
     details = _details(front, Path(model.path), Path(draft.path) if draft else None)
     return {"name": e.name.short, "model": e.name.short, "modified_at": e.created_at, "size": e.size,
             "digest": e.digest, "details": details}  # fmt: skip
 
 
 def _tags(front: StoreFront) -> list[dict[str, Any]]:
-    out = [_entry_json(front, e) for e in front.config.local.entries()]
+    """Every model of the stores; one that cannot be read is left out with a line in the log, not an error
+    that would hide the others."""
+    out = []
+    for e in front.config.local.entries():
+        try:
+            out.append(_entry_json(front, e))
+        except (LocalEagleError, OSError, ValueError) as err:
+            _log.warning("skipping model %s: %s", e.name.short, err)
     ollama = front.config.ollama
     if ollama is not None:
         have = {x["name"].lower() for x in out}
-        for name in ollama.names():
+        try:
+            names = ollama.names()
+        except (LocalEagleError, OSError) as err:
+            _log.warning("skipping Ollama's models: %s", err)
+            names = []
+        for name in names:
             if name.short.lower() in have:
                 continue
-            path = ollama.manifest_path(name)
-            st = path.stat() if path is not None else None
+            try:
+                path = ollama.manifest_path(name)
+                mtime = path.stat().st_mtime if path is not None else 0
+            except (LocalEagleError, OSError) as err:
+                _log.warning("skipping Ollama's model %s: %s", name.short, err)
+                continue
             size, digest = _manifest_size_digest(path)
-            out.append({"name": name.short, "model": name.short, "modified_at": _iso(st.st_mtime if st else 0),
-                        "size": size, "digest": digest, "details": {"format": "gguf"}})  # fmt: skip
+            out.append({"name": name.short, "model": name.short, "modified_at": _iso(mtime), "size": size,
+                        "digest": digest, "details": {"format": "gguf"}})  # fmt: skip
     return out
 
 
@@ -144,46 +165,44 @@ def create_store_api(front: StoreFront) -> FastAPI:
 
     @app.get("/api/tags")
     async def tags() -> dict[str, Any]:
-        return {"models": _tags(front)}
+        return {"models": await in_thread(lambda: _tags(front))}
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
+        listed = await in_thread(lambda: _tags(front))
         return {"object": "list", "data": [{"id": m["name"], "object": "model", "created": int(time.time()),
-                                            "owned_by": "local-eagle"} for m in _tags(front)]}  # fmt: skip
+                                            "owned_by": "local-eagle"} for m in listed]}  # fmt: skip
 
     @app.get("/v1/models/{ref:path}")
     async def model(ref: str) -> dict[str, Any]:
-        name = _resolve(front, ref)[0]
+        name = (await in_thread(lambda: _resolve(front, ref)))[0]
         return {"id": name.short, "object": "model", "created": int(time.time()), "owned_by": "local-eagle"}
 
     @app.get("/api/ps")
     async def ps() -> dict[str, Any]:
-        now = front.registry.clock()
-        out = []
-        for x in front.registry.snapshot():
-            c = x.server.config
-            expires = "2318-01-01T00:00:00Z" if x.expires_at is None and x.users == 0 else _iso(
-                time.time() + ((x.expires_at - now) if x.expires_at is not None else 300.0))  # fmt: skip
-            out.append({"name": x.name, "model": x.name, "size": x.size, "digest": "",
-                        "details": _details(front, c.model, c.draft), "expires_at": expires,
-                        "size_vram": x.size if x.server.engine.options.n_gpu_layers != 0 else 0,
-                        "context_length": x.server.engine.n_ctx})  # fmt: skip
-        return {"models": out}
+        return await in_thread(lambda: _ps(front))
 
     @app.post("/api/show")
     async def show(request: Request) -> dict[str, Any]:
         body = await json_body(request, limit)
+        check_fields(body, _SHOW)
         ref = _model_ref(body)
-        m = _resolve(front, ref)[1]
-        return _show(front, ref, m)
+
+        def answer() -> dict[str, Any]:
+            m = _resolve(front, ref)[1]
+            try:
+                return _show(front, ref, m)
+            except (LocalEagleError, OSError) as e:  # a file of the entry gone or unreadable
+                raise ApiError(400, f"model '{ref}' cannot be shown: {e}") from None
+
+        return await off_loop(request, answer)
 
     @app.post("/api/create")
     async def create(request: Request) -> Response:
         body = await json_body(request, limit)
         check_fields(body, _CREATE)
         ref = _model_ref(body)
-        m = _create_modelfile(front, body)
-        name = _name(ref)
+        m, name = await off_loop(request, lambda: (_create_modelfile(front, body), _name(ref)))
 
         def run(on_status: Callable[[dict], None] | None = None) -> None:
             entry = front.config.local.create_from(name, m, on_status=on_status)
@@ -191,7 +210,7 @@ def create_store_api(front: StoreFront) -> FastAPI:
 
         if body.get("stream") is False:
             try:
-                await asyncio.to_thread(run)
+                await off_loop(request, run)
             except LocalEagleError as e:
                 raise ApiError(400, str(e)) from None
             return JSONResponse({"status": "success"})
@@ -204,7 +223,7 @@ def create_store_api(front: StoreFront) -> FastAPI:
         if not isinstance(src, str) or not isinstance(dst, str) or not src or not dst:
             raise ApiError(400, "source and destination are required")
         try:
-            front.config.local.copy(src, dst)
+            await in_thread(lambda: front.config.local.copy(src, dst))
         except LocalEagleError as e:
             raise ApiError(404 if "not found" in str(e) else 400, str(e)) from None
         return Response(status_code=200)
@@ -213,14 +232,33 @@ def create_store_api(front: StoreFront) -> FastAPI:
     async def delete(request: Request) -> Response:
         body = await json_body(request, limit)
         ref = _model_ref(body)
-        try:
+
+        def remove() -> None:
             entry = front.config.local.remove(ref)
+            front.registry.unload(str(entry.name).lower())
+
+        try:
+            await in_thread(remove)
         except LocalEagleError as e:
             raise ApiError(404 if "not found" in str(e) else 400, str(e)) from None
-        front.registry.unload(str(entry.name).lower())
         return Response(status_code=200)
 
     return app
+
+
+def _ps(front: StoreFront) -> dict[str, Any]:
+    """``/api/ps``'s answer: the loaded models, the most recently used first."""
+    now = front.registry.clock()
+    out = []
+    for x in front.registry.snapshot():
+        c = x.server.config
+        expires = "2318-01-01T00:00:00Z" if x.expires_at is None and x.users == 0 else _iso(
+            time.time() + ((x.expires_at - now) if x.expires_at is not None else 300.0))  # fmt: skip
+        out.append({"name": x.name, "model": x.name, "size": x.size, "digest": "",
+                    "details": _details(front, c.model, c.draft), "expires_at": expires,
+                    "size_vram": x.size if x.server.engine.options.n_gpu_layers != 0 else 0,
+                    "context_length": x.server.engine.n_ctx})  # fmt: skip
+    return {"models": out}
 
 
 def _name(ref: str) -> Any:
@@ -308,6 +346,8 @@ def _override_lines(body: dict[str, Any]) -> str:
             out.append(f"PARAMETER {name} {encode_value(text, f'parameter {name}')}")
     lic = body.get("license")
     for text in [lic] if isinstance(lic, str) else lic or []:
+        if not isinstance(text, str):
+            raise ApiError(400, f"license must be a string or a list of strings, got {json.dumps(text)[:40]}")
         out.append(f"LICENSE {encode_value(text, 'license')}")
     for msg in body.get("messages") or []:
         if not isinstance(msg, dict):

@@ -10,6 +10,7 @@ create, copy, delete) is :mod:`local_eagle.serve.store_api` on the store itself.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -17,10 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from local_eagle.errors import LocalEagleError
+from local_eagle.errors import LlamaError, LocalEagleError
 from local_eagle.ollama.modelfile import Modelfile, resolve_model
 from local_eagle.ollama.store import Name, OllamaStore, StoreError, check_name
 from local_eagle.runtime.engine import Engine, EngineOptions
+from local_eagle.serve.access import Access, AccessGuard
+from local_eagle.serve.errors import ApiError
+from local_eagle.serve.jobs import in_thread
+from local_eagle.serve.models import parse_body
 from local_eagle.serve.registry import ModelRegistry, ServerBusy, keep_alive_seconds
 from local_eagle.serve.server import MAX_REQUEST_BYTES, EagleServer, ServeConfig
 from local_eagle.store import LocalStore, resolve_name
@@ -63,6 +68,7 @@ class StoreConfig:
     max_request_bytes: int = MAX_REQUEST_BYTES
     budget: int | None = None  # bytes the loaded models may hold; None: no limit
     size_of: Callable[[Path, Path | None, int], int] | None = None  # bytes a pair holds at a context
+    access: Access = field(default_factory=Access)  # the web pages and host names it answers
 
 
 def model_key(name: Name) -> str:
@@ -82,6 +88,7 @@ class StoreFront:
         self._stop = threading.Event()
         self._reaper = threading.Thread(target=self._reap, name="keep-alive", daemon=True)
         self._reaper.start()
+        self._guard = AccessGuard(self._route, lambda: self.config.access)
 
     # --- names and loading ---------------------------------------------------------------------
 
@@ -133,6 +140,9 @@ class StoreFront:
     # --- ASGI ----------------------------------------------------------------------------------
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._guard(scope, receive, send)
+
+    async def _route(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] not in RUN_PATHS:
             await self.api(scope, receive, send)
             return
@@ -141,25 +151,36 @@ class StoreFront:
             await _error(send, scope, 413, "request body too large")
             return
         try:
-            request = json.loads(body or b"{}")
-            ref = request.get("model") if isinstance(request, dict) else None
-            keep = keep_alive_seconds(request.get("keep_alive")) if isinstance(request, dict) else None
-        except (ValueError, LocalEagleError) as e:
+            request = parse_body(body or b"{}")
+            ref = request.get("model")
+            keep = keep_alive_seconds(request.get("keep_alive"))
+            if not isinstance(ref, str) or not ref:
+                raise ApiError(400, "model is required")
+            check_name(ref)
+        except ApiError as e:
+            await _error(send, scope, e.status, e.message)
+            return
+        except LocalEagleError as e:
             await _error(send, scope, 400, f"invalid request: {e}")
             return
-        if not isinstance(ref, str) or not ref:
-            await _error(send, scope, 400, "model is required")
-            return
         try:
-            got = await self.registry.acquire(ref, self.key_of(ref))
+            key = await asyncio.wait_for(in_thread(lambda: self.key_of(ref)), self.config.queue_timeout)
+            got = await self.registry.acquire(ref, key)
+        except TimeoutError:
+            await _error(send, scope, 503, f"the server is busy: the store did not answer within "
+                                           f"{self.config.queue_timeout:g}s")  # fmt: skip
+            return
         except ModelNotFoundError as e:
             await _error(send, scope, 404, str(e))
             return
         except ServerBusy as e:
             await _error(send, scope, 503, str(e))
             return
-        except LocalEagleError as e:
-            await _error(send, scope, 404 if "not found" in str(e) else 500, str(e))
+        except LlamaError as e:
+            await _error(send, scope, 500, str(e))
+            return
+        except LocalEagleError as e:  # a store entry or Modelfile that cannot be used
+            await _error(send, scope, 404 if "not found" in str(e) else 400, str(e))
             return
         try:
             await self._app(got.key, got.server)(scope, _replay(body, receive), send)
@@ -171,7 +192,7 @@ class StoreFront:
 
         app = self._apps.get(key)
         if app is None or app.state.eagle is not server:
-            app = self._apps[key] = create_app(server)
+            app = self._apps[key] = create_app(server, guarded=False)  # the front checked the request
         return app
 
 
@@ -213,8 +234,8 @@ def _replay(body: bytes, receive: Receive) -> Receive:
 async def _error(send: Send, scope: Scope, status: int, message: str) -> None:
     """An error in the shape of the API the path belongs to."""
     if scope["path"].startswith("/v1/"):
-        kind = "not_found_error" if status == 404 else "invalid_request_error"
-        payload: dict[str, Any] = {"error": {"message": message, "type": kind, "code": None}}
+        kind = "not_found_error" if status == 404 else "invalid_request_error" if status < 500 else "server_error"
+        payload: dict[str, Any] = {"error": {"message": message, "type": kind, "param": None, "code": None}}
     else:
         payload = {"error": message}
     data = json.dumps(payload).encode()

@@ -19,7 +19,7 @@ def client(tmp_path_factory):
     draft = convert(write_checkpoint(m.state_dict(), m.cfg.to_dict(), d / "ckpt"), target, d / "draft.gguf").outfile
     engine = Engine(target, draft, EngineOptions(n_ctx=1024, n_threads=1, adaptive=True))  # as `serve` without --fixed
     server = EagleServer(engine, ServeConfig(name="cycle", model=target, draft=draft, draft_max=5))
-    with TestClient(create_app(server)) as c:
+    with TestClient(create_app(server), base_url="http://127.0.0.1") as c:  # a local Host: others get a 403
         yield c
     engine.close()
 
