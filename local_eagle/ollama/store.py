@@ -392,7 +392,11 @@ def _kind(mode: int) -> str:
 def _inside(path: Path, within: Path, what: str, error: type[LocalEagleError]) -> str:
     """The real path of ``path``, which must lie in ``within``: a link out of the store is refused."""
     real, base = os.path.realpath(path), os.path.realpath(within)
-    if os.path.commonpath([real, base]) != base:
+    try:
+        inside = os.path.commonpath([real, base]) == base
+    except ValueError:  # Windows: another drive
+        inside = False
+    if not inside:
         raise error(f"{what} {path} links to {real}, outside {within}; a store's files must be inside it")
     return real
 

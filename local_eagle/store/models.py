@@ -226,35 +226,23 @@ class LocalStore:
         """Store a parsed Modelfile under ``name``, replacing an entry only once everything is resolved.
 
         ``on_status`` hears each step as Ollama's create streams it (``api.ProgressResponse``: ``status``,
-        and ``digest``, ``total`` and ``completed`` while a GGUF is hashed)."""
+        and ``digest``, ``total`` and ``completed`` while a GGUF is hashed). The model GGUF is hashed
+        before the store's lock is taken (that can take a minute); the drafter, which an ``rm`` may
+        collect from ``drafters/``, is resolved and recorded under it."""
+        tell = on_status or (lambda _: None)
+        model = resolve_model(m).absolute()
+        files = [_record("model", model, tell)]
         with _lock(self.root):
-            return self._create(name, m, progress, on_status or (lambda _: None))
-
-    def _create(self, name: Name, m: Modelfile, progress: bool, tell: Callable[[dict], None]) -> Entry:
-        model = resolve_model(m)
-        if m.draft is not None:
-            tell({"status": "resolving drafter"})
-        draft = resolve_draft(m, cache_dir=self.drafters, progress=progress) if m.draft is not None else None
-        resolved = Modelfile(**{**m.__dict__, "model": model.absolute(), "draft": draft and draft.absolute()})
-        files = []
-        for role, path in (("model", model.absolute()), ("draft", draft and draft.absolute())):
-            if path is None:
-                continue
-            status = f"hashing {'drafter' if role == 'draft' else 'model'} {path.name}"
-            try:
-                total = path.stat().st_size
-                ref = FileRef.of(
-                    role, path, lambda n, s=status, t=total: tell({"status": s, "total": t, "completed": n})
-                )
-            except OSError as e:
-                what = "drafter" if role == "draft" else "model GGUF"
-                raise StoreEntryError(f"{path}: cannot read the {what} ({e.strerror or e})") from None
-            tell({"status": f"using layer sha256:{ref.sha256}", "digest": f"sha256:{ref.sha256}"})
-            files.append(ref)
-        created = datetime.now(UTC).isoformat().replace("+00:00", "Z")
-        entry = Entry(name, format_modelfile(resolved), files, created, m.from_name)
-        tell({"status": "writing manifest"})
-        self._write(entry, self._path(name))
+            draft = None
+            if m.draft is not None:
+                tell({"status": "resolving drafter"})
+                draft = resolve_draft(m, cache_dir=self.drafters, progress=progress).absolute()
+                files.append(_record("draft", draft, tell))
+            resolved = Modelfile(**{**m.__dict__, "model": model, "draft": draft})
+            created = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+            entry = Entry(name, format_modelfile(resolved), files, created, m.from_name)
+            tell({"status": "writing manifest"})
+            self._write(entry, self._path(name))
         tell({"status": "success"})
         return entry
 
@@ -382,6 +370,19 @@ def _is_time(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def _record(role: str, path: Path, tell: Callable[[dict], None]) -> FileRef:
+    """``path`` recorded for an entry, its hashing told as Ollama's create tells it."""
+    status = f"hashing {'drafter' if role == 'draft' else 'model'} {path.name}"
+    try:
+        total = path.stat().st_size
+        ref = FileRef.of(role, path, lambda n: tell({"status": status, "total": total, "completed": n}))
+    except OSError as e:
+        what = "drafter" if role == "draft" else "model GGUF"
+        raise StoreEntryError(f"{path}: cannot read the {what} ({e.strerror or e})") from None
+    tell({"status": f"using layer sha256:{ref.sha256}", "digest": f"sha256:{ref.sha256}"})
+    return ref
 
 
 def _same_files(a: Entry, b: Entry) -> bool:
