@@ -252,7 +252,11 @@ def pair8b(env: Env) -> dict:
     out = env.home / "pair8b"
     if (out / "target-q4_k_m.gguf").is_file() and (out / "drafter-f16.gguf").is_file():
         return {"rc": 0, "seconds": 0.0, "cached": True}
-    return sh(env, [env.python, "-m", "local_eagle.bench.pair", str(out)], min(env.left() - RESERVE, 540))
+    # a CPU dry run checks the recipe on the tiny shape: an 8B model would take hours on two cores
+    tiny = [] if env.cuda else ["--tiny"]
+    r = sh(env, [env.python, "-m", "local_eagle.bench.pair", str(out), *tiny], min(env.left() - RESERVE, 540))
+    r["shape"] = "tiny (CPU dry run)" if tiny else "Llama-3.1-8B Q4_K_M + EAGLE3-LLaMA3.1-Instruct-8B f16"
+    return r
 
 
 def _pair8b_paths(env: Env) -> tuple[str, str, str]:
