@@ -424,7 +424,7 @@ def read_regular(path: Path, what: str, cap: int, error: type[LocalEagleError], 
         if not stat.S_ISREG(st.st_mode):
             raise error(f"{what} {path} is {_kind(st.st_mode)}, not a regular file")
         if st.st_size > cap:
-            raise error(f"{what} {path} has {st.st_size} bytes, more than the {cap >> 20} MiB such a file may have")
+            raise error(f"{what} {path} has {st.st_size} bytes, more than the {_cap(cap)} such a file may have")
         chunks, left = [], cap + 1
         while left > 0 and (chunk := os.read(fd, min(left, MiB))):
             chunks.append(chunk)
@@ -435,8 +435,12 @@ def read_regular(path: Path, what: str, cap: int, error: type[LocalEagleError], 
         os.close(fd)
     data = b"".join(chunks)
     if len(data) > cap:
-        raise error(f"{what} {path} has more than the {cap >> 20} MiB such a file may have")
+        raise error(f"{what} {path} has more than the {_cap(cap)} such a file may have")
     return data
+
+
+def _cap(cap: int) -> str:
+    return f"{cap >> 20} MiB" if cap >= MiB else f"{cap} bytes"
 
 
 def load_json(data: bytes, what: str, error: type[LocalEagleError]) -> Any:
