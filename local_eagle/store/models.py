@@ -375,11 +375,14 @@ def _is_time(text: str) -> bool:
 def _record(role: str, path: Path, tell: Callable[[dict], None]) -> FileRef:
     """``path`` recorded for an entry, its hashing told as Ollama's create tells it."""
     status = f"hashing {'drafter' if role == 'draft' else 'model'} {path.name}"
+    what = "drafter" if role == "draft" else "model GGUF"
     try:
-        total = path.stat().st_size
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode):
+            raise StoreEntryError(f"{path}: the {what} is not a regular file")
+        total = st.st_size
         ref = FileRef.of(role, path, lambda n: tell({"status": status, "total": total, "completed": n}))
     except OSError as e:
-        what = "drafter" if role == "draft" else "model GGUF"
         raise StoreEntryError(f"{path}: cannot read the {what} ({e.strerror or e})") from None
     tell({"status": f"using layer sha256:{ref.sha256}", "digest": f"sha256:{ref.sha256}"})
     return ref
