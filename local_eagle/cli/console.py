@@ -21,6 +21,8 @@ from rich.markup import escape
 
 from local_eagle.errors import LocalEagleError
 
+__all__ = ["err", "escape", "friendly", "out", "warn", "warn_if_cpu_only"]
+
 out = Console(emoji=False)
 err = Console(stderr=True, emoji=False)
 

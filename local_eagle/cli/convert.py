@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from local_eagle.cli.console import friendly, out
+from local_eagle.cli.console import escape, friendly, out
 from local_eagle.cli.options import JsonOpt
 from local_eagle.units import human_bytes
 
@@ -37,8 +37,8 @@ def convert(
         print(json.dumps(d))
         return
     out.print(
-        f"wrote [bold]{res.outfile}[/] ({human_bytes(res.nbytes)}): EAGLE {res.eagle_version} drafter from a "
-        f"{res.format} checkpoint, target layers {res.target_layers}, draft vocab {res.draft_vocab_size}",
+        f"wrote [bold]{escape(str(res.outfile))}[/] ({human_bytes(res.nbytes)}): EAGLE {res.eagle_version} drafter "
+        f"from a {res.format} checkpoint, target layers {res.target_layers}, draft vocab {res.draft_vocab_size}",
         highlight=False,
     )
 
@@ -55,8 +55,8 @@ def inspect(
     if as_json:
         print(json.dumps(info.to_dict()))
         return
-    t = Table(title=str(file), show_header=False)
-    t.add_row("architecture", info.arch)
+    t = Table(title=escape(str(file)), show_header=False)
+    t.add_row("architecture", escape(info.arch))
     t.add_row("kind", f"EAGLE {info.eagle_version} drafter" if info.is_drafter else "target model")
     t.add_row("layers", str(info.n_layer))
     t.add_row("hidden size", str(info.n_embd))

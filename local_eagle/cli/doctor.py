@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from local_eagle.cli.console import friendly, out
+from local_eagle.cli.console import escape, friendly, out
 
 _STATUS_STYLE = {"ok": "[green]ok[/]", "info": "[cyan]info[/]", "warn": "[yellow]warn[/]", "fail": "[bold red]FAIL[/]"}
 
@@ -33,7 +33,7 @@ def doctor(
         t.add_column("detail")
         t.add_column("fix")
         for c in report.checks:
-            t.add_row(c.name, _STATUS_STYLE.get(c.status, c.status), c.detail, c.fix)
+            t.add_row(escape(c.name), _STATUS_STYLE.get(c.status, c.status), escape(c.detail), escape(c.fix))
         out.print(t)
         out.print("[green]nothing to fix[/]" if report.ok else "[red]fix the FAIL rows above[/]")
     if not report.ok:
