@@ -350,8 +350,8 @@ def _entry(raw: Any, name: Name, path: Path) -> Entry:
         role, fpath, size, mtime, digest = (f.get(k) for k in ("role", "path", "size", "mtime_ns", "sha256"))
         if role not in ("model", "draft"):
             raise bad(f"files[{i}].role", '"model" or "draft"')
-        if not isinstance(fpath, str) or not fpath:
-            raise bad(f"files[{i}].path", "a file path (a string)")
+        if not isinstance(fpath, str) or not os.path.isabs(fpath):
+            raise bad(f"files[{i}].path", "an absolute file path (a string)")
         if type(size) is not int or size < 0:
             raise bad(f"files[{i}].size", "a byte count (an integer of at least 0)")
         if type(mtime) is not int:
