@@ -183,8 +183,10 @@ def test_limits_reach_callers_as_their_errors(tmp_path: Path) -> None:
     [
         ("{{ .V }}", {"V": GoJSON(float("nan"))}, "json: unsupported value: NaN"),
         ("{{ index .M .L }}", {"M": {"a": 1}, "L": [1]}, "error calling index"),
-        # Go's parse.newNumber refuses an integer constant that does not fit an int
-        ('{{ printf "%f" ' + "9" * 400 + " }}", None, "integer overflow"),
+        # Go's parse.newNumber refuses an integer constant that does not fit a uint64, and one that does
+        # not even fit a float64 as no number at all
+        ('{{ printf "%f" ' + "9" * 30 + " }}", None, "integer overflow"),
+        ('{{ printf "%f" ' + "9" * 400 + " }}", None, "illegal number syntax"),
     ],
 )
 def test_values_python_refuses_are_template_errors(src: str, data: Any, needle: str) -> None:

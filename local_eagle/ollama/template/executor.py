@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from local_eagle.ollama.template import nodes as tree
-from local_eagle.ollama.template.functions import call_builtin
+from local_eagle.ollama.template.functions import call_builtin, key_type
 from local_eagle.ollama.template.limits import DEPTH_MESSAGE, MAX_DEPTH, Budget, LimitExceeded
+from local_eagle.ollama.template.numbers import IntOverflow
 from local_eagle.ollama.template.printing import go_format
 from local_eagle.ollama.template.sprintf import go_quote
 from local_eagle.ollama.template.values import (
@@ -41,6 +42,7 @@ class Template:
         ``budget`` is what the render may still spend (:mod:`.limits`); a fresh one by default.
         A limit is reported with the line and column of the action running when it was hit.
         """
+        data = MISSING if data is None else data  # Go's Execute(w, nil): an invalid value, not a nil pointer
         state = _State(self, data, budget if budget is not None else Budget())
         try:
             state.walk_list(data, self.root)
@@ -262,6 +264,8 @@ class _State:
         if isinstance(node, tree.Nil):
             return None
         if isinstance(node, tree.Literal):
+            if isinstance(node.value, IntOverflow):
+                raise self.error(f"{node.value.text} overflows int")
             return node.value
         if isinstance(node, tree.Identifier):
             return self.call(dot, node.name, [], _NO_FINAL)
@@ -271,7 +275,9 @@ class _State:
         path = start
         for name in idents:
             path = f"{path.rstrip('.')}.{name}"
-            if receiver is MISSING or receiver is None:
+            if receiver is MISSING:  # Go's evalField: a field of an invalid value is the invalid value
+                return MISSING
+            if receiver is None:
                 raise self.error(f"nil pointer evaluating {path}")
             if isinstance(receiver, GoJSON):
                 receiver = receiver.value
@@ -280,6 +286,8 @@ class _State:
                     raise self.error(f"can't evaluate field {name} in {path}")
                 receiver = receiver[name]
             elif isinstance(receiver, Mapping):
+                if isinstance(receiver, dict) and key_type(receiver) == "int":  # a name is no int key
+                    raise self.error(f"can't evaluate field {name} in type map[int]interface {{}}")
                 receiver = receiver.get(name, MISSING)
             else:
                 raise self.error(f"can't evaluate field {name} in type {go_type(receiver)}")

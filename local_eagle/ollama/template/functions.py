@@ -13,10 +13,12 @@ from typing import Any
 from local_eagle.ollama.template.limits import Budget
 from local_eagle.ollama.template.printing import go_format, go_json
 from local_eagle.ollama.template.sprintf import go_sprintf
-from local_eagle.ollama.template.values import MISSING, FuncError, GoJSON, GoStruct, go_type, truth
+from local_eagle.ollama.template.values import MISSING, FuncError, GoJSON, GoStruct, NilMap, NilSlice, go_type, truth
 
 
 def _kind(v: Any) -> str:
+    """Go's ``basicKind`` after ``indirectInterface``: one of the kinds ``eq`` and ``lt`` compare by value,
+    ``nil`` for an invalid value (a nil interface), ``other`` for structs, maps and slices."""
     if isinstance(v, GoJSON):
         return _kind(v.value)
     if isinstance(v, bool):
@@ -25,6 +27,8 @@ def _kind(v: Any) -> str:
         return "int"
     if isinstance(v, float):
         return "float"
+    if isinstance(v, complex):
+        return "complex"
     if isinstance(v, str):
         return "string"
     if v is None or v is MISSING:
@@ -32,31 +36,72 @@ def _kind(v: Any) -> str:
     return "other"
 
 
+def _reflect_kind(v: Any) -> str:
+    v = v.value if isinstance(v, GoJSON) else v
+    if v is None or v is MISSING:
+        return "invalid"
+    if isinstance(v, GoStruct):
+        return "struct"
+    if isinstance(v, dict):
+        return "map"
+    if isinstance(v, list | tuple | bytes | bytearray):
+        return "slice"
+    return type(v).__name__
+
+
+def _is_nil(v: Any) -> bool:
+    v = v.value if isinstance(v, GoJSON) else v
+    return v is None or v is MISSING or isinstance(v, NilMap | NilSlice)
+
+
+def _comparable(v: Any) -> bool:
+    """Go's ``Type.Comparable``: maps and slices are not, a struct is when all its fields are."""
+    v = v.value if isinstance(v, GoJSON) else v
+    if isinstance(v, GoStruct):
+        return all(_comparable(x) for x in v.values())
+    return not isinstance(v, dict | list | tuple | bytes | bytearray)
+
+
 def _eq(a: Any, *others: Any) -> bool:
+    """Go's ``eq``: basic kinds by value (an error across kinds, unless one side is nil); other values only
+    when both are of one kind: nil maps and slices equal nil, comparable structs compare by fields."""
     if not others:
         raise FuncError("missing argument for comparison")
+    basic = ("bool", "int", "float", "complex", "string")
     ka = _kind(a)
     for b in others:
         kb = _kind(b)
-        if ka == "nil" or kb == "nil":
-            if ka == kb:
-                return True
+        if (ka in basic or kb in basic) and ka != kb:  # nil and the other kinds are one kind to Go's eq
+            if ka != "nil" and kb != "nil":
+                raise FuncError("incompatible types for comparison")
             continue
-        if ka != kb:
-            raise FuncError("incompatible types for comparison")
-        if ka == "other":
-            raise FuncError("non-comparable type")
-        if a == b:
+        if ka in basic:
+            truth = (a.value if isinstance(a, GoJSON) else a) == (b.value if isinstance(b, GoJSON) else b)
+        else:
+            ra, rb = _reflect_kind(a), _reflect_kind(b)
+            if ra != rb and "invalid" not in (ra, rb):
+                raise FuncError(f"non-comparable types {ra} and {rb}")
+            if _is_nil(a) or _is_nil(b):
+                truth = _is_nil(a) == _is_nil(b)
+            elif not _comparable(b):
+                raise FuncError(f"non-comparable type {go_type(b)}")
+            else:
+                truth = a == b and getattr(a, "type_name", "") == getattr(b, "type_name", "")
+        if truth:
             return True
     return False
 
 
 def _less(a: Any, b: Any) -> bool:
+    """Go's ``lt``: ints, floats and strings of one kind; bools and complex numbers are not ordered."""
     ka, kb = _kind(a), _kind(b)
-    if ka not in ("int", "float", "string") or kb not in ("int", "float", "string"):
+    if ka in ("nil", "other") or kb in ("nil", "other"):
         raise FuncError("invalid type for comparison")
     if ka != kb:
         raise FuncError("incompatible types for comparison")
+    if ka in ("bool", "complex"):
+        raise FuncError("invalid type for comparison")
+    a, b = (a.value if isinstance(a, GoJSON) else a), (b.value if isinstance(b, GoJSON) else b)
     return bool(a < b)
 
 
@@ -71,7 +116,7 @@ def _index_arg(v: Any, size: int) -> int:
     return v
 
 
-def _key_type(d: dict[Any, Any]) -> str:
+def key_type(d: dict[Any, Any]) -> str:
     """The Go key type a dict stands for: Ollama's maps are all ``map[string]...``, so an empty one is too."""
     kinds = {_kind(k) for k in d}
     if not kinds or kinds == {"string"}:
@@ -99,7 +144,7 @@ def _index(a: list[Any]) -> Any:
                 raise FuncError(f"index out of range: {i}")
             v = seq[i]
         elif isinstance(v, dict) and not isinstance(v, GoStruct):
-            key = _key_type(v)
+            key = key_type(v)
             if (ix is None or ix is MISSING) and key != "interface {}":
                 raise FuncError(f"value is nil; should be of type {key}")
             if key != "interface {}" and _kind(ix) != key:

@@ -20,7 +20,7 @@ _KEYWORDS = {"if", "else", "end", "range", "with", "define", "template", "block"
 class Tok:
     """One token of an action; spaces are tokens because Go separates a command's arguments by them."""
 
-    kind: str  # space field var dot ident keyword bool nil number string lparen rparen pipe declare assign comma
+    kind: str  # space field var dot ident keyword bool nil number complex char string lparen rparen pipe ...
     val: str
     line: int
 
@@ -106,9 +106,77 @@ def lex(src: str) -> list[TextItem | ActionItem]:
 
 
 _IDENT_RE = re.compile(r"[A-Za-z0-9_]*")
-_NUMBER_RE = re.compile(
-    r"[+-]?(0[xX][0-9a-fA-F_]+|0[bB][01_]+|0[oO][0-7_]+|(\d[\d_]*\.?[\d_]*|\.\d[\d_]*)([eE][+-]?\d+)?)i?"
-)
+_DECIMAL = "0123456789_"
+_HEX = "0123456789abcdefABCDEF_"
+
+
+def _run(src: str, k: int, chars: str) -> int:
+    while k < len(src) and src[k] in chars:
+        k += 1
+    return k
+
+
+def scan_number(src: str, k: int) -> tuple[int, bool]:
+    """Go's ``lexer.scanNumber``: where the number starting at ``k`` ends, and whether what follows
+    it may (not a letter, digit or ``_``)."""
+    n = len(src)
+    if k < n and src[k] in "+-":
+        k += 1
+    digits = _DECIMAL
+    if k < n and src[k] == "0":
+        k += 1
+        if k < n and src[k] in "xX":
+            digits, k = _HEX, k + 1
+        elif k < n and src[k] in "oO":
+            digits, k = "01234567_", k + 1
+        elif k < n and src[k] in "bB":
+            digits, k = "01_", k + 1
+    k = _run(src, k, digits)
+    if k < n and src[k] == ".":
+        k = _run(src, k + 1, digits)
+    if digits is _DECIMAL and k < n and src[k] in "eE" or digits is _HEX and k < n and src[k] in "pP":
+        k += 1
+        if k < n and src[k] in "+-":
+            k += 1
+        k = _run(src, k, _DECIMAL)
+    if k < n and src[k] == "i":
+        k += 1
+    return k, not (k < n and (src[k].isalnum() or src[k] == "_"))
+
+
+def _lex_number(src: str, k: int, line: int) -> tuple[Tok, int]:
+    """Go's ``lexNumber``: a number, or a complex constant such as ``1+2i`` (two numbers, no space)."""
+    e, ok = scan_number(src, k)
+    if ok and e < len(src) and src[e] in "+-":
+        e, ok = scan_number(src, e)
+        if not ok or src[e - 1] != "i":
+            raise GoTemplateError(f"bad number syntax: {src[k : e + 1]!r}", line)
+        return Tok("complex", src[k:e], line), e
+    if not ok:
+        raise GoTemplateError(f"bad number syntax: {src[k : e + 1]!r}", line)
+    return Tok("number", src[k:e], line), e
+
+
+def _lex_char(src: str, k: int, line: int) -> tuple[Tok, int]:
+    """Go's ``lexChar`` then ``strconv.UnquoteChar``: one character or escape between single quotes."""
+    e = k + 1
+    while True:
+        c = src[e] if e < len(src) else ""
+        e += 1
+        if c == "\\":
+            c = src[e] if e < len(src) else ""
+            e += 1
+            if c and c != "\n":
+                continue
+        if c in ("", "\n"):
+            raise GoTemplateError("unterminated character constant", line)
+        if c == "'":
+            break
+    text = src[k:e]
+    ch, rest = unquote_char(text, 1, "'", line)
+    if rest != len(text) - 1:
+        raise GoTemplateError(f"malformed character constant: {text}", line)
+    return Tok("char", str(ord(ch)), line), e
 
 
 def _lex_action(src: str, k: int, line: int) -> tuple[list[Tok], int, int, bool]:
@@ -181,12 +249,8 @@ def _lex_action(src: str, k: int, line: int) -> tuple[list[Tok], int, int, bool]
             line += src.count("\n", k, e)
             k = e + 1
         elif c == "'":
-            m = re.compile(r"'(\\.[^']*|[^'\\])'").match(src, k)
-            if not m:
-                raise GoTemplateError("unterminated character constant", line)
-            ch = _unquote('"' + m.group(1) + '"', line) if m.group(1) != '"' else '"'
-            toks.append(Tok("number", str(ord(ch)), line))
-            k = m.end()
+            tok, k = _lex_char(src, k, line)
+            toks.append(tok)
         elif c == "$":
             m = _IDENT_RE.match(src, k + 1)
             assert m is not None
@@ -200,12 +264,9 @@ def _lex_action(src: str, k: int, line: int) -> tuple[list[Tok], int, int, bool]
             else:
                 toks.append(Tok("dot", ".", line))
             k = m.end()
-        elif c.isdigit() or c in "+-." and k + 1 < n and (src[k + 1].isdigit() or src[k + 1] == "."):
-            m = _NUMBER_RE.match(src, k)
-            if not m or m.end() == k:
-                raise GoTemplateError(f"bad number syntax: {src[k : k + 10]!r}", line)
-            toks.append(Tok("number", m.group(0), line))
-            k = m.end()
+        elif c in "0123456789+-.":  # a '.' not followed by a digit was a field above
+            tok, k = _lex_number(src, k, line)
+            toks.append(tok)
         elif c.isalpha() or c == "_":
             m = _IDENT_RE.match(src, k)
             assert m is not None
@@ -225,36 +286,45 @@ def _lex_action(src: str, k: int, line: int) -> tuple[list[Tok], int, int, bool]
             raise GoTemplateError(f"unrecognized character in action: {c!r}", line)
 
 
-_ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v", "\\": "\\", '"': '"'}
+_ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v", "\\": "\\"}
+
+
+def unquote_char(s: str, i: int, quote: str, line: int) -> tuple[str, int]:
+    """Go's ``strconv.UnquoteChar``: the character or escape at ``s[i]`` inside ``quote`` quotes, and the
+    index after it. ``\\'`` is an escape only in a character constant, ``\\"`` only in a string."""
+    if i >= len(s) or s[i] == quote:
+        raise GoTemplateError(f"invalid syntax in {s}", line)
+    c = s[i]
+    if c != "\\":
+        return c, i + 1
+    e = s[i + 1] if i + 1 < len(s) else ""
+    if e in _ESCAPES:
+        return _ESCAPES[e], i + 2
+    if e in ("'", '"'):
+        if e != quote:
+            raise GoTemplateError(f"invalid syntax in {s}", line)
+        return e, i + 2
+    if e and e in "xuU":
+        width = {"x": 2, "u": 4, "U": 8}[e]
+        digits = s[i + 2 : i + 2 + width]
+        if len(digits) != width or not all(d in "0123456789abcdefABCDEF" for d in digits):
+            raise GoTemplateError(f"invalid syntax in {s}", line)
+        v = int(digits, 16)
+        if e != "x" and (v > 0x10FFFF or 0xD800 <= v <= 0xDFFF):
+            raise GoTemplateError(f"invalid syntax in {s}", line)
+        return chr(v), i + 2 + width
+    if e and e in "01234567":
+        digits = s[i + 1 : i + 4]
+        if len(digits) != 3 or not all(d in "01234567" for d in digits) or int(digits, 8) > 255:
+            raise GoTemplateError(f"invalid syntax in {s}", line)
+        return chr(int(digits, 8)), i + 4
+    raise GoTemplateError(f"invalid syntax in {s}", line)
 
 
 def _unquote(s: str, line: int) -> str:
-    body, out, i = s[1:-1], [], 0
-    while i < len(body):
-        c = body[i]
-        if c != "\\":
-            out.append(c)
-            i += 1
-            continue
-        if i + 1 >= len(body):
-            raise GoTemplateError(f"invalid syntax in string {s}", line)
-        e = body[i + 1]
-        if e in _ESCAPES:
-            out.append(_ESCAPES[e])
-            i += 2
-        elif e in "xuU":
-            width = {"x": 2, "u": 4, "U": 8}[e]
-            digits = body[i + 2 : i + 2 + width]
-            if len(digits) != width or not all(d in "0123456789abcdefABCDEF" for d in digits):
-                raise GoTemplateError(f"invalid syntax in string {s}", line)
-            out.append(chr(int(digits, 16)))
-            i += 2 + width
-        elif e in "01234567":
-            digits = body[i + 1 : i + 4]
-            if len(digits) != 3 or not all(d in "01234567" for d in digits):
-                raise GoTemplateError(f"invalid syntax in string {s}", line)
-            out.append(chr(int(digits, 8)))
-            i += 4
-        else:
-            raise GoTemplateError(f"invalid syntax in string {s}", line)
+    """Go's ``strconv.Unquote`` of a double-quoted string."""
+    out, i, end = [], 1, len(s) - 1
+    while i < end:
+        c, i = unquote_char(s, i, '"', line) if s[i] == "\\" else (s[i], i + 1)
+        out.append(c)
     return "".join(out)

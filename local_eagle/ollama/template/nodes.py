@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from local_eagle.ollama.template.numbers import IntOverflow
+
 
 @dataclass
 class Field:
@@ -33,7 +35,7 @@ class Nil:
 
 @dataclass
 class Literal:
-    value: bool | int | float | str
+    value: bool | int | float | complex | str | IntOverflow
 
 
 @dataclass

@@ -34,6 +34,7 @@ from local_eagle.ollama.template.nodes import (
     Variable,
     With,
 )
+from local_eagle.ollama.template.numbers import constant
 from local_eagle.ollama.template.values import GoTemplateError
 
 _FUNCS = {"and", "or", "not", "len", "index", "slice", "eq", "ne", "lt", "le", "gt", "ge", "print", "printf", "println"}
@@ -343,8 +344,8 @@ class _Parser:
             return Field((t.val,))
         if t.kind == "bool":
             return Literal(t.val == "true")
-        if t.kind == "number":
-            return Literal(_parse_number(t.val, t.line))
+        if t.kind in ("number", "complex", "char"):
+            return Literal(constant(t.val, t.kind, t.line))
         if t.kind == "string":
             return Literal(t.val)
         if t.kind == "lparen":
@@ -365,29 +366,3 @@ class _Parser:
             self.depth -= 1
             return pipe
         raise GoTemplateError(f"unexpected {t.val!r} in command", t.line)
-
-
-def _parse_number(text: str, line: int) -> int | float:
-    """Go's rule for constants in a template (``parse.newNumber``): hex/octal/binary and plain digits
-    are ints, anything with a point or an exponent (``p`` in hex) is a float64; an integer that does
-    not fit Go's int is refused, as Go refuses it ("integer overflow")."""
-    s = text.replace("_", "")
-    if s.endswith("i"):
-        raise GoTemplateError(f"complex numbers are not supported: {text}", line)
-    body = s.lstrip("+-")
-    try:
-        if body[:2].lower() == "0x" and any(c in body for c in ".pP"):
-            return float.fromhex(s)
-        if body[:2].lower() in ("0x", "0b", "0o"):
-            value = int(s, 0)
-        elif any(c in body for c in ".eE"):
-            return float(s)
-        elif len(body) > 1 and body.startswith("0"):
-            value = int(s, 8)
-        else:
-            value = int(s, 10)
-    except (ValueError, OverflowError):
-        raise GoTemplateError(f"bad number syntax: {text!r}", line) from None
-    if not -(2**63) <= value < 2**63:
-        raise GoTemplateError(f"integer overflow: {text!r}", line)
-    return value

@@ -20,6 +20,7 @@ from local_eagle.ollama.template.values import (
     NilMap,
     NilSlice,
     OrderedMap,
+    go_type,
     sort_key,
     truth,
 )
@@ -66,6 +67,12 @@ def go_float(x: float) -> str:
     return _fixed(sign, digits, point)
 
 
+def go_complex(z: complex) -> str:
+    """Go's ``%v`` for a complex128: ``(1+2i)``, each part as a float64 and the imaginary one always signed."""
+    imag = go_float(z.imag)
+    return f"({go_float(z.real)}{'' if imag[0] in '+-' else '+'}{imag}i)"
+
+
 def go_format(v: Any, depth: int = 0) -> str:
     """How Go's fmt prints a value with ``%v`` (what an action like ``{{ .X }}`` outputs).
 
@@ -88,6 +95,8 @@ def go_format(v: Any, depth: int = 0) -> str:
         return str(v)
     if isinstance(v, float):
         return go_float(v)
+    if isinstance(v, complex):
+        return go_complex(v)
     if isinstance(v, str):
         return v
     if isinstance(v, bytes):
@@ -158,4 +167,4 @@ def go_json(v: Any, depth: int = 0) -> str:
         return "{" + ",".join(f"{_json_string(str(k))}:{go_json(v[k], depth + 1)}" for k in keys) + "}"
     if isinstance(v, list | tuple):
         return "[" + ",".join(go_json(x, depth + 1) for x in v) + "]"
-    raise FuncError(f"json: unsupported type {type(v).__name__}")
+    raise FuncError(f"json: unsupported type: {go_type(v) if isinstance(v, complex) else type(v).__name__}")

@@ -137,6 +137,8 @@ def _format(verb: str, x: Any, spec: _Spec) -> str:
         return _integer(verb, x, spec)
     if isinstance(x, float):
         return _float(verb, x, spec)
+    if isinstance(x, complex):
+        return _complex(verb, x, spec)
     if isinstance(x, str):
         return _string(verb, x, spec) if verb in "vsqxX" else _bad(verb, x)
     if x is None:
@@ -213,6 +215,15 @@ def _float(verb: str, x: float, spec: _Spec) -> str:
     if spec.zero and spec.width and len(sign) + len(body) < spec.width:
         body = body.rjust(spec.width - len(sign), "0")
     return _pad(sign + body, spec, False)
+
+
+def _complex(verb: str, z: complex, spec: _Spec) -> str:
+    """Go's ``fmtComplex``: ``(re+imi)``, each part formatted (and padded) as a float, the imaginary one signed."""
+    if verb not in "veEfFgG":
+        return _bad(verb, z)
+    real = _Spec(**{**spec.__dict__, "plus": spec.plus and verb != "v"})  # %+v is Go's struct-field syntax
+    imag = _Spec(**{**spec.__dict__, "plus": True})
+    return f"({_float(verb, z.real, real)}{_float(verb, z.imag, imag)}i)"
 
 
 def _sharp_g(body: str, digits: int) -> str:

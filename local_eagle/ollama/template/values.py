@@ -110,7 +110,8 @@ class FuncError(Exception):
 
 
 def truth(v: Any) -> bool:
-    """Go template truth: false, 0, nil, a missing value, and empty strings, slices and maps are false."""
+    """Go template truth: false, 0 (also ``0i``), nil, a missing value, and empty strings, byte strings,
+    slices and maps are false."""
     if v is MISSING or v is None:
         return False
     if isinstance(v, GoJSON):
@@ -119,9 +120,9 @@ def truth(v: Any) -> bool:
         return True
     if isinstance(v, bool):
         return v
-    if isinstance(v, int | float):
+    if isinstance(v, int | float | complex):
         return v != 0
-    if isinstance(v, str | list | tuple | dict):
+    if isinstance(v, str | bytes | bytearray | list | tuple | dict):
         return len(v) > 0
     return True
 
@@ -135,6 +136,8 @@ def go_type(v: Any) -> str:
         return "int"
     if isinstance(v, float):
         return "float64"
+    if isinstance(v, complex):
+        return "complex128"
     if isinstance(v, str):
         return "string"
     if isinstance(v, list | tuple):
