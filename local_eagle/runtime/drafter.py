@@ -163,6 +163,32 @@ class Drafter:
                 prenorm[s + i] = self.ctx.embeddings_nextn_ith(i, self.n_embd)
         return logits, prenorm
 
+    def decode_branches(
+        self,
+        tokens: np.ndarray,
+        g: np.ndarray,
+        positions: np.ndarray,
+        seqs: list[list[int]],
+        columns: np.ndarray | None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """A draft tree's frontier, each row on its own sequence: (logits [n, len(columns)], prenorm [n, H]).
+
+        ``columns`` (the draft vocabulary's target ids, or None for every id) are gathered from llama.cpp's
+        rows in place: on Gemma a row is 262K logits, of which the drafter can only ever give 8K.
+        """
+        n = len(tokens)
+        logits = np.empty((n, self.n_vocab if columns is None else len(columns)), dtype=np.float32)
+        prenorm = np.empty((n, self.n_embd), dtype=np.float32)
+        step = self.ctx.n_batch
+        for s in range(0, n, step):
+            e = min(n, s + step)
+            self.ctx.decode(tokens[s:e], positions[s:e], True, g[s:e], seqs[s:e])
+            for i in range(e - s):
+                row = self.ctx.logits_view(i, self.n_vocab)
+                logits[s + i] = row if columns is None else row[columns]
+                prenorm[s + i] = self.ctx.embeddings_nextn_ith(i, self.n_embd)
+        return logits, prenorm
+
     def decode_last(self, tokens: np.ndarray, g: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Decode rows and return only the last row's (logits [1, n_vocab], prenorm [1, H]).
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +34,8 @@ from local_eagle.runtime.rounds import (
 )
 from local_eagle.runtime.sampling import GREEDY, SamplingParams
 from local_eagle.runtime.stats import GenerationStats
+from local_eagle.runtime.tree import MAX_SEQ, TreeShape
+from local_eagle.runtime.treeround import drafter_sequences
 
 __all__ = [
     "STOP_CANCELLED",
@@ -60,6 +62,8 @@ class EngineOptions:
     flash_attn: bool | None = None
     capture: str = "auto"  # "auto" | "native" | "callback"
     adaptive: bool = False  # choose draft lengths with the cost-aware policy when a call does not say
+    tree_nodes: int = 0  # largest draft tree a call may verify (0: chains only; above, a unified multi-sequence cache)
+    tree_width: int = 8  # widest frontier a tree may expand per drafter call
 
 
 class Stream:
@@ -103,10 +107,20 @@ class Engine:
             check_pair(spec, self.model)
             self.capture = LayerCapture.create(self.model, spec.target_layers, options.capture)
         callback = self.capture.callback if self.capture is not None else None
-        self.ctx = Context(self.model, context_options, cb_eval=callback)
+        # trees need a sequence per leaf; a multi-sequence cache costs memory (a SWA model's window grows with the
+        # sequences), so a context gets them only when trees may be asked for
+        self.tree_refusal = self.model.branching_refusal() if options.tree_nodes > 1 else None
+        trees = options.tree_nodes > 1 and draft is not None and self.tree_refusal is None
+        target_options = context_options
+        if trees:
+            target_options = replace(context_options, n_seq_max=min(MAX_SEQ, options.tree_nodes))
+        self.ctx = Context(self.model, target_options, cb_eval=callback)
         if self.capture is not None:
             self.capture.attach(self.ctx)
-            self.drafter = Drafter(draft, self.ctx, context_options, n_gpu_layers=options.n_gpu_layers)
+            drafter_options = (
+                replace(context_options, n_seq_max=drafter_sequences(options.tree_width)) if trees else context_options
+            )
+            self.drafter = Drafter(draft, self.ctx, drafter_options, n_gpu_layers=options.n_gpu_layers)
             self.feed = DrafterFeed(self.drafter, self.capture.width)
         self.n_ctx = self.ctx.n_ctx
         self.n_ubatch = self.ctx.n_ubatch
@@ -140,6 +154,7 @@ class Engine:
         stop: list[str] | None = None,
         adaptive: bool | None = None,
         cancelled: Callable[[], bool] | None = None,
+        tree: TreeShape | None = None,
     ) -> Stream:
         """Generate from ``prompt``; iterate the stream for text pieces.
 
@@ -151,6 +166,10 @@ class Engine:
         ``cancelled`` is asked between prefill chunks: a long prompt's prefill can take minutes, and a
         server must be able to drop it (client gone, shutdown) before the first token; pieces end a stream
         at any other time. A cancelled prefill ends the stream with no text and stop reason "cancelled".
+
+        ``tree`` drafts a tree of that shape every round instead of a chain (fixed drafting only; the engine must be
+        opened with ``EngineOptions.tree_nodes`` at least its nodes). A target that cannot branch its cache
+        (recurrent, hybrid: ``tree_refusal`` says why) drafts chains of ``tree.depth`` instead.
         """
         tokens = self.tokenize(prompt) if isinstance(prompt, str) else np.asarray(prompt, dtype=np.int32)
         if len(tokens) == 0:
@@ -164,9 +183,21 @@ class Engine:
         if draft_max < 0:
             raise LocalEagleError(f"draft max must be >= 0, got {draft_max}")
         adaptive = self.options.adaptive if adaptive is None else adaptive
+        if tree is not None and self.drafter is not None:
+            if adaptive:
+                raise LocalEagleError("draft trees have a fixed shape: ask for fixed drafting (--fixed) with a tree")
+            if self.tree_refusal is not None:
+                tree, draft_max = None, tree.depth
+            elif tree.nodes > self.options.tree_nodes or tree.width > self.options.tree_width:
+                raise LocalEagleError(
+                    f"a tree of {tree.nodes} nodes and width {tree.width} needs an engine opened for it (tree_nodes "
+                    f"{self.options.tree_nodes}, tree_width {self.options.tree_width})"
+                )
+            else:
+                draft_max = tree.nodes
         generation = Generation(
             self, tokens, max_tokens, sampling, draft_max if self.drafter is not None else 0, draft_p_min, stop or [],
-            adaptive,
+            adaptive, tree,
         )  # fmt: skip
         generation.cancelled = cancelled
         return Stream(generation.run())

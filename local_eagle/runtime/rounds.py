@@ -31,6 +31,8 @@ from local_eagle.runtime.sampling import (
 )
 from local_eagle.runtime.stats import GenerationStats, RoundStats, SpecStats
 from local_eagle.runtime.textstream import TextStream
+from local_eagle.runtime.tree import TreeShape
+from local_eagle.runtime.treeround import TreeRounds
 
 if TYPE_CHECKING:
     from local_eagle.runtime.engine import Engine
@@ -97,6 +99,7 @@ class Generation:
         draft_p_min: float,
         stop: list[str],
         adaptive: bool = False,
+        tree: TreeShape | None = None,
     ) -> None:
         self.engine = engine
         self.target = engine.ctx
@@ -130,6 +133,7 @@ class Generation:
         self.spec_stats.adaptive = self.adaptive
         self.n_past = 0
         self.cancelled: Callable[[], bool] | None = None
+        self.trees = TreeRounds(self, tree) if tree is not None and self.speculative else None
 
     def run(self) -> Iterator[str]:
         self._reset_caches()
@@ -221,6 +225,8 @@ class Generation:
 
     def round(self, last_token: int) -> list[int]:
         """One draft-verify round after ``last_token``; the tokens it adds (accepted drafts, then one more)."""
+        if self.trees is not None:
+            return self.trees.round(last_token)
         started = clock()
         observed = RoundStats()
         drafts, draft_distributions, refused = self.draft(last_token, observed)

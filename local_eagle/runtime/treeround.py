@@ -1,0 +1,203 @@
+"""A draft-verify round over a tree: the chain's phases (draft, verify, accept, commit, learn) with branches.
+
+*Draft* grows an EAGLE-2 dynamic tree (``runtime.tree``): the round's first drafter call is the usual catch-up,
+whose last row gives the root's children; each further call decodes the best ``width`` nodes of the deepest
+level as one batch, every row on its own drafter sequence holding the shared context and that node's ancestors
+(copied from its parent's sequence; two alternating sets of sequence ids, so a level's parents stay intact while
+its children are placed), fed its parent's post-norm state. *Verify* decodes the ``nodes`` best nodes in one
+target call (``runtime.treeverify``). *Accept* walks the tree: greedy match, or recursive rejection sampling
+over the siblings. *Commit* keeps the accepted path as the target's sequence 0, drops the drafter's branches
+and queues the path's rows for the drafter, as a chain's commit does.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from local_eagle.runtime.sampling import apply_repeat_penalty, probabilities
+from local_eagle.runtime.stats import RoundStats
+from local_eagle.runtime.tree import DraftTree, TreeShape, VerifyTree, children_slots, walk_greedy, walk_sampling
+from local_eagle.runtime.treeverify import TreeBatch
+
+if TYPE_CHECKING:
+    from local_eagle.runtime.rounds import Generation
+
+clock = time.perf_counter
+
+
+def drafter_sequences(width: int) -> int:
+    """Sequences a drafter context needs for trees of this width: its own, and two levels of branches."""
+    return 1 + 2 * width
+
+
+class _Choices:
+    """The target's greedy token after each row, computed only for the rows the walk reaches."""
+
+    def __init__(self, gen: Generation, tree: VerifyTree, last_token: int) -> None:
+        self.gen, self.tree, self.last_token = gen, tree, last_token
+
+    def __getitem__(self, row: int) -> int:
+        return int(np.argmax(self.gen_row(row)))
+
+    def gen_row(self, row: int) -> np.ndarray:
+        gen = self.gen
+        logits = gen.target.logits_view(row, gen.engine.n_vocab)
+        if not gen.penalized:
+            return logits
+        history = gen.recent_history(self.last_token, self.tree.path_tokens(row))
+        return apply_repeat_penalty(logits, history, gen.sampling.repeat_penalty, gen.sampling.repeat_last_n)
+
+
+class TreeRounds:
+    """The tree phases of one :class:`Generation` (which keeps the state they share with chain rounds)."""
+
+    def __init__(self, gen: Generation, shape: TreeShape) -> None:
+        self.gen = gen
+        self.shape = shape
+        drafter = gen.drafter
+        assert drafter is not None
+        self.drafter = drafter
+        # every draft id's logit is in the drafter's row; the repeat penalty needs whole rows (token ids)
+        self.columns = None if gen.penalized else drafter.spec.draft_ids
+        self.branched = 0  # drafter branch sequences in use this round
+
+    def round(self, last_token: int) -> list[int]:
+        gen = self.gen
+        started = clock()
+        observed = RoundStats()
+        tree, dists = self.draft(last_token, observed)
+        batch, features = self.verify(tree, observed)
+        path, next_token = self.accept(batch, dists, last_token, observed)
+        accepted = [int(tree.tokens[r]) for r in path] + [next_token]
+        kept = clock()
+        batch.keep(gen.target, path[-1] if path else 0)
+        keep_seconds = clock() - kept
+        self._drop_branches()
+        rows = [0, *path]
+        gen.commit(last_token, accepted, None if features is None else features[rows], observed)
+        observed.rollback_seconds += keep_seconds
+        gen.learn(observed, None, next_token, clock() - started)
+        gen.spec_stats.observe(observed)
+        return accepted
+
+    # --- draft ---------------------------------------------------------------------------------
+
+    def _history(self, last_token: int, tree: DraftTree, node: int) -> np.ndarray:
+        gen = self.gen
+        if not gen.penalized:
+            return np.zeros(0, dtype=np.int64)
+        path = []
+        while node > 0:
+            path.append(tree.tokens[node])
+            node = tree.parents[node]
+        return gen.recent_history(last_token, path[::-1])
+
+    def _distribution(self, row: np.ndarray, history: np.ndarray) -> np.ndarray:
+        """The draft distribution at a node: the sampler's processing of its logits, or their softmax (greedy)."""
+        sampling = self.gen.sampling
+        row = apply_repeat_penalty(row, history, sampling.repeat_penalty, sampling.repeat_last_n)
+        if not sampling.greedy:
+            return probabilities(row, sampling)
+        e = np.exp(row - row.max())
+        return e / e.sum()
+
+    def _expand(self, tree: DraftTree, node: int, row: np.ndarray, last_token: int, dists: dict) -> None:
+        q = self._distribution(row, self._history(last_token, tree, node))
+        dists[node] = q
+        gen = self.gen
+        idx, logq = children_slots(q, self.shape.width, None if gen.sampling.greedy else gen.rng)
+        tokens = idx if self.columns is None else self.columns[idx]
+        tree.add_children(node, tokens, logq)
+
+    def draft(self, last_token: int, observed: RoundStats) -> tuple[VerifyTree, dict[int, np.ndarray]]:
+        """Grow the tree and choose the nodes to verify; also each expanded node's draft distribution (over the
+        drafter's columns). Only the drafter's outputs decide the tree's shape, never the target's."""
+        gen = self.gen
+        tree = DraftTree(last_token)
+        dists: dict[int, np.ndarray] = {}
+        n_nodes = min(self.shape.nodes, max(0, gen.draft_length())) if gen.feed.ready(gen.n_past) else 0
+        if n_nodes == 0:
+            return tree.select(0), dists
+        started = clock()
+        logits, prenorm, observed.catch_up_rows = gen.feed.catch_up()
+        observed.steps = 1
+        root = logits[0] if self.columns is None else logits[0][self.columns]
+        self._expand(tree, 0, root, last_token, dists)
+        observed.catch_up_seconds = clock() - started
+        prenorms = {0: prenorm[0]}
+        seq_of = {0: 0}
+        width, ctx = self.shape.width, self.drafter.ctx
+        for depth in range(1, min(self.shape.depth, n_nodes)):
+            frontier = tree.frontier(depth, width)
+            if not frontier:
+                break
+            base = 1 + (depth % 2) * width  # alternate sets: the parents' sequences stay whole meanwhile
+            for i, node in enumerate(frontier):
+                ctx.seq_remove(base + i)
+                ctx.seq_copy(seq_of[tree.parents[node]], base + i)
+                seq_of[node] = base + i
+            self.branched = max(self.branched, base + len(frontier))
+            g = self.drafter.feedback(np.stack([prenorms[tree.parents[node]] for node in frontier]))
+            rows, pre = self.drafter.decode_branches(
+                np.array([tree.tokens[node] for node in frontier], dtype=np.int32), g,
+                np.full(len(frontier), gen.n_past + depth - 1), [[seq_of[node]] for node in frontier], self.columns,
+            )  # fmt: skip
+            observed.steps += 1
+            for i, node in enumerate(frontier):
+                prenorms[node] = pre[i]
+                self._expand(tree, node, rows[i], last_token, dists)
+        chosen = tree.select(n_nodes)
+        observed.drafted = chosen.drafted
+        observed.draft_seconds = clock() - started
+        return chosen, dists
+
+    def _drop_branches(self) -> None:
+        for seq in range(1, self.branched):
+            self.drafter.ctx.seq_remove(seq)
+        self.branched = 0
+
+    # --- verify, accept ----------------------------------------------------------------------------
+
+    def verify(self, tree: VerifyTree, observed: RoundStats) -> tuple[TreeBatch, np.ndarray | None]:
+        gen = self.gen
+        started = clock()
+        batch = TreeBatch(tree, gen.n_past)
+        capture = gen.capturing(tree.drafted)
+        if gen.pausable:
+            gen.capture.pause(not capture)
+        batch.decode(gen.target)
+        features = gen.capture.features(len(tree)) if capture else None
+        observed.captured = capture
+        observed.verify_seconds = clock() - started
+        return batch, features
+
+    def accept(
+        self, batch: TreeBatch, dists: dict[int, np.ndarray], last_token: int, observed: RoundStats
+    ) -> tuple[list[int], int]:
+        gen = self.gen
+        started = clock()
+        tree = batch.tree
+        choices = _Choices(gen, tree, last_token)
+        if gen.sampling.greedy:
+            path, next_token = walk_greedy(tree, choices)
+        else:
+            n_vocab = gen.engine.n_vocab
+
+            def target(row: int) -> np.ndarray:
+                return probabilities(choices.gen_row(row), gen.sampling)
+
+            def draft(row: int) -> np.ndarray:
+                q = dists[tree.nodes[row]]
+                if self.columns is None:
+                    return q
+                full = np.zeros(n_vocab)
+                full[self.columns] = q
+                return full
+
+            path, next_token = walk_sampling(tree, target, draft, gen.rng)
+        observed.accepted = len(path)
+        observed.accept_seconds = clock() - started
+        return path, next_token
