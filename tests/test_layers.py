@@ -21,7 +21,7 @@ LAYERS: list[set[str]] = [
     {"local_eagle.train"},
     {"local_eagle.testing"},
     {"local_eagle.bench", "local_eagle.doctor"},
-    {"local_eagle.serve"},
+    {"local_eagle.serve", "local_eagle.kit"},
     {"local_eagle.cli", "local_eagle.__main__"},
 ]
 

@@ -70,7 +70,8 @@ def sh(env: Env, cmd: list[str], timeout: float, extra_env: dict[str, str] | Non
     e = {**os.environ, **(extra_env or {})}
     log("$ " + " ".join(cmd))
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=max(1.0, timeout), env=e,
+        limit = None if timeout == float("inf") else max(1.0, timeout)
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=limit, env=e,
                            cwd=str(cwd or env.repo))  # fmt: skip
         rc, stdout, stderr = r.returncode, r.stdout, r.stderr
     except subprocess.TimeoutExpired as t:
@@ -282,7 +283,8 @@ def bench8b(env: Env) -> dict:
 
 def fit8b(env: Env) -> dict:
     t, d, _ = _pair8b_paths(env)
-    return _json_of(sh(env, _cli(env, "fit", "-m", t, "-d", d, "--ctx", "8192", "--measure", "--json"), 300))
+    gpu = [] if env.cuda else ["--gpu", "h100"]  # a CPU machine has no GPU to read the memory of
+    return _json_of(sh(env, _cli(env, "fit", "-m", t, "-d", d, "--ctx", "8192", *gpu, "--measure", "--json"), 300))
 
 
 # the shipped pairs: drafter (in the repo), prompts (in the repo), draft settings

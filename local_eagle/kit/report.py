@@ -1,0 +1,191 @@
+"""``docs/gpu-results.md`` from the results.json files a lease brought back: every figure as printed, with its command.
+
+A later file's stage replaces an earlier file's (each call returns everything measured so far).
+A run without a CUDA build is labelled a CPU dry run at the top, so its figures are never read as
+a GPU's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+
+class ReportError(Exception):
+    """A results file that cannot be read; one line naming it."""
+
+
+def load(paths: list[Path]) -> dict:
+    merged: dict = {"results": {}}
+    for p in paths:
+        try:
+            blob = json.loads(p.read_text())
+            results = blob["results"]
+            if not isinstance(results, dict):
+                raise TypeError("results is not an object")
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise ReportError(f"{p}: not a kit results file ({type(e).__name__}: {e})") from None
+        merged["kit"] = blob.get("kit") or merged.get("kit") or {}
+        merged["cuda_build"] = bool(blob.get("cuda_build"))
+        merged["results"].update(results)
+        merged["waiting"] = blob.get("waiting", [])
+    return merged
+
+
+def _f(x: object, nd: int = 2) -> str:
+    return f"{x:.{nd}f}" if isinstance(x, int | float) else "-"
+
+
+def _table(head: list[str], rows: list[list[str]]) -> list[str]:
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    return out + ["| " + " | ".join(r) + " |" for r in rows]
+
+
+def _cmd(r: dict) -> list[str]:
+    if r.get("command"):
+        return ["", f"Command: `{r['command']}` (exit {r.get('rc')}, {_f(r.get('seconds'), 1)} s)"]
+    return [""]
+
+
+def _machine(res: dict) -> list[str]:
+    f = res.get("machine", {}).get("facts", {})
+    gpu = f.get("gpu") or "none (nvidia-smi found no GPU)"
+    return ["## Machine", "", *_table(["what", "value"], [
+        ["GPU (name, driver, memory, compute capability)", gpu], ["CUDA compiler", str(f.get("nvcc") or "-")],
+        ["CPU", f"{f.get('cpu') or '-'} ({f.get('cpus')} cores)"], ["Python", str(f.get("python"))],
+        ["llama-cpp-python build", "CUDA" if f.get("cuda_build") else "CPU only"]])]  # fmt: skip
+
+
+def _build(res: dict) -> list[str]:
+    b, i = res.get("build", {}), res.get("install", {})
+    lines = ["## Build and install", ""]
+    lines.append(f"llama-cpp-python from the kit's trimmed sdist, CMake arguments `{b.get('cmake_args', '-')}`: "
+                 f"exit {b.get('rc')}, {_f(b.get('seconds'), 0)} s{' (cached wheel)' if b.get('cached') else ''}; "
+                 f"offline install of it, the kit's wheels and local-eagle: exit {i.get('rc')}, "
+                 f"{_f(i.get('seconds'), 0)} s.")  # fmt: skip
+    return lines
+
+
+def _doctor(res: dict) -> list[str]:
+    d = res.get("doctor", {})
+    checks = (d.get("json") or {}).get("checks", [])
+    lines = ["## `local-eagle doctor`", ""]
+    lines += _table(["check", "status", "detail"], [[c.get("name", ""), c.get("status", ""),
+                                                     str(c.get("detail", "")).replace("|", "/")] for c in checks])
+    return lines + _cmd(d)
+
+
+def _tests(res: dict) -> list[str]:
+    t = res.get("tests", {})
+    return ["## Test suite on this build", "", f"`{t.get('summary', 'not run')}`", *_cmd(t)]
+
+
+def _selfcheck(res: dict) -> list[str]:
+    s = res.get("selfcheck", {})
+    rows = s.get("json") or []
+    lines = ["## `local-eagle selfcheck` (llama.cpp drafter against the torch reference)", ""]
+    lines += _table(["type", "step", "max abs diff", "argmax equal", "ok"],
+                    [[str(r.get("outtype")), str(r.get("step")), f"{r.get('max_abs_diff', 0):.2e}",
+                      str(r.get("argmax_equal")), str(r.get("ok"))] for r in rows if isinstance(r, dict)])  # fmt: skip
+    return lines + _cmd(s)
+
+
+def _curve(c: dict | None, title: str) -> list[str]:
+    if not c:
+        return []
+    v, d, ratio = c.get("verify_ms", {}), c.get("drafter_ms", {}), c.get("verify_ratio", {})
+    rows = [[str(r), _f(v.get(r)), _f(ratio.get(r)), _f(d.get(r))] for r in v]
+    lines = [f"### {title}", "", f"Target `{Path(c.get('target', '')).name}`, drafter "
+             f"`{Path(c.get('drafter') or '-').name}`; prefix {c.get('prefix')} tokens, median of {c.get('repeats')}."]
+    lines += ["", *_table(["rows", "target call ms (logits of every row read)", "x one row", "drafter call ms"], rows)]
+    return lines
+
+
+def _bench(b: dict, title: str) -> list[str]:
+    rows = b.get("json") or []
+    if not isinstance(rows, list) or not rows:
+        return [f"### {title}", "", f"No bench rows (exit {b.get('rc')}).", *_cmd(b)]
+    head = ["draft", "target tok/s", "speculative tok/s", "speedup", "accept len", "per position", "identical",
+            "target call ms", "verify ms", "draft ms/round", "host ms/round"]  # fmt: skip
+    out = []
+    for r in rows:
+        label = f"auto<={r['draft_max']}" if r.get("adaptive") else f"k={r['draft_max']}"
+        same = "yes" if r.get("identical") else (
+            f"{r['prompts'] - r['mismatches']}/{r['prompts']} + {r.get('near_ties')} near-tie")
+        out.append([label, _f(r.get("baseline_tps"), 1), _f(r.get("speculative_tps"), 1), _f(r.get("speedup")) + "x",
+                    _f(r.get("acceptance_length")), " ".join(_f(x) for x in r.get("acceptance_per_position", [])),
+                    same, _f(r.get("target_call_ms")), _f(r.get("verify_call_ms")), _f(r.get("draft_ms_per_round")),
+                    _f(r.get("host_ms_per_round"))])  # fmt: skip
+    n = rows[0].get("prompts")
+    return [f"### {title}", "", f"{n} prompts, greedy; speed is the ratio against the target alone in the same run.",
+            "", *_table(head, out), *_cmd(b), *projection(rows)]  # fmt: skip
+
+
+def projection(rows: list[dict]) -> list[str]:
+    """Each fixed row's speedup projected from its own costs and acceptance, next to the one measured."""
+    out = []
+    for r in rows:
+        if r.get("adaptive") or not r.get("target_call_ms"):
+            continue
+        cost = r["verify_call_ms"] + r["draft_ms_per_round"] + r["host_ms_per_round"]
+        proj = r["acceptance_length"] * r["target_call_ms"] / cost if cost else 0.0
+        out.append([f"k={r['draft_max']}", _f(proj) + "x", _f(r.get("speedup")) + "x",
+                    f"{100 * (proj - r['speedup']) / r['speedup']:+.0f}%" if r.get("speedup") else "-"])
+    if not out:
+        return []
+    return ["", "Projected (acceptance length x target call / (verify + drafting + host per round)) against measured:",
+            "", *_table(["draft", "projected", "measured", "error"], out)]  # fmt: skip
+
+
+def _fit(res: dict) -> list[str]:
+    f = res.get("fit8b", {})
+    m = (f.get("json") or {}).get("measure") or {}
+    rows = [[r.get("component", ""), _f(r.get("predicted", 0) / 2**20, 1), _f(r.get("measured", 0) / 2**20, 1),
+             f"{100 * (r['predicted'] - r['measured']) / r['measured']:+.1f}%" if r.get("measured") else "-"]
+            for r in m.get("rows", [])]  # fmt: skip
+    lines = ["## `local-eagle fit --measure`: the planner against llama.cpp's own buffers", "",
+             f"Backend of the measured buffers: {m.get('backend', '-')}.", ""]
+    return lines + _table(["component", "planned MiB", "measured MiB", "planner error"], rows) + _cmd(f)
+
+
+def render(data: dict, title: str, command: str) -> str:
+    res = data["results"]
+    cuda = data.get("cuda_build")
+    kit = data.get("kit") or {}
+    lines = [f"# {title}", ""]
+    if not cuda:
+        lines += ["**CPU DRY RUN: no GPU was used.** These figures come from the kit's dry run on a CPU machine",
+                  "(`--cpu`: llama.cpp built without CUDA, the 8B-shaped pair replaced by the tiny one). They show",
+                  "the kit works end to end and what its output looks like; they are not GPU figures.", ""]  # fmt: skip
+    lines += [f"Made by `{command}` from the kit made {kit.get('made', '-')} ({kit.get('sdist', '-')}); "
+              "see docs/gpu.md for the lease plan.", ""]  # fmt: skip
+    lines += _machine(res) + [""] + _build(res) + [""] + _doctor(res) + [""] + _tests(res) + [""] + _selfcheck(res)
+    pair = res.get("pair8b", {})
+    lines += ["", f"## Cost curve and bench of the 8B-shaped random pair ({pair.get('shape', 'not made')})", "",
+              "Random weights: the acceptance length is ~1, so read the costs, not the speedup.", ""]  # fmt: skip
+    lines += _curve((res.get("costs8b") or {}).get("json"), "Cost by rows")
+    lines += ["", *_bench(res.get("bench8b", {}), "bench (fixed chains)")]
+    lines += ["", *_fit(res)]
+    for name, label in (("smollm2", "SmolLM2-135M-Instruct + shipped EAGLE 3.1 chat drafter (held-out chat prompts)"),
+                        ("gemma3", "Gemma 3 270M + shipped EAGLE 3.1 demo drafter (held-out HumanEval prompts)")):
+        b = res.get(f"bench-{name}")
+        lines += ["", f"## {label}", ""]
+        if not b:
+            lines += ["Not measured: its target's parts had not all arrived."]
+            continue
+        lines += _bench(b, "bench") + [""] + _curve(b.get("costs"), "Cost by rows")
+    if data.get("waiting"):
+        lines += ["", "## Not run", "", ", ".join(data["waiting"])]
+    return "\n".join(lines) + "\n"
+
+
+def write_report(paths: list[Path], out: Path, title: str = "GPU results", command: str = "") -> Path:
+    text = render(load(paths), title, command)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=out.name + ".", suffix=".tmp", dir=out.parent)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, out)
+    return out
