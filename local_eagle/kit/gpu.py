@@ -91,12 +91,14 @@ def sh(env: Env, cmd: list[str], timeout: float, extra_env: dict[str, str] | Non
 
 
 def stash(env: Env, bundle: Path) -> list[str]:
-    """Hard-link or copy the bundle's files into the kit's home; returns the names taken in."""
+    """Copy a bundle's files (or a whole kit's: its ``files/`` and ``kit.json``) into the kit's home."""
     taken = []
+    whole = (bundle / "files").is_dir()
     for src in sorted(bundle.rglob("*")):
-        if not src.is_file():
+        if not src.is_file() or (whole and not (src.parent == bundle and src.name == "kit.json")
+                                 and (bundle / "files") not in src.parents):  # fmt: skip
             continue
-        rel = src.relative_to(bundle)
+        rel = src.relative_to(bundle / "files" if whole and src.name != "kit.json" else bundle)
         dst = (env.home if rel.name == "kit.json" else env.files) / rel
         if dst.is_file() and dst.stat().st_size == src.stat().st_size and rel.name != "kit.json":
             continue

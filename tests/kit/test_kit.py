@@ -251,3 +251,20 @@ def test_a_results_file_that_is_not_one_is_named(tmp_path: Path) -> None:
     bad.write_text("[1, 2]")
     with pytest.raises(report.ReportError, match="r.json: not a kit results file"):
         report.load([bad])
+
+
+def test_a_whole_kit_can_be_taken_in_at_once(tmp_path: Path, monkeypatch) -> None:
+    """The offline GPU box's path: the whole kit folder copied over, no bundles."""
+    monkeypatch.setattr(gpu, "STAGES", [])
+    kit = tmp_path / ".gpukit"
+    split_file(_blob(tmp_path, 5_000), kit / "files" / "parts" / "pair", 2_000)
+    (kit / "files" / "wheels").mkdir(parents=True)
+    (kit / "files" / "wheels" / "a-1-py3-none-any.whl").write_bytes(b"w")
+    (kit / "calls" / "call01").mkdir(parents=True)
+    (kit / "calls" / "call01" / "stray").write_bytes(b"s")
+    (kit / "kit.json").write_text(json.dumps({"targets": {"pair": "parts/pair/model.gguf.parts.json"}}))
+    env = gpu.Env(repo=tmp_path, home=tmp_path / "home", out=tmp_path / "out", cuda=False)
+    gpu.run_call(env, kit)
+    assert (env.home / "files" / "wheels" / "a-1-py3-none-any.whl").is_file()
+    assert not list(env.home.rglob("stray")) and (env.home / "kit.json").is_file()
+    assert gpu.target_path(env, "pair").read_bytes() == (tmp_path / "model.gguf").read_bytes()
