@@ -392,4 +392,8 @@ def write_out(env: Env) -> None:
     lines = [f"{name}: rc {r.get('rc')} in {r.get('seconds')} s" for name, r in results.items()]
     lines += [f"{name}: not run yet" for name in waiting]
     (env.out / "status.txt").write_text("\n".join(lines) + "\n")
+    from local_eagle.kit.report import render  # standard library only, like this module
+
+    title = "GPU results" if env.cuda else "GPU kit: CPU dry run"
+    (env.out / "summary.md").write_text(render(blob, title, "python -m local_eagle.kit gpu (docs/gpu.md)"))
     print("\n".join(lines), flush=True)

@@ -182,6 +182,7 @@ def test_a_call_takes_in_its_bundle_and_runs_only_what_is_ready_and_fits(tmp_pat
     assert (env.home / "models" / "model.gguf").read_bytes() == model.read_bytes()
     blob = json.loads((env.out / "results.json").read_text())
     assert set(blob["results"]) == {"first", "needs-target"} and blob["waiting"] == ["slow"]
+    assert "CPU DRY RUN" in (env.out / "summary.md").read_text()
     assert gpu.run_call(env, None) == []  # done stages are not run again
 
 
