@@ -184,7 +184,7 @@ def test_lines_are_counted_across_crlf(tmp_path: Path) -> None:
         ("FROM ./t.gguf\nMESSAGE bot hi\n", 2, "MESSAGE role must be system, user or assistant, got 'bot'"),
         ("FROM ./t.gguf\nREQUIRES soon\n", 2, "REQUIRES must be a version such as 0.14.0"),
         ('FROM ./t.gguf\n\nTEMPLATE """{{ .System }}\n{{ if .Prompt }}"""\n', 4, "TEMPLATE: unexpected EOF"),
-        ("FROM ./t.gguf\nTEMPLATE {{ .Prompt | nope }}\n", 2, "TEMPLATE: function 'nope' not defined"),
+        ("FROM ./t.gguf\nTEMPLATE {{ .Prompt | nope }}\n", 2, 'TEMPLATE: function "nope" not defined'),
         ("FROM ./t.gguf\nDRAFT ./a.gguf\nDRAFT ./b.gguf\n", 3, "a second DRAFT (the first is on line 2)"),
         ("FROM ./t.gguf\nDRAFT t.gguf\n", 2, "DRAFT must not reference the same local path as FROM (line 1)"),
         ("FROM\n", 1, "FROM needs a value"),

@@ -85,8 +85,8 @@ def test_floats_print_like_go(x: float, want: str) -> None:
     [
         ("a\nb\n{{ if .X }}", 3, "no {{end}}"),
         ("{{ end }}", 1, "unexpected {{end}}"),
-        ("{{ if true }}{{ $x := 1 }}{{ end }}\n{{ $x }}", 2, "undefined variable '$x'"),
-        ("{{ foo }}", 1, "function 'foo' not defined"),
+        ("{{ if true }}{{ $x := 1 }}{{ end }}\n{{ $x }}", 2, 'undefined variable "$x"'),
+        ("{{ foo }}", 1, 'function "foo" not defined'),
         ("{{ html .X }}", 1, "not supported"),
         ("\n{{ break }}", 2, "{{break}} outside {{range}}"),
         ("{{ .X ", 1, "unclosed action"),

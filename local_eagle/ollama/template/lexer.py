@@ -85,7 +85,7 @@ def lex(src: str) -> list[TextItem | ActionItem]:
                 raise GoTemplateError("comment ends before closing delimiter", line)
             items.append(ActionItem([], start_line, comment=True, col=start_col))
         else:
-            toks, k, line, rtrim = _lex_action(src, k, line)
+            toks, k, line, rtrim = _lex_action(src, k, line, start_line)
             items.append(ActionItem(toks, start_line, col=start_col))
         line_start = src.rfind("\n", j, k) + 1 or line_start
         ltrims.append(ltrim)
@@ -179,14 +179,14 @@ def _lex_char(src: str, k: int, line: int) -> tuple[Tok, int]:
     return Tok("char", str(ord(ch)), line), e
 
 
-def _lex_action(src: str, k: int, line: int) -> tuple[list[Tok], int, int, bool]:
+def _lex_action(src: str, k: int, line: int, start: int) -> tuple[list[Tok], int, int, bool]:
     """Tokens of one action starting at ``k``; returns (tokens, index after '}}', line, right trim)."""
     toks: list[Tok] = []
     n = len(src)
     depth = 0
     while True:
         if k >= n:
-            raise GoTemplateError("unclosed action", line)
+            raise GoTemplateError("unclosed action" + (f" started at line {start}" if start != line else ""), line)
         c = src[k]
         if c in _SPACE and src.startswith("-}}", k + 1):
             line += c == "\n"

@@ -35,6 +35,7 @@ from local_eagle.ollama.template.nodes import (
     With,
 )
 from local_eagle.ollama.template.numbers import constant
+from local_eagle.ollama.template.sprintf import go_quote
 from local_eagle.ollama.template.values import GoTemplateError
 
 _FUNCS = {"and", "or", "not", "len", "index", "slice", "eq", "ne", "lt", "le", "gt", "ge", "print", "printf", "println"}
@@ -91,7 +92,7 @@ class _Cursor:
     def expect_end(self, context: str) -> None:
         t = self.next_nonspace()
         if t is not None:
-            raise GoTemplateError(f"unexpected {t.val!r} in {context}", t.line)
+            raise GoTemplateError(f"unexpected {go_quote(t.val)} in {context}", t.line)
 
 
 class _Scope:
@@ -257,14 +258,20 @@ class _Parser:
             elif after is not None and after.kind == "comma" and context == "range":
                 # {{ range $k, $v := ... }} or, since Go 1.22, {{ range $k, $v = ... }}
                 cur.next_nonspace()
+                at_t2 = cur.i
                 t2 = cur.next_nonspace()
                 after2 = cur.next_nonspace()
-                if t2 is None or t2.kind != "var" or after2 is None or after2.kind not in ("declare", "assign"):
+                if t2 is not None and t2.kind != "var":
                     raise GoTemplateError("range can only initialize variables", line)
-                pipe.decl += [t.val, t2.val]
-                pipe.assign = after2.kind == "assign"
-                self.vars.declare(t.val)
-                self.vars.declare(t2.val)
+                if t2 is None or after2 is None or after2.kind not in ("declare", "assign"):
+                    # Go: "$k," declares $k alone (not in scope) and what follows is the pipeline
+                    pipe.decl.append(t.val)
+                    cur.i = at_t2
+                else:
+                    pipe.decl += [t.val, t2.val]
+                    pipe.assign = after2.kind == "assign"
+                    self.vars.declare(t.val)
+                    self.vars.declare(t2.val)
             elif after is not None and after.kind == "comma":
                 raise GoTemplateError(f"too many declarations in {context}", line)
             else:
@@ -301,7 +308,7 @@ class _Parser:
             if t is None or t.kind in ("pipe", "rparen"):
                 break
             if t.kind != "space":
-                raise GoTemplateError(f"unexpected {t.val!r} in operand", t.line)
+                raise GoTemplateError(f"unexpected {go_quote(t.val)} in operand", t.line)
         if not cmd.args:
             raise GoTemplateError("empty command", cur.line)
         return cmd
@@ -328,9 +335,11 @@ class _Parser:
         assert t is not None
         if t.kind == "ident":
             if t.val in _UNSUPPORTED_FUNCS:
-                raise GoTemplateError(f"function {t.val!r} is not supported by local-eagle's template engine", t.line)
+                raise GoTemplateError(
+                    f"function {go_quote(t.val)} is not supported by local-eagle's template engine", t.line
+                )
             if t.val not in _FUNCS:
-                raise GoTemplateError(f"function {t.val!r} not defined", t.line)
+                raise GoTemplateError(f"function {go_quote(t.val)} not defined", t.line)
             return Identifier(t.val)
         if t.kind == "dot":
             return Dot()
@@ -338,7 +347,7 @@ class _Parser:
             return Nil()
         if t.kind == "var":
             if t.val not in self.vars:
-                raise GoTemplateError(f"undefined variable {t.val!r}", t.line)
+                raise GoTemplateError(f"undefined variable {go_quote(t.val)}", t.line)
             return Variable(t.val)
         if t.kind == "field":
             return Field((t.val,))
@@ -365,4 +374,4 @@ class _Parser:
             self.check_pipeline(pipe, "parenthesized pipeline", t.line)
             self.depth -= 1
             return pipe
-        raise GoTemplateError(f"unexpected {t.val!r} in command", t.line)
+        raise GoTemplateError(f"unexpected {go_quote(t.val)} in command", t.line)
