@@ -19,6 +19,7 @@ from local_eagle.runtime.engine import Engine
 from local_eagle.runtime.identity import DIVERGENT, IDENTICAL, NEAR_TIE, check_identity
 from local_eagle.runtime.sampling import GREEDY
 from local_eagle.runtime.stats import GenerationTotals
+from local_eagle.runtime.tree import TreeShape
 
 
 def read_prompts(path: str | os.PathLike[str]) -> list[str]:
@@ -30,13 +31,17 @@ def read_prompts(path: str | os.PathLike[str]) -> list[str]:
 
 @dataclass(frozen=True)
 class DraftSetting:
-    """One configuration to benchmark: up to ``draft_max`` drafts, chosen by the policy or always all of them."""
+    """One configuration to benchmark: up to ``draft_max`` drafts, chosen by the policy or always all of them;
+    or a draft tree of a fixed shape (``draft_max`` its nodes)."""
 
     draft_max: int
     adaptive: bool
+    tree: TreeShape | None = None
 
     @property
     def label(self) -> str:
+        if self.tree is not None:
+            return f"tree {self.tree.nodes} (d{self.tree.depth} w{self.tree.width})"
         return f"auto<={self.draft_max}" if self.adaptive else str(self.draft_max)
 
 
@@ -68,17 +73,25 @@ class BenchRow:
     catch_up_rows: float = 0.0  # per catch-up
     catch_up_ms: float = 0.0  # per catch-up
     policy: dict | None = None  # the adaptive policy's cost estimates at the end of the run (ms)
+    tree_nodes: int | None = None  # drafted nodes per tree verify (None: chains)
+    tree_depth: int | None = None
+    tree_width: int | None = None
+    mean_verify_rows: float = 0.0  # rows per target call: the last token and what was drafted
 
     @property
     def label(self) -> str:
-        return DraftSetting(self.draft_max, self.adaptive).label
+        tree = None
+        if self.tree_nodes is not None:
+            tree = TreeShape(self.tree_nodes, self.tree_depth or 1, self.tree_width or 1)
+        return DraftSetting(self.draft_max, self.adaptive, tree).label
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
 def summarize(k: int, base: GenerationTotals, spec: GenerationTotals, n_prompts: int, mismatches: int,
-              adaptive: bool = False, checks: list | None = None) -> BenchRow:  # fmt: skip
+              adaptive: bool = False, checks: list | None = None,
+              tree: TreeShape | None = None) -> BenchRow:  # fmt: skip
     baseline, speculative = base.total, spec.total
     calls = speculative.target_calls
     t1 = baseline.target_seconds / baseline.target_calls if baseline.target_calls else 0.0
@@ -118,6 +131,10 @@ def summarize(k: int, base: GenerationTotals, spec: GenerationTotals, n_prompts:
         catch_up_rows=speculative.catch_up_rows / n_catch if n_catch else 0.0,
         catch_up_ms=1000 * speculative.catch_up_seconds / n_catch if n_catch else 0.0,
         policy=speculative.policy,
+        tree_nodes=None if tree is None else tree.nodes,
+        tree_depth=None if tree is None else tree.depth,
+        tree_width=None if tree is None else tree.width,
+        mean_verify_rows=1.0 + speculative.drafted_tokens / calls if calls else 0.0,
     )
 
 
@@ -145,7 +162,9 @@ def run_bench(
     with Progress(transient=True, disable=not progress) as bar:
         task = bar.add_task("benchmarking", total=len(prompts) * len(settings))
         warm = max(settings, key=lambda s: s.draft_max)
-        engine.generate(prompts[0], max_tokens=8, sampling=GREEDY, draft_max=warm.draft_max, adaptive=warm.adaptive)
+        engine.generate(
+            prompts[0], max_tokens=8, sampling=GREEDY, draft_max=warm.draft_max, adaptive=warm.adaptive, tree=warm.tree
+        )
         for setting in settings:
             k = setting.draft_max
             base, spec, checks = GenerationTotals(), GenerationTotals(), []
@@ -155,12 +174,12 @@ def run_bench(
                 for kk in order:
                     results[kk] = engine.generate(
                         prompt, max_tokens=max_tokens, sampling=GREEDY, draft_max=kk, draft_p_min=draft_p_min,
-                        adaptive=setting.adaptive and kk > 0,
+                        adaptive=setting.adaptive and kk > 0, tree=setting.tree if kk > 0 else None,
                     )  # fmt: skip
                 base.add(results[0].stats)
                 spec.add(results[k].stats)
                 if results[0].tokens != results[k].tokens:
                     checks.append(check_identity(engine, prompt, results[0], results[k]))
                 bar.advance(task)
-            rows.append(summarize(k, base, spec, len(prompts), len(checks), setting.adaptive, checks))
+            rows.append(summarize(k, base, spec, len(prompts), len(checks), setting.adaptive, checks, setting.tree))
     return rows

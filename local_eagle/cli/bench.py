@@ -42,6 +42,20 @@ def bench(
         ),
     ] = None,
     fixed: FixedOpt = False,
+    tree: Annotated[
+        list[int] | None,
+        typer.Option(
+            "--tree",
+            help="Draft trees of N nodes per target call (repeatable; with --fixed): EAGLE-2's dynamic tree, the "
+            "N best of the drafter's expansions verified in one call.",
+        ),
+    ] = None,
+    tree_depth: Annotated[
+        int | None, typer.Option("--tree-depth", help="Drafter calls per tree (default: N, at most 10).")
+    ] = None,
+    tree_width: Annotated[
+        int | None, typer.Option("--tree-width", help="Frontier nodes expanded per call (default: N, at most 8).")
+    ] = None,
     draft_p_min: Annotated[float, typer.Option("--draft-p-min")] = 0.0,
     limit: Annotated[int | None, typer.Option(help="Use only the first N prompts.")] = None,
     ctx: OptionalCtxOpt = None,
@@ -57,17 +71,29 @@ def bench(
     from local_eagle.bench.run import DraftSetting, read_prompts, run_bench
     from local_eagle.cli.run import draft_lengths_text
     from local_eagle.runtime.lengths import AUTO_DRAFT_MAX
+    from local_eagle.runtime.tree import TreeShape
 
     if limit is not None and limit < 1:
         raise LocalEagleError(f"--limit must be at least 1 (prompts to use), got {limit}")
     texts = read_prompts(prompts)[:limit]
     settings = []
-    for value in draft_max or [AUTO]:
+    for value in draft_max or ([] if tree else [AUTO]):
         n = parse_draft_max(value)
         settings.append(DraftSetting(AUTO_DRAFT_MAX, True) if n is None else DraftSetting(n, not fixed))
-    load = LoadOptions(ctx, gpu_layers, threads, max(s.draft_max for s in settings), ctx_beyond_training)
+    if tree and not fixed:
+        raise LocalEagleError("--tree drafts trees of a fixed shape: add --fixed")
+    for nodes in tree or []:
+        shape = TreeShape.for_nodes(nodes, tree_depth, tree_width)
+        settings.append(DraftSetting(nodes, False, shape))
+    shapes = [s.tree for s in settings if s.tree is not None]
+    load = LoadOptions(
+        ctx, gpu_layers, threads, max(s.draft_max for s in settings), ctx_beyond_training,
+        tree_nodes=max((t.nodes for t in shapes), default=0), tree_width=max((t.width for t in shapes), default=8),
+    )  # fmt: skip
     with open_engine(model, draft, load) as engine:
         n_tokens = max_tokens if max_tokens > 0 else engine.n_ctx  # Ollama's -1: until the context is full
+        if shapes and engine.tree_refusal is not None:
+            err.print(f"no draft trees for this target ({engine.tree_refusal}): its tree rows draft chains instead")
         rows = run_bench(engine, texts, settings, max_tokens=n_tokens, draft_p_min=draft_p_min, progress=not as_json)
     if as_json:
         print(json.dumps([r.to_dict() for r in rows]))
@@ -85,11 +111,12 @@ def bench(
             )  # fmt: skip
         out.print(t)
         c = Table(title="acceptance per draft position and costs (ms)")
-        for col in ("k", "per-position acceptance", "target 1-tok", "verify", "draft/round", "host/round"):
+        for col in ("k", "per-position acceptance", "rows/call", "target 1-tok", "verify", "draft/round", "host/round"):
             c.add_column(col)
         for r in rows:
             c.add_row(
-                r.label, " ".join(f"{a:.2f}" for a in r.acceptance_per_position), f"{r.target_call_ms:.2f}",
+                r.label, " ".join(f"{a:.2f}" for a in r.acceptance_per_position), f"{r.mean_verify_rows:.1f}",
+                f"{r.target_call_ms:.2f}",
                 f"{r.verify_call_ms:.2f}", f"{r.draft_ms_per_round:.2f}", f"{r.host_ms_per_round:.2f}",
             )  # fmt: skip
         out.print(c)

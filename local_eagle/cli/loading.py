@@ -49,11 +49,16 @@ class LoadOptions:
     threads: int = 0
     draft_max: int = PARAMETERS["draft_num_predict"].default
     beyond_training: bool = False
+    tree_nodes: int = 0  # the largest draft tree asked for (0: chains only, no multi-sequence caches)
+    tree_width: int = 8
 
     def engine_options(self, n_ctx: int) -> EngineOptions:
         from local_eagle.runtime.engine import EngineOptions
 
-        return EngineOptions(n_ctx=n_ctx, n_batch=N_BATCH, n_gpu_layers=self.gpu_layers, n_threads=self.threads)
+        return EngineOptions(
+            n_ctx=n_ctx, n_batch=N_BATCH, n_gpu_layers=self.gpu_layers, n_threads=self.threads,
+            tree_nodes=self.tree_nodes, tree_width=self.tree_width,
+        )  # fmt: skip
 
 
 def open_engine(model: Path, draft: Path | None, load: LoadOptions) -> Engine:
