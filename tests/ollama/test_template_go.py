@@ -534,3 +534,50 @@ IS_TRUE = [
 @pytest.mark.parametrize(("value", "want"), IS_TRUE)
 def test_go_is_true(value: Any, want: bool) -> None:
     assert run("{{if .V}}true{{else}}false{{end}}", {"V": value}) == str(want).lower()
+
+
+def test_go_missing_map_key() -> None:
+    """TestMissingMapKey, Go's default option: a missing key prints ``<no value>``."""
+    assert run("{{.x}} {{.y}}", {"x": 99}) == "99 <no value>"
+
+
+def test_go_unterminated_string_error_names_the_line_of_the_quote() -> None:
+    """TestUnterminatedStringError: the line of the opening quote, not of the end of the text."""
+    with pytest.raises(GoTemplateError, match="unterminated raw quoted string") as e:
+        parse("hello\n\n{{`unterminated\n\n\n\n}}\n some more\n\n")
+    assert e.value.line == 3
+
+
+def test_go_execute_gives_exec_error() -> None:
+    """TestExecuteGivesExecError: a field of an int is an error naming the type."""
+    with pytest.raises(GoTemplateError, match="field X in type int"):
+        run("hello, {{.X.Y}}", 0)
+
+
+def test_go_exec_error_in_a_nested_template() -> None:
+    """TestExecError: an error three templates down keeps its message and line."""
+    text = (
+        'line 1\nline 2\nline 3\n{{template "one" .}}\n{{define "one"}}{{template "two" .}}{{end}}\n'
+        '{{define "two"}}{{template "three" .}}{{end}}\n{{define "three"}}{{index "hi" $}}{{end}}'
+    )
+    with pytest.raises(GoTemplateError, match="error calling index: index out of range: 5") as e:
+        run(text, 5)
+    assert e.value.line == 7
+
+
+def test_go_block() -> None:
+    """TestBlock, its first half: a block is a definition and a call. (The second half redefines the
+    block in a later Parse of a Clone, which Ollama never does; within one text it is Go's error.)"""
+    assert run('a({{block "inner" .}}bar({{.}})baz{{end}})b', "hello") == "a(bar(hello)baz)b"
+    with pytest.raises(GoTemplateError, match='multiple definition of template "inner"'):
+        parse('a({{block "inner" .}}bar({{.}})baz{{end}})b{{define "inner"}}foo({{.}})bar{{end}}')
+
+
+def test_go_issue31810_parenthesized_dot() -> None:
+    assert run("{{ (.)  }}", "result") == "result"
+
+
+def test_go_max_exec_depth() -> None:
+    """TestMaxExecDepth: endless recursion ends in an error (here at this engine's depth limit)."""
+    with pytest.raises(GoTemplateError, match="depth limit exceeded"):
+        run('{{define "tmpl"}}{{template "tmpl" .}}{{end}}{{template "tmpl" .}}', None)

@@ -11,7 +11,11 @@ variables (``$``, ``$x := ...``, ``$x = ...``), ``if``/``else if``/``else``, ``r
 two variables, ``else``, ``break``, ``continue``), ``with``/``else with``, ``define``/``template``/
 ``block``, Go's functions ``and or not len index slice eq ne lt le gt ge print printf println``
 and Ollama's ``json currentDate yesterdayDate toTypeScriptType``. Not supported: method calls,
-``call``, ``html``, ``js``, ``urlquery``; they fail to parse with a clear message.
+``call``, ``html``, ``js``, ``urlquery``; they fail to parse with a clear message. Constants are Go's:
+``0x``/``0o``/``0b`` and ``_`` in numbers, hexadecimal floats, ``1+2i`` complex numbers (printed
+``(1+2i)``), ``'\\n'`` characters (:mod:`.numbers`).
+
+Go's own tables (``exec_test.go``, ``parse/parse_test.go``) run in ``tests/ollama/test_template_go*.py``.
 
 :func:`parse_ollama` is Ollama's ``template.Parse`` (Go's parse plus the ``Vars()`` check and the
 appended ``{{ .Response }}``); :func:`render_ollama` adds what Ollama's ``template.Execute`` does
@@ -21,7 +25,7 @@ with messages and tools as Ollama's template types, and the legacy ``.System``/`
 
 Modules, in the order data flows: ``lexer`` (text to tokens), ``parser`` and ``nodes`` (tokens
 to a tree), ``executor`` (a tree over data to text), ``functions``, ``printing`` and ``sprintf``
-(the built-ins and Go's ``fmt``/``json``), ``chat`` (Ollama's ``template.Execute``); ``values``
+(the built-ins and Go's ``fmt``/``json``), ``numbers`` (constants), ``chat`` (Ollama's ``template.Execute``); ``values``
 holds the Go values and the error every stage raises.
 """
 
