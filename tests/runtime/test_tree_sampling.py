@@ -1,0 +1,84 @@
+"""Speculative sampling over draft trees on llama.cpp: the emitted tokens are distributed as the target's own."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from local_eagle.runtime.engine import Engine, EngineOptions
+from local_eagle.runtime.sampling import SamplingParams, probabilities
+from local_eagle.runtime.tree import TreeShape
+
+SP = SamplingParams(temperature=1.0, top_k=3, top_p=1.0, min_p=0.0)
+PROMPT = "xyzA"
+
+
+@pytest.fixture(scope="module")
+def noisy_pair(tmp_path_factory):
+    """The chain's sampling test pair (runtime/test_sampling.py): a blurred cycle, drafts right often, not always."""
+    from converters import convert, write_checkpoint
+    from local_eagle.testing.tiny_pair import make_cycle_drafter, write_cycle_target
+
+    d = tmp_path_factory.mktemp("tree-sampling")
+    target = write_cycle_target(d / "t.gguf", margin=0.25, noise=0.1, seed=4)
+    m = make_cycle_drafter(True, noise=0.05, seed=5)
+    ckpt = write_checkpoint(m.state_dict(), m.cfg.to_dict(), d / "ckpt")
+    draft = convert(ckpt, target, d / "d.gguf", outtype="f32").outfile
+    eng = Engine(target, draft, EngineOptions(n_ctx=256, n_batch=32, n_threads=1, tree_nodes=16, tree_width=3))
+    yield eng
+    eng.close()
+
+
+def _target_joint(eng: Engine, prompt: str, n: int) -> dict[tuple[int, ...], float]:
+    """The exact distribution of the first ``n`` tokens when sampling from the target alone."""
+    toks = eng.tokenize(prompt)
+    ctx, n_prompt = eng.ctx, len(toks)
+    ctx.clear()
+    ctx.decode(toks, np.arange(n_prompt), np.arange(n_prompt) == n_prompt - 1)
+    first = probabilities(ctx.logits(n_prompt - 1, eng.n_vocab), SP)
+    joint = {}
+
+    def extend(prefix: tuple[int, ...], prob: float, dist: np.ndarray) -> None:
+        for t in np.nonzero(dist)[0]:
+            seq = (*prefix, int(t))
+            if len(seq) == n:
+                joint[seq] = prob * dist[t]
+                continue
+            ctx.remove_from(n_prompt + len(prefix))
+            ctx.decode(np.array([t], dtype=np.int32), np.array([n_prompt + len(prefix)]), True)
+            extend(seq, prob * dist[t], probabilities(ctx.logits(0, eng.n_vocab), SP))
+
+    extend((), 1.0, first)
+    return joint
+
+
+def _chi2(counts: dict, joint: dict, n: int) -> float:
+    keys = sorted(joint)
+    obs = np.array([counts.get(k, 0) for k in keys], dtype=float)
+    exp = np.array([joint[k] for k in keys]) * n
+    assert sum(counts.values()) == n and set(counts) <= set(joint)
+    rare = exp < 5  # merged, so the chi-square approximation holds
+    if rare.any():
+        obs = np.append(obs[~rare], obs[rare].sum())
+        exp = np.append(exp[~rare], exp[rare].sum())
+    return float(stats.chisquare(obs, exp).pvalue)
+
+
+def test_tree_sampling_matches_the_target_distribution(noisy_pair):
+    """Three tokens: the first from the prompt, the next two through a tree round (siblings tried in turn, the
+    residual resampled, a bonus after a full accept); their joint is the target's (chi-square)."""
+    eng = noisy_pair
+    joint = _target_joint(eng, PROMPT, 3)
+    n = 2500
+    counts: dict[tuple[int, ...], int] = {}
+    drafted = accepted = 0
+    for seed in range(n):
+        sp = SamplingParams(**{**SP.__dict__, "seed": seed})
+        res = eng.generate(PROMPT, max_tokens=4, sampling=sp, tree=TreeShape(8, 3, 3))
+        key = tuple(res.tokens[:3])
+        counts[key] = counts.get(key, 0) + 1
+        drafted += res.stats.drafted_tokens
+        accepted += res.stats.accepted_tokens
+    assert 0 < accepted < drafted
+    assert _chi2(counts, joint, n) > 1e-3
