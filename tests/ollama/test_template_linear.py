@@ -61,6 +61,8 @@ TEMPLATES: dict[str, Callable[[int], str]] = {
     "defines": lambda n: "".join(f'{{{{ define "t{i}" }}}}x{{{{ end }}}}' for i in range(n)),
     "string": lambda n: '{{ "' + "ab\\n" * n + '" }}',
     "parentheses": lambda n: "{{ print (print 1) }}" * n,
+    # an empty redefinition must not look through a long earlier definition again each time
+    "redefinitions": lambda n: '{{ define "a" }}' + " {{/* */}}" * n + "{{ end }}" + '{{ define "a" }} {{ end }}' * n,
 }
 
 

@@ -126,6 +126,7 @@ class _Parser:
         self.vars = _Scope()
         self.range_depth = 0
         self.defines: dict[str, list[Any]] = {}
+        self.empty: dict[str, bool] = {}  # whether each definition is empty, found once: redefinitions ask again
         self.depth = 0
 
     def nest(self, at: tuple[int, int]) -> None:
@@ -189,10 +190,11 @@ class _Parser:
                     self.vars, self.range_depth = saved_vars, saved_depth
                     if term != "end":
                         raise GoTemplateError(f"unexpected EOF in {{{{{kw}}}}}", item.line)
-                    if name in self.defines and not _is_empty(self.defines[name]) and not _is_empty(body):
+                    empty = _is_empty(body)
+                    if name in self.defines and not self.empty[name] and not empty:
                         raise GoTemplateError(f'template: multiple definition of template "{name}"', item.line)
-                    if name not in self.defines or not _is_empty(body):
-                        self.defines[name] = body
+                    if name not in self.defines or not empty:
+                        self.defines[name], self.empty[name] = body, empty
                     if kw == "block":
                         nodes.append(TemplateCall(name, pipe, item.line, item.col))
                 continue
