@@ -246,3 +246,25 @@ def test_go_parse_errors(name: str, src: str, needle: str, line: int | None) -> 
     assert needle in str(e.value) and "\n" not in str(e.value)
     if line is not None:
         assert e.value.line == line
+
+
+@pytest.mark.parametrize(
+    ("src", "want"),
+    [
+        ('{{ "\\377\\x41\\u00e9\\U0001F600\\a\\"" }}', 'ÿAé\U0001f600\a"'),
+        ("{{ print '\\'' '\\\\' '\\x41' }}", "39 92 65"),
+        ('{{ "\\\'" }}', None),  # \' only in a character constant
+        ("{{ '\\\"' }}", None),  # \" only in a string
+        ('{{ "\\400" }}', None),  # an octal escape is a byte
+        ('{{ "\\ud800" }}', None),  # a surrogate half is no rune
+        ('{{ "' + "a" * 500 + '\\q" }}', None),  # the error shows the start of the string, not all of it
+    ],
+)
+def test_go_unquote_rules(src: str, want: str | None) -> None:
+    """``strconv.Unquote``/``UnquoteChar``, which Go's parser applies to strings and characters."""
+    if want is not None:
+        assert parse(src).execute(None) == want
+        return
+    with pytest.raises(GoTemplateError, match="invalid syntax in") as e:
+        parse(src)
+    assert len(str(e.value)) < 120

@@ -289,11 +289,15 @@ def _lex_action(src: str, k: int, line: int, start: int) -> tuple[list[Tok], int
 _ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v", "\\": "\\"}
 
 
+def _shown(s: str) -> str:
+    return s if len(s) <= 80 else s[:80] + "..."
+
+
 def unquote_char(s: str, i: int, quote: str, line: int) -> tuple[str, int]:
     """Go's ``strconv.UnquoteChar``: the character or escape at ``s[i]`` inside ``quote`` quotes, and the
     index after it. ``\\'`` is an escape only in a character constant, ``\\"`` only in a string."""
     if i >= len(s) or s[i] == quote:
-        raise GoTemplateError(f"invalid syntax in {s}", line)
+        raise GoTemplateError(f"invalid syntax in {_shown(s)}", line)
     c = s[i]
     if c != "\\":
         return c, i + 1
@@ -302,23 +306,23 @@ def unquote_char(s: str, i: int, quote: str, line: int) -> tuple[str, int]:
         return _ESCAPES[e], i + 2
     if e in ("'", '"'):
         if e != quote:
-            raise GoTemplateError(f"invalid syntax in {s}", line)
+            raise GoTemplateError(f"invalid syntax in {_shown(s)}", line)
         return e, i + 2
     if e and e in "xuU":
         width = {"x": 2, "u": 4, "U": 8}[e]
         digits = s[i + 2 : i + 2 + width]
         if len(digits) != width or not all(d in "0123456789abcdefABCDEF" for d in digits):
-            raise GoTemplateError(f"invalid syntax in {s}", line)
+            raise GoTemplateError(f"invalid syntax in {_shown(s)}", line)
         v = int(digits, 16)
         if e != "x" and (v > 0x10FFFF or 0xD800 <= v <= 0xDFFF):
-            raise GoTemplateError(f"invalid syntax in {s}", line)
+            raise GoTemplateError(f"invalid syntax in {_shown(s)}", line)
         return chr(v), i + 2 + width
     if e and e in "01234567":
         digits = s[i + 1 : i + 4]
         if len(digits) != 3 or not all(d in "01234567" for d in digits) or int(digits, 8) > 255:
-            raise GoTemplateError(f"invalid syntax in {s}", line)
+            raise GoTemplateError(f"invalid syntax in {_shown(s)}", line)
         return chr(int(digits, 8)), i + 4
-    raise GoTemplateError(f"invalid syntax in {s}", line)
+    raise GoTemplateError(f"invalid syntax in {_shown(s)}", line)
 
 
 def _unquote(s: str, line: int) -> str:
