@@ -130,3 +130,21 @@ def test_tree_sampling_with_seed_is_reproducible_and_keeps_the_penalty(engines):
         base = eng.generate(prompt, max_tokens=40, sampling=greedy_penalty, draft_max=0)
         spec = eng.generate(prompt, max_tokens=40, sampling=greedy_penalty, tree=TreeShape(15, 5, 4))
         assert spec.tokens == base.tokens
+
+
+def test_trees_on_a_sliding_window_target_through_the_callback_capture(tmp_path):
+    """Gemma 3's interleaved sliding-window cache (window 8 here, shorter than the text) and the eval-callback
+    features: tree rows are masked by position in both caches, and the output stays the target's."""
+    from local_eagle.testing.tiny import TinyGemma3Spec, write_tiny_gemma3_target
+
+    spec = TinyGemma3Spec()
+    target = write_tiny_gemma3_target(tmp_path / "gemma3.gguf", spec)
+    model = make_drafter(N_VOCAB, spec.n_embd, [2, 4, 5], eagle31=True, draft_vocab=100, seed=2)
+    draft = _drafter_gguf(model, target, tmp_path / "d.gguf")
+    options = EngineOptions(n_ctx=256, n_batch=32, n_threads=1, tree_nodes=16, tree_width=4)
+    with Engine(target, draft, options) as eng:
+        assert eng.capture.mode == "callback" and eng.tree_refusal is None
+        for prompt in prompts(4, seed=1):
+            base = eng.generate(prompt, max_tokens=40, draft_max=0)
+            for shape in (TreeShape(6, 3, 3), TreeShape(15, 5, 4)):
+                assert eng.generate(prompt, max_tokens=40, tree=shape).tokens == base.tokens, (prompt, shape)
