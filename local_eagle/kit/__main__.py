@@ -19,7 +19,8 @@ def _make(a: argparse.Namespace) -> int:
 
     try:
         kit = make_kit(Path(a.root).resolve(), REPO, tuple(p for p in a.pairs.split(",") if p), a.python,
-                       int(a.part_mib * MIB), None if a.budget_mib is None else int(a.budget_mib * MIB))  # fmt: skip
+                       int(a.part_mib * MIB), None if a.budget_mib is None else int(a.budget_mib * MIB),
+                       a.lean)  # fmt: skip
     except KitError as e:
         print(f"kit make: {e}", file=sys.stderr)
         return 2
@@ -83,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--python", default="3.12", help="the GPU machine's Python version, for the wheels")
     m.add_argument("--part-mib", type=float, default=15.0, help="size of a model part in MiB")
     m.add_argument("--budget-mib", type=float, help="MiB one call may carry beside the tree (default: measured)")
+    m.add_argument("--lean", action="store_true",
+                   help="carry the shipped drafters in the first call, for a lease with them moved out of the tree")
     m.set_defaults(fn=_make)
 
     g = sub.add_parser("gpu", help="on the GPU machine: take in a bundle, build, install, measure what is ready")

@@ -110,6 +110,18 @@ def stash(env: Env, bundle: Path) -> list[str]:
     return taken
 
 
+def restore_assets(env: Env) -> list[str]:
+    """Put the shipped drafters a lean lease carried back into this call's copy of the checkout."""
+    put = []
+    for src in sorted((env.files / "drafters").glob("*.gguf")):
+        dst = env.repo / "local_eagle" / "assets" / src.name
+        if not (dst.is_file() and dst.stat().st_size == src.stat().st_size):
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, dst)
+            put.append(src.name)
+    return put
+
+
 def kit_plan(env: Env) -> dict:
     try:
         return json.loads((env.home / "kit.json").read_text())
@@ -348,6 +360,9 @@ def run_call(env: Env, bundle: Path | None, only: list[str] | None = None, force
             raise SystemExit(f"kit: {bundle}: no such bundle (did this call carry it?)")
         taken = stash(env, bundle)
         log(f"took in {len(taken)} files from {bundle}")
+    restored = restore_assets(env)
+    if restored:
+        log(f"restored the shipped drafters {', '.join(restored)} into the checkout's copy")
     ran = []
     for stage in STAGES:
         if only and stage.name not in only:

@@ -55,12 +55,13 @@ class Kit:
     calls: list[list[str]] = field(default_factory=list)
     budget: int = 0
     tree_bytes: int = 0
+    lean: bool = False
 
     def to_json(self) -> str:
         return json.dumps({
             "made": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "python": self.python, "sdist": self.sdist, "wheels": self.wheels, "targets": self.targets,
-            "tree_bytes": self.tree_bytes, "call_budget": self.budget,
+            "tree_bytes": self.tree_bytes, "call_budget": self.budget, "lean": self.lean,
             "calls": [{"carry": f"{self.root.name}/calls/call{i + 1:02d}", "files": c,
                        "bytes": sum(self.size(p) for p in c)} for i, c in enumerate(self.calls)],
         }, indent=1) + "\n"  # fmt: skip
@@ -181,14 +182,34 @@ def pack(items: list[Item], budget: int) -> list[list[str]]:
     return calls
 
 
+ASSETS = "local_eagle/assets"
+
+
 def make_kit(root: Path, repo: Path, pairs: tuple[str, ...] = ("smollm2", "gemma3"), python: str = "3.12",
-             part_size: int = PART_SIZE, budget: int | None = None, log=print) -> Kit:  # fmt: skip
-    """Make (or refresh) the kit under ``root``; returns what it holds and how the calls carry it."""
+             part_size: int = PART_SIZE, budget: int | None = None, lean: bool = False, log=print) -> Kit:  # fmt: skip
+    """Make (or refresh) the kit under ``root``; returns what it holds and how the calls carry it.
+
+    ``lean``: the shipped drafters travel in the first bundle instead of in the tree, for a lease run
+    with them moved out of the checkout (docs/gpu.md): each call then carries ~60 MiB instead of ~30.
+    """
     files, cache = root / "files", root / "cache"
     for d in (files / "wheels", files / "parts", cache):
         d.mkdir(parents=True, exist_ok=True)
     kit = Kit(root, python)
     kit.tree_bytes = tree_bytes(repo)
+    drafters = sorted((repo / ASSETS).glob("*.gguf"))
+    if lean:
+        kit.tree_bytes -= sum(d.stat().st_size for d in drafters)
+        (files / "drafters").mkdir(exist_ok=True)
+        for d in drafters:
+            dst = files / "drafters" / d.name
+            if not (dst.is_file() and dst.stat().st_size == d.stat().st_size):
+                dst.unlink(missing_ok=True)
+                shutil.copyfile(d, dst)
+            kit.items.append(Item(f"drafters/{d.name}", d.stat().st_size, "drafter"))
+    else:
+        shutil.rmtree(files / "drafters", ignore_errors=True)
+    kit.lean = lean
     kit.budget = budget if budget is not None else CALL_LIMIT - kit.tree_bytes - MARGIN
     if kit.budget < part_size:
         raise KitError(f"the working tree ({kit.tree_bytes / MIB:.1f} MiB) leaves {kit.budget / MIB:.1f} MiB a call, "

@@ -269,3 +269,58 @@ def test_a_whole_kit_can_be_taken_in_at_once(tmp_path: Path, monkeypatch) -> Non
     assert (env.home / "files" / "wheels" / "a-1-py3-none-any.whl").is_file()
     assert not list(env.home.rglob("stray")) and (env.home / "kit.json").is_file()
     assert gpu.target_path(env, "pair").read_bytes() == (tmp_path / "model.gguf").read_bytes()
+
+
+def _fake_downloads(tmp_path: Path, monkeypatch) -> Path:
+    """make_kit's downloads replaced: a small sdist, one wheel per pin, one tiny target pair."""
+    from local_eagle.kit import make
+
+    sdist = _sdist(tmp_path, {".git/pack": b"p" * 50_000})
+    monkeypatch.setattr(make, "fetch_sdist", lambda cache, version: sdist)
+
+    def wheel(pin, dest, python):
+        p = dest / f"{pin.name.replace('-', '_')}-{pin.version}-py3-none-any.whl"
+        p.write_bytes(b"w" * 100)
+        return p
+
+    monkeypatch.setattr(make, "fetch_wheel", wheel)
+    target = _blob(tmp_path, 5_000, "target.gguf")
+    monkeypatch.setattr(make, "TARGETS", {"tiny": lambda cache: target})
+    repo = tmp_path / "repo"
+    (repo / "local_eagle" / "assets").mkdir(parents=True)
+    (repo / "local_eagle" / "assets" / "d.gguf").write_bytes(b"d" * 3_000)
+    (repo / "README.md").write_bytes(b"r" * 1_000)
+    import subprocess
+
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    return repo
+
+
+@pytest.mark.parametrize("lean", [False, True])
+def test_make_cuts_the_kit_into_bundles_within_the_budget(tmp_path: Path, monkeypatch, lean: bool) -> None:
+    from local_eagle.kit.make import make_kit
+
+    repo = _fake_downloads(tmp_path, monkeypatch)
+    root = tmp_path / ".gpukit"
+    kit = make_kit(root, repo, ("tiny",), part_size=2_000, budget=None if not lean else 8_000, lean=lean,
+                   log=lambda *_: None)  # fmt: skip
+    plan = json.loads((root / "kit.json").read_text())
+    assert plan["tree_bytes"] == (1_000 if lean else 4_000) and plan["lean"] is lean
+    carried = [f for c in plan["calls"] for f in c["files"]]
+    assert carried[0] == ("drafters/d.gguf" if lean else "pkg-1.tar.gz")
+    assert sorted(carried) == sorted(i.path for i in kit.items)  # every file travels exactly once
+    assert all(c["bytes"] <= plan["call_budget"] for c in plan["calls"])
+    assert any(f.startswith("wheels/fastapi-") for f in carried) and plan["targets"] == {
+        "tiny": "parts/tiny/target.gguf.parts.json"}
+    for i, c in enumerate(plan["calls"], 1):
+        bundle = root / "calls" / f"call{i:02d}"
+        assert sorted(str(p.relative_to(bundle)) for p in bundle.rglob("*") if p.is_file()) == sorted(
+            [*c["files"], "kit.json"])
+    # the machine's side: every bundle taken in, the target put back together, the drafters back in the checkout
+    monkeypatch.setattr(gpu, "STAGES", [])
+    copy = tmp_path / "copy"
+    env = gpu.Env(repo=copy, home=tmp_path / "home", out=tmp_path / "out", cuda=False)
+    for i in range(len(plan["calls"])):
+        gpu.run_call(env, root / "calls" / f"call{i + 1:02d}")
+    assert gpu.target_path(env, "tiny").read_bytes() == (tmp_path / "target.gguf").read_bytes()
+    assert (copy / "local_eagle" / "assets" / "d.gguf").is_file() is lean
