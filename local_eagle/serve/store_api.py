@@ -53,7 +53,7 @@ def _details(front: StoreFront, model: Path, draft: Path | None) -> dict[str, An
 
     try:
         s = summarize(model, draft)
-    except LocalEagleError:
+    except (LocalEagleError, OSError, ValueError):  # a file gone or damaged: the entry is still listed
         return {"format": "gguf", "family": "", "families": [], "parameter_size": "", "quantization_level": ""}
     return {"parent_model": "", "format": "gguf", "family": s.architecture, "families": [s.architecture],
             "parameter_size": s.parameter_size, "quantization_level": s.quantization}  # fmt: skip
