@@ -51,7 +51,7 @@ def bench(
         ),
     ] = None,
     tree_depth: Annotated[
-        int | None, typer.Option("--tree-depth", help="Drafter calls per tree (default: N, at most 10).")
+        int | None, typer.Option("--tree-depth", help="Drafter calls per tree (default: N, at most 32).")
     ] = None,
     tree_width: Annotated[
         int | None, typer.Option("--tree-width", help="Frontier nodes expanded per call (default: N, at most 8).")

@@ -48,10 +48,10 @@ class TreeShape:
 
     @classmethod
     def for_nodes(cls, nodes: int, depth: int | None = None, width: int | None = None) -> TreeShape:
-        """A shape for ``nodes`` drafted nodes: as deep as a chain of that size up to 10 calls, frontier of up to
-        8 (the drafter is right most often at its first choices; measured on the Gemma pair, ``bench --tree``)."""
+        """A shape for ``nodes`` drafted nodes: as deep as a chain of that size (up to 32 drafter calls), so a run
+        of easy tokens is followed as far as a chain would; a frontier of up to 8."""
         if depth is None:
-            depth = max(1, min(nodes, 10))
+            depth = max(1, min(nodes, 32))
         if width is None:
             width = max(1, min(8, nodes))
         return cls(nodes, depth, width)

@@ -116,7 +116,7 @@ def test_children_slots_greedy_and_sampled():
 
 
 def test_tree_shape_checks():
-    assert TreeShape.for_nodes(15) == TreeShape(15, 10, 8)
+    assert TreeShape.for_nodes(15) == TreeShape(15, 15, 8) and TreeShape.for_nodes(63).depth == 32
     assert TreeShape.for_nodes(3).width == 3 and TreeShape(4, 4, 1).chain
     for bad in [(0, 1, 1), (256, 2, 2), (4, 0, 1), (4, 2, 0), (4, 2, 65)]:
         with pytest.raises(LocalEagleError):
