@@ -24,6 +24,7 @@ from typer.testing import CliRunner
 from converters import convert, write_checkpoint
 from local_eagle.cli.app import app
 from local_eagle.runtime.engine import Engine, EngineOptions
+from local_eagle.serve import runner
 from local_eagle.serve.app import EagleServer, ServeConfig, create_app
 from local_eagle.serve.server import MAX_REQUEST_BYTES
 from local_eagle.testing.tiny_pair import make_cycle_drafter, write_cycle_target
@@ -58,7 +59,7 @@ def served(pair):
     engine = Engine(target, draft, EngineOptions(n_ctx=4096, n_threads=1))
     server = EagleServer(engine, ServeConfig(name="cycle", model=target, draft=draft))
     port = _free_port()
-    uv = uvicorn.Server(uvicorn.Config(create_app(server), host="127.0.0.1", port=port, log_level="warning"))
+    uv = uvicorn.Server(runner.config(create_app(server), port=port, log_level="warning"))  # as serve runs it
     thread = threading.Thread(target=uv.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

@@ -18,6 +18,7 @@ import uvicorn
 
 from local_eagle.ollama.store import OllamaStore
 from local_eagle.runtime.engine import EngineOptions
+from local_eagle.serve import runner
 from local_eagle.serve.store_app import StoreConfig, StoreFront
 from local_eagle.store import LocalStore
 from local_eagle.testing.ollama_store import write_model
@@ -35,7 +36,7 @@ def _free_port() -> int:
 def start(config: StoreConfig):
     front = StoreFront(config)
     port = _free_port()
-    uv = uvicorn.Server(uvicorn.Config(front, host="127.0.0.1", port=port, log_level="warning"))
+    uv = uvicorn.Server(runner.config(front, port=port, log_level="warning"))  # as serve runs it
     thread = threading.Thread(target=uv.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
