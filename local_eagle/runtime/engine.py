@@ -34,7 +34,7 @@ from local_eagle.runtime.rounds import (
 )
 from local_eagle.runtime.sampling import GREEDY, SamplingParams
 from local_eagle.runtime.stats import GenerationStats
-from local_eagle.runtime.tree import MAX_SEQ, TreeShape
+from local_eagle.runtime.tree import MAX_SEQ, SlotCalibration, TreeShape
 from local_eagle.runtime.treeround import drafter_sequences
 
 __all__ = [
@@ -102,6 +102,7 @@ class Engine:
         self.drafter: Drafter | None = None
         self.feed: DrafterFeed | None = None
         self.lengths = PolicyHolder()  # one adaptive policy for every generation: costs and calibration carry over
+        self.tree_calibration: SlotCalibration | None = SlotCalibration()  # tree scores; None: raw draft probabilities
         if draft is not None:
             spec = read_spec(draft)
             check_pair(spec, self.model)

@@ -87,6 +87,40 @@ def children_slots(q: np.ndarray, k: int, rng: np.random.Generator | None = None
     return support[drawn], logq
 
 
+class SlotCalibration:
+    """How often a verified child was the target's next token, by its slot's draft probability; tree scores use it.
+
+    A drafter's probabilities need not be acceptance rates (an underconfident one makes deep nodes of an easy run
+    look worse than second choices near the root). Counts come from earlier rounds only, so a round's tree never
+    depends on the target's output at the positions it verifies. Before there is data a slot scores its own
+    probability (a prior of ``prior`` pseudo-counts at q).
+    """
+
+    EDGES = np.array([0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.98, 1.0])
+
+    def __init__(self, prior: float = 4.0) -> None:
+        self.prior = prior
+        self.tried = np.zeros(len(self.EDGES) - 1)
+        self.accepted = np.zeros(len(self.EDGES) - 1)
+
+    def _bucket(self, q: np.ndarray) -> np.ndarray:
+        return np.clip(np.searchsorted(self.EDGES, q, side="right") - 1, 0, len(self.tried) - 1)
+
+    def rate(self, q: np.ndarray) -> np.ndarray:
+        b = self._bucket(np.asarray(q, dtype=np.float64))
+        return (self.accepted[b] + self.prior * q) / (self.tried[b] + self.prior)
+
+    def logscores(self, q: np.ndarray) -> np.ndarray:
+        """Slot log-scores for sorted slot probabilities ``q`` (non-increasing, as the slots are)."""
+        r = np.minimum.accumulate(self.rate(q)) if len(q) else np.zeros(0)
+        return np.log(np.maximum(r, 1e-12))
+
+    def observe(self, q: list[float], accepted: list[bool]) -> None:
+        b = self._bucket(np.asarray(q, dtype=np.float64))
+        np.add.at(self.tried, b, 1.0)
+        np.add.at(self.accepted, b, np.asarray(accepted, dtype=np.float64))
+
+
 class DraftTree:
     """A growing tree; node 0 is the root (the round's last token, not a draft)."""
 
@@ -96,20 +130,28 @@ class DraftTree:
         self.depths = [0]
         self.scores = [0.0]
         self.ranks = [0]
+        self.probs = [1.0]  # each node's slot probability (the i-th largest draft probability at its parent)
         self.children: list[list[int]] = [[]]
 
     def __len__(self) -> int:
         return len(self.tokens)
 
     def add_children(
-        self, parent: int, tokens: np.ndarray | list[int], logscores: np.ndarray | list[float]
+        self,
+        parent: int,
+        tokens: np.ndarray | list[int],
+        logscores: np.ndarray | list[float],
+        probs: np.ndarray | list[float] | None = None,
     ) -> list[int]:
-        """Add children to ``parent`` in slot order; their ids."""
+        """Add children to ``parent`` in slot order (scores: their slot log-scores); their ids."""
         if self.children[parent]:
             raise AssertionError(f"node {parent} already has children")
         ids = []
         base, depth = self.scores[parent], self.depths[parent] + 1
+        if probs is None:
+            probs = np.exp(np.asarray(logscores, dtype=np.float64))
         for rank, (token, logscore) in enumerate(zip(tokens, logscores, strict=True)):
+            self.probs.append(float(probs[rank]))
             ids.append(len(self.tokens))
             self.tokens.append(int(token))
             self.parents.append(parent)
@@ -162,6 +204,7 @@ class VerifyTree:
     parents: np.ndarray
     depths: np.ndarray
     children: list[list[int]]
+    probs: np.ndarray  # slot probabilities (1 for the root)
 
     @classmethod
     def from_nodes(cls, tree: DraftTree, nodes: list[int]) -> VerifyTree:
@@ -178,6 +221,7 @@ class VerifyTree:
             parents=parents,
             depths=np.array([tree.depths[i] for i in nodes], dtype=np.int64),
             children=children,
+            probs=np.array([tree.probs[i] for i in nodes]),
         )
 
     @classmethod
@@ -226,6 +270,13 @@ class VerifyTree:
 
     def path_tokens(self, row: int) -> list[int]:
         return [int(self.tokens[r]) for r in self.path(row)]
+
+    def outcomes(self, path: list[int]) -> tuple[list[float], list[bool]]:
+        """The children the target judged (those of the root and of accepted rows): their slot probabilities and
+        whether each was accepted, for :class:`SlotCalibration`."""
+        on_path = {0, *path}
+        judged = [r for r in range(1, len(self)) if int(self.parents[r]) in on_path]
+        return [float(self.probs[r]) for r in judged], [r in on_path for r in judged]
 
 
 def walk_greedy(tree: VerifyTree, choices: np.ndarray) -> tuple[list[int], int]:

@@ -63,6 +63,7 @@ class TreeRounds:
         # every draft id's logit is in the drafter's row; the repeat penalty needs whole rows (token ids)
         self.columns = None if gen.penalized else drafter.spec.draft_ids
         self.branched = 0  # drafter branch sequences in use this round
+        self.calibration = gen.engine.tree_calibration  # the engine's: what earlier answers taught carries over
 
     def round(self, last_token: int) -> list[int]:
         gen = self.gen
@@ -71,6 +72,8 @@ class TreeRounds:
         tree, dists = self.draft(last_token, observed)
         batch, features = self.verify(tree, observed)
         path, next_token = self.accept(batch, dists, last_token, observed)
+        if self.calibration is not None:
+            self.calibration.observe(*tree.outcomes(path))
         accepted = [int(tree.tokens[r]) for r in path] + [next_token]
         kept = clock()
         batch.keep(gen.target, path[-1] if path else 0)
@@ -110,7 +113,9 @@ class TreeRounds:
         gen = self.gen
         idx, logq = children_slots(q, self.shape.width, None if gen.sampling.greedy else gen.rng)
         tokens = idx if self.columns is None else self.columns[idx]
-        tree.add_children(node, tokens, logq)
+        probs = np.exp(logq)
+        scores = logq if self.calibration is None else self.calibration.logscores(probs)
+        tree.add_children(node, tokens, scores, probs)
 
     def draft(self, last_token: int, observed: RoundStats) -> tuple[VerifyTree, dict[int, np.ndarray]]:
         """Grow the tree and choose the nodes to verify; also each expanded node's draft distribution (over the

@@ -193,3 +193,26 @@ def test_negative_control_a_planted_bias_fails():
     want = _joint(p) * trials
     keep = want > 0
     assert stats.chisquare(counts[keep], want[keep]).pvalue < 1e-6
+
+
+def test_slot_calibration_learns_acceptance_by_draft_probability():
+    from local_eagle.runtime.tree import SlotCalibration
+
+    cal = SlotCalibration()
+    q = np.array([0.62, 0.2, 0.05])
+    np.testing.assert_allclose(cal.rate(q), q)  # no data: the draft's own probabilities
+    cal.observe([0.65] * 200, [True] * 190 + [False] * 10)  # an underconfident drafter: right 95% at 0.6-0.7
+    cal.observe([0.21] * 100, [False] * 100)
+    r = cal.rate(q)
+    assert r[0] > 0.9 and r[1] < 0.05 and r[2] == pytest.approx(0.05)
+    s = cal.logscores(np.array([0.65, 0.62, 0.25]))
+    assert np.all(np.diff(s) <= 0)  # slots stay ordered
+
+
+def test_outcomes_are_the_children_the_target_judged():
+    v = _tree().select(100)
+    row = {node: r for r, node in enumerate(v.nodes)}
+    path = [row[1], row[4]]  # a, then d accepted; g (d's child) rejected
+    probs, accepted = v.outcomes(path)
+    judged = sorted((round(p, 6), a) for p, a in zip(probs, accepted, strict=True))
+    assert judged == sorted([(0.6, True), (0.3, False), (0.1, False), (0.55, True), (0.35, False), (0.8, False)])
