@@ -288,10 +288,15 @@ def costs8b(env: Env) -> dict:
     return costs(env, t, d)
 
 
+# trees of 15 and 63 drafted nodes (16 and 64 rows a verify), beside the chain of 15 (16 rows)
+TREES = ("--tree", "15", "--tree", "63")
+
+
 def bench8b(env: Env) -> dict:
     t, d, p = _pair8b_paths(env)
     return _json_of(sh(env, _cli(env, "bench", "-m", t, "-d", d, "--prompts", p, "-n", "64", "--limit", "4",
-                                 "--draft-max", "1", "--draft-max", "3", "--draft-max", "6", "--fixed", "--json"),
+                                 "--draft-max", "1", "--draft-max", "3", "--draft-max", "6", *TREES, "--fixed",
+                                 "--json"),
                        300))  # fmt: skip
 
 
@@ -316,7 +321,9 @@ def bench_pair(pair: str) -> Callable[[Env], dict]:
         drafter, prompts = PAIRS[pair]
         r = _json_of(sh(env, _cli(env, "bench", "-m", str(target), "-d", drafter, "--prompts", prompts, "-n", "128",
                                   "--limit", str(BENCH_PROMPTS), "--draft-max", "auto", "--draft-max", "2",
-                                  "--draft-max", "4", "--draft-max", "6", "--draft-max", "8", "--fixed", "--json"),
+                                  "--draft-max", "4", "--draft-max", "6", "--draft-max", "8", "--draft-max", "15",
+                                  *TREES, "--fixed",
+                                  "--json"),
                         min(env.left() - RESERVE, 400)))  # fmt: skip
         r["costs"] = costs(env, str(target), drafter).get("json")
         return r

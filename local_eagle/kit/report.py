@@ -107,20 +107,27 @@ def _bench(b: dict, title: str) -> list[str]:
     rows = b.get("json") or []
     if not isinstance(rows, list) or not rows:
         return [f"### {title}", "", f"No bench rows (exit {b.get('rc')}).", *_cmd(b)]
-    head = ["draft", "target tok/s", "speculative tok/s", "speedup", "accept len", "per position", "identical",
-            "target call ms", "verify ms", "draft ms/round", "host ms/round"]  # fmt: skip
+    head = ["draft", "verify rows", "target tok/s", "speculative tok/s", "speedup", "accept len", "per position",
+            "identical", "target call ms", "verify ms", "draft ms/round", "host ms/round"]  # fmt: skip
     out = []
     for r in rows:
-        label = f"auto<={r['draft_max']}" if r.get("adaptive") else f"k={r['draft_max']}"
+        label = _label(r)
         same = "yes" if r.get("identical") else (
             f"{r['prompts'] - r['mismatches']}/{r['prompts']} + {r.get('near_ties')} near-tie")
-        out.append([label, _f(r.get("baseline_tps"), 1), _f(r.get("speculative_tps"), 1), _f(r.get("speedup")) + "x",
+        out.append([label, _f(r.get("mean_verify_rows"), 1), _f(r.get("baseline_tps"), 1),
+                    _f(r.get("speculative_tps"), 1), _f(r.get("speedup")) + "x",
                     _f(r.get("acceptance_length")), " ".join(_f(x) for x in r.get("acceptance_per_position", [])),
                     same, _f(r.get("target_call_ms")), _f(r.get("verify_call_ms")), _f(r.get("draft_ms_per_round")),
                     _f(r.get("host_ms_per_round"))])  # fmt: skip
     n = rows[0].get("prompts")
     return [f"### {title}", "", f"{n} prompts, greedy; speed is the ratio against the target alone in the same run.",
             "", *_table(head, out), *_cmd(b), *projection(rows)]  # fmt: skip
+
+
+def _label(r: dict) -> str:
+    if r.get("tree_nodes"):
+        return f"tree {r['tree_nodes']}"
+    return f"auto<={r['draft_max']}" if r.get("adaptive") else f"k={r['draft_max']}"
 
 
 def projection(rows: list[dict]) -> list[str]:
@@ -131,7 +138,7 @@ def projection(rows: list[dict]) -> list[str]:
             continue
         cost = r["verify_call_ms"] + r["draft_ms_per_round"] + r["host_ms_per_round"]
         proj = r["acceptance_length"] * r["target_call_ms"] / cost if cost else 0.0
-        out.append([f"k={r['draft_max']}", _f(proj) + "x", _f(r.get("speedup")) + "x",
+        out.append([_label(r), _f(proj) + "x", _f(r.get("speedup")) + "x",
                     f"{100 * (proj - r['speedup']) / r['speedup']:+.0f}%" if r.get("speedup") else "-"])
     if not out:
         return []

@@ -222,7 +222,8 @@ def _results(tmp_path: Path, cuda: bool) -> Path:
                                      "verify_ms": {"1": 7.5, "16": 9.0}, "verify_ratio": {"1": 1.0, "16": 1.2},
                                      "drafter_ms": {"1": 0.9, "16": 1.1}}},
                 "bench-smollm2": {"rc": 0, "command": "python -m local_eagle bench ...", "seconds": 50,
-                                  "json": [BENCH_ROW]},
+                                  "json": [BENCH_ROW, {**BENCH_ROW, "draft_max": 15, "tree_nodes": 15,
+                                                       "mean_verify_rows": 16.0, "speedup": 2.0}]},
                 "fit8b": {"json": {"measure": {"backend": "CUDA0", "rows": [
                     {"component": "target weights", "predicted": 110 * 2**20, "measured": 100 * 2**20}]}}},
             }}  # fmt: skip
@@ -240,6 +241,7 @@ def test_the_page_holds_every_figure_and_its_command(tmp_path: Path) -> None:
         assert figure in text, figure
     # projected: 2.5 * 10 / (11 + 2 + 0.5) = 1.85x against 1.80x measured
     assert "| k=4 | 1.85x | 1.80x | +3% |" in text
+    assert "| tree 15 | 16.0 |" in text and "| tree 15 | 1.85x | 2.00x | -7% |" in text
 
 
 def test_a_cpu_run_is_labelled_as_such(tmp_path: Path) -> None:
