@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -63,6 +64,13 @@ def log(msg: str) -> None:
     print(f"[kit {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
+def _default_signals() -> None:
+    """Stages start with default signal dispositions: a launcher in the background (``nohup``, ``&``) leaves
+    SIGHUP and SIGINT ignored, which the children inherit and the suite's signal tests then fail on."""
+    for s in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, signal.SIG_DFL)
+
+
 def sh(env: Env, cmd: list[str], timeout: float, extra_env: dict[str, str] | None = None,
        cwd: Path | None = None) -> dict:  # fmt: skip
     """Run a command, keep its output in the results, never raise: a failed stage is a result too."""
@@ -71,7 +79,7 @@ def sh(env: Env, cmd: list[str], timeout: float, extra_env: dict[str, str] | Non
     log("$ " + " ".join(cmd))
     try:
         limit = None if timeout == float("inf") else max(1.0, timeout)
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=limit, env=e,
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=limit, env=e, preexec_fn=_default_signals,
                            cwd=str(cwd or env.repo))  # fmt: skip
         rc, stdout, stderr = r.returncode, r.stdout, r.stderr
     except subprocess.TimeoutExpired as t:

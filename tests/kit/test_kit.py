@@ -326,3 +326,17 @@ def test_make_cuts_the_kit_into_bundles_within_the_budget(tmp_path: Path, monkey
         gpu.run_call(env, root / "calls" / f"call{i + 1:02d}")
     assert gpu.target_path(env, "tiny").read_bytes() == (tmp_path / "target.gguf").read_bytes()
     assert (copy / "local_eagle" / "assets" / "d.gguf").is_file() is lean
+
+
+def test_stages_start_with_default_signals_even_from_a_background_launcher(tmp_path: Path) -> None:
+    import signal
+    import sys
+
+    env = gpu.Env(repo=tmp_path, home=tmp_path, out=tmp_path, cuda=False)
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # what nohup leaves
+    try:
+        code = "import signal; print(signal.getsignal(signal.SIGHUP) == signal.SIG_DFL)"
+        r = gpu.sh(env, [sys.executable, "-c", code], 60)
+    finally:
+        signal.signal(signal.SIGHUP, before)
+    assert r["stdout"].strip() == "True"
