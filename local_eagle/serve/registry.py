@@ -31,6 +31,7 @@ from local_eagle.serve.server import EagleServer
 DEFAULT_KEEP_ALIVE = 300.0
 # Go's longest time.Duration (about 292 years): a longer keep_alive is Ollama's "for good", as a negative one is
 MAX_KEEP_ALIVE = (2**63 - 1) / 1e9
+MAX_DURATION_CHARS = 100
 WAIT_SLICE = 0.5  # seconds a load waiting for room goes before it looks again whether anyone still wants it
 _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 _DURATION_RE = re.compile(r"([0-9]*\.?[0-9]+)(ns|us|µs|ms|s|m|h)")
@@ -52,6 +53,8 @@ def keep_alive_seconds(value: Any) -> float | None:
         seconds = value
     else:
         text = str(value).strip()
+        if len(text) > MAX_DURATION_CHARS:  # Go's longest duration takes a few dozen; reading more takes long
+            raise LocalEagleError(f"keep_alive {text[:20]!r}... is {len(text)} characters long, not a duration")
         sign = -1.0 if text.startswith("-") else 1.0
         body = text.lstrip("+-")
         try:
@@ -106,6 +109,7 @@ class ModelRegistry:
         self.loaded: dict[str, Loaded] = {}
         self._lock = threading.Lock()
         self._reserved: dict[str, int] = {}  # bytes of the loads under way, by key
+        self._closing: dict[int, int] = {}  # bytes of the models being freed, by id
         self._watchers: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()  # loads waiting for room
         self._loads: dict[str, asyncio.Task[Loaded]] = {}  # the loads under way; touched on the loop only
         self._wanted: dict[str, int] = {}  # requests waiting for each of them
@@ -192,15 +196,16 @@ class ModelRegistry:
         while True:
             with self._lock:
                 used = sum(x.size for x in self.loaded.values()) + sum(self._reserved.values())
+                used += sum(self._closing.values())
                 fits = self.budget is None or used + size <= self.budget
-                if fits or not (self.loaded or self._reserved):  # llama.cpp decides whether a model alone fits
+                if fits or not (self.loaded or self._reserved or self._closing):  # llama.cpp decides if one fits
                     self._reserved[key] = size
                     return True
                 idle = sorted((x for x in self.loaded.values() if x.users == 0), key=lambda x: x.last_used)
                 if not idle:
                     return False
                 victim = self.loaded.pop(idle[0].key)
-            victim.server.close()
+            self._retire([victim], wait=True)
 
     def _notify(self) -> None:
         """Wake the loads waiting for room: a model was done, unloaded, or a reservation given back."""
@@ -226,20 +231,43 @@ class ModelRegistry:
             got.last_used = self.clock()
             if got.users == 0:
                 got.expires_at = None if keep_alive is None else self.clock() + keep_alive
+        self._retire(self._expired(), wait=False)  # on the event loop: freeing waits for llama.cpp's threads
         self._notify()
-        self.reap()
 
     def reap(self) -> list[str]:
         """Unload the models whose keep_alive has run out; their keys."""
+        gone = self._expired()
+        self._retire(gone, wait=True)
+        return [x.key for x in gone]
+
+    def _expired(self) -> list[Loaded]:
         now = self.clock()
         with self._lock:
-            gone = [self.loaded.pop(x.key) for x in list(self.loaded.values()) if x.users == 0
+            return [self.loaded.pop(x.key) for x in list(self.loaded.values()) if x.users == 0
                     and x.expires_at is not None and x.expires_at <= now]  # fmt: skip
-        for x in gone:
-            x.server.close()
-        if gone:
+
+    def _retire(self, gone: list[Loaded], wait: bool) -> None:
+        """Free the engines of models already out of ``loaded``, counting their bytes as held until they are
+        free; in a daemon thread unless ``wait``."""
+        if not gone:
+            return
+        with self._lock:
+            for x in gone:
+                self._closing[id(x)] = x.size
+
+        def close() -> None:
+            for x in gone:
+                try:
+                    x.server.close()
+                finally:
+                    with self._lock:
+                        self._closing.pop(id(x), None)
             self._notify()
-        return [x.key for x in gone]
+
+        if wait:
+            close()
+        else:
+            threading.Thread(target=close, name="local-eagle-unload", daemon=True).start()
 
     def unload(self, key: str) -> bool:
         """Forget ``key`` and free its engine once no thread is inside llama.cpp (a job still finishing)."""
@@ -247,8 +275,7 @@ class ModelRegistry:
             got = self.loaded.pop(key, None)
         if got is None:
             return False
-        got.server.close()
-        self._notify()
+        self._retire([got], wait=True)
         return True
 
     def snapshot(self) -> list[Loaded]:

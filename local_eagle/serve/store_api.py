@@ -29,6 +29,7 @@ from local_eagle.ollama.store import StoreError, read_manifest
 from local_eagle.serve.errors import ApiError, install_error_handlers
 from local_eagle.serve.jobs import in_thread, off_loop
 from local_eagle.serve.models import check_fields, json_body
+from local_eagle.serve.store_app import MAX_NAME_CHARS
 from local_eagle.store.models import sha256_file
 
 if TYPE_CHECKING:
@@ -117,7 +118,7 @@ async def _progress(run: Callable[[Callable[[dict], None]], None]) -> AsyncItera
 
     async def work() -> None:
         try:
-            await asyncio.to_thread(run, tell)
+            await in_thread(lambda: run(tell))  # a daemon thread: a create still hashing does not hold up exit
         except LocalEagleError as e:
             lines.put_nowait({"error": str(e)})
         finally:
@@ -146,6 +147,8 @@ def _model_ref(body: dict[str, Any]) -> str:
     ref = body.get("model") or body.get("name")
     if not isinstance(ref, str) or not ref:
         raise ApiError(400, "model is required")
+    if len(ref) > MAX_NAME_CHARS:
+        raise ApiError(400, f"the model name is {len(ref)} characters long, more than a name may have")
     return ref
 
 

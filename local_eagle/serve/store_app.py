@@ -71,6 +71,18 @@ class StoreConfig:
     access: Access = field(default_factory=Access)  # the web pages and host names it answers
 
 
+MAX_NAME_CHARS = 600  # Ollama's name parts: a host of 350 characters, then 80 each
+
+
+def check_ref(ref: Any) -> None:
+    """A model name as a request gives it: a string that is a valid name, short enough to be quoted in the 400."""
+    if not isinstance(ref, str) or not ref:
+        raise ApiError(400, "model is required")
+    if len(ref) > MAX_NAME_CHARS:
+        raise ApiError(400, f"the model name is {len(ref)} characters long, more than a name may have")
+    check_name(ref)
+
+
 def model_key(name: Name) -> str:
     return str(name).lower()
 
@@ -154,9 +166,7 @@ class StoreFront:
             request = parse_body(body or b"{}")
             ref = request.get("model")
             keep = keep_alive_seconds(request.get("keep_alive"))
-            if not isinstance(ref, str) or not ref:
-                raise ApiError(400, "model is required")
-            check_name(ref)
+            check_ref(ref)
         except ApiError as e:
             await _error(send, scope, e.status, e.message)
             return

@@ -352,6 +352,8 @@ def test_invalid_model_names_are_400s(front) -> None:
                 r = client.post(path, json={"model": name, "prompt": "hi", "messages": HI})
                 assert r.status_code == 400, (path, name, r.text)
                 assert "not a valid Ollama model name" in error_text(path, r)
+            r = client.post(path, json={"model": "x" * 1_000_000, "prompt": "hi", "messages": HI})
+            assert r.status_code == 400 and len(r.content) < 500, (path, r.text[:200])
             r = client.post(path, json={"model": "missing", "prompt": "hi", "messages": HI})
             assert r.status_code == 404 and "not found" in error_text(path, r)
 
@@ -366,7 +368,7 @@ def test_keep_alive_beyond_gos_longest_duration_is_for_good(value, seconds) -> N
 
 
 def test_keep_alive_out_of_range_is_a_400_in_both_servers_and_huge_is_for_good(model_server, front) -> None:
-    bad = (b"1e400", b'"inf"', b'"nan"', b'"1e400"', b'"' + b"9" * 400 + b'h"')
+    bad = (b"1e400", b'"inf"', b'"nan"', b'"1e400"', b'"' + b"9" * 400 + b'h"', b'"' + b"1s" * 1_000_000 + b'"')
     for app in (create_app(model_server), front):
         with TestClient(app, base_url=LOCAL, raise_server_exceptions=False) as client:
             for path in ("/api/generate", "/api/chat"):
