@@ -454,3 +454,25 @@ def test_connections_that_do_not_send_their_headers_are_closed(model_server, mon
         monkeypatch.setattr(prompt, "render_prompt", lambda *a, **k: (time.sleep(2.0), real(*a, **k))[1])
         body = {"model": "cyc", "messages": HI, "stream": False, "options": {"temperature": 0, "num_predict": 3}}
         assert httpx.post(base + "/api/chat", json=body, timeout=30).json()["message"]["content"] == "PAB"
+
+
+def test_a_corrupt_ollama_manifest_is_left_out_of_the_lists(store, pair, tmp_path: Path) -> None:
+    from local_eagle.ollama.store import OllamaStore
+    from local_eagle.testing.ollama_store import write_model
+
+    root = tmp_path / "ollama"
+    write_model(root, "fine", pair[1])
+    write_model(root, "broken", pair[1]).write_text('{"schemaVersion": 2, "layers": [{"size": "x"')
+    front = StoreFront(StoreConfig(local=store, ollama=OllamaStore(root), options=EngineOptions(n_ctx=256)))
+    try:
+        with TestClient(front, base_url=LOCAL, raise_server_exceptions=False) as client:
+            for path, key in (("/api/tags", "models"), ("/v1/models", "data")):
+                r = client.get(path)
+                assert r.status_code == 200, r.text
+                names = [m.get("name", m.get("id")) for m in r.json()[key]]
+                assert "cyc:latest" in names and "fine:latest" in names, names
+            for path in ("/api/show", "/api/generate"):
+                r = client.post(path, json={"model": "broken", "prompt": "hi"})
+                assert 400 <= r.status_code < 500 and "\n" not in r.json()["error"], (path, r.text)
+    finally:
+        front.close()
