@@ -4,15 +4,19 @@ EAGLE-2's dynamic tree: the drafter expands the most probable frontier nodes dep
 scored by its cumulative draft probability, and the ``n`` best nodes form the tree the target verifies in
 one decode. A chain is the tree with one branch.
 
-Scores are *slot* scores: a node's i-th child scores its parent's score plus the log of the i-th largest
-draft probability at the parent, whatever token fills the slot. Greedy drafting fills slot i with the i-th
-most probable token, so the score is that token's cumulative probability. Sampling fills the slots with
-draws without replacement from the draft distribution (Gumbel top-k), and because no slot's score depends on
-the token drawn for it, whether a child exists never depends on the child itself: recursive rejection
-sampling over the siblings then emits exactly the target's distribution (:func:`walk_sampling`).
+Scores are *slot* scores: a node's i-th child scores its parent's score plus the (calibrated) log of the
+i-th largest draft probability at the parent, whatever token fills the slot. Greedy drafting fills slot i with
+the i-th most probable token. Sampling fills the slots with draws without replacement from the draft
+distribution (Gumbel top-k). Selection keeps the tree closed under parents and earlier siblings (a node's
+children verified are its first m slots), which the sibling-by-sibling acceptance needs.
 
-Selection keeps the tree closed under parents and earlier siblings (a node's children verified are its
-first m slots), which the sibling-by-sibling acceptance needs; for greedy slots it is exactly the n best.
+Greedy verification is exact whatever the tree, so greedy rounds verify the n best nodes (:meth:`DraftTree.select`).
+Recursive rejection sampling (:func:`walk_sampling`) emits exactly the target's distribution only if whether a
+child is verified never depends on the token drawn for it. A node's score depends only on tokens above it, but
+the global n best do not: a drawn token moves its descendants' scores, which can push other nodes in or out of
+the budget. So sampling rounds choose depth by depth (:meth:`DraftTree.select_by_depth`), each depth's nodes
+ranked by their own scores (tokens above them only) against a quota fixed before the round (the depths the
+previous round's n best fell at), and the drafter expands the best ``width`` nodes of each depth, likewise.
 """
 
 from __future__ import annotations
@@ -190,6 +194,35 @@ class DraftTree:
         chosen.sort(key=lambda i: (self.depths[i], i))
         return VerifyTree.from_nodes(self, chosen)
 
+    def select_by_depth(self, quotas: list[int]) -> VerifyTree:
+        """The root and, depth by depth, the best nodes (closed under parents and earlier siblings) up to that
+        depth's quota; a quota a depth cannot fill passes on to the next. No choice at a depth reads a score
+        below it, so no node's selection depends on its own token (or on any token at or below its depth)."""
+        chosen = [0]
+        carry = 0
+        previous = [0]
+        for quota in quotas:
+            room = quota + carry
+            heap: list[tuple[float, int]] = []
+            for parent in previous:
+                if self.children[parent]:
+                    first = self.children[parent][0]
+                    heapq.heappush(heap, (-self.scores[first], first))
+            level = []
+            while heap and len(level) < room:
+                _, node = heapq.heappop(heap)
+                level.append(node)
+                siblings = self.children[self.parents[node]]
+                rank = self.ranks[node]
+                if rank + 1 < len(siblings):
+                    heapq.heappush(heap, (-self.scores[siblings[rank + 1]], siblings[rank + 1]))
+            carry = room - len(level)
+            if not level:
+                break
+            chosen += sorted(level)
+            previous = level
+        return VerifyTree.from_nodes(self, chosen)
+
 
 @dataclass
 class VerifyTree:
@@ -241,6 +274,10 @@ class VerifyTree:
 
     def leaves(self) -> list[int]:
         return [r for r in range(len(self)) if not self.children[r]]
+
+    def quotas(self) -> list[int]:
+        """Drafted nodes per depth (depth 1 first): the shape a later sampling round verifies."""
+        return [int(n) for n in np.bincount(self.depths, minlength=1)[1:]]
 
     def seq_ids(self) -> list[list[int]]:
         """Each row's sequence ids: the numbers of the leaves below it (leaf i, in row order, is sequence i).

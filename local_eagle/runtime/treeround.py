@@ -33,6 +33,16 @@ def drafter_sequences(width: int) -> int:
     return 1 + 2 * width
 
 
+def _capped(quotas: list[int], n: int) -> list[int]:
+    out, left = [], n
+    for q in quotas:
+        if left <= 0:
+            break
+        out.append(min(q, left))
+        left -= out[-1]
+    return out
+
+
 class _Choices:
     """The target's greedy token after each row, computed only for the rows the walk reaches."""
 
@@ -64,6 +74,7 @@ class TreeRounds:
         self.columns = None if gen.penalized else drafter.spec.draft_ids
         self.branched = 0  # drafter branch sequences in use this round
         self.calibration = gen.engine.tree_calibration  # the engine's: what earlier answers taught carries over
+        self.quotas: list[int] | None = None  # sampling: nodes per depth, from the previous round's n best
 
     def round(self, last_token: int) -> list[int]:
         gen = self.gen
@@ -154,7 +165,12 @@ class TreeRounds:
             for i, node in enumerate(frontier):
                 prenorms[node] = pre[i]
                 self._expand(tree, node, rows[i], last_token, dists)
-        chosen = tree.select(n_nodes)
+        best = tree.select(n_nodes)
+        if gen.sampling.greedy:
+            chosen = best
+        else:  # depth quotas fixed before this round's draws (runtime.tree: why the n best would bias sampling)
+            chosen = tree.select_by_depth(_capped(self.quotas or [1] * n_nodes, n_nodes))
+            self.quotas = best.quotas()
         observed.drafted = chosen.drafted
         observed.draft_seconds = clock() - started
         return chosen, dists

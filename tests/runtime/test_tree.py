@@ -141,8 +141,10 @@ def _dists(seed: int) -> tuple[dict, dict]:
     return p, q
 
 
-def _draft_and_walk(p: dict, q: dict, rng: np.random.Generator, n: int, greedy_slots: bool) -> tuple[int, int]:
-    """Grow a depth-2 tree of width 2, verify its n best nodes, emit the first two tokens."""
+def _draft_and_walk(
+    p: dict, q: dict, rng: np.random.Generator, quotas: list[int], greedy_slots: bool
+) -> tuple[int, int]:
+    """Grow a depth-2 tree of width 2, verify nodes per depth up to ``quotas``, emit the first two tokens."""
     tree = DraftTree(0)
     context = {0: ()}
     idx, logq = children_slots(q[()], 2, None if greedy_slots else rng)
@@ -152,7 +154,7 @@ def _draft_and_walk(p: dict, q: dict, rng: np.random.Generator, n: int, greedy_s
         idx, logq = children_slots(q[context[node]], 2, None if greedy_slots else rng)
         for child in tree.add_children(node, idx, logq):
             context[child] = context[node] + (tree.tokens[child],)
-    v = tree.select(n)
+    v = tree.select_by_depth(quotas)
     ctx = [context[node] for node in v.nodes]
     path, nxt = walk_sampling(v, lambda r: p[ctx[r]], lambda r: q[ctx[r]], rng)
     out = [int(v.tokens[r]) for r in path] + [nxt]
@@ -165,15 +167,15 @@ def _joint(p: dict) -> np.ndarray:
     return np.array([[p[()][a] * p[(a,)][b] for b in range(V)] for a in range(V)]).ravel()
 
 
-@pytest.mark.parametrize("n", [1, 3, 6])
-def test_tree_sampling_gives_the_target_distribution(n):
+@pytest.mark.parametrize("quotas", [[1], [2, 1], [2, 4]])
+def test_tree_sampling_gives_the_target_distribution(quotas):
     """Two tokens emitted through a sampled tree: their joint distribution is the target's (chi-square)."""
-    p, q = _dists(seed=n)
-    rng = np.random.default_rng(100 + n)
+    p, q = _dists(seed=sum(quotas))
+    rng = np.random.default_rng(100 + len(quotas))
     trials = 30000
     counts = np.zeros(V * V)
     for _ in range(trials):
-        a, b = _draft_and_walk(p, q, rng, n, greedy_slots=False)
+        a, b = _draft_and_walk(p, q, rng, quotas, greedy_slots=False)
         counts[a * V + b] += 1
     want = _joint(p) * trials
     keep = want > 0
@@ -188,7 +190,7 @@ def test_negative_control_a_planted_bias_fails():
     trials = 30000
     counts = np.zeros(V * V)
     for _ in range(trials):
-        a, b = _draft_and_walk(p, q, rng, 6, greedy_slots=True)
+        a, b = _draft_and_walk(p, q, rng, [2, 4], greedy_slots=True)
         counts[a * V + b] += 1
     want = _joint(p) * trials
     keep = want > 0
@@ -216,3 +218,13 @@ def test_outcomes_are_the_children_the_target_judged():
     probs, accepted = v.outcomes(path)
     judged = sorted((round(p, 6), a) for p, a in zip(probs, accepted, strict=True))
     assert judged == sorted([(0.6, True), (0.3, False), (0.1, False), (0.55, True), (0.35, False), (0.8, False)])
+
+
+def test_selection_by_depth_quotas():
+    t = _tree()
+    v = t.select_by_depth([2, 2])
+    assert v.nodes == [0, 1, 2, 4, 6]  # depth 1: a, b; depth 2: d (.33), f (.27) ahead of e (.21)
+    assert v.quotas() == [2, 2]
+    assert t.select_by_depth([1, 5, 1]).nodes == [0, 1, 4, 5, 7]  # only a's children can follow a; g after d
+    assert t.select_by_depth([0, 3]).nodes == [0]  # nothing below an empty depth
+    assert t.select(6).quotas() == [2, 3, 1]
