@@ -148,6 +148,10 @@ def _replay_batched(engine: Engine, tokens: np.ndarray, out: list[int], j: int, 
     logits = _start(engine, tokens, capture=True)
     if j == 0 or trace is None:
         return logits
+    if trace.trace_trees:
+        from local_eagle.runtime.treeverify import replay_trees
+
+        return replay_trees(engine.ctx, engine.n_vocab, len(tokens), trace.trace_trees, j)
     ctx, n_prompt = engine.ctx, len(tokens)
     n_past = n_prompt
     for drafted, accepted in zip(trace.trace_drafted, trace.trace_accepted, strict=True):

@@ -56,6 +56,7 @@ class SpecStats:
     policy: dict | None = None  # the adaptive policy's estimates at the end (``PolicyState``, times in ms)
     trace_drafted: list[int] = field(default_factory=list)
     trace_accepted: list[int] = field(default_factory=list)
+    trace_trees: list = field(default_factory=list)  # tree rounds: (VerifyTree, accepted rows), for the replay
     probes: int = 0
     captured_rounds: int = 0
     catch_ups: int = 0

@@ -95,6 +95,7 @@ class TreeRounds:
         observed.rollback_seconds += keep_seconds
         gen.learn(observed, None, next_token, clock() - started)
         gen.spec_stats.observe(observed)
+        gen.spec_stats.trace_trees.append((tree, path))
         return accepted
 
     # --- draft ---------------------------------------------------------------------------------

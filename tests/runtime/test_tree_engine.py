@@ -148,3 +148,24 @@ def test_trees_on_a_sliding_window_target_through_the_callback_capture(tmp_path)
             base = eng.generate(prompt, max_tokens=40, draft_max=0)
             for shape in (TreeShape(6, 3, 3), TreeShape(15, 5, 4)):
                 assert eng.generate(prompt, max_tokens=40, tree=shape).tokens == base.tokens, (prompt, shape)
+
+
+def test_the_identity_check_replays_the_verify_trees(engines):
+    """A tree run's batched replay decodes its recorded trees again: the logits it chose from come back exactly,
+    so a corrupted token is a divergence, with no float noise between the replays."""
+    from local_eagle.runtime.engine import GenerationResult
+    from local_eagle.runtime.identity import DIVERGENT
+
+    eng = engines["unsure-3.1"]
+    prompt = "ABCD xyz"
+    base = eng.generate(prompt, max_tokens=32, draft_max=0)
+    spec = eng.generate(prompt, max_tokens=32, tree=TreeShape(15, 5, 4))
+    assert len(spec.spec_stats.trace_trees) == spec.stats.target_calls
+    assert check_identity(eng, prompt, base, spec).verdict == IDENTICAL
+    tokens = list(spec.tokens)
+    tokens[12] = (tokens[12] + 1) % N_VOCAB
+    wrong = GenerationResult(spec.text, tokens, spec.stats, spec.spec_stats)
+    check = check_identity(eng, prompt, base, wrong)
+    d = check.divergence
+    assert check.verdict == DIVERGENT and d.index == 12 and not d.reproduced
+    assert d.noise <= 1e-3 * d.scale
