@@ -66,7 +66,7 @@ def keep_alive_seconds(value: Any) -> float | None:
             seconds = sum(float(n) * _UNITS[u] for n, u in parts)
         seconds *= sign
     if not math.isfinite(seconds):
-        raise LocalEagleError(f"keep_alive {str(value)[:40]!r} is out of range: give a negative value to keep for good")
+        raise LocalEagleError("keep_alive is out of range (a negative value keeps the model loaded for good)")
     return None if seconds < 0 or seconds > MAX_KEEP_ALIVE else seconds
 
 
