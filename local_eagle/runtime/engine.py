@@ -102,7 +102,9 @@ class Engine:
         self.drafter: Drafter | None = None
         self.feed: DrafterFeed | None = None
         self.lengths = PolicyHolder()  # one adaptive policy for every generation: costs and calibration carry over
-        self.tree_calibration: SlotCalibration | None = SlotCalibration()  # tree scores; None: raw draft probabilities
+        # tree scores from the drafter's own probabilities (EAGLE-2); a SlotCalibration here learns acceptance by
+        # probability instead, which scored no better on the Gemma pair (3.95 vs 4.19 tokens per 16-row call)
+        self.tree_calibration: SlotCalibration | None = None
         if draft is not None:
             spec = read_spec(draft)
             check_pair(spec, self.model)

@@ -169,3 +169,18 @@ def test_the_identity_check_replays_the_verify_trees(engines):
     d = check.divergence
     assert check.verdict == DIVERGENT and d.index == 12 and not d.reproduced
     assert d.noise <= 1e-3 * d.scale
+
+
+def test_calibrated_tree_scores_learn_from_the_rounds_and_stay_lossless(engines):
+    from local_eagle.runtime.tree import SlotCalibration
+
+    eng = engines["unsure-3.1"]
+    eng.tree_calibration = SlotCalibration()
+    try:
+        for prompt in prompts(4, seed=29):
+            base = eng.generate(prompt, max_tokens=48, draft_max=0)
+            assert eng.generate(prompt, max_tokens=48, tree=TreeShape(15, 6, 4)).tokens == base.tokens
+        cal = eng.tree_calibration
+        assert cal.tried.sum() > 100 and 0 < cal.accepted.sum() < cal.tried.sum()
+    finally:
+        eng.tree_calibration = None
