@@ -17,6 +17,7 @@ import ipaddress
 import json
 import re
 import socket
+import threading
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -81,15 +82,13 @@ def listens_on_loopback(host: str) -> bool:
 
 
 @functools.cache
-def _this_machine() -> tuple[str, frozenset[str]]:
-    """This machine's name and the addresses it resolves to (Ollama asks the interfaces; these are the ones a
-    browser could be sent to by name)."""
-    name = socket.gethostname().lower()
+def _own_addresses() -> frozenset[str]:
+    """The addresses this machine's name resolves to (Ollama asks the interfaces; these are the ones a browser
+    could be sent to by name)."""
     try:
-        addresses = frozenset(str(a[4][0]) for a in socket.getaddrinfo(name, None))
+        return frozenset(str(a[4][0]) for a in socket.getaddrinfo(socket.gethostname(), None))
     except (OSError, UnicodeError):
-        addresses = frozenset()
-    return name, addresses
+        return frozenset()
 
 
 def allowed_host(header: str) -> bool:
@@ -99,14 +98,15 @@ def allowed_host(header: str) -> bool:
         host = urlsplit("//" + header).hostname or ""
     except ValueError:
         host = header.lower()
-    if host in ("", "localhost"):
+    if host in ("", "localhost") or host.endswith(_LOCAL_SUFFIXES):
         return True
-    name, addresses = _this_machine()
     try:
         ip = ipaddress.ip_address(host)
     except ValueError:
-        return host == name or host.endswith(_LOCAL_SUFFIXES)
-    return ip.is_loopback or ip.is_private or ip.is_unspecified or str(ip) in addresses
+        return host == socket.gethostname().lower()
+    if ip.is_loopback or ip.is_private or ip.is_unspecified:
+        return True
+    return str(ip) in _own_addresses()  # asked only for a public address: a lookup may take a while
 
 
 @dataclass(frozen=True)
@@ -139,6 +139,7 @@ class AccessGuard:
     def __init__(self, app: ASGIApp, access: Callable[[], Access]) -> None:
         self.app = app
         self.access = access  # read at each request: a test or a running server may change it
+        threading.Thread(target=_own_addresses, name="local-eagle-addresses", daemon=True).start()  # off the loop
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
