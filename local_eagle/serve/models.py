@@ -7,6 +7,7 @@ Errors are ApiErrors (400), written in the calling API's shape.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 from collections.abc import Callable
@@ -33,12 +34,23 @@ async def json_body(request: Request, limit: int) -> dict[str, Any]:
     if declared.isdigit() and int(declared) > limit:
         raise too_big
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise too_big
-        chunks.append(chunk)
+    try:
+        async with asyncio.timeout(BODY_SECONDS):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise too_big
+                chunks.append(chunk)
+    except TimeoutError:
+        raise body_too_slow() from None
     return parse_body(b"".join(chunks))
+
+
+BODY_SECONDS = 60.0  # a body must be in by then: one sent a byte at a time would hold its connection for good
+
+
+def body_too_slow() -> ApiError:
+    return ApiError(408, f"the request body took longer than {BODY_SECONDS:g}s to arrive")
 
 
 MAX_DEPTH = 64  # arrays and objects in one another: a tool's JSON schema needs a dozen

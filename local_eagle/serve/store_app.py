@@ -22,6 +22,7 @@ from local_eagle.errors import LlamaError, LocalEagleError
 from local_eagle.ollama.modelfile import Modelfile, resolve_model
 from local_eagle.ollama.store import Name, OllamaStore, StoreError, check_name
 from local_eagle.runtime.engine import Engine, EngineOptions
+from local_eagle.serve import models
 from local_eagle.serve.access import Access, AccessGuard
 from local_eagle.serve.errors import ApiError
 from local_eagle.serve.jobs import in_thread
@@ -158,7 +159,13 @@ class StoreFront:
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] not in RUN_PATHS:
             await self.api(scope, receive, send)
             return
-        body = await _read_body(receive, self.config.max_request_bytes)
+        try:
+            async with asyncio.timeout(models.BODY_SECONDS):
+                body = await _read_body(receive, self.config.max_request_bytes)
+        except TimeoutError:
+            e = models.body_too_slow()
+            await _error(send, scope, e.status, e.message)
+            return
         if body is None:
             await _error(send, scope, 413, "request body too large")
             return

@@ -476,3 +476,18 @@ def test_a_corrupt_ollama_manifest_is_left_out_of_the_lists(store, pair, tmp_pat
                 assert 400 <= r.status_code < 500 and "\n" not in r.json()["error"], (path, r.text)
     finally:
         front.close()
+
+
+def test_a_body_that_never_ends_is_a_408(model_server, front, monkeypatch) -> None:
+    from local_eagle.serve import models
+
+    monkeypatch.setattr(models, "BODY_SECONDS", 1.0)
+    for app, path in ((create_app(model_server), "/api/chat"), (front, "/api/generate"), (front, "/api/create")):
+        with running(app) as base, socket.create_connection(("127.0.0.1", int(base.rsplit(":", 1)[1]))) as s:
+            s.sendall(b"POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: 100\r\n\r\n{" % path.encode())  # fmt: skip
+            s.settimeout(10)
+            got = b""
+            while b"took longer" not in got and (chunk := s.recv(4096)):
+                got += chunk
+            assert got.startswith(b"HTTP/1.1 408") and b"took longer than 1s" in got, (path, got)
