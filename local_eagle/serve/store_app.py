@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import threading
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
+_log = logging.getLogger("uvicorn.error")
 RUN_PATHS = ("/api/generate", "/api/chat", "/v1/chat/completions", "/v1/completions")
 
 
@@ -198,6 +200,13 @@ class StoreFront:
             return
         except LocalEagleError as e:  # a store entry or Modelfile that cannot be used
             await _error(send, scope, 404 if "not found" in str(e) else 400, str(e))
+            return
+        except OSError as e:  # a file of the model gone or unreadable since the entry was written
+            await _error(send, scope, 400, f"model '{ref}' cannot be loaded: {e}")
+            return
+        except Exception as e:  # a bug: still an answer in the API's shape, not uvicorn's plain text
+            _log.exception("loading %s failed", ref)
+            await _error(send, scope, 500, f"internal error: {type(e).__name__}: {e}")
             return
         try:
             await self._app(got.key, got.server)(scope, _replay(body, receive), send)

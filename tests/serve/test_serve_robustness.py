@@ -384,7 +384,7 @@ def test_keep_alive_out_of_range_is_a_400_in_both_servers_and_huge_is_for_good(m
         assert r.status_code == 200 and r.json()["models"][0]["expires_at"].startswith("2318"), r.text
 
 
-def test_a_corrupt_store_entry_is_skipped_in_lists_and_a_4xx_to_show(front, store, pair) -> None:
+def test_a_corrupt_store_entry_is_skipped_in_lists_and_a_4xx_to_show(front, store, pair, tmp_path: Path) -> None:
     good = store.find("cyc")
     assert good is not None and good.path is not None
     manifests = good.path.parents[2]
@@ -395,13 +395,18 @@ def test_a_corrupt_store_entry_is_skipped_in_lists_and_a_4xx_to_show(front, stor
     (manifests / "library" / "garbled" / "latest").write_text(json.dumps({**raw, "modelfile": "FROM\nNONSENSE x\n"}))
     (manifests / "library" / "truncated").mkdir(parents=True)
     (manifests / "library" / "truncated" / "latest").write_text(good.path.read_text()[:50])
+    moved = tmp_path / "moved.gguf"
+    moved.write_bytes(pair[1].read_bytes())
+    (tmp_path / "gone.Modelfile").write_text(f"FROM {moved}\n")
+    store.create("gone", tmp_path / "gone.Modelfile")
+    moved.unlink()  # the GGUF an entry references is gone
     with TestClient(front, base_url=LOCAL, raise_server_exceptions=False) as client:
         r = client.get("/api/tags")
         assert r.status_code == 200 and "cyc:latest" in [m["name"] for m in r.json()["models"]], r.text
         assert "nofiles:latest" not in [m["name"] for m in r.json()["models"]]
         r = client.get("/v1/models")
         assert r.status_code == 200 and "cyc:latest" in [m["id"] for m in r.json()["data"]], r.text
-        for name in ("nofiles", "garbled", "truncated"):
+        for name in ("nofiles", "garbled", "truncated", "gone"):
             r = client.post("/api/show", json={"model": name})
             assert 400 <= r.status_code < 500 and "\n" not in r.json()["error"], (name, r.text)
             r = client.post("/api/generate", json={"model": name, "prompt": "hi"})
