@@ -119,8 +119,11 @@ async def _progress(run: Callable[[Callable[[dict], None]], None]) -> AsyncItera
     async def work() -> None:
         try:
             await in_thread(lambda: run(tell))  # a daemon thread: a create still hashing does not hold up exit
-        except LocalEagleError as e:
+        except (LocalEagleError, OSError) as e:
             lines.put_nowait({"error": str(e)})
+        except Exception as e:  # a bug: still the stream's last line, not a cut stream
+            _log.exception("create failed")
+            lines.put_nowait({"error": f"internal error: {type(e).__name__}: {e}"})
         finally:
             lines.put_nowait(None)
 
@@ -214,7 +217,7 @@ def create_store_api(front: StoreFront) -> FastAPI:
         if body.get("stream") is False:
             try:
                 await off_loop(request, run)
-            except LocalEagleError as e:
+            except (LocalEagleError, OSError) as e:
                 raise ApiError(400, str(e)) from None
             return JSONResponse({"status": "success"})
         return StreamingResponse(_progress(run), media_type="application/x-ndjson")
