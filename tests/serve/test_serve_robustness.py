@@ -225,7 +225,7 @@ def test_a_stuck_load_holds_up_no_other_model_nor_past_the_timeout(stuck_in: str
 
         return name, 1, make
 
-    reg = ModelRegistry(load, budget=None, wait_timeout=0.5)
+    reg = ModelRegistry(load, budget=None, wait_timeout=2.0)
 
     async def run() -> None:
         t0 = time.monotonic()
@@ -233,11 +233,11 @@ def test_a_stuck_load_holds_up_no_other_model_nor_past_the_timeout(stuck_in: str
         second = asyncio.create_task(reg.acquire("stuck", "stuck"))
         await asyncio.sleep(0.05)
         other = await asyncio.wait_for(reg.acquire("other", "other"), 5)  # not behind the stuck load
-        assert other.server.name == "other" and time.monotonic() - t0 < 0.5
+        assert other.server.name == "other" and time.monotonic() - t0 < 1.5, "it waited for the stuck load"
         for task in (first, second):
-            with pytest.raises(ServerBusy, match="stuck did not load within 0.5s"):
+            with pytest.raises(ServerBusy, match="stuck did not load within 2s"):
                 await task
-        assert time.monotonic() - t0 < 3, "the wait outlived the timeout"
+        assert time.monotonic() - t0 < 6, "the wait outlived the timeout"
         reg.release(other, 60)
         unstick.set()
         deadline = time.monotonic() + 10
