@@ -121,9 +121,9 @@ def test_a_tree_the_engine_was_not_opened_for_is_a_clear_error(engines):
 
 def test_tree_sampling_with_seed_is_reproducible_and_keeps_the_penalty(engines):
     eng = engines["noisy-3.1"]
-    sp = SamplingParams(temperature=0.5, top_k=5, top_p=1.0, min_p=0.0, seed=42)
-    a = eng.generate("hi", max_tokens=32, sampling=sp, tree=TreeShape(15, 5, 4))
-    b = eng.generate("hi", max_tokens=32, sampling=sp, tree=TreeShape(15, 5, 4))
+    sp = SamplingParams(temperature=0.3, top_k=5, top_p=1.0, min_p=0.0, seed=42)
+    a = eng.generate("ABCDEFGHIJ", max_tokens=32, sampling=sp, tree=TreeShape(15, 5, 4))
+    b = eng.generate("ABCDEFGHIJ", max_tokens=32, sampling=sp, tree=TreeShape(15, 5, 4))
     assert a.tokens == b.tokens and a.stats.accepted_tokens > 0
     greedy_penalty = SamplingParams(temperature=0.0, repeat_penalty=1.5, repeat_last_n=16)
     for prompt in prompts(4, seed=21):
