@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from local_eagle.cli.app import app as cli
 from local_eagle.runtime.engine import Engine, EngineOptions
 from local_eagle.serve import runner
-from local_eagle.serve.access import Access, allowed_host
+from local_eagle.serve.access import ORIGINS_ENV, Access, allowed_host
 from local_eagle.serve.app import EagleServer, ServeConfig, create_app
 from local_eagle.serve.store_app import RUN_PATHS, StoreConfig, StoreFront
 from local_eagle.store import LocalStore
@@ -157,11 +157,11 @@ def test_the_serve_command_reads_origins_from_its_flag_or_the_variables(monkeypa
     for args, env in ((["--origins", "https://*.example.com"], {}),
                       ([], {"LOCAL_EAGLE_ORIGINS": "https://*.example.com"}),
                       ([], {"OLLAMA_ORIGINS": "http://other.test, https://*.example.com"})):  # fmt: skip
-        r = CliRunner().invoke(cli, ["serve", *args], env=env)
+        r = CliRunner().invoke(cli, ["serve", *args], env={**dict.fromkeys(ORIGINS_ENV), **env})
         assert r.exit_code == 0, r.output
         assert seen[-1].allows_origin("https://a.example.com", "127.0.0.1:11434") and seen[-1].check_hosts
         assert not seen[-1].allows_origin(EVIL, "127.0.0.1:11434")
-    r = CliRunner().invoke(cli, ["serve", "--host", "0.0.0.0"])
+    r = CliRunner().invoke(cli, ["serve", "--host", "0.0.0.0"], env=dict.fromkeys(ORIGINS_ENV))
     assert r.exit_code == 0 and not seen[-1].check_hosts and not seen[-1].allows_origin(EVIL, "x")
     r = CliRunner().invoke(cli, ["serve", "--origins", "evil.example"])
     assert r.exit_code == 2 and "'evil.example' is not an origin" in r.output and "Traceback" not in r.output
