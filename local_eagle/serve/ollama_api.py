@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from local_eagle import __version__
 from local_eagle.serve.errors import ApiError
-from local_eagle.serve.jobs import Job, Outcome, done_reason, stream_response
+from local_eagle.serve.jobs import Job, Outcome, done_reason, off_loop, stream_response
 from local_eagle.serve.models import (
     Kind,
     chat_tokens,
@@ -134,11 +134,16 @@ async def ps(server: Server) -> dict[str, Any]:
 
 @router.post("/api/show")
 async def show(request: Request, server: Server) -> dict[str, Any]:
-    from local_eagle.ollama.modelfile import Modelfile, format_modelfile, format_parameter
-
     body = await json_body(request, server.config.max_request_bytes)
     check_fields(body, _SHOW)
     server.check_model(body.get("model") or body.get("name"))
+    return await off_loop(request, lambda: _show(server))  # writing a long Modelfile out takes a while
+
+
+def _show(server: EagleServer) -> dict[str, Any]:
+    """``/api/show``'s answer (``api.ShowResponse``)."""
+    from local_eagle.ollama.modelfile import Modelfile, format_modelfile, format_parameter
+
     mf = server.config.modelfile or Modelfile(model=server.config.model, draft=server.config.draft)
     params = "\n".join(
         f"{k:<30} {json.dumps(v) if isinstance(v, str) else format_parameter(v)}"
