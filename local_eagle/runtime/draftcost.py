@@ -77,7 +77,10 @@ class CostModel:
         self._host0 = host
 
     def add_verify(self, rows: int, seconds: float) -> None:
-        self._rows.setdefault(rows, Window(self.window)).add(seconds)
+        window = self._rows.get(rows)
+        if window is None:  # not setdefault: that would build a Window every round
+            window = self._rows[rows] = Window(self.window)
+        window.add(seconds)
 
     def add_draft(self, steps: int, seconds: float) -> None:
         if steps > 0:

@@ -218,7 +218,9 @@ class DraftLengthPolicy:
     interval and a failed one grows it so that probes grow rare unless they are accepted more often than
     they cost (``probe_break_even``); where even a sure probe would gain less than a tenth of a token,
     every probe fails. The interval stops growing at ``probe_max`` rounds, or where failed probes would
-    cost ``probe_budget`` of the time if that is later.
+    cost ``probe_budget`` of the time if that is later; where even a drafter always right could not pay at
+    the measured costs (:meth:`drafting_cannot_pay`), each failed probe doubles it up to ``probe_idle_max``.
+    A policy idle for ``refresh_idle`` rounds replans that often instead of every ``refresh_every``.
     ``fixed`` drafts ``k_max`` every round (benchmarks).
     """
 
@@ -239,6 +241,8 @@ class DraftLengthPolicy:
         confidence_window: int = 64,
         optimism: float = 0.5,
         probe_warmup: int = 16,
+        probe_idle_max: int = 2048,
+        refresh_idle: int = 64,
     ) -> None:
         if k_max < 0:
             raise ValueError(f"k_max must be >= 0, got {k_max}")
@@ -253,6 +257,9 @@ class DraftLengthPolicy:
         self.probe_budget = probe_budget
         self.probe_interval = probe_first
         self.probe_warmup = probe_warmup
+        self.probe_idle_max = probe_idle_max
+        self.refresh_idle = refresh_idle
+        self._hopeless = False
         self.idle_rounds = 0
         self.rounds = 0
         self._q = (np.arange(support) + 0.5) / support
@@ -270,6 +277,7 @@ class DraftLengthPolicy:
         rate = getattr(self, "_plan", None)
         self._plan = plan(T, self.costs.draft_step, self.costs.host, acc, k, primed=self.primed,
                           first=self.costs.first_step, rate=rate.rate if rate else None)  # fmt: skip
+        self._hopeless = self.drafting_cannot_pay()
         self.probe_interval = min(self.probe_interval, self.probe_cap())
         return self._plan
 
@@ -352,8 +360,12 @@ class DraftLengthPolicy:
             self.costs.add_host(host_seconds)
         if self.probing:
             cost = self.probe_break_even()
+            self._hopeless = self.drafting_cannot_pay()
             if accepted > 0 and cost < 0.9:  # accepted, where a sure probe gains more than a tenth of a token
                 self.probe_interval = max(1, self.probe_interval // 2)
+            elif self._hopeless:  # no text can make drafting pay at these costs: back off geometrically, bounded
+                grow = max(2 * self.probe_interval, math.ceil(cost / self.probe_budget))
+                self.probe_interval = min(self.probe_cap(cost), grow)
             elif self.acceptance.observations >= self.probe_warmup or cost >= 0.9:  # no warm-up for hopeless probes
                 p = min(max(cost, 1.0 / 3.0), 0.95)
                 grow = max(self.probe_interval + 1, round(self.probe_interval * 2.0 ** (p / (1.0 - p))))
@@ -364,7 +376,8 @@ class DraftLengthPolicy:
             self.idle_rounds += 1
         self.rounds += 1
         r = self.rounds
-        if not self.fixed and (r % self.refresh_every == 0 or (r < self.refresh_every and r & (r - 1) == 0)):
+        every = self.refresh_idle if self.idle_rounds >= self.refresh_idle else self.refresh_every
+        if not self.fixed and (r % every == 0 or (r < self.refresh_every and r & (r - 1) == 0)):
             self.replan()
         self.begin_round()
 
@@ -374,7 +387,23 @@ class DraftLengthPolicy:
         cost ~1.8 decodes). Replans apply it to the current costs, so one slow early probe (a cold start, a
         core taken by another job) does not silence probing after the costs it was judged by have settled."""
         cost = self.probe_break_even() if cost is None else cost
-        return max(self.probe_max, math.ceil(cost / self.probe_budget))
+        cap = max(self.probe_max, math.ceil(cost / self.probe_budget))
+        return max(cap, self.probe_idle_max) if self._hopeless else cap
+
+    def drafting_cannot_pay(self) -> bool:
+        """Would drafting lose even with a drafter that is always right and whose steps after the first cost
+        what they measure, the first nothing? Then no text makes it pay, and probes, which look for text the
+        drafter predicts, find nothing until the costs change: a 2-row verify of 2.5 decodes (Gemma 3's
+        262K-token output layer on a 2-core CPU) is such a machine. Judged on three measured 2-row verifies
+        at least (one slow call is outvoted), never on the cost model's pessimistic prior alone."""
+        costs = self.costs
+        if self.fixed or costs.samples(2) < 3:
+            return False
+        k = max(self.k_max, 1)
+        T = costs.verify(k + 1, optimism=self.optimism)
+        t0 = T[1] + costs.host
+        n = np.arange(1, k + 1)
+        return bool(np.all((1 + n) * t0 <= t0 + (n - 1) * costs.draft_step + T[2:] - T[1]))
 
     def probe_break_even(self) -> float:
         """The acceptance a probe needs to pay for itself: its first step and its verify's extra row, in tokens.

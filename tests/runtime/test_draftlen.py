@@ -250,3 +250,44 @@ def test_rounds_until_draft_counts_down_to_the_probe_and_a_round_not_ready_keeps
     assert pol.state().probing and pol.extend()
     assert DraftLengthPolicy(GPU.verify[1], 4).rounds_until_draft() == 0  # drafting pays: any round may draft
     assert DraftLengthPolicy(CPU.verify[1], 4, fixed=True).rounds_until_draft() == 0
+
+
+def test_probes_back_off_geometrically_where_even_a_perfect_drafter_could_not_pay():
+    """A 2-row verify of 2.5 decodes (Gemma 3 270M on a 2-core CPU): no text makes drafting pay, so each failed
+    probe doubles the interval past the budget's cap, up to ``probe_idle_max``; the cost model's prior alone
+    (no 2-row verify measured yet) never says so, and flat verifies (a GPU) never do."""
+    steep = CostProfile.measured("steep", 0.011, {1: 1.0, 2: 2.5, 3: 3.9}, 0.0011, 0.0001)
+    pol = DraftLengthPolicy(steep.verify[1], 8, probe_idle_max=1000)
+    assert not pol.drafting_cannot_pay()  # the prior's proportional line is no measurement
+    intervals, probes = [], 0
+    for _ in range(6000):
+        pol.begin_round()
+        k = 0
+        while pol.extend() and pol.take(0.9):
+            k += 1
+        probes += pol.probing and k > 0
+        pol.end_round(1 if k else 0, verify_seconds=steep.verify[k + 1], draft_seconds=0.015 * k, draft_steps=k,
+                      host_seconds=0.0001, first_seconds=0.015 if k else None)  # fmt: skip
+        if not intervals or intervals[-1] != pol.probe_interval:
+            intervals.append(pol.probe_interval)
+    assert pol.drafting_cannot_pay() and pol.state().probe_interval == 1000
+    cap = max(pol.probe_max, math.ceil(pol.probe_break_even() / pol.probe_budget))
+    grown = [b for a, b in zip(intervals, intervals[1:], strict=False) if a >= cap]
+    assert grown and all(b == min(1000, 2 * a) for a, b in zip(intervals, intervals[1:], strict=False) if a >= cap)
+    assert probes <= 12  # at the budget's cap alone (~300 rounds) there would be ~20
+    assert not DraftLengthPolicy(GPU.verify[1], 8).drafting_cannot_pay()
+    gpu = DraftLengthPolicy(GPU.verify[1], 8)
+    for _ in range(8):
+        gpu.costs.add_verify(2, GPU.verify[2])
+    assert not gpu.drafting_cannot_pay()
+
+
+def test_an_idle_policy_replans_less_often():
+    pol = DraftLengthPolicy(CPU.verify[1], 8, refresh_every=16, refresh_idle=64, probe_first=10**6)
+    replans = []
+    plan_once = pol.replan
+    pol.replan = lambda: replans.append(pol.rounds) or plan_once()
+    for _ in range(320):
+        pol.begin_round()  # and draws nothing
+        pol.end_round(0, verify_seconds=CPU.verify[1])
+    assert replans[:4] == [1, 2, 4, 8] and replans[4:] == [16, 32, 48, 64, 128, 192, 256, 320]

@@ -384,6 +384,7 @@ def test_an_idle_policy_pauses_the_callback_capture_and_stays_lossless(tmp_path)
         assert eng.capture.can_pause
         eng.generate("hello", max_tokens=16, draft_max=4, adaptive=True)  # builds the policy
         eng.policy.costs = FrozenCosts([1.0, 2.0, 3.0, 4.0, 5.0], draft_step=2e-4)
+        eng.policy.probe_idle_max = 0  # no text could make drafting pay: keep probing at the usual cap all the same
         eng.policy.replan()
         captured = rounds = probes = 0
         for prompt in prompts(6, seed=43):
