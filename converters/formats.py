@@ -59,6 +59,7 @@ NEEDS_FLAG = {"input_norm.weight": "norm_before_fc", **{f"fc_norm.{i}.weight": "
 # Multi-head latent attention (DeepSeek / Kimi drafters): config fields and projection names.
 MLA_FIELDS = ("kv_lora_rank", "q_lora_rank")
 MLA_TENSOR = re.compile(r"(^|\.)(q_a_proj|q_b_proj|kv_a_proj_with_mqa|kv_b_proj|q_a_layernorm|kv_a_layernorm)\.")
+QK_NORM = re.compile(r"(^|\.)self_attn\.(q_norm|k_norm)\.")
 NESTED_CONFIGS = ("transformer_layer_config", "eagle_config", "eagle_architecture_config")
 ATTENTION_ONLY_GQA = "llama.cpp's eagle3 graph has plain grouped-query attention only (q_proj, k_proj, v_proj, o_proj)"
 
@@ -204,6 +205,21 @@ def check_not_mla(raw: dict[str, Any], config_path: Path) -> None:
             )
 
 
+def _why_unexpected(name: str) -> str:
+    """The reason llama.cpp's eagle3 graph cannot run a tensor the reader does not know, for the error line."""
+    if QK_NORM.search(name):
+        return (
+            ": the drafter layer normalises queries and keys per head (q_norm / k_norm, a Qwen3-style layer), and "
+            f"llama.cpp's eagle3 graph has no such norms; {ATTENTION_ONLY_GQA}"
+        )
+    if name.endswith(".bias"):
+        return f": llama.cpp's eagle3 graph has no biases; {ATTENTION_ONLY_GQA} and an MLP without bias"
+    if re.search(r"(^|\.)layers\.[1-9]", name):
+        return ": llama.cpp's eagle3 graph has a single decoder layer (layers.0 / midlayer)"
+    optional = ", ".join(OPTIONAL[:4])
+    return f" (expected {', '.join(REQUIRED[:2])}, midlayer.* / layers.0.*, and optionally {optional}, ...)"
+
+
 def canonical_name(name: str) -> str | None:
     """Map a checkpoint tensor name to its canonical name; None for tensors that carry nothing."""
     if IGNORED.search(name):
@@ -345,7 +361,7 @@ def read_checkpoint(directory: str | os.PathLike[str]) -> Checkpoint:
                     f"{d}: tensor '{name}' belongs to multi-head latent attention (DeepSeek / Kimi style), which "
                     f"is not supported; {ATTENTION_ONLY_GQA}"
                 )
-            raise CheckpointError(f"{d}: unexpected tensor '{name}' for an EAGLE-3 drafter")
+            raise CheckpointError(f"{d}: unexpected tensor '{name}' for an EAGLE-3 drafter{_why_unexpected(name)}")
         tensors[cname] = _to_numpy(t)
         original[cname] = name
     for name in REQUIRED:
@@ -396,7 +412,27 @@ def _check_t2d(tensors: dict[str, np.ndarray], where: Path) -> None:
 # --- writing (used by the tests' fixtures and by `local-eagle train`) -----------------------------
 
 
-def _config_json(cfg: dict[str, Any], fmt: str) -> dict[str, Any]:
+SPECULATORS_VERSION = "0.9.0"  # the release whose config schema the speculators writer follows
+
+
+def _speculators_block(verifier: str | None, verifier_architectures: list[str] | None) -> dict[str, Any]:
+    """The ``speculators_config`` object without which speculators refuses to load a checkpoint."""
+    return {
+        "algorithm": "eagle3",
+        "default_proposal_method": "greedy",
+        "proposal_methods": [
+            {"proposal_type": "greedy", "speculative_tokens": 3, "accept_tolerance": 0.0, "verifier_accept_k": 1}
+        ],
+        "verifier": {"name_or_path": verifier, "architectures": list(verifier_architectures or [])},
+    }
+
+
+def _config_json(
+    cfg: dict[str, Any],
+    fmt: str,
+    verifier: str | None = None,
+    verifier_architectures: list[str] | None = None,
+) -> dict[str, Any]:
     llama = {
         "model_type": "llama",
         "hidden_size": cfg["hidden_size"],
@@ -412,6 +448,8 @@ def _config_json(cfg: dict[str, Any], fmt: str) -> dict[str, Any]:
         "hidden_act": "silu",
         "tie_word_embeddings": False,
     }
+    if cfg.get("rope_scaling"):
+        llama["rope_scaling"] = dict(cfg["rope_scaling"])
     extra = {
         "draft_vocab_size": cfg["draft_vocab_size"],
         "target_hidden_size": cfg["target_hidden_size"],
@@ -422,15 +460,15 @@ def _config_json(cfg: dict[str, Any], fmt: str) -> dict[str, Any]:
         "norm_output": cfg["norm_output"],
     }
     if fmt == "speculators":
-        out = {
+        # norm_before_residual is always written: speculators reads an absent key as false, vLLM's adapter as true
+        return {
             "speculators_model_type": "eagle3",
-            "architectures": ["Eagle3Speculator"],
+            "speculators_version": SPECULATORS_VERSION,
+            "architectures": ["Eagle3DraftModel"],
             "transformer_layer_config": {**llama, "architectures": ["LlamaForCausalLM"]},
             **extra,
+            "speculators_config": _speculators_block(verifier, verifier_architectures),
         }
-        if cfg["norm_before_residual"]:
-            del out["norm_before_residual"]  # speculators' default is true
-        return out
     if fmt == "modelopt":
         return {"architectures": ["LlamaForCausalLMEagle3"], **llama, "eagle_config": extra}
     arch = "Eagle3LlamaForCausalLM" if fmt == "vllm" else "LlamaForCausalLMEagle3"
@@ -458,6 +496,8 @@ def write_checkpoint(
     fc_norm_style: str = "plain",
     shard_count: int = 2,
     vocab_size: int | None = None,
+    verifier: str | None = None,
+    verifier_architectures: list[str] | None = None,
 ) -> Path:
     """Write a canonical state dict as a checkpoint of ``fmt``; each file appears only when complete.
 
@@ -467,6 +507,8 @@ def write_checkpoint(
     vocab_size: the Hugging Face target's vocabulary size for config.json, which vLLM / SGLang
     check against the target's embedding rows; a GGUF's token count can be smaller when the
     embedding matrix is padded. ``t2d`` is padded to it. Default: ``cfg["vocab_size"]``.
+    verifier / verifier_architectures: the target's Hugging Face name and architectures, for the
+    speculators format's ``speculators_config.verifier`` (vLLM can serve the drafter alone from it).
     """
     import torch
     from safetensors.torch import save_file
@@ -515,7 +557,7 @@ def write_checkpoint(
         save_safetensors(tensors, "model.safetensors")
     else:
         raise ValueError(f"unknown weights layout {weights!r}")
-    save_json(_config_json(cfg, fmt), "config.json")
+    save_json(_config_json(cfg, fmt, verifier, verifier_architectures), "config.json")
     return out
 
 

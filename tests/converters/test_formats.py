@@ -34,10 +34,21 @@ def test_round_trip(checkpoint_factory, fmt, weights, style, eagle31):
     assert ck.config["draft_vocab_size"] == 128
 
 
-def test_speculators_norm_before_residual_defaults_true(checkpoint_factory):
-    _, d = checkpoint_factory(fmt="speculators", norm_before_residual=True)
+@pytest.mark.parametrize("value", [True, False])
+def test_speculators_norm_before_residual_always_written(checkpoint_factory, value):
+    """speculators reads an absent key as false, vLLM's adapter as true: the writer never leaves it out."""
+    _, d = checkpoint_factory(fmt="speculators", norm_before_residual=value)
     raw = json.loads((d / "config.json").read_text())
-    assert "norm_before_residual" not in raw
+    assert raw["norm_before_residual"] is value
+    assert raw["speculators_config"]["algorithm"] == "eagle3"
+    assert read_checkpoint(d).flags["norm_before_residual"] is value
+
+
+def test_speculators_absent_norm_before_residual_reads_true(checkpoint_factory):
+    """A published speculators config without the key is read as vLLM reads it."""
+    _, d = checkpoint_factory(
+        fmt="speculators", norm_before_residual=True, config_edit=lambda c: c.pop("norm_before_residual")
+    )
     assert read_checkpoint(d).flags["norm_before_residual"] is True
 
 
