@@ -50,9 +50,9 @@ class _Choices:
         self.gen, self.tree, self.last_token = gen, tree, last_token
 
     def __getitem__(self, row: int) -> int:
-        return int(np.argmax(self.gen_row(row)))
+        return int(np.argmax(self.row_logits(row)))
 
-    def gen_row(self, row: int) -> np.ndarray:
+    def row_logits(self, row: int) -> np.ndarray:
         gen = self.gen
         logits = gen.target.logits_view(row, gen.engine.n_vocab)
         if not gen.penalized:
@@ -209,7 +209,7 @@ class TreeRounds:
             n_vocab = gen.engine.n_vocab
 
             def target(row: int) -> np.ndarray:
-                return probabilities(choices.gen_row(row), gen.sampling)
+                return probabilities(choices.row_logits(row), gen.sampling)
 
             def draft(row: int) -> np.ndarray:
                 q = dists[tree.nodes[row]]
