@@ -16,6 +16,7 @@ LAYERS: list[set[str]] = [
     {"local_eagle.llamacpp"},
     {"local_eagle.runtime", "local_eagle.vram"},
     {"converters"},
+    {"local_eagle.hub"},
     {"local_eagle.ollama"},
     {"local_eagle.store"},
     {"local_eagle.train"},

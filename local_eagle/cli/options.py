@@ -48,8 +48,8 @@ def table_help(name: str, default: Any = None) -> str:
     return p.help + (f" Default {format_value(value)}." if value is not None else "")
 
 
-_MODEL_HELP = "Target model GGUF."
-_DRAFT_HELP = "EAGLE 3 / 3.1 drafter GGUF."
+_MODEL_HELP = "Target model GGUF, model name, or hf.co/USER/REPO[:QUANT]."
+_DRAFT_HELP = "EAGLE 3 / 3.1 drafter GGUF, or hf.co/USER/REPO (a drafter GGUF or checkpoint)."
 
 ModelOpt = Annotated[Path, typer.Option("--model", "-m", help=_MODEL_HELP)]
 OptionalModelOpt = Annotated[Path | None, typer.Option("--model", "-m", help=_MODEL_HELP)]
@@ -201,7 +201,7 @@ def resolve_models(model: Path | None, draft: Path | None, modelfile: Path | Non
 
         if is_model_name(model):
             return named_pair(str(model), draft)
-        return ModelPair(model, draft)
+        return ModelPair(model, hub_draft(draft, model))
     from local_eagle.ollama.modelfile import parse_file, resolve_draft, resolve_model
 
     m = parse_file(modelfile)
@@ -209,7 +209,24 @@ def resolve_models(model: Path | None, draft: Path | None, modelfile: Path | Non
         warn(w)
     mf_draft = resolve_draft(m) if m.draft is not None else None
     mf_model = resolve_model(m)  # checked even under --model: a Modelfile whose FROM is broken is refused
-    return ModelPair(model or mf_model, draft or mf_draft, dict(m.parameters), m)
+    if model is not None:
+        from local_eagle.hub import is_hub_name
+
+        model = named_pair(str(model), None).model if is_hub_name(str(model)) else model
+    return ModelPair(model or mf_model, hub_draft(draft, model or mf_model) or mf_draft, dict(m.parameters), m)
+
+
+def hub_draft(draft: Path | None, target: Path) -> Path | None:
+    """``--draft hf.co/USER/REPO``: the drafter GGUF it names, or its checkpoint converted against ``target`` (once,
+    cached as a Modelfile's DRAFT checkpoint is); any other ``--draft`` as given."""
+    from local_eagle.hub import is_hub_name
+
+    if draft is None or not is_hub_name(str(draft)):
+        return draft
+    from local_eagle.ollama.modelfile import parse, resolve_draft
+
+    m = parse(f"FROM {target}\nDRAFT {draft}\n", source="--draft")
+    return resolve_draft(m)
 
 
 def named_pair(name: str, draft: Path | None) -> ModelPair:
@@ -221,7 +238,8 @@ def named_pair(name: str, draft: Path | None) -> ModelPair:
     for w in m.warnings:
         warn(w)
     mf_draft = resolve_draft(m) if m.draft is not None and draft is None else None
-    return ModelPair(resolve_model(m), draft or mf_draft, dict(m.parameters), m, name)
+    target = resolve_model(m)
+    return ModelPair(target, hub_draft(draft, target) or mf_draft, dict(m.parameters), m, name)
 
 
 # --- draft length: adaptive by default, fixed for benchmarks ---------------------------------------------

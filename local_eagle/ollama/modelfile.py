@@ -10,7 +10,9 @@ Ollama's store (:mod:`local_eagle.ollama.store`) with what it inherits from that
 (:mod:`local_eagle.ollama.inherit`).
 
 A DRAFT may also point at an EAGLE 3 / 3.1 checkpoint directory: :func:`resolve_draft`
-converts it against the FROM model once and caches the GGUF.
+converts it against the FROM model once and caches the GGUF. FROM and DRAFT may name a Hugging Face
+repository as Ollama does (``hf.co/USER/REPO[:QUANT]``, :mod:`local_eagle.hub`): it is fetched
+into huggingface_hub's cache when the Modelfile is read.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import hashlib
 import json
 import os
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +30,7 @@ from typing import Any
 from local_eagle.assets import shipped_file
 from local_eagle.errors import LocalEagleError
 from local_eagle.files import read_input
+from local_eagle.hub.names import is_hub_name
 from local_eagle.ollama import inherit
 from local_eagle.ollama.modelfile_syntax import INSTRUCTIONS as INSTRUCTIONS
 from local_eagle.ollama.modelfile_syntax import MAX_MODELFILE, Command, ModelfileError, commands
@@ -240,6 +244,8 @@ def _from_path(value: str, base: Path, at: str) -> Path | str:
     if not value:
         raise ModelfileError(f"{at}: FROM needs the path of a GGUF file or the name of an Ollama model")
     path = _expand_path(value, base, at)
+    if is_hub_name(value) and not path.exists():
+        return _from_hub(value, "FROM", at)
     if not path.exists() and not _looks_like_path(value):
         return _shipped(value, "FROM", at) or value
     return path
@@ -248,9 +254,25 @@ def _from_path(value: str, base: Path, at: str) -> Path | str:
 def _draft_path(value: str, base: Path, at: str) -> Path:
     """The DRAFT path, or the shipped drafter it names (``local-eagle/gemma3-270m-eagle31``) where no such file is."""
     path = _expand_path(value, base, at)
+    if is_hub_name(value) and not path.exists():
+        return _from_hub(value, "DRAFT", at)
     if not path.exists() and not _looks_like_path(value):
         return _shipped(value, "DRAFT", at) or path
     return path
+
+
+def _from_hub(value: str, what: str, at: str) -> Path:
+    """A Hugging Face name (``hf.co/USER/REPO[:QUANT]``) fetched into huggingface_hub's cache, as ``ollama create``
+    pulls one: the GGUF its tag picks, or for DRAFT a drafter checkpoint, which :func:`resolve_draft` converts."""
+    from local_eagle.hub.fetch import pull
+
+    try:
+        got = pull(value, progress=sys.stderr.isatty())
+    except LocalEagleError as e:
+        raise ModelfileError(f"{at}: {what} {e}") from None
+    if got.kind == "checkpoint" and what == "FROM":
+        raise ModelfileError(f"{at}: FROM {value} is a drafter checkpoint, not a GGUF model; name it in DRAFT")
+    return got.path
 
 
 def _shipped(value: str, what: str, at: str) -> Path | None:

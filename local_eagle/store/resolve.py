@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 from local_eagle.errors import LocalEagleError
+from local_eagle.hub.names import is_hub_name
 from local_eagle.ollama.modelfile import Modelfile, _looks_like_path, parse
 from local_eagle.ollama.modelfile_syntax import ModelfileError
 from local_eagle.ollama.store import OllamaStore, StoreError, check_name
@@ -18,9 +19,14 @@ from local_eagle.store.models import LocalStore, StoreEntryError
 
 
 def is_model_name(value: str | os.PathLike[str]) -> bool:
-    """True when ``value`` is no existing file, does not read as a path, and is a valid model name."""
+    """True when ``value`` is no existing file and is a Hugging Face name (``hf.co/USER/REPO[:QUANT]``), or
+    does not read as a path and is a valid model name."""
     text = os.fspath(value)
-    if not text or Path(text).exists() or _looks_like_path(text):
+    if not text or Path(text).exists():
+        return False
+    if is_hub_name(text):
+        return True
+    if _looks_like_path(text):
         return False
     try:
         check_name(text)
@@ -34,7 +40,7 @@ def resolve_name(ref: str, local: LocalStore | None = None, ollama: OllamaStore 
     else one Ollama has pulled (with what it inherits there, as ``FROM ref`` would)."""
     local = local if local is not None else LocalStore()
     ollama = ollama if ollama is not None else OllamaStore()
-    entry = local.find(ref)
+    entry = None if is_hub_name(ref) else local.find(ref)  # hf.co/USER/REPO: fetched, as FROM fetches it
     if entry is not None:
         return local.load(entry)
     try:
