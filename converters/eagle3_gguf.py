@@ -7,6 +7,7 @@ The pinned llama.cpp refuses unknown tensors, so the EAGLE 3.1 parts that its gr
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from dataclasses import dataclass
@@ -33,6 +34,8 @@ from local_eagle.gguf.keys import (
 
 ARCH = DRAFTER_ARCH
 OUTTYPES = ("f32", "f16", "bf16", "q8_0")
+# The checkpoint's rope_scaling as JSON, so that `export` can write it back (llama3's shows only as rope_freqs).
+KEY_ROPE_SCALING = f"{ARCH}.source_rope_scaling"
 
 
 TENSOR_NAMES = {
@@ -126,6 +129,13 @@ def plan(
     if len(layers) != 3:
         raise CheckpointError(f"{where}: eagle_aux_hidden_state_layer_ids must hold 3 layer ids, got {layers}")
     for lid in layers:
+        if lid == target.n_layer:
+            raise CheckpointError(
+                f"target layer id {lid} equals the layer count of target {target.path.name}: speculators reads it as "
+                "the target's final hidden state (the last layer's output), which local-eagle cannot capture "
+                "(llama.cpp keeps that state for the output rows only, and its layer-input capture covers layers "
+                f"0..{target.n_layer - 1}); this drafter needs a runtime that captures the final state"
+            )
         if not 0 <= lid < target.n_layer:
             raise CheckpointError(
                 f"target layer id {lid} is out of range for target {target.path.name} "
@@ -213,6 +223,7 @@ def _add_rope_scaling(w: GGUFWriter, cfg: dict[str, Any], tensors: list[tuple[st
     rs = cfg.get("rope_scaling")
     if not rs:
         return
+    w.add_string(KEY_ROPE_SCALING, json.dumps(rs, sort_keys=True))
     kind = str(rs.get("rope_type") or rs.get("type") or "").lower()
     if kind in ("", "default"):
         return
