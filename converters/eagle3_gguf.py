@@ -131,7 +131,8 @@ def plan(
     for lid in layers:
         if lid == target.n_layer:
             raise CheckpointError(
-                f"target layer id {lid} equals the layer count of target {target.path.name}: speculators reads it as "
+                f"target layer id {lid} equals the layer count of target {target.path.name} with {target.n_layer} "
+                "layers: speculators reads it as "
                 "the target's final hidden state (the last layer's output), which local-eagle cannot capture "
                 "(llama.cpp keeps that state for the output rows only, and its layer-input capture covers layers "
                 f"0..{target.n_layer - 1}); this drafter needs a runtime that captures the final state"
