@@ -159,7 +159,8 @@ class Handler(BaseHTTPRequestHandler):
             common = {"X-Repo-Commit": commit, "ETag": f'"{git_blob_sha(data)}"', "Accept-Ranges": "bytes"}
             if name.endswith(LFS_SUFFIXES):
                 sha = hashlib.sha256(data).hexdigest()
-                linked = {"Location": f"{hub.cdn}/cdn/{sha}", "X-Linked-Etag": f'"{sha}"', "X-Linked-Size": str(len(data))}
+                linked = {"Location": f"{hub.cdn}/cdn/{sha}", "X-Linked-Etag": f'"{sha}"'}
+                linked["X-Linked-Size"] = str(len(data))
                 return self._send(302, common | linked, b"", body)
             return self._send(200, common | {"Content-Type": "application/octet-stream"}, data, body)
         return self._error(404, "NotFound", f"no route {path}", body)

@@ -1,0 +1,79 @@
+"""``pull``, ``create`` with ``FROM hf.co/...`` and ``DRAFT hf.co/...``, ``-m`` / ``-d`` names, on the local Hub."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conftest import DRAFTER_REPO, GATED_REPO, TARGET_REPO, FakeHub, TinyRepos
+from typer.testing import CliRunner
+
+from local_eagle.cli.app import app
+
+runner = CliRunner()
+GREEDY = ["-p", "hi", "--raw", "--temperature", "0", "-n", "12", "--stop", "Q", "--threads", "1", "--json"]
+
+
+def one_line_error(r) -> str:
+    assert r.exit_code == 2, r.output
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in r.output, r.output
+    return lines[0]
+
+
+def test_pull_prints_the_file(hub: FakeHub, tiny_repos: TinyRepos) -> None:
+    r = runner.invoke(app, ["pull", f"hf.co/{TARGET_REPO}:Q8_0"])
+    assert r.exit_code == 0, r.output
+    path = Path(r.stdout.strip().splitlines()[-1])
+    assert path.name == "cycle-Q8_0.gguf" and path.read_bytes() == tiny_repos.other
+    assert f"pulled hf.co/{TARGET_REPO}:Q8_0: GGUF" in r.output
+
+
+def test_pull_errors_are_one_line(hub: FakeHub) -> None:
+    line = one_line_error(runner.invoke(app, ["pull", "hf.co/nobody/nothing"]))
+    assert "no such repository" in line
+    line = one_line_error(runner.invoke(app, ["pull", f"hf.co/{GATED_REPO}"]))
+    assert "hf auth login" in line and f"https://huggingface.co/{GATED_REPO}" in line
+    line = one_line_error(runner.invoke(app, ["pull", f"hf.co/{TARGET_REPO}:Q6_K"]))
+    assert "the repository has: Q2_K, Q4_K_M, Q8_0" in line
+    assert "pull takes a Hugging Face name" in one_line_error(runner.invoke(app, ["pull", "llama3.1:8b"]))
+
+
+def test_create_from_and_draft_on_the_hub(hub: FakeHub, tmp_path: Path) -> None:
+    mf = tmp_path / "Modelfile"
+    mf.write_text(
+        f"FROM hf.co/{TARGET_REPO}\nDRAFT hf.co/{DRAFTER_REPO}\nPARAMETER temperature 0\nPARAMETER num_predict 12\n"
+        'PARAMETER stop "Q"\nPARAMETER num_thread 1\nTEMPLATE {{ .Prompt }}\n'
+    )
+    r = runner.invoke(app, ["create", "hubcyc", "-f", str(mf)])
+    assert r.exit_code == 0, r.output
+    assert "success: created hubcyc:latest" in r.output and "cycle-Q4_K_M.gguf" in r.output
+    shown = runner.invoke(app, ["show", "hubcyc", "--modelfile"]).stdout
+    assert "cycle-Q4_K_M.gguf" in shown and "DRAFT " in shown
+    r = runner.invoke(app, ["generate", "-m", "hubcyc", "-p", "hi", "--json"])
+    assert r.exit_code == 0, r.output
+    got = json.loads(r.stdout)
+    assert got["text"] == "PABCDEFGHIJK" and any(got["draft_lengths_by_round"])
+    # a second create converts nothing and downloads nothing
+    n = len(hub.seen("cdn", "GET"))
+    assert runner.invoke(app, ["create", "hubcyc2", "-f", str(mf)]).exit_code == 0
+    assert len(hub.seen("cdn", "GET")) == n
+
+
+def test_model_and_draft_flags_take_hub_names(hub: FakeHub) -> None:
+    r = runner.invoke(app, ["generate", "-m", f"hf.co/{TARGET_REPO}", "-d", f"hf.co/{DRAFTER_REPO}", *GREEDY])
+    assert r.exit_code == 0, r.output
+    got = json.loads(r.stdout)
+    assert got["text"] == "PABCDEFGHIJK" and any(got["draft_lengths_by_round"])
+
+
+def test_a_checkpoint_as_from_is_one_line(hub: FakeHub, tmp_path: Path) -> None:
+    mf = tmp_path / "Modelfile"
+    mf.write_text(f"FROM hf.co/{DRAFTER_REPO}\n")
+    line = one_line_error(runner.invoke(app, ["create", "bad", "-f", str(mf)]))
+    assert f"FROM hf.co/{DRAFTER_REPO} is a drafter checkpoint, not a GGUF model" in line
+    mf.write_text("FROM hf.co/nobody/nothing\n")
+    line = one_line_error(runner.invoke(app, ["create", "bad", "-f", str(mf)]))
+    assert line.endswith(
+        "Modelfile:1: FROM hf.co/nobody/nothing: no such repository (https://huggingface.co/nobody/nothing)"
+    )
