@@ -109,8 +109,6 @@ def check_identity(
     if a == b:
         return IdentityCheck(IDENTICAL)
     j = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
-    if j >= min(len(a), len(b)):  # one run stopped earlier with the same tokens: not a token choice
-        return IdentityCheck(DIVERGENT)
     tokens = engine.tokenize(prompt) if isinstance(prompt, str) else np.asarray(prompt, dtype=np.int32)
     single = _replay_single(engine, tokens, a[:j])
     batched = _replay_batched(engine, tokens, b, j, speculative.spec_stats)
@@ -118,8 +116,19 @@ def check_identity(
         history = np.concatenate([tokens, np.asarray(a[:j], dtype=np.int32)])
         single = apply_repeat_penalty(single, history, sampling.repeat_penalty, sampling.repeat_last_n)
         batched = apply_repeat_penalty(batched, history, sampling.repeat_penalty, sampling.repeat_last_n)
-    d = classify(single, batched, a[j], b[j], j, len(tokens) + j)
+    # a run that ended first chose an end-of-generation token there, which its tokens leave out
+    ta = a[j] if j < len(a) else _stop_choice(engine, single)
+    tb = b[j] if j < len(b) else _stop_choice(engine, batched)
+    if ta is None or tb is None:  # ended without choosing an end token (a length cap): not a token choice
+        return IdentityCheck(DIVERGENT)
+    d = classify(single, batched, ta, tb, j, len(tokens) + j)
     return IdentityCheck(NEAR_TIE if d.near_tie else DIVERGENT, d)
+
+
+def _stop_choice(engine: Engine, logits: np.ndarray) -> int | None:
+    """The end-of-generation token a greedy run that stopped here picked, if its argmax is one."""
+    top = int(np.argmax(logits))
+    return top if engine.model.is_eog(top) else None
 
 
 def _start(engine: Engine, tokens: np.ndarray, capture: bool) -> np.ndarray:

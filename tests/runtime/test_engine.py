@@ -443,3 +443,18 @@ def test_check_identity_calls_a_wrong_token_a_divergence(engine):
     d = check.divergence
     assert d.index == 12 and not d.reproduced and d.target_token == base.tokens[12]
     assert d.noise <= 1e-3 * d.scale  # the replays agree: the batch computed what a 1-row decode does
+
+
+def test_a_run_that_stopped_first_is_judged_by_the_end_token_it_chose(engine):
+    eng = engine("eos")
+    base = eng.generate("ABC", max_tokens=32, draft_max=0)
+    spec = eng.generate("ABC", max_tokens=32, draft_max=4)
+    assert len(base.tokens) < 32 and check_identity(eng, "ABC", base, spec).verdict == IDENTICAL
+    # a speculative run that went on where the target alone chose its end token
+    past = GenerationResult(spec.text, [*spec.tokens, spec.tokens[-1]], spec.stats, spec.spec_stats)
+    check = check_identity(eng, "ABC", base, past)
+    assert check.verdict == DIVERGENT and check.divergence is not None
+    assert check.divergence.index == len(base.tokens) and eng.model.is_eog(check.divergence.target_token)
+    # runs cut at different lengths chose no token there: nothing to weigh
+    short = eng.generate("ABC", max_tokens=3, draft_max=0)
+    assert check_identity(eng, "ABC", short, spec).divergence is None
