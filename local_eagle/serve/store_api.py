@@ -25,6 +25,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 from local_eagle import __version__
 from local_eagle.errors import LocalEagleError
 from local_eagle.ollama.modelfile import Modelfile, encode_value, format_modelfile, format_parameter, parse
+from local_eagle.ollama.modelfile_syntax import MAX_MODELFILE
 from local_eagle.ollama.store import StoreError, read_manifest
 from local_eagle.serve.errors import ApiError, install_error_handlers
 from local_eagle.serve.jobs import in_thread, off_loop
@@ -314,6 +315,20 @@ def _show(front: StoreFront, ref: str, m: Modelfile) -> dict[str, Any]:
     }  # fmt: skip
 
 
+class _CappedLines(list):
+    """Modelfile lines that together stay under the size a Modelfile may have, checked as each is added, so a
+    request of many large values is refused before the rest are encoded."""
+
+    size = 0
+
+    def append(self, line: str) -> None:
+        self.size += len(line) + 1
+        if self.size > MAX_MODELFILE:
+            raise ApiError(400, f"the request's values add up to more than the {MAX_MODELFILE} characters a "
+                                "Modelfile may have")  # fmt: skip
+        super().append(line)
+
+
 def _create_modelfile(front: StoreFront, body: dict[str, Any]) -> Modelfile:
     """The Modelfile an ``/api/create`` request describes: ``modelfile`` text, or ``from`` plus overrides."""
     for key in ("files", "adapters", "quantize"):
@@ -340,7 +355,7 @@ def _create_modelfile(front: StoreFront, body: dict[str, Any]) -> Modelfile:
 
 
 def _override_lines(body: dict[str, Any]) -> str:
-    out = []
+    out = _CappedLines()
     if body.get("draft"):
         out.append(f"DRAFT {encode_value(body['draft'], 'draft')}")
     for key in ("template", "system"):

@@ -342,6 +342,10 @@ def test_create_refuses_what_it_cannot_write(front) -> None:
                              (b'"parameters": {"seed": ' + b"9" * 5000 + b"}", "digits")):  # fmt: skip
             r = _raw(client, "/api/create", b'{"model": "new", "from": "cyc", "stream": false, %s}' % extra)
             assert r.status_code == 400 and words in r.json()["error"], (extra[:40], r.text[:200])
+        # values under the Modelfile limit one by one, over it together: refused before the rest are encoded
+        big = [{"role": "user", "content": "x" * 600_000} for _ in range(3)]
+        r = client.post("/api/create", json={"model": "new", "from": "cyc", "stream": False, "messages": big})
+        assert r.status_code == 400 and "add up to more than" in r.json()["error"], r.text[:200]
         assert [e.name.short for e in front.config.local.entries()] == ["cyc:latest"]
 
 
