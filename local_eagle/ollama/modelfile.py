@@ -421,7 +421,10 @@ def template_error_of(m: Modelfile, e: GoTemplateError) -> ModelfileError:
 
 
 def _is_gguf(p: Path) -> bool:
+    """Whether ``p`` is a regular file that starts like a GGUF; a FIFO or a device is never opened (it could block)."""
     try:
+        if not p.is_file():
+            return False
         with open(p, "rb") as f:
             return f.read(4) == b"GGUF"
     except OSError:
