@@ -23,6 +23,9 @@ def _no_ollama_store(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pyte
     monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path_factory.getbasetemp() / "no-ollama-store"))
     # nor write to the user's own store: each test gets an empty one
     monkeypatch.setenv("LOCAL_EAGLE_MODELS", str(tmp_path_factory.mktemp("local-eagle-models")))
+    # nor reach the Hugging Face Hub: an hf.co name comes from an empty cache (tests/hub serves a local Hub)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path_factory.getbasetemp() / "no-hf-home"))
 
 
 @pytest.fixture(scope="session")

@@ -36,6 +36,10 @@ class HubSettings:
 
     @classmethod
     def from_env(cls) -> HubSettings:
+        """The environment now; offline also when huggingface_hub read HF_HUB_OFFLINE at its import (it then
+        refuses every request)."""
+        from huggingface_hub import constants
+
         env = os.environ
         home = Path(env.get("HF_HOME") or Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "huggingface")
         cache = env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE") or str(home.expanduser() / "hub")
@@ -43,7 +47,7 @@ class HubSettings:
         return cls(
             endpoint=(env.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/"),
             cache=Path(os.path.expandvars(cache)).expanduser(),
-            offline=offline in ("1", "ON", "YES", "TRUE"),
+            offline=offline in ("1", "ON", "YES", "TRUE") or bool(constants.HF_HUB_OFFLINE),
         )
 
 

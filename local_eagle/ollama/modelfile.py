@@ -37,7 +37,7 @@ from local_eagle.ollama.modelfile_syntax import MAX_MODELFILE, Command, Modelfil
 from local_eagle.ollama.modelfile_syntax import ROLES as ROLES
 from local_eagle.ollama.parameters import DEPRECATED, PARAMETERS, ParameterError, lookup, parse_text
 from local_eagle.ollama.parameters import format_value as format_parameter
-from local_eagle.ollama.store import OllamaStore
+from local_eagle.ollama.store import OllamaStore, StoreError, check_name
 from local_eagle.ollama.template import GoTemplateError
 from local_eagle.ollama.template import parse_ollama as parse_template
 
@@ -176,6 +176,9 @@ def parse(
         requires=values.get("requires"),
     )
     model, from_name, origins = froms[0][0], None, {}
+    if isinstance(model, str) and is_hub_name(model) and not _in_ollama_store(model, store):
+        model = _from_hub(model, "FROM", f"{where}:{froms[0][1]}")
+        froms[0] = (model, froms[0][1])
     if isinstance(model, str):
         if len(froms) > 1:
             raise ModelfileError(
@@ -245,7 +248,7 @@ def _from_path(value: str, base: Path, at: str) -> Path | str:
         raise ModelfileError(f"{at}: FROM needs the path of a GGUF file or the name of an Ollama model")
     path = _expand_path(value, base, at)
     if is_hub_name(value) and not path.exists():
-        return _from_hub(value, "FROM", at)
+        return value  # read from Ollama's store if Ollama pulled it, else fetched from the Hub by parse
     if not path.exists() and not _looks_like_path(value):
         return _shipped(value, "FROM", at) or value
     return path
@@ -259,6 +262,14 @@ def _draft_path(value: str, base: Path, at: str) -> Path:
     if not path.exists() and not _looks_like_path(value):
         return _shipped(value, "DRAFT", at) or path
     return path
+
+
+def _in_ollama_store(name: str, store: OllamaStore | None) -> bool:
+    """Whether Ollama has pulled ``name`` (``ollama pull hf.co/...``): then it is read from there, as Ollama would."""
+    try:
+        return (store if store is not None else OllamaStore()).manifest_path(check_name(name)) is not None
+    except StoreError:
+        return False
 
 
 def _from_hub(value: str, what: str, at: str) -> Path:

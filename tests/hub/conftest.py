@@ -260,6 +260,7 @@ def hub(tiny_repos: TinyRepos, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
                             "README.md": b"# drafter\n"})  # fmt: skip
     fake.add(GATED_REPO, {"gated-Q4_K_M.gguf": tiny_repos.target}, gated=True)
     monkeypatch.setattr("huggingface_hub.constants.HF_TOKEN_PATH", str(tmp_path / "no-saved-login"))
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)  # read at import, maybe offline
     monkeypatch.setenv("HF_ENDPOINT", fake.endpoint)
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
     monkeypatch.setenv("LOCAL_EAGLE_CACHE", str(tmp_path / "le-cache"))

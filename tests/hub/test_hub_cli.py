@@ -9,6 +9,7 @@ from conftest import DRAFTER_REPO, GATED_REPO, TARGET_REPO, FakeHub, TinyRepos
 from typer.testing import CliRunner
 
 from local_eagle.cli.app import app
+from local_eagle.testing.ollama_store import write_model
 
 runner = CliRunner()
 GREEDY = ["-p", "hi", "--raw", "--temperature", "0", "-n", "12", "--stop", "Q", "--threads", "1", "--json"]
@@ -77,3 +78,22 @@ def test_a_checkpoint_as_from_is_one_line(hub: FakeHub, tmp_path: Path) -> None:
     assert line.endswith(
         "Modelfile:1: FROM hf.co/nobody/nothing: no such repository (https://huggingface.co/nobody/nothing)"
     )
+
+
+def test_a_name_ollama_pulled_is_read_from_its_store(hub: FakeHub, tiny_repos: TinyRepos, tmp_path: Path,
+                                                     monkeypatch) -> None:  # fmt: skip
+    root = tmp_path / "ollama"
+    monkeypatch.setenv("OLLAMA_MODELS", str(root))
+    gguf = tmp_path / "pulled-by-ollama.gguf"
+    gguf.write_bytes(tiny_repos.target)
+    write_model(root, "cycle-GGUF", gguf, host="hf.co", namespace="tiny", tag="Q4_K_M", template="{{ .Prompt }}")
+    r = runner.invoke(app, ["modelfile", "show", "-f", str(_modelfile(tmp_path, f"FROM hf.co/{TARGET_REPO}:Q4_K_M"))])
+    assert r.exit_code == 0, r.output
+    assert "sha256-" in r.stdout and f"# FROM hf.co/{TARGET_REPO}:Q4_K_M" in r.stdout
+    assert hub.requests == []  # Ollama's copy, as `ollama create` would use it: nothing fetched
+
+
+def _modelfile(d: Path, text: str) -> Path:
+    mf = d / "Modelfile"
+    mf.write_text(text + "\n")
+    return mf

@@ -179,7 +179,7 @@ def test_lines_are_counted_across_crlf(tmp_path: Path) -> None:
         ('FROM ./t.gguf\nSYSTEM """never\nclosed\n', 2, 'unterminated """ in the SYSTEM value'),
         ('FROM ./t.gguf\nSYSTEM "You are" a bot\n', 2, 'unterminated " in the SYSTEM value'),
         ("FROM llama3.2\n", 1, "FROM llama3.2: no such file, and no such model in Ollama's store"),
-        ("FROM hf.co/bartowski/Llama-3.2-1B-Instruct-GGUF:Q4_K_M\n", 1, "no such model in Ollama's store"),
+        ("FROM hf.co/bartowski/Llama-3.2-1B-Instruct-GGUF:Q4_K_M\n", 1, "not in the cache"),
         ("FROM my model\n", 1, "'my model' is not a valid Ollama model name: the model 'my model' has ' '"),
         ("FROM ./t.gguf\nADAPTER ./lora.gguf\n", 2, "ADAPTER is not supported by local-eagle"),
         ("FROM ./t.gguf\nMESSAGE bot hi\n", 2, "MESSAGE role must be system, user or assistant, got 'bot'"),
