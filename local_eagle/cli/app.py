@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import typer
 
-from local_eagle.cli import bench, convert, doctor, export, fit, modelfile, run, serve, store, train
+from local_eagle.cli import bench, convert, doctor, export, fit, modelfile, pull, run, serve, store, train
 
 app = typer.Typer(
     add_completion=False,
@@ -35,6 +35,7 @@ for command in (
     app.command()(command)
 for name, command in (
     ("create", store.create),
+    ("pull", pull.pull),
     ("list", store.list_models),
     ("show", store.show),
     ("run", store.run),
