@@ -76,7 +76,7 @@ def pull(name: str, progress: bool = False, settings: HubSettings | None = None)
         kind, wanted = "checkpoint", checkpoint_files(listing)
     else:
         kind, wanted = "gguf", pick_gguf(ref, listing)
-    with _bars(progress) as bar:
+    with progress_bars(progress) as bar:
         paths = tuple(_download(ref, f, commit, s, from_cache, bar) for f in wanted)
     _remember_ref(s, ref, commit)
     path = paths[0].parent if kind == "checkpoint" else paths[0]
@@ -215,7 +215,7 @@ def hub_error(ref: HubRef, e: Exception, s: HubSettings, filename: str | None = 
 
 
 @contextmanager
-def _bars(enabled: bool) -> Iterator[Any]:
+def progress_bars(enabled: bool) -> Iterator[Any]:
     """A rich progress display on stderr, and the tqdm-like class huggingface_hub draws each file's bar with."""
     if not enabled:
         from huggingface_hub.utils.tqdm import tqdm as hf_tqdm
@@ -241,13 +241,34 @@ def _bars(enabled: bool) -> Iterator[Any]:
 
     def bar_for(label: str) -> type:
         class Bar:
-            """What huggingface_hub calls on a tqdm bar: made with total and initial, updated, used as a context."""
+            """What huggingface_hub calls on a tqdm bar: made with total and initial, updated, used as a context.
+
+            ``update_transfer`` makes its Xet downloads draw one bar (bytes written) rather than two."""
 
             def __init__(self, *args: Any, total: float | None = None, initial: float = 0, **kw: Any) -> None:
                 self.task = progress.add_task(label, total=total, completed=initial)
 
+            @property
+            def total(self) -> float | None:
+                return next(t.total for t in progress.tasks if t.id == self.task)
+
+            @total.setter
+            def total(self, value: float | None) -> None:
+                progress.update(self.task, total=value)
+
             def update(self, n: float | None = 1) -> None:
                 progress.advance(self.task, n or 0)
+
+            def update_transfer(self, n: float | None = 1) -> None:
+                pass
+
+            def set_postfix_str(self, *args: Any, **kwargs: Any) -> None:
+                pass
+
+            set_transfer_postfix_str = set_postfix_str
+
+            def refresh(self) -> None:
+                pass
 
             def close(self) -> None:
                 pass

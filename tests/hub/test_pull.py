@@ -126,3 +126,28 @@ def test_an_unreachable_hub_falls_back_to_the_cache(hub: FakeHub, monkeypatch: p
     assert pull(f"hf.co/{TARGET_REPO}").path == online.path
     with pytest.raises(HubError, match="cannot reach http://127.0.0.1:9 .* not in the cache"):
         pull(f"hf.co/{DRAFTER_REPO}")
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_bars_take_what_huggingface_hub_reports(enabled: bool) -> None:
+    """HTTP downloads update a tqdm-like bar; Xet downloads (most of the Hub now, not served here) report
+    through XetDownloadProgressReporter, which must accept the same bar class."""
+    from types import SimpleNamespace
+
+    from huggingface_hub.utils._xet_progress_reporting import XetDownloadProgressReporter
+
+    from local_eagle.hub.fetch import progress_bars
+
+    with progress_bars(enabled) as bar_for:
+        cls = bar_for("model.gguf")
+        with cls(total=100, initial=10, desc="model.gguf", unit="B", unit_scale=True) as bar:
+            bar.update(40)
+            bar.update(-10)  # a retry that rewinds
+        with XetDownloadProgressReporter(reconstruction_desc="x", total=None, log_level=30, tqdm_class=cls) as rep:
+            for done in (30, 100):
+                rep.update_progress(SimpleNamespace(
+                    total_bytes_completed=done, total_transfer_bytes_completed=done, total_bytes=100,
+                    total_bytes_completion_rate=1.0, total_transfer_bytes_completion_rate=1.0,
+                ))  # fmt: skip
+            if enabled:
+                assert rep.reconstruction_bar is rep.transfer_bar and rep.reconstruction_bar.total == 100
