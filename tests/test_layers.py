@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS: list[set[str]] = [
     {"local_eagle", "local_eagle.errors", "local_eagle.assets"},
     {"local_eagle.gguf", "local_eagle.reference"},
+    {"local_eagle.catalog"},
     {"local_eagle.llamacpp"},
     {"local_eagle.runtime", "local_eagle.vram"},
     {"converters"},

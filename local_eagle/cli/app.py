@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import typer
 
-from local_eagle.cli import bench, convert, doctor, export, fit, modelfile, pull, run, serve, store, train
+from local_eagle.cli import bench, convert, doctor, drafters, export, fit, modelfile, pull, run, serve, store, train
 
 app = typer.Typer(
     add_completion=False,
@@ -22,6 +22,7 @@ for command in (
     convert.convert,
     convert.inspect,
     export.export,
+    drafters.drafters,
     run.demo,
     run.selfcheck,
     run.generate,

@@ -140,7 +140,7 @@ def parse(
                 raise ModelfileError(f"{at}: a second DRAFT (the first is on line {draft[1]}); give one drafter")
             if not cmd.args:
                 raise ModelfileError(f"{at}: DRAFT needs the path of a drafter GGUF or checkpoint directory")
-            draft = (_draft_path(cmd.args, base, at), cmd.line)
+            draft = (AUTO_DRAFT if cmd.args == "auto" else _draft_path(cmd.args, base, at), cmd.line)
             lines["draft"] = cmd.line
         elif cmd.name == "adapter":
             raise ModelfileError(
@@ -188,6 +188,9 @@ def parse(
         got = inherit.resolve(model, own, f"{where}:{froms[0][1]}", warnings, store)
         froms[0] = (got.model, froms[0][1])
         model, from_name, origins, own = got.model, got.name, got.origins, got.values
+    if draft is not None and draft[0] is AUTO_DRAFT:
+        draft = (_auto_draft(Path(model), f"{where}:{draft[1]}", warnings), draft[1])
+        own.draft = draft[0]
     if draft is not None:
         for path, line in froms:
             if _same_path(Path(path), draft[0]):
@@ -252,6 +255,31 @@ def _from_path(value: str, base: Path, at: str) -> Path | str:
     if not path.exists() and not _looks_like_path(value):
         return _shipped(value, "FROM", at) or value
     return path
+
+
+AUTO_DRAFT = Path("<DRAFT auto>")  # resolved once the FROM model is known
+
+
+def _auto_draft(model: Path, at: str, warnings: list[str]) -> Path:
+    """``DRAFT auto``: the catalog's best drafter for the FROM model's shape (``local_eagle.catalog``), fetched
+    as its ``hf.co/USER/REPO`` name."""
+    from local_eagle.catalog import best
+    from local_eagle.gguf import read_model_info
+
+    ggufs = sorted(model.glob("*.gguf")) if model.is_dir() else [model]
+    try:
+        info = read_model_info(ggufs[0] if len(ggufs) == 1 else model, "FROM model")
+        pick = best(info)
+    except LocalEagleError as e:
+        raise ModelfileError(f"{at}: DRAFT auto: {e}") from None
+    warnings.append(f"{at}: DRAFT auto picked {pick.hub_name} (EAGLE {pick.eagle_version}, {pick.format})")
+    try:
+        return _from_hub(pick.hub_name, "DRAFT", at)
+    except ModelfileError as e:
+        raise ModelfileError(
+            f"{e}; DRAFT auto picked {pick.hub_name} (EAGLE {pick.eagle_version}) for {info.name or model.name}: "
+            f"download {pick.repo} and point DRAFT at its folder, or try DRAFT {pick.hub_name} again"
+        ) from None
 
 
 def _draft_path(value: str, base: Path, at: str) -> Path:

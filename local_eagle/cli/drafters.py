@@ -1,0 +1,90 @@
+"""``local-eagle drafters [MODEL]``: the public drafters of the catalog, or those that fit one model's GGUF."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from local_eagle.cli.console import escape, friendly, out
+from local_eagle.cli.options import JsonOpt
+
+
+def _target_gguf(model: str) -> Path:
+    """A GGUF file as given, else the target of a model name (local-eagle's store, then Ollama's)."""
+    from local_eagle.ollama.modelfile import resolve_model
+    from local_eagle.store import is_model_name, resolve_name
+
+    if Path(model).exists() or not is_model_name(model):
+        return Path(model)
+    return resolve_model(resolve_name(model))
+
+
+def _row(d: Any, best: bool = False) -> dict[str, Any]:
+    return {
+        "drafter": d.hub_name,
+        "eagle_version": d.eagle_version,
+        "format": d.format,
+        "target": d.target.repo,
+        "ollama": list(d.target.ollama),
+        "gguf": list(d.target.gguf),
+        "best": best,
+        "unsupported": d.unsupported,
+        "source": d.source,
+    }
+
+
+def _table(rows: list[dict[str, Any]], title: str) -> Table:
+    t = Table(title=escape(title))
+    for col in ("drafter", "EAGLE", "format", "target", "Ollama", "GGUF"):
+        t.add_column(col, overflow="fold")
+    for r in rows:
+        version = f"[bold green]{r['eagle_version']}[/]" if r["eagle_version"] == "3.1" else r["eagle_version"]
+        name = escape(r["drafter"]) + (" [bold](best)[/]" if r["best"] else "")
+        if r["unsupported"]:
+            name += f"\n[red]not runnable here ({escape(r['unsupported'].split(':')[0])})[/]"
+        t.add_row(name, version, r["format"], escape(r["target"]), escape(", ".join(r["ollama"])),
+                  escape(", ".join(r["gguf"])))  # fmt: skip
+    return t
+
+
+@friendly
+def drafters(
+    model: Annotated[
+        str | None,
+        typer.Argument(help="A target GGUF or a model name; without it, the whole catalog.", show_default=False),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List public EAGLE 3 / 3.1 drafters, or those that fit MODEL (by its GGUF's shape, not its name).
+
+    `DRAFT auto` in a Modelfile (or `--draft auto`) takes the one marked best.
+    """
+    from local_eagle.catalog import catalog, fitting, near_misses
+    from local_eagle.gguf import read_model_info
+
+    if model is None:
+        rows = [_row(d) for d in catalog()]
+        if as_json:
+            print(json.dumps(rows))
+            return
+        out.print(_table(rows, "public EAGLE drafters (3.1 in green)"))
+        return
+    info = read_model_info(_target_gguf(model), "target GGUF")
+    fits = fitting(info)
+    first = next((d for d in fits if d.supported), None)
+    rows = [_row(d, d is first) for d in fits]
+    misses = near_misses(info)
+    if as_json:
+        print(json.dumps({"model": model, "fits": rows, "near_misses": [{**_row(d), "why": w} for d, w in misses]}))
+        return
+    shape = f"{info.arch}, hidden size {info.n_embd}, {info.n_layer} layers, {info.n_vocab} tokens"
+    if rows:
+        out.print(_table(rows, f"drafters for {model} ({shape})"))
+        return
+    out.print(f"no drafter in the catalog fits {escape(model)} ({shape})", highlight=False)
+    for d, why in misses:
+        out.print(f"  {escape(d.hub_name)}: {escape(why)}", highlight=False)

@@ -1,0 +1,183 @@
+"""The drafter catalog: every row sourced, matched by the GGUF's shape (not its name), DRAFT auto picks the best."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from local_eagle.catalog import best, catalog, fitting, near_misses, parse_catalog
+from local_eagle.cli.app import app
+from local_eagle.errors import LocalEagleError
+from local_eagle.gguf import read_model_info
+from local_eagle.ollama.modelfile import ModelfileError, parse
+from local_eagle.testing.vram_fixtures import LLAMA31_8B, ShapeSpec, write_shape_gguf
+
+ROWS = catalog()
+TARGETS = {d.target.key: d.target for d in ROWS}
+
+
+def shape_gguf(tmp_path: Path, arch: str, hidden: int, layers: int, vocab: int, name: str = "model") -> Path:
+    """A shape-only GGUF of a target: the header's keys and tensor table, a sparse data section."""
+    spec = ShapeSpec(arch=arch, n_layer=layers, n_embd=hidden, n_head=8, n_head_kv=8, n_ff=2 * hidden,
+                     n_vocab=vocab, tokenizer=False, name=name)  # fmt: skip
+    return write_shape_gguf(tmp_path / f"{name}.gguf", spec)
+
+
+def test_every_row_has_a_source_and_a_target():
+    assert len(ROWS) >= 10
+    for d in ROWS:
+        assert "https://" in d.source, d.repo
+        assert d.eagle_version in ("3", "3.1") and d.format in ("speculators", "eagle3", "vllm", "modelopt")
+    assert len({d.repo for d in ROWS}) == len(ROWS)
+    assert any(d.eagle_version == "3.1" and d.supported for d in ROWS)
+    assert [d.repo for d in ROWS if not d.supported] == ["lightseekorg/kimi-k2.6-eagle3.1-mla"]
+
+
+@pytest.mark.parametrize("key", sorted(TARGETS))
+def test_each_target_shape_matches_its_rows(tmp_path, key):
+    t = TARGETS[key]
+    info = read_model_info(shape_gguf(tmp_path, t.arch, t.hidden_size, t.layers, t.vocab, "renamed-anything"))
+    got = [d.repo for d in fitting(info)]
+    assert got == [d.repo for d in sorted((d for d in ROWS if d.target.key == key), key=lambda d: d.rank())]
+    assert all(d.target.key == key for d in fitting(info))  # no other target has the same shape
+
+
+def test_llama31_8b_header(tmp_path):
+    """The shape-only Llama-3.1-8B GGUF (as vram_fixtures writes it) gets the Llama 3.1 8B drafters; 3.1 first."""
+    info = read_model_info(write_shape_gguf(tmp_path / "l.gguf", replace(LLAMA31_8B, tokenizer=False)))
+    fits = fitting(info)
+    assert {d.repo for d in fits} >= {"RedHatAI/Llama-3.1-8B-Instruct-speculator.eagle3",
+                                      "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"}  # fmt: skip
+    assert all(d.target.repo == "meta-llama/Llama-3.1-8B-Instruct" for d in fits)
+    assert best(info) is fits[0]
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        (dict(layers=28), "layers 28"),
+        (dict(hidden=3072), "hidden size 3072"),
+        (dict(vocab=128000), "vocabulary 128000"),
+    ],
+)
+def test_a_mismatched_header_gets_none(tmp_path, change, why):
+    """Same architecture and name, another shape (a Llama 3.2 3B, say): nothing fits, and the reason is given."""
+    shape = dict(arch="llama", hidden=4096, layers=32, vocab=128256) | change
+    info = read_model_info(shape_gguf(tmp_path, name="Meta-Llama-3.1-8B-Instruct", **shape))
+    assert fitting(info) == []
+    assert any(why in w for _, w in near_misses(info))
+    with pytest.raises(LocalEagleError, match="no drafter in the catalog fits"):
+        best(info)
+
+
+def test_another_architecture_gets_none(tmp_path):
+    info = read_model_info(shape_gguf(tmp_path, "qwen2", 4096, 32, 128256))
+    assert fitting(info) == [] and near_misses(info) == []
+
+
+def test_eagle31_before_eagle3_then_preference(tmp_path):
+    t = TARGETS["gpt-oss-20b"]
+    info = read_model_info(shape_gguf(tmp_path, t.arch, t.hidden_size, t.layers, t.vocab))
+    picks = fitting(info)
+    assert picks[0].eagle_version == "3.1" and best(info) is picks[0]
+    assert [d.eagle_version for d in picks] == sorted((d.eagle_version for d in picks), reverse=True)
+
+
+def test_unsupported_rows_are_never_picked(tmp_path):
+    t = TARGETS["kimi-k2.6"]
+    info = read_model_info(shape_gguf(tmp_path, t.arch, t.hidden_size, t.layers, t.vocab))
+    assert [d.repo for d in fitting(info)] == ["lightseekorg/kimi-k2.6-eagle3.1-mla"]
+    with pytest.raises(LocalEagleError, match="that llama.cpp can run: multi-head latent attention"):
+        best(info)
+
+
+def test_a_drafter_gguf_is_refused(tmp_path):
+    from local_eagle.testing.vram_fixtures import LLAMA31_8B_EAGLE3, write_drafter_gguf
+
+    info = read_model_info(write_drafter_gguf(tmp_path / "d.gguf", LLAMA31_8B_EAGLE3, tokenizer=False))
+    with pytest.raises(LocalEagleError, match="is an eagle3 drafter"):
+        fitting(info)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda r: r.pop("source"), "field 'source' must be a str"),
+        (lambda r: r.update(source="my notes"), "source must give the address"),
+        (lambda r: r.update(target="nope"), "target 'nope' is not in targets"),
+        (lambda r: r.update(format="gguf"), "format one of"),
+        (lambda r: r.update(repo="no-slash"), "repo must be USER/REPO"),
+    ],
+)
+def test_a_bad_row_is_refused(edit, message):
+    from importlib import resources
+
+    data = json.loads(resources.files("local_eagle.catalog").joinpath("drafters.json").read_text())
+    edit(data["drafters"][0])
+    with pytest.raises(LocalEagleError, match=message):
+        parse_catalog(data)
+
+
+def test_draft_auto_resolves_to_the_best_row(tmp_path, monkeypatch):
+    """DRAFT auto fetches the chosen row's hf.co/USER/REPO name (the download itself is the hub's, stubbed here)."""
+    from local_eagle.ollama import modelfile
+
+    target = write_shape_gguf(tmp_path / "l.gguf", replace(LLAMA31_8B, tokenizer=False))
+    fetched = []
+
+    def fake_hub(value, what, at):
+        fetched.append((value, what))
+        return tmp_path / "drafter-dir"
+
+    monkeypatch.setattr(modelfile, "_from_hub", fake_hub)
+    m = parse(f"FROM {target}\nDRAFT auto\n", base_dir=tmp_path)
+    assert fetched == [("hf.co/RedHatAI/Llama-3.1-8B-Instruct-speculator.eagle3", "DRAFT")]
+    assert m.draft == tmp_path / "drafter-dir"
+    assert any("DRAFT auto picked hf.co/RedHatAI/Llama-3.1-8B-Instruct-speculator.eagle3" in w for w in m.warnings)
+
+
+def test_draft_auto_says_which_drafter_when_the_download_fails(tmp_path, monkeypatch):
+    from local_eagle.ollama import modelfile
+
+    target = write_shape_gguf(tmp_path / "l.gguf", replace(LLAMA31_8B, tokenizer=False))
+
+    def offline(value, what, at):
+        raise ModelfileError(f"{at}: {what} {value}: cannot reach huggingface.co")
+
+    monkeypatch.setattr(modelfile, "_from_hub", offline)
+    with pytest.raises(ModelfileError) as e:
+        parse(f"FROM {target}\nDRAFT auto\n", base_dir=tmp_path)
+    text = str(e.value)
+    assert "\n" not in text
+    assert "DRAFT auto picked hf.co/RedHatAI/Llama-3.1-8B-Instruct-speculator.eagle3" in text
+    assert "download RedHatAI/Llama-3.1-8B-Instruct-speculator.eagle3" in text
+
+
+def test_draft_auto_without_a_fit_is_one_line(tmp_path):
+    target = shape_gguf(tmp_path, "llama", 3072, 28, 128256)
+    with pytest.raises(ModelfileError, match=r"Modelfile:2: DRAFT auto: no drafter in the catalog fits"):
+        parse(f"FROM {target}\nDRAFT auto\n", base_dir=tmp_path)
+
+
+def test_drafters_command(tmp_path):
+    target = write_shape_gguf(tmp_path / "l.gguf", replace(LLAMA31_8B, tokenizer=False))
+    r = CliRunner().invoke(app, ["drafters", str(target), "--json"])
+    assert r.exit_code == 0, r.output
+    got = json.loads(r.stdout)
+    assert [x["best"] for x in got["fits"]][0] is True
+    assert got["fits"][0]["drafter"] == "hf.co/RedHatAI/Llama-3.1-8B-Instruct-speculator.eagle3"
+    r = CliRunner().invoke(app, ["drafters", "--json"])
+    assert r.exit_code == 0 and len(json.loads(r.stdout)) == len(ROWS)
+    other = shape_gguf(tmp_path, "llama", 3072, 28, 128256, "small")
+    r = CliRunner().invoke(app, ["drafters", str(other)], env={"COLUMNS": "200"})
+    assert r.exit_code == 0
+    assert "no drafter in the catalog fits" in r.output and "hidden size 3072" in r.output
+
+
+def test_drafters_command_on_a_missing_file(tmp_path):
+    r = CliRunner().invoke(app, ["drafters", str(tmp_path / "none.gguf")])
+    assert r.exit_code == 2 and "Traceback" not in r.output
