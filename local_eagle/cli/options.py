@@ -225,9 +225,12 @@ def hub_draft(draft: Path | None, target: Path) -> Path | None:
     if draft is None or not (is_hub_name(str(draft)) or str(draft) == "auto"):
         return draft
     from local_eagle.ollama.modelfile import parse, resolve_draft
+    from local_eagle.ollama.modelfile_syntax import ModelfileError
 
-    m = parse(f"FROM {target}\nDRAFT {draft}\n", source="--draft")
-    return resolve_draft(m)
+    try:
+        return resolve_draft(parse(f"FROM {target}\nDRAFT {draft}\n", source="--draft"))
+    except ModelfileError as e:
+        raise LocalEagleError("--draft " + str(e).removeprefix("--draft:2: DRAFT ")) from None
 
 
 def named_pair(name: str, draft: Path | None) -> ModelPair:

@@ -75,7 +75,13 @@ def pull(name: str, progress: bool = False, settings: HubSettings | None = None)
     if is_checkpoint(listing) and (ref.tag is None or not any(f.lower().endswith(".gguf") for f in listing)):
         kind, wanted = "checkpoint", checkpoint_files(listing)
     else:
-        kind, wanted = "gguf", pick_gguf(ref, listing)
+        try:
+            kind, wanted = "gguf", pick_gguf(ref, listing)
+        except HubError as e:
+            if not from_cache:
+                raise
+            why = "HF_HUB_OFFLINE is set" if s.offline else f"{s.endpoint} cannot be reached"
+            raise HubError(f"{e}; {why}, so only the files in the cache are known") from None
     with progress_bars(progress) as bar:
         paths = tuple(_download(ref, f, commit, s, from_cache, bar) for f in wanted)
     _remember_ref(s, ref, commit)

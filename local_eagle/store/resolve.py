@@ -51,4 +51,5 @@ def resolve_name(ref: str, local: LocalStore | None = None, ollama: OllamaStore 
                 f"model {ref!r} not found: not in local-eagle's store ({local.root}; `local-eagle create`) "
                 f"nor in Ollama's ({ollama.root}; `ollama pull`)"
             ) from None
-        raise LocalEagleError(str(e).removeprefix(f"{ref}:1: FROM {ref}: ")) from None
+        lead = f"{ref}:1: FROM " + ("" if is_hub_name(ref) else f"{ref}: ")  # a Hub error starts with the name
+        raise LocalEagleError(str(e).removeprefix(lead)) from None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from conftest import DRAFTER_REPO, GATED_REPO, TARGET_REPO, FakeHub, TinyRepos
@@ -59,6 +60,16 @@ def test_create_from_and_draft_on_the_hub(hub: FakeHub, tmp_path: Path) -> None:
     n = len(hub.seen("cdn", "GET"))
     assert runner.invoke(app, ["create", "hubcyc2", "-f", str(mf)]).exit_code == 0
     assert len(hub.seen("cdn", "GET")) == n
+    drafters = Path(os.environ["LOCAL_EAGLE_MODELS"]) / "drafters"
+    assert len(list(drafters.glob("*.gguf"))) == 1  # converted once, kept in the store's cache
+
+
+def test_flag_errors_are_one_line(hub: FakeHub) -> None:
+    line = one_line_error(runner.invoke(app, ["generate", "-m", "hf.co/nobody/nothing", "-p", "hi"]))
+    assert line == "error: hf.co/nobody/nothing: no such repository (https://huggingface.co/nobody/nothing)"
+    args = ["generate", "-m", f"hf.co/{TARGET_REPO}", "-d", f"hf.co/{GATED_REPO}", "-p", "hi"]
+    line = one_line_error(runner.invoke(app, args))
+    assert line.startswith(f"error: --draft hf.co/{GATED_REPO}: access denied (401)")
 
 
 def test_model_and_draft_flags_take_hub_names(hub: FakeHub) -> None:

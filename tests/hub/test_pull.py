@@ -115,7 +115,8 @@ def test_offline_answers_from_the_cache(hub: FakeHub, tiny_repos: TinyRepos, mon
     assert len(hub.requests) == n  # not one request
     with pytest.raises(HubError) as e:
         pull(f"hf.co/{TARGET_REPO}:Q8_0")
-    assert "no GGUF matches the tag 'Q8_0'" in str(e.value)  # only what was fetched is known offline
+    assert "no GGUF matches the tag 'Q8_0'" in str(e.value)
+    assert str(e.value).endswith("HF_HUB_OFFLINE is set, so only the files in the cache are known")
     with pytest.raises(HubError, match="not in the cache .* HF_HUB_OFFLINE is set; pull it once online"):
         pull("hf.co/nobody/never-pulled")
 
