@@ -181,3 +181,18 @@ def test_drafters_command(tmp_path):
 def test_drafters_command_on_a_missing_file(tmp_path):
     r = CliRunner().invoke(app, ["drafters", str(tmp_path / "none.gguf")])
     assert r.exit_code == 2 and "Traceback" not in r.output
+
+
+def test_draft_option_auto(tmp_path, monkeypatch):
+    """--draft auto goes the way of a Modelfile's DRAFT auto."""
+    from local_eagle.cli.options import hub_draft
+    from local_eagle.ollama import modelfile
+    from local_eagle.testing.vram_fixtures import LLAMA31_8B_EAGLE3, write_drafter_gguf
+
+    target = write_shape_gguf(tmp_path / "l.gguf", replace(LLAMA31_8B, tokenizer=False))
+    drafter = write_drafter_gguf(tmp_path / "d.gguf", LLAMA31_8B_EAGLE3, tokenizer=False)
+    asked = []
+    monkeypatch.setattr(modelfile, "_from_hub", lambda value, what, at: asked.append(value) or drafter)
+    assert hub_draft(Path("auto"), target) == drafter
+    assert asked == ["hf.co/RedHatAI/Llama-3.1-8B-Instruct-speculator.eagle3"]
+    assert hub_draft(tmp_path / "other.gguf", target) == tmp_path / "other.gguf"
