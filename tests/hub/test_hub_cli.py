@@ -6,7 +6,7 @@ import json
 import os
 from pathlib import Path
 
-from conftest import DRAFTER_REPO, GATED_REPO, TARGET_REPO, FakeHub, TinyRepos
+from hubserver import DRAFTER_REPO, GATED_REPO, TARGET_REPO, FakeHub, TinyRepos
 from typer.testing import CliRunner
 
 from local_eagle.cli.app import app

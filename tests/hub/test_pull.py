@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import DRAFTER_REPO, GATED_REPO, TARGET_REPO, FakeHub, TinyRepos, target_files
+from hubserver import DRAFTER_REPO, GATED_REPO, TARGET_REPO, FakeHub, TinyRepos, target_files
 
 from local_eagle.hub.fetch import pull
 from local_eagle.hub.names import HubError
