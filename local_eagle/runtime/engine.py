@@ -20,7 +20,7 @@ from local_eagle.llamacpp.model import Context, ContextOptions, Model
 from local_eagle.runtime.drafter import Drafter, check_pair, read_spec
 from local_eagle.runtime.draftlen import DraftLengthPolicy
 from local_eagle.runtime.feed import DrafterFeed
-from local_eagle.runtime.lengths import PolicyHolder
+from local_eagle.runtime.lengths import PolicyHolder, TreeChoice
 from local_eagle.runtime.rounds import (
     STOP_CANCELLED,
     STOP_CONTEXT,
@@ -105,6 +105,7 @@ class Engine:
         # tree scores from the drafter's own probabilities (EAGLE-2); a SlotCalibration here learns acceptance by
         # probability instead, which scored no better on the Gemma pair (3.95 vs 4.19 tokens per 16-row call)
         self.tree_calibration: SlotCalibration | None = None
+        self.tree_choices: dict[TreeShape, TreeChoice] = {}  # adaptive trees: what each shape yielded, per shape
         if draft is not None:
             spec = read_spec(draft)
             check_pair(spec, self.model)
@@ -170,9 +171,11 @@ class Engine:
         server must be able to drop it (client gone, shutdown) before the first token; pieces end a stream
         at any other time. A cancelled prefill ends the stream with no text and stop reason "cancelled".
 
-        ``tree`` drafts a tree of that shape every round instead of a chain (fixed drafting only; the engine must be
-        opened with ``EngineOptions.tree_nodes`` at least its nodes). A target that cannot branch its cache
-        (recurrent, hybrid: ``tree_refusal`` says why) drafts chains of ``tree.depth`` instead.
+        ``tree`` drafts a tree of that shape every round instead of a chain (the engine must be opened with
+        ``EngineOptions.tree_nodes`` at least its nodes); with ``adaptive``, a round drafts that tree or the
+        policy's chain (or nothing), whichever the measured costs favour (``lengths.TreeChoice``: never on a CPU
+        whose calls cost in proportion to their rows). A target that cannot branch its cache (recurrent, hybrid:
+        ``tree_refusal`` says why) drafts chains instead.
         """
         tokens = self.tokenize(prompt) if isinstance(prompt, str) else np.asarray(prompt, dtype=np.int32)
         if len(tokens) == 0:
@@ -187,16 +190,14 @@ class Engine:
             raise LocalEagleError(f"draft max must be >= 0, got {draft_max}")
         adaptive = self.options.adaptive if adaptive is None else adaptive
         if tree is not None and self.drafter is not None:
-            if adaptive:
-                raise LocalEagleError("draft trees have a fixed shape: ask for fixed drafting (--fixed) with a tree")
             if self.tree_refusal is not None:
-                tree, draft_max = None, tree.depth
+                tree, draft_max = None, draft_max if adaptive else tree.depth
             elif tree.nodes > self.options.tree_nodes or tree.width > self.options.tree_width:
                 raise LocalEagleError(
                     f"a tree of {tree.nodes} nodes and width {tree.width} needs an engine opened for it (tree_nodes "
                     f"{self.options.tree_nodes}, tree_width {self.options.tree_width})"
                 )
-            else:
+            elif not adaptive:
                 draft_max = tree.nodes
         generation = Generation(
             self, tokens, max_tokens, sampling, draft_max if self.drafter is not None else 0, draft_p_min, stop or [],

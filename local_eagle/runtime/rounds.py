@@ -129,7 +129,7 @@ class Generation:
         self.text = TextStream(stop)
         self.output_tokens: list[int] = []
         self.stop_reason = ""
-        self.spec_stats = SpecStats.for_draft_max(draft_max)
+        self.spec_stats = SpecStats.for_draft_max(max(draft_max, 0 if tree is None else tree.nodes))
         self.spec_stats.adaptive = self.adaptive
         self.n_past = 0
         self.cancelled: Callable[[], bool] | None = None
@@ -225,7 +225,7 @@ class Generation:
 
     def round(self, last_token: int) -> list[int]:
         """One draft-verify round after ``last_token``; the tokens it adds (accepted drafts, then one more)."""
-        if self.trees is not None:
+        if self.trees is not None and self.trees.wanted():
             return self.trees.round(last_token)
         started = clock()
         observed = RoundStats()

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from local_eagle.runtime.draftlen import DraftLengthPolicy
+from local_eagle.runtime.lengths import TreeChoice
 from local_eagle.runtime.sampling import apply_repeat_penalty, probabilities
 from local_eagle.runtime.stats import RoundStats
 from local_eagle.runtime.tree import DraftTree, TreeShape, VerifyTree, children_slots, walk_greedy, walk_sampling
@@ -75,6 +77,20 @@ class TreeRounds:
         self.branched = 0  # drafter branch sequences in use this round
         self.calibration = gen.engine.tree_calibration  # the engine's: what earlier answers taught carries over
         self.quotas: list[int] | None = None  # sampling: nodes per depth, from the previous round's n best
+        # adaptive: the engine's choice between this shape and the policy's chains, learnt across answers
+        self.choice = gen.engine.tree_choices.setdefault(shape, TreeChoice(shape)) if gen.adaptive else None
+
+    def wanted(self) -> bool:
+        """Is this round a tree? Always when fixed; when adaptive, once the policy exists and costs favour it."""
+        if self.choice is None:
+            return True
+        policy = self.gen.lengths
+        if not isinstance(policy, DraftLengthPolicy) or not self.gen.feed.ready(self.gen.n_past):
+            return False
+        if self.choice.prefer_tree(policy):
+            return True
+        self.choice.chose_chain()
+        return False
 
     def round(self, last_token: int) -> list[int]:
         gen = self.gen
@@ -93,7 +109,12 @@ class TreeRounds:
         rows = [0, *path]
         gen.commit(last_token, accepted, None if features is None else features[rows], observed)
         observed.rollback_seconds += keep_seconds
-        gen.learn(observed, None, next_token, clock() - started)
+        if self.choice is None:
+            gen.learn(observed, None, next_token, clock() - started)
+        else:  # the chain policy learns the target's cost at these rows, not a chain it did not draft
+            assert isinstance(gen.lengths, DraftLengthPolicy)
+            gen.lengths.costs.add_verify(len(tree), observed.verify_seconds)
+            self.choice.observe(len(accepted), max(0.0, clock() - started - observed.verify_seconds))
         gen.spec_stats.observe(observed)
         gen.spec_stats.trace_trees.append((tree, path))
         return accepted
