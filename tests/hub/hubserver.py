@@ -17,6 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import unquote, urlsplit
 
 LFS_SUFFIXES = (".gguf", ".safetensors", ".bin")
+NO_TERMS_TOKEN = "hf_terms_not_accepted"  # a login that has not accepted a gated model's terms: 403
 
 
 def git_blob_sha(data: bytes) -> str:
@@ -161,6 +162,10 @@ class Handler(BaseHTTPRequestHandler):
         repo = self.hub.repos.get(repo_id)
         if repo is None:
             self._error(404, "RepoNotFound", "Repository not found", body)
+            return None
+        if repo.gated and self.headers.get("Authorization") == f"Bearer {NO_TERMS_TOKEN}":
+            msg = f"Access to model {repo_id} is restricted and you are not in the authorized list."
+            self._error(403, "GatedRepo", msg, body)
             return None
         if repo.gated and not auth:
             msg = f"Access to model {repo_id} is restricted. You must have access to it and be authenticated."

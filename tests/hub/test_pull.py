@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hubserver import DRAFTER_REPO, GATED_REPO, TARGET_REPO, FakeHub, TinyRepos, target_files
+from hubserver import DRAFTER_REPO, GATED_REPO, NO_TERMS_TOKEN, TARGET_REPO, FakeHub, TinyRepos, target_files
 
 from local_eagle.hub.fetch import pull
 from local_eagle.hub.names import HubError
@@ -74,6 +74,13 @@ def test_a_gated_repo_says_how_to_log_in(hub: FakeHub, monkeypatch: pytest.Monke
     later = hub.requests[denied:]
     assert all(r.auth for r in later if r.server == "hub")
     assert not any(r.auth for r in later if r.server == "cdn")  # the token never leaves the Hub
+
+
+def test_terms_not_accepted_is_a_403_with_the_same_advice(hub: FakeHub, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_TOKEN", NO_TERMS_TOKEN)
+    with pytest.raises(HubError) as e:
+        pull(f"hf.co/{GATED_REPO}")
+    assert "access denied (403)" in str(e.value) and f"https://huggingface.co/{GATED_REPO}" in str(e.value)
 
 
 def test_a_missing_repo_is_one_line(hub: FakeHub) -> None:
