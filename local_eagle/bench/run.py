@@ -41,7 +41,8 @@ class DraftSetting:
     @property
     def label(self) -> str:
         if self.tree is not None:
-            return f"tree {self.tree.nodes} (d{self.tree.depth} w{self.tree.width})"
+            tree = f"tree {self.tree.nodes} (d{self.tree.depth} w{self.tree.width})"
+            return f"auto<={self.draft_max} or {tree}" if self.adaptive else tree
         return f"auto<={self.draft_max}" if self.adaptive else str(self.draft_max)
 
 

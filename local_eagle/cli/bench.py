@@ -46,8 +46,9 @@ def bench(
         list[int] | None,
         typer.Option(
             "--tree",
-            help="Draft trees of N nodes per target call (repeatable; with --fixed): EAGLE-2's dynamic tree, the "
-            "N best of the drafter's expansions verified in one call.",
+            help="Draft trees of N nodes per target call (repeatable): EAGLE-2's dynamic tree, the N best of the "
+            "drafter's expansions verified in one call; every round with --fixed, else when the measured costs "
+            "favour it over the adaptive policy's chains (up to 8 drafts).",
         ),
     ] = None,
     tree_depth: Annotated[
@@ -80,11 +81,9 @@ def bench(
     for value in draft_max or ([] if tree else [AUTO]):
         n = parse_draft_max(value)
         settings.append(DraftSetting(AUTO_DRAFT_MAX, True) if n is None else DraftSetting(n, not fixed))
-    if tree and not fixed:
-        raise LocalEagleError("--tree drafts trees of a fixed shape: add --fixed")
     for nodes in tree or []:
         shape = TreeShape.for_nodes(nodes, tree_depth, tree_width)
-        settings.append(DraftSetting(nodes, False, shape))
+        settings.append(DraftSetting(nodes, False, shape) if fixed else DraftSetting(AUTO_DRAFT_MAX, True, shape))
     shapes = [s.tree for s in settings if s.tree is not None]
     load = LoadOptions(
         ctx, gpu_layers, threads, max(s.draft_max for s in settings), ctx_beyond_training,

@@ -48,7 +48,7 @@ def test_bench_tree_table(pair):
 
 @pytest.mark.parametrize(
     ("args", "needle"),
-    [(["--tree", "4"], "add --fixed"), (["--tree", "0", "--fixed"], "tree nodes must be between 1 and 255"),
+    [(["--tree", "0", "--fixed"], "tree nodes must be between 1 and 255"),
      (["--tree", "4", "--tree-width", "99", "--fixed"], "tree width must be between 1 and 64")],
 )  # fmt: skip
 def test_bench_tree_flags_are_checked(pair, args, needle):
@@ -57,3 +57,16 @@ def test_bench_tree_flags_are_checked(pair, args, needle):
     assert r.exit_code != 0
     assert needle in r.output
     assert "Traceback" not in r.output
+
+
+def test_bench_adaptive_tree_setting(pair):
+    """Without --fixed a tree is an option the adaptive rounds take only where the measured costs favour it."""
+    d, target, draft = pair
+    r = runner.invoke(
+        app, ["bench", "-m", str(target), "-d", str(draft), "--prompts", _prompts(d), "-n", "24", "--tree", "15",
+              "--json", "--threads", "1"],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    (row,) = json.loads(r.output)
+    assert row["adaptive"] and row["tree_nodes"] == 15 and row["draft_max"] == 8 and row["identical"]
+    assert 1.0 <= row["mean_verify_rows"] <= 16
