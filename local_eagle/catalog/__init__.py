@@ -3,16 +3,20 @@
 A drafter fits a model when the model's GGUF has the shape its target had: the architecture,
 ``embedding_length``, ``block_count`` and vocabulary size read from the header, not the file's
 name, since a fine-tune or a renamed file keeps the shape and a different size of the same family
-does not. The best fit is an EAGLE 3.1 drafter before an EAGLE 3 one (3.1's per-chunk FC norm and
-post-norm feedback keep acceptance up at deeper draft steps), then the row's ``preference``: 1 for
-the drafter the target's engines test with or its makers publish, larger for mirrors and
-alternatives. Rows llama.cpp's eagle3 graph cannot run (``unsupported``) are listed, never picked.
+does not. Shapes are shared, though (Llama 3.1 8B and DeepSeek-R1-Distill-Llama-8B), and a drafter
+trained on its own target's outputs drafts that target best, so among the fits the order is: a
+drafter whose target's name appears in the GGUF's ``general.name`` or file name, then EAGLE 3.1
+before EAGLE 3 (3.1's per-chunk FC norm and post-norm feedback keep acceptance up at deeper draft
+steps), then the row's ``preference``: 1 for the drafter the target's engines test with or its
+makers publish, larger for mirrors and alternatives. Rows llama.cpp's eagle3 graph cannot run
+(``unsupported``) are listed, never picked.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -75,8 +79,19 @@ class Drafter:
                 return f"{what} {got}, {t.repo} has {want}"
         return None
 
-    def rank(self) -> tuple[bool, bool, int, str]:
-        return (not self.supported, self.eagle_version != "3.1", self.preference, self.repo)
+    def names_match(self, info: ModelInfo) -> bool:
+        """Whether the target's name (``Llama-3.1-8B-Instruct``) shows in the GGUF's name or file name."""
+        want = _squash(self.target.repo.split("/")[-1])
+        return any(want in _squash(text) for text in (info.name or "", info.path.stem))
+
+    def rank(self, info: ModelInfo | None = None) -> tuple[bool, bool, bool, int, str]:
+        named = info is not None and self.names_match(info)
+        return (not self.supported, not named, self.eagle_version != "3.1", self.preference, self.repo)
+
+
+def _squash(text: str) -> str:
+    """Letters and digits only, lower case: ``Meta Llama 3.1 8B Instruct`` and ``Llama-3.1-8B-Instruct`` compare."""
+    return re.sub(r"[^a-z0-9]", "", text.lower())
 
 
 def _need(row: dict[str, Any], key: str, kind: type, where: str) -> Any:
@@ -143,7 +158,8 @@ def fitting(info: ModelInfo, rows: tuple[Drafter, ...] | list[Drafter] | None = 
     """The drafters whose target has ``info``'s shape, best first."""
     if info.is_drafter:
         raise LocalEagleError(f"{info.path}: is an eagle3 drafter; drafters fit a target model's GGUF")
-    return sorted((d for d in (rows if rows is not None else catalog()) if d.mismatch(info) is None), key=Drafter.rank)
+    fits = [d for d in (rows if rows is not None else catalog()) if d.mismatch(info) is None]
+    return sorted(fits, key=lambda d: d.rank(info))
 
 
 def near_misses(info: ModelInfo, rows: tuple[Drafter, ...] | list[Drafter] | None = None) -> list[tuple[Drafter, str]]:

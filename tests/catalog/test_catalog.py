@@ -41,18 +41,37 @@ def test_every_row_has_a_source_and_a_target():
 def test_each_target_shape_matches_its_rows(tmp_path, key):
     t = TARGETS[key]
     info = read_model_info(shape_gguf(tmp_path, t.arch, t.hidden_size, t.layers, t.vocab, "renamed-anything"))
-    got = [d.repo for d in fitting(info)]
-    assert got == [d.repo for d in sorted((d for d in ROWS if d.target.key == key), key=lambda d: d.rank())]
-    assert all(d.target.key == key for d in fitting(info))  # no other target has the same shape
+    same_shape = [d for d in ROWS if (d.target.arch, d.target.hidden_size, d.target.layers, d.target.vocab)
+                  == (t.arch, t.hidden_size, t.layers, t.vocab)]  # fmt: skip
+    assert [d.repo for d in fitting(info)] == [d.repo for d in sorted(same_shape, key=lambda d: d.rank(info))]
+    assert any(d.target.key == key for d in fitting(info))
+
+
+@pytest.mark.parametrize(
+    ("name", "first_target"),
+    [
+        ("DeepSeek R1 Distill Llama 8B", "deepseek-ai/DeepSeek-R1-Distill-Llama-8B"),
+        ("Meta Llama 3.1 8B Instruct", "meta-llama/Llama-3.1-8B-Instruct"),
+    ],
+)
+def test_a_shared_shape_is_ordered_by_the_ggufs_name(tmp_path, name, first_target):
+    """Llama 3.1 8B and the R1 Llama distill share a shape: both drafters fit, the one for the named model first."""
+    info = read_model_info(shape_gguf(tmp_path, "llama", 4096, 32, 128256, name))
+    fits = fitting(info)
+    assert {d.target.repo for d in fits} == {"deepseek-ai/DeepSeek-R1-Distill-Llama-8B",
+                                             "meta-llama/Llama-3.1-8B-Instruct"}  # fmt: skip
+    assert fits[0].target.repo == first_target and best(info) is fits[0]
 
 
 def test_llama31_8b_header(tmp_path):
-    """The shape-only Llama-3.1-8B GGUF (as vram_fixtures writes it) gets the Llama 3.1 8B drafters; 3.1 first."""
+    """The shape-only Llama-3.1-8B GGUF (as vram_fixtures writes it) gets the Llama 3.1 8B drafters first."""
     info = read_model_info(write_shape_gguf(tmp_path / "l.gguf", replace(LLAMA31_8B, tokenizer=False)))
     fits = fitting(info)
     assert {d.repo for d in fits} >= {"RedHatAI/Llama-3.1-8B-Instruct-speculator.eagle3",
                                       "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"}  # fmt: skip
-    assert all(d.target.repo == "meta-llama/Llama-3.1-8B-Instruct" for d in fits)
+    # named "Llama-3.1-8B-Instruct Q4_K_M": its own drafters first, the same-shape R1 distill's after them
+    n_own = sum(d.target.repo == "meta-llama/Llama-3.1-8B-Instruct" for d in fits)
+    assert all(d.target.repo == "meta-llama/Llama-3.1-8B-Instruct" for d in fits[:n_own])
     assert best(info) is fits[0]
 
 
