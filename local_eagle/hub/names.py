@@ -89,13 +89,20 @@ def is_checkpoint(files: list[str]) -> bool:
 
 
 def checkpoint_files(files: list[str]) -> list[str]:
-    """The files of a checkpoint repository the converter reads: config.json, the weights and their index."""
-    keep = [
-        f
-        for f in files
-        if "/" not in f and (f == "config.json" or f.endswith(WEIGHT_SUFFIXES) or f.endswith(".index.json"))
-    ]
-    return sorted(keep)
+    """The files of a checkpoint repository the converter reads (``converters.formats.weight_files``): config.json
+    and model.safetensors, else an index and the shards beside it, else pytorch_model.bin; never a repository's
+    other .bin files (training arguments, optimizer states)."""
+    top = set(f for f in files if "/" not in f)
+    for single in ("model.safetensors",):
+        if single in top:
+            return ["config.json", single]
+    for index, suffix in (("model.safetensors.index.json", ".safetensors"), ("pytorch_model.bin.index.json", ".bin")):
+        if index in top:
+            prefix = index.split(".", 1)[0]
+            return ["config.json", index, *sorted(f for f in top if f.startswith(prefix) and f.endswith(suffix))]
+    if "pytorch_model.bin" in top:
+        return ["config.json", "pytorch_model.bin"]
+    return ["config.json", *sorted(f for f in top if f.endswith(".safetensors"))]
 
 
 def _ggufs(files: list[str]) -> dict[str, list[str]]:

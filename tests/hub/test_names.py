@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from local_eagle.hub.names import HubError, HubRef, gguf_tags, is_checkpoint, is_hub_name, parse_hub_name, pick_gguf
+from local_eagle.hub.names import (
+    HubError,
+    HubRef,
+    checkpoint_files,
+    gguf_tags,
+    is_checkpoint,
+    is_hub_name,
+    parse_hub_name,
+    pick_gguf,
+)
 
 FILES = [
     "README.md",
@@ -90,3 +99,13 @@ def test_checkpoints_are_recognised() -> None:
     assert is_checkpoint(["config.json", "pytorch_model.bin"])
     assert not is_checkpoint(["config.json", "README.md"])
     assert not is_checkpoint(["sub/config.json", "sub/model.safetensors"])
+
+
+def test_a_checkpoint_brings_only_what_the_converter_reads() -> None:
+    extra = ["README.md", "training_args.bin", "optimizer.bin"]
+    assert checkpoint_files(["config.json", "model.safetensors", *extra]) == ["config.json", "model.safetensors"]
+    assert checkpoint_files(["config.json", "pytorch_model.bin", *extra]) == ["config.json", "pytorch_model.bin"]
+    shards = ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
+    assert checkpoint_files(["config.json", "model.safetensors.index.json", *shards, *extra]) == [
+        "config.json", "model.safetensors.index.json", *shards
+    ]  # fmt: skip
