@@ -92,10 +92,9 @@ def checkpoint_files(files: list[str]) -> list[str]:
     """The files of a checkpoint repository the converter reads (``converters.formats.weight_files``): config.json
     and model.safetensors, else an index and the shards beside it, else pytorch_model.bin; never a repository's
     other .bin files (training arguments, optimizer states)."""
-    top = set(f for f in files if "/" not in f)
-    for single in ("model.safetensors",):
-        if single in top:
-            return ["config.json", single]
+    top = {f for f in files if "/" not in f}
+    if "model.safetensors" in top:
+        return ["config.json", "model.safetensors"]
     for index, suffix in (("model.safetensors.index.json", ".safetensors"), ("pytorch_model.bin.index.json", ".bin")):
         if index in top:
             prefix = index.split(".", 1)[0]
