@@ -208,14 +208,14 @@ def hub_error(ref: HubRef, e: Exception, s: HubSettings, filename: str | None = 
     if isinstance(e, GatedRepoError) or status in (401, 403):
         return HubError(
             f"{ref.name}: access denied ({status}); log in with `hf auth login` (the former `huggingface-cli login`) "
-            f"or set HF_TOKEN, and accept the model's terms at {ref.url}"
+            f"or set HF_TOKEN, and accept the model's terms at {s.endpoint}/{ref.repo_id}"
         )
     if isinstance(e, RevisionNotFoundError):
         return HubError(f"{ref.name}: no revision {ref.revision!r} in {ref.repo_id}")
     if isinstance(e, RemoteEntryNotFoundError):
         return HubError(f"{ref.name}: {filename or 'a file'} is gone from {ref.repo_id}; pull again")
     if status == 404:
-        return HubError(f"{ref.name}: no such repository ({ref.url})")
+        return HubError(f"{ref.name}: no such repository ({s.endpoint}/{ref.repo_id})")
     first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     return HubError(f"{ref.name}: {s.endpoint} answered {status}: {first}")
 

@@ -50,11 +50,6 @@ class HubRef:
         text = f"hf.co/{self.repo_id}" + (f":{self.tag}" if self.tag else "")
         return text + (f"@{self.revision}" if self.revision != DEFAULT_REVISION else "")
 
-    @property
-    def url(self) -> str:
-        """The repository's page, where its terms are accepted."""
-        return f"https://huggingface.co/{self.repo_id}"
-
 
 def is_hub_name(value: str) -> bool:
     """True when ``value`` starts like a Hub name (``hf.co/`` or ``huggingface.co/``), well formed or not."""

@@ -35,7 +35,7 @@ def test_pull_errors_are_one_line(hub: FakeHub) -> None:
     line = one_line_error(runner.invoke(app, ["pull", "hf.co/nobody/nothing"]))
     assert "no such repository" in line
     line = one_line_error(runner.invoke(app, ["pull", f"hf.co/{GATED_REPO}"]))
-    assert "hf auth login" in line and f"https://huggingface.co/{GATED_REPO}" in line
+    assert "hf auth login" in line and f"{hub.endpoint}/{GATED_REPO}" in line
     line = one_line_error(runner.invoke(app, ["pull", f"hf.co/{TARGET_REPO}:Q6_K"]))
     assert "the repository has: Q2_K, Q4_K_M, Q8_0" in line
     assert "pull takes a Hugging Face name" in one_line_error(runner.invoke(app, ["pull", "llama3.1:8b"]))
@@ -66,7 +66,7 @@ def test_create_from_and_draft_on_the_hub(hub: FakeHub, tmp_path: Path) -> None:
 
 def test_flag_errors_are_one_line(hub: FakeHub) -> None:
     line = one_line_error(runner.invoke(app, ["generate", "-m", "hf.co/nobody/nothing", "-p", "hi"]))
-    assert line == "error: hf.co/nobody/nothing: no such repository (https://huggingface.co/nobody/nothing)"
+    assert line == f"error: hf.co/nobody/nothing: no such repository ({hub.endpoint}/nobody/nothing)"
     args = ["generate", "-m", f"hf.co/{TARGET_REPO}", "-d", f"hf.co/{GATED_REPO}", "-p", "hi"]
     line = one_line_error(runner.invoke(app, args))
     assert line.startswith(f"error: --draft hf.co/{GATED_REPO}: access denied (401)")
@@ -86,9 +86,7 @@ def test_a_checkpoint_as_from_is_one_line(hub: FakeHub, tmp_path: Path) -> None:
     assert f"FROM hf.co/{DRAFTER_REPO} is a drafter checkpoint, not a GGUF model" in line
     mf.write_text("FROM hf.co/nobody/nothing\n")
     line = one_line_error(runner.invoke(app, ["create", "bad", "-f", str(mf)]))
-    assert line.endswith(
-        "Modelfile:1: FROM hf.co/nobody/nothing: no such repository (https://huggingface.co/nobody/nothing)"
-    )
+    assert line.endswith(f"Modelfile:1: FROM hf.co/nobody/nothing: no such repository ({hub.endpoint}/nobody/nothing)")
 
 
 def test_a_name_ollama_pulled_is_read_from_its_store(hub: FakeHub, tiny_repos: TinyRepos, tmp_path: Path,

@@ -67,7 +67,7 @@ def test_a_gated_repo_says_how_to_log_in(hub: FakeHub, monkeypatch: pytest.Monke
         pull(f"hf.co/{GATED_REPO}")
     msg = str(e.value)
     assert "\n" not in msg and "access denied (401)" in msg and "hf auth login" in msg and "HF_TOKEN" in msg
-    assert f"accept the model's terms at https://huggingface.co/{GATED_REPO}" in msg
+    assert f"accept the model's terms at {hub.endpoint}/{GATED_REPO}" in msg
     denied = len(hub.requests)
     monkeypatch.setenv("HF_TOKEN", "hf_test_token")
     assert pull(f"hf.co/{GATED_REPO}").path.name == "gated-Q4_K_M.gguf"
@@ -80,13 +80,13 @@ def test_terms_not_accepted_is_a_403_with_the_same_advice(hub: FakeHub, monkeypa
     monkeypatch.setenv("HF_TOKEN", NO_TERMS_TOKEN)
     with pytest.raises(HubError) as e:
         pull(f"hf.co/{GATED_REPO}")
-    assert "access denied (403)" in str(e.value) and f"https://huggingface.co/{GATED_REPO}" in str(e.value)
+    assert "access denied (403)" in str(e.value) and f"{hub.endpoint}/{GATED_REPO}" in str(e.value)
 
 
 def test_a_missing_repo_is_one_line(hub: FakeHub) -> None:
     with pytest.raises(HubError) as e:
         pull("hf.co/nobody/nothing-GGUF")
-    assert str(e.value) == "hf.co/nobody/nothing-GGUF: no such repository (https://huggingface.co/nobody/nothing-GGUF)"
+    assert str(e.value) == f"hf.co/nobody/nothing-GGUF: no such repository ({hub.endpoint}/nobody/nothing-GGUF)"
 
 
 def test_a_missing_tag_lists_the_tags(hub: FakeHub) -> None:
@@ -159,3 +159,22 @@ def test_the_bars_take_what_huggingface_hub_reports(enabled: bool) -> None:
                 ))  # fmt: skip
             if enabled:
                 assert rep.reconstruction_bar is rep.transfer_bar and rep.reconstruction_bar.total == 100
+
+
+def test_the_advice_names_the_hub_page(tmp_path: Path) -> None:
+    """With the default endpoint, the page to log in and accept the terms at is huggingface.co's."""
+    from types import SimpleNamespace
+
+    from local_eagle.hub.fetch import DEFAULT_ENDPOINT, HubSettings, hub_error
+    from local_eagle.hub.names import parse_hub_name
+
+    s = HubSettings(DEFAULT_ENDPOINT, tmp_path, offline=False)
+    ref = parse_hub_name("hf.co/meta-llama/Llama-3.2-1B:Q4_K_M")
+    denied = Exception("401 Client Error")
+    denied.response = SimpleNamespace(status_code=401)  # type: ignore[attr-defined]
+    msg = str(hub_error(ref, denied, s))
+    assert msg == (
+        "hf.co/meta-llama/Llama-3.2-1B:Q4_K_M: access denied (401); log in with `hf auth login` (the former "
+        "`huggingface-cli login`) or set HF_TOKEN, and accept the model's terms at "
+        "https://huggingface.co/meta-llama/Llama-3.2-1B"
+    )
