@@ -64,6 +64,9 @@ def bench(
     gpu_layers: GpuOpt = -1,
     threads: ThreadsOpt = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON rows.")] = False,
+    plot: Annotated[
+        Path | None, typer.Option("--plot", help="Also draw tokens per target call against rows per call (PNG).")
+    ] = None,
 ) -> None:
     """Greedy baseline vs speculative decoding in one process: speedup, acceptance, chosen draft lengths, costs.
 
@@ -76,6 +79,11 @@ def bench(
 
     if limit is not None and limit < 1:
         raise LocalEagleError(f"--limit must be at least 1 (prompts to use), got {limit}")
+    if plot is not None:
+        from local_eagle.files import check_output_file
+
+        inputs = [("target GGUF", model), ("drafter GGUF", draft), ("prompts file", prompts)]
+        check_output_file(plot, "--plot", inputs)
     texts = read_prompts(prompts)[:limit]
     settings = []
     for value in draft_max or ([] if tree else [AUTO]):
@@ -94,6 +102,10 @@ def bench(
         if shapes and engine.tree_refusal is not None:
             err.print(f"no draft trees for this target ({engine.tree_refusal}): its tree rows draft chains instead")
         rows = run_bench(engine, texts, settings, max_tokens=n_tokens, draft_p_min=draft_p_min, progress=not as_json)
+    if plot is not None:
+        from local_eagle.bench.plot import plot_rows
+
+        plot_rows(rows, plot, f"{model.name} + {draft.name}: greedy, {len(texts)} prompts x {max_tokens} tokens")
     if as_json:
         print(json.dumps([r.to_dict() for r in rows]))
     else:

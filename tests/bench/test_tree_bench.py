@@ -70,3 +70,16 @@ def test_bench_adaptive_tree_setting(pair):
     (row,) = json.loads(r.output)
     assert row["adaptive"] and row["tree_nodes"] == 15 and row["draft_max"] == 8 and row["identical"]
     assert 1.0 <= row["mean_verify_rows"] <= 16
+
+
+def test_bench_plot_draws_chains_and_trees(pair, tmp_path):
+    d, target, draft = pair
+    out = tmp_path / "plot.png"
+    r = runner.invoke(
+        app, ["bench", "-m", str(target), "-d", str(draft), "--prompts", _prompts(d), "-n", "16", "--fixed",
+              "--draft-max", "3", "--tree", "3", "--tree", "7", "--json", "--threads", "1", "--plot", str(out)],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 5000
+    r = runner.invoke(app, ["bench", "-m", str(target), "-d", str(draft), "--prompts", _prompts(d), "--plot", str(d)])
+    assert r.exit_code != 0 and "is a directory" in r.output
