@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
 
+import pytest
 from hubserver import DRAFTER_REPO, GATED_REPO, TARGET_REPO, FakeHub, TinyRepos
 from typer.testing import CliRunner
 
@@ -41,7 +43,12 @@ def test_pull_errors_are_one_line(hub: FakeHub) -> None:
     assert "pull takes a Hugging Face name" in one_line_error(runner.invoke(app, ["pull", "llama3.1:8b"]))
 
 
-def test_create_from_and_draft_on_the_hub(hub: FakeHub, tmp_path: Path) -> None:
+def test_create_from_and_draft_on_the_hub(
+    hub: FakeHub, tiny_repos: TinyRepos, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the target's download is cut short once and resumes (small chunks: huggingface_hub keeps whole ones)
+    monkeypatch.setattr("huggingface_hub.constants.DOWNLOAD_CHUNK_SIZE", 64 * 1024)
+    hub.cut["cycle-Q4_K_M.gguf"] = 4 * 64 * 1024
     mf = tmp_path / "Modelfile"
     mf.write_text(
         f"FROM hf.co/{TARGET_REPO}\nDRAFT hf.co/{DRAFTER_REPO}\nPARAMETER temperature 0\nPARAMETER num_predict 12\n"
@@ -50,6 +57,8 @@ def test_create_from_and_draft_on_the_hub(hub: FakeHub, tmp_path: Path) -> None:
     r = runner.invoke(app, ["create", "hubcyc", "-f", str(mf)])
     assert r.exit_code == 0, r.output
     assert "success: created hubcyc:latest" in r.output and "cycle-Q4_K_M.gguf" in r.output
+    sha = hashlib.sha256(tiny_repos.target).hexdigest()
+    assert [r.range is not None for r in hub.seen("cdn", "GET") if r.path.endswith(sha)] == [False, True]
     shown = runner.invoke(app, ["show", "hubcyc", "--modelfile"]).stdout
     assert "cycle-Q4_K_M.gguf" in shown and "DRAFT " in shown
     r = runner.invoke(app, ["generate", "-m", "hubcyc", "-p", "hi", "--json"])
