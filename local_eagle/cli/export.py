@@ -55,6 +55,7 @@ def export(
         return
     out.print(
         f"wrote [bold]{escape(str(res.outdir))}[/] ({human_bytes(res.nbytes)}): EAGLE {res.eagle_version} drafter "
-        f"as a {res.format} checkpoint, target layers {res.target_layers}, draft vocab {res.draft_vocab_size}",
+        f"as a checkpoint in the {res.format} format, target layers {res.target_layers}, "
+        f"draft vocab {res.draft_vocab_size}",
         highlight=False,
     )

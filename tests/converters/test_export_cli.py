@@ -20,7 +20,7 @@ def test_export_command(target_gguf, checkpoint_factory, tmp_path):
     assert read_checkpoint(tmp_path / "out").format == "eagle3"
     r = CliRunner().invoke(app, ["export", str(g), "-o", str(tmp_path / "spec")])
     assert r.exit_code == 0, r.output
-    assert "EAGLE 3.1 drafter as a speculators checkpoint" in " ".join(r.output.split())
+    assert "EAGLE 3.1 drafter as a checkpoint in the speculators format" in " ".join(r.output.split())
 
 
 def test_export_refuses_a_target_in_one_line(target_gguf, tmp_path):
