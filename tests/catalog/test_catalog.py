@@ -215,3 +215,28 @@ def test_draft_option_auto(tmp_path, monkeypatch):
     assert hub_draft(Path("auto"), target) == drafter
     assert asked == ["hf.co/RedHatAI/Llama-3.1-8B-Instruct-speculator.eagle3"]
     assert hub_draft(tmp_path / "other.gguf", target) == tmp_path / "other.gguf"
+
+
+def test_drafters_for_an_ollama_model_name(tmp_path, monkeypatch):
+    """MODEL may be a name of Ollama's store; its GGUF's header decides, and its general.name orders shared shapes."""
+    from gguf import GGUFWriter
+
+    from local_eagle.testing.ollama_store import write_model
+
+    header = tmp_path / "header.gguf"
+    w = GGUFWriter(header, "llama")
+    w.add_name("DeepSeek R1 Distill Llama 8B")
+    for key, value in (("embedding_length", 4096), ("block_count", 32), ("vocab_size", 128256)):
+        w.add_uint32(f"llama.{key}", value)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    w.close()
+    store = tmp_path / "ollama"
+    write_model(store, "deepseek-r1", header, tag="8b-llama-distill-q4_K_M")
+    monkeypatch.setenv("OLLAMA_MODELS", str(store))
+    r = CliRunner().invoke(app, ["drafters", "deepseek-r1:8b-llama-distill-q4_K_M", "--json"])
+    assert r.exit_code == 0, r.output
+    fits = json.loads(r.stdout)["fits"]
+    assert fits[0]["drafter"] == "hf.co/yuhuili/EAGLE3-DeepSeek-R1-Distill-LLaMA-8B" and fits[0]["best"]
+    assert "deepseek-r1:8b-llama-distill-q4_K_M" in fits[0]["ollama"]
