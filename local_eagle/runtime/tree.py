@@ -191,8 +191,23 @@ class DraftTree:
             rank = self.ranks[node]
             if rank + 1 < len(siblings):
                 offer(siblings[rank + 1])
-        chosen.sort(key=lambda i: (self.depths[i], i))
-        return VerifyTree.from_nodes(self, chosen)
+        return VerifyTree.from_nodes(self, self._rows(chosen))
+
+    def _rows(self, chosen: list[int]) -> list[int]:
+        """The verify's row order: the first-slot chain from the root, then the other nodes by depth.
+
+        Every sequence's rows stay in position order (llama.cpp requires it), and when the target accepts a
+        prefix of the drafter's first choices (most rounds), the cells kept are contiguous, followed by the
+        cells freed: the next rows fill those in position order, so the cache is laid out as a plain decode
+        would lay it out and attention sums in the same order (a hole before kept cells makes later rows sum
+        over cells in another order, float noise that can part the texts at a near-tie).
+        """
+        keep = set(chosen)
+        main = [0]
+        while self.children[main[-1]] and self.children[main[-1]][0] in keep:
+            main.append(self.children[main[-1]][0])
+        on_main = set(main)
+        return main + sorted((i for i in chosen if i not in on_main), key=lambda i: (self.depths[i], i))
 
     def select_by_depth(self, quotas: list[int]) -> VerifyTree:
         """The root and, depth by depth, the best nodes (closed under parents and earlier siblings) up to that
@@ -219,14 +234,15 @@ class DraftTree:
             carry = room - len(level)
             if not level:
                 break
-            chosen += sorted(level)
+            chosen += level
             previous = level
-        return VerifyTree.from_nodes(self, chosen)
+        return VerifyTree.from_nodes(self, self._rows(chosen))
 
 
 @dataclass
 class VerifyTree:
-    """The rows of one tree verify: row 0 the root, ancestors before descendants (by depth).
+    """The rows of one tree verify: row 0 the root, every row after its parent, each sequence's rows in position
+    order (:meth:`DraftTree._rows`).
 
     ``parents`` and ``children`` are row indices; ``children[r]`` in slot order; ``nodes`` maps rows back to
     the draft tree's ids.

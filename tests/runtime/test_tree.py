@@ -34,6 +34,12 @@ def test_nodes_parents_depths_scores():
         t.add_children(1, [9], [0.0])
 
 
+def test_rows_put_the_first_choice_chain_first():
+    v = _tree().select(100)
+    assert v.nodes[:4] == [0, 1, 4, 7]  # root, a, d, g: the cells kept when the first choices are accepted
+    assert v.nodes[4:] == [2, 3, 5, 6]
+
+
 def test_best_n_selection_is_the_n_best_and_connected():
     t = _tree()
     # cumulative: a .6, d .33, b .3, f .27, g .264, e .21, c .1
@@ -44,7 +50,10 @@ def test_best_n_selection_is_the_n_best_and_connected():
         assert set(v.nodes) == {0} | want, n
         assert v.drafted == n
         assert all(v.depths[v.parents[r]] == v.depths[r] - 1 for r in range(1, len(v)))
-        assert list(v.depths) == sorted(v.depths)  # ancestors first
+        assert all(v.parents[r] < r for r in range(1, len(v)))  # every row after its parent
+        for seq in range(len(v.leaves())):  # each sequence's rows in position order (llama.cpp's rule)
+            depths = [int(v.depths[r]) for r in range(len(v)) if seq in v.seq_ids()[r]]
+            assert depths == sorted(depths)
     v = t.select(100)
     assert len(v) == len(t)
 
@@ -223,8 +232,8 @@ def test_outcomes_are_the_children_the_target_judged():
 def test_selection_by_depth_quotas():
     t = _tree()
     v = t.select_by_depth([2, 2])
-    assert v.nodes == [0, 1, 2, 4, 6]  # depth 1: a, b; depth 2: d (.33), f (.27) ahead of e (.21)
+    assert v.nodes == [0, 1, 4, 2, 6]  # depth 1: a, b; depth 2: d (.33), f (.27) ahead of e (.21); a-d first
     assert v.quotas() == [2, 2]
-    assert t.select_by_depth([1, 5, 1]).nodes == [0, 1, 4, 5, 7]  # only a's children can follow a; g after d
+    assert set(t.select_by_depth([1, 5, 1]).nodes) == {0, 1, 4, 5, 7}  # only a's children follow a; g after d
     assert t.select_by_depth([0, 3]).nodes == [0]  # nothing below an empty depth
     assert t.select(6).quotas() == [2, 3, 1]
