@@ -8,8 +8,10 @@ already has are left out, because two versions of one package stop an offline in
 from __future__ import annotations
 
 import re
+import tomllib
 from dataclasses import dataclass
 from importlib import metadata
+from pathlib import Path
 
 try:
     from packaging.markers import default_environment
@@ -47,6 +49,22 @@ GPU_IMAGE_PACKAGES = frozenset(
 ROOT_EXTRAS = ("serve",)
 TEST_TOOLS = ("pytest", "hypothesis", "scipy", "pexpect", "ollama", "openai", "httpx")
 SKIP = frozenset({"local-eagle", "llama-cpp-python", "torch"})
+# shipped although the image has them: the image's huggingface_hub (1.33.0 in the 2026-11 pip list) is a major
+# version behind the one the Hub tests run against here
+ALWAYS = frozenset({"huggingface-hub"})
+
+
+PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
+
+
+def _own_requirements(extras: tuple[str, ...]) -> list[str]:
+    """local-eagle's requirements from its pyproject.toml, the source of truth: an editable install's metadata
+    keeps the requirements it had when it was installed."""
+    project = tomllib.loads(PYPROJECT.read_text())["project"]
+    lines = list(project.get("dependencies", []))
+    for extra in extras:
+        lines += [f"{r}; extra == '{extra}'" for r in project.get("optional-dependencies", {}).get(extra, [])]
+    return lines
 
 
 def normalize(name: str) -> str:
@@ -87,14 +105,19 @@ def closure(roots: list[tuple[str, tuple[str, ...]]], python_version: str = "3.1
         if key in done:
             continue
         done.add(key)
-        try:
-            dist = metadata.distribution(name)
-        except metadata.PackageNotFoundError:
-            raise LookupError(
-                f"{name} is not installed here (make the kit from an environment with local-eagle[dev])"
-            ) from None
-        seen[name] = Pin(name, dist.version)
-        for line in dist.requires or []:
+        if name == "local-eagle" and PYPROJECT.is_file():
+            seen[name] = Pin(name, "source")
+            requires = _own_requirements(extras)
+        else:
+            try:
+                dist = metadata.distribution(name)
+                seen[name] = Pin(name, dist.version)
+                requires = dist.requires or []
+            except metadata.PackageNotFoundError:
+                raise LookupError(
+                    f"{name} is not installed here (make the kit from an environment with local-eagle[dev])"
+                ) from None
+        for line in requires:
             try:
                 req = Requirement(line)
             except InvalidRequirement:
@@ -107,4 +130,5 @@ def closure(roots: list[tuple[str, tuple[str, ...]]], python_version: str = "3.1
 def wheels_needed(python_version: str = "3.12", present: frozenset[str] = GPU_IMAGE_PACKAGES) -> list[Pin]:
     """The pins to download as wheels for the GPU machine."""
     roots = [("local-eagle", ROOT_EXTRAS), ("llama-cpp-python", ()), *((t, ()) for t in TEST_TOOLS)]
-    return [p for p in closure(roots, python_version) if p.name not in SKIP and p.name not in present]
+    return [p for p in closure(roots, python_version)
+            if p.name not in SKIP and (p.name not in present or p.name in ALWAYS)]  # fmt: skip
