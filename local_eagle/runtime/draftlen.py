@@ -390,6 +390,11 @@ class DraftLengthPolicy:
         cap = max(self.probe_max, math.ceil(cost / self.probe_budget))
         return max(cap, self.probe_idle_max) if self._hopeless else cap
 
+    @property
+    def hopeless(self) -> bool:
+        """:meth:`drafting_cannot_pay` as of the last replan or probe (what the probe schedule follows)."""
+        return self._hopeless
+
     def drafting_cannot_pay(self) -> bool:
         """Would drafting lose even with a drafter that is always right and whose steps after the first cost
         what they measure, the first nothing? Then no text makes it pay, and probes, which look for text the

@@ -22,6 +22,10 @@ from local_eagle.runtime.drafter import Drafter
 IDLE_CONTEXT = 16
 """Rows the drafter is caught up on after an idle stretch longer than that (a window of the text)."""
 
+PROBE_CONTEXT = 4
+"""The window where no text could make drafting pay (``DraftLengthPolicy.hopeless``): a probe there only re-measures
+the costs, so it records and catches up on fewer rows (each costs a share of a decode on such a machine)."""
+
 
 class DrafterFeed:
     """Rows the drafter has not decoded yet, in a buffer reused across rounds (no per-round allocation)."""

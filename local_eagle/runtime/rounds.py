@@ -18,7 +18,7 @@ import numpy as np
 
 from local_eagle.llamacpp.model import Context
 from local_eagle.runtime.draftlen import DraftLengthPolicy
-from local_eagle.runtime.feed import IDLE_CONTEXT
+from local_eagle.runtime.feed import IDLE_CONTEXT, PROBE_CONTEXT
 from local_eagle.runtime.lengths import DraftLengths, FixedLengths, state_dict
 from local_eagle.runtime.sampling import (
     SamplingParams,
@@ -118,8 +118,9 @@ class Generation:
             self.lengths = engine.lengths.for_bound(draft_max)
         elif self.speculative:
             self.lengths = FixedLengths()
+        self.window = max(IDLE_CONTEXT, draft_max + 1)
         if self.feed is not None:
-            self.feed.window = max(IDLE_CONTEXT, draft_max + 1)
+            self.feed.window = self.window
         self.pausable = self.adaptive and self.capture is not None and self.capture.can_pause
         self.draft_ids = self.drafter.spec.draft_ids if self.drafter is not None else None
         self._confidence_row = np.empty(0 if self.draft_ids is None else len(self.draft_ids), dtype=np.float32)
@@ -262,6 +263,8 @@ class Generation:
         lengths = self.lengths
         if lengths is None:
             return drafts, distributions, None
+        if isinstance(lengths, DraftLengthPolicy):  # where nothing could pay, a probe only re-measures the costs
+            self.feed.window = PROBE_CONTEXT if lengths.hopeless else self.window
         lengths.begin_round(max(0, self.draft_length()), ready=self.feed.ready(self.n_past))
         started = clock()
         drafter = self.drafter
