@@ -201,6 +201,7 @@ class PolicyState:
     probing: bool
     take: tuple[float, ...]
     extend: tuple[float, ...]
+    hopeless: bool = False  # drafting would lose even with every draft accepted (``drafting_cannot_pay``)
 
 
 class DraftLengthPolicy:
@@ -443,4 +444,5 @@ class DraftLengthPolicy:
             probing=self.probing,
             take=tuple(p.take[1 : self.k_max + 1].tolist()),
             extend=tuple(p.extend[: self.k_max].tolist()),
+            hopeless=self._hopeless,
         )

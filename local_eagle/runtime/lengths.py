@@ -144,6 +144,12 @@ def explain(policy: dict, draft_lengths: list[int]) -> str:
     costs += f", starting the drafter {policy['first_step_ms']:.1f} ms and a further draft step"
     costs += f" {policy['draft_step_ms']:.1f} ms"
     gain = policy["expected_tokens_per_second"] / policy["target_tokens_per_second"]
+    if drafting < 0.1 and policy.get("hopeless"):
+        return (
+            f"drafted in {drafting:.0%} of rounds: on this machine {costs}, so drafting would lose even if every "
+            f"draft were accepted; probes, every {policy['probe_interval']} rounds by now (each failed one doubles "
+            "the interval), check whether the costs have changed"
+        )
     if drafting < 0.1:
         return (
             f"drafted in {drafting:.0%} of rounds: on this machine {costs}, so only near-certain drafts would pay, "
@@ -169,4 +175,5 @@ def state_dict(state: PolicyState) -> dict:
         "calibration": [round(float(w), 3) for w in state.calibration],
         "probe_interval": state.probe_interval,
         "idle_rounds": state.idle_rounds,
+        "hopeless": state.hopeless,
     }

@@ -20,6 +20,7 @@ from local_eagle.runtime.draftsim import (
     fixed_rate,
     simulate,
 )
+from local_eagle.runtime.lengths import explain, state_dict
 
 T1 = 0.02
 
@@ -275,6 +276,9 @@ def test_probes_back_off_geometrically_where_even_a_perfect_drafter_could_not_pa
     grown = [b for a, b in zip(intervals, intervals[1:], strict=False) if a >= cap]
     assert grown and all(b == min(1000, 2 * a) for a, b in zip(intervals, intervals[1:], strict=False) if a >= cap)
     assert probes <= 12  # at the budget's cap alone (~300 rounds) there would be ~20
+    why = explain(state_dict(pol.state()), [5990, 10])
+    assert "even if every draft were accepted" in why and "every 1000 rounds" in why
+    assert "even if" not in explain(state_dict(DraftLengthPolicy(steep.verify[1], 8).state()), [990, 10])
     assert not DraftLengthPolicy(GPU.verify[1], 8).drafting_cannot_pay()
     gpu = DraftLengthPolicy(GPU.verify[1], 8)
     for _ in range(8):
