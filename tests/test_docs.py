@@ -175,17 +175,27 @@ def test_flags_of_the_right_command() -> None:
     assert len(errors) == 2
 
 
+def _anchors(doc: Path) -> set[str]:
+    """GitHub's heading anchors: lower case, punctuation dropped, spaces to hyphens."""
+    text = FENCE.sub("", doc.read_text(encoding="utf-8"))
+    heads = re.findall(r"^#{1,6}\s+(.+?)\s*$", text, re.M)
+    return {re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-") for h in heads}
+
+
 def test_docs_links_resolve() -> None:
-    """Relative links in the README and docs point at files that exist, and the README reaches every page."""
+    """Relative links (and their #anchors) in the README and docs resolve, and the README reaches every page."""
     broken = []
     for doc in DOCS:
         if doc.name.startswith("gpu"):  # the GPU kit writes these pages (local_eagle.kit.report) with its own links
             continue
-        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", doc.read_text(encoding="utf-8")):
+        for target, anchor in re.findall(r"\]\(([^)#\s]*)(?:#([^)\s]*))?\)", doc.read_text(encoding="utf-8")):
             if "://" in target or target.startswith("mailto:"):
                 continue
-            if not (doc.parent / target).exists():
+            path = (doc.parent / target) if target else doc
+            if not path.exists():
                 broken.append(f"{doc.relative_to(ROOT)} -> {target}")
+            elif anchor and path.suffix == ".md" and anchor not in _anchors(path):
+                broken.append(f"{doc.relative_to(ROOT)} -> {target}#{anchor}")
     assert not broken, broken
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     unlinked = [p.name for p in DOCS[1:] if f"docs/{p.name}" not in readme]
