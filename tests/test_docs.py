@@ -54,11 +54,17 @@ def _tokens(rest: str) -> list[str]:
     return out
 
 
-def find_invocations(text: str, where: str) -> list[Invocation]:
-    """Every local-eagle command line in the code of a markdown text (fenced blocks and inline spans)."""
+def find_invocations(text: str, where: str, commands: frozenset[str] = frozenset()) -> list[Invocation]:
+    """Every local-eagle command line in the code of a markdown text (fenced blocks and inline spans).
+
+    An inline span that starts with one of ``commands`` and gives it a flag (`bench --tree N`) counts too.
+    """
     text = re.sub(r"\\\n\s*", " ", text)  # shell line continuations
     pieces = [m.group(1) for m in FENCE.finditer(text)]
-    pieces += [" ".join(m.group(2).split()) for m in SPAN.finditer(FENCE.sub("", text))]
+    for m in SPAN.finditer(FENCE.sub("", text)):
+        span = " ".join(m.group(2).split())
+        first = span.split(" ", 1)[0]
+        pieces.append(f"local-eagle {span}" if first in commands and re.search(r"\s-", span) else span)
     found = []
     for piece in pieces:
         for line in piece.splitlines():
@@ -108,7 +114,9 @@ def check(inv: Invocation, root: Any) -> list[str]:
 
 def check_text(text: str, where: str = "text") -> tuple[list[Invocation], list[str]]:
     root = typer.main.get_command(app)
-    invs = find_invocations(text, where)
+    shell_words = {"cp", "rm", "ls", "list", "run", "show"}  # also shell commands, or words of other tools
+    commands = frozenset(n for n, c in root.commands.items() if not c.hidden and n not in shell_words)
+    invs = find_invocations(text, where, commands)
     return invs, [e for inv in invs for e in check(inv, root)]
 
 
@@ -173,6 +181,9 @@ def test_flags_of_the_right_command() -> None:
     assert invs[1].flags == ["-m", "--flash-attn", "--no-flash-attn", "--gpu", "--vram-gb"]
     _, errors = check_text("`local-eagle serve --tree 4` or `local-eagle modelfile show --raw`")
     assert len(errors) == 2
+    invs, errors = check_text("as `bench --tree N` shows, and `serve --plot x`; `pip install -e .` is not ours")
+    assert [i.path for i in invs] == [["bench"], ["serve"]]
+    assert errors == ["text: `local-eagle serve` has no option --plot"]
 
 
 def _anchors(doc: Path) -> set[str]:
