@@ -11,11 +11,12 @@ without running a single ``finally`` block. Every failure is one line (``LocalEa
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import signal
 import tempfile
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from local_eagle.errors import LocalEagleError
@@ -173,3 +174,17 @@ def read_text_input(path: str | os.PathLike[str], what: str, error: type[LocalEa
     except UnicodeDecodeError as e:
         line = data[: e.start].count(b"\n") + 1
         raise error(f"{path}:{line}: the {what} is not UTF-8 text (byte {e.start}); save it as UTF-8") from None
+
+
+def sha256_file(path: str | os.PathLike[str], on_bytes: Callable[[int], None] | None = None) -> str:
+    """The hex SHA-256 of a file, read in 4 MiB chunks (a GGUF does not fit in memory); ``on_bytes``
+    hears the bytes read so far after each chunk (hashing a large GGUF takes seconds)."""
+    h = hashlib.sha256()
+    done = 0
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            h.update(chunk)
+            done += len(chunk)
+            if on_bytes is not None:
+                on_bytes(done)
+    return h.hexdigest()

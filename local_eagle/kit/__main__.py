@@ -15,13 +15,16 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _make(a: argparse.Namespace) -> int:
+    from local_eagle.errors import LocalEagleError
     from local_eagle.kit.make import MIB, KitError, make_kit
+    from local_eagle.kit.parts import PartsError
+    from local_eagle.kit.trim import TrimError
 
     try:
         kit = make_kit(Path(a.root).resolve(), REPO, tuple(p for p in a.pairs.split(",") if p), a.python,
                        int(a.part_mib * MIB), None if a.budget_mib is None else int(a.budget_mib * MIB),
                        a.lean)  # fmt: skip
-    except KitError as e:
+    except (KitError, TrimError, PartsError, LookupError, LocalEagleError) as e:
         print(f"kit make: {e}", file=sys.stderr)
         return 2
     for i, call in enumerate(kit.calls, 1):
@@ -47,11 +50,12 @@ def _gpu(a: argparse.Namespace) -> int:
 
 
 def _report(a: argparse.Namespace) -> int:
+    from local_eagle.errors import LocalEagleError
     from local_eagle.kit.report import ReportError, write_report
 
     try:
         path = write_report([Path(p) for p in a.results], Path(a.out), a.title, a.command)
-    except ReportError as e:
+    except (ReportError, LocalEagleError) as e:
         print(f"kit report: {e}", file=sys.stderr)
         return 2
     print(path)

@@ -10,9 +10,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from local_eagle.files import atomic_output, sha256_file
 
 CHUNK = 1 << 20
 MANIFEST_SUFFIX = ".parts.json"
@@ -38,14 +39,6 @@ class Manifest:
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1) + "\n"
-
-
-def sha256_file(path: str | os.PathLike[str]) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(CHUNK):
-            h.update(block)
-    return h.hexdigest()
 
 
 def split_file(path: str | os.PathLike[str], outdir: str | os.PathLike[str], part_size: int) -> Path:
@@ -76,7 +69,8 @@ def split_file(path: str | os.PathLike[str], outdir: str | os.PathLike[str], par
                 break
     manifest = Manifest(src.name, sum(p.size for p in parts), whole.hexdigest(), parts)
     mpath = out / (src.name + MANIFEST_SUFFIX)
-    _atomic_write(mpath, manifest.to_json().encode())
+    with atomic_output(mpath) as tmp:
+        tmp.write_text(manifest.to_json())
     return mpath
 
 
@@ -127,11 +121,9 @@ def join_parts(
     out = Path(dest)
     if out.is_file() and out.stat().st_size == m.size and sha256_file(out) == m.sha256:
         return out
-    out.parent.mkdir(parents=True, exist_ok=True)
     whole = hashlib.sha256()
-    fd, tmp = tempfile.mkstemp(prefix=out.name + ".", suffix=".tmp", dir=out.parent)
-    try:
-        with os.fdopen(fd, "wb") as o:
+    with atomic_output(out) as tmp:
+        with tmp.open("wb") as o:
             for part in m.parts:
                 f = _find(part, where)
                 if f is None:
@@ -147,19 +139,4 @@ def join_parts(
                                      f"{part.sha256[:12]}...")
         if whole.hexdigest() != m.sha256:
             raise PartsError(f"{mpath}: the reassembled {m.name} does not match its SHA-256")
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     return out
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -8,9 +8,9 @@ a GPU's.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
+
+from local_eagle.files import atomic_output
 
 
 class ReportError(Exception):
@@ -190,9 +190,6 @@ def render(data: dict, title: str, command: str) -> str:
 
 def write_report(paths: list[Path], out: Path, title: str = "GPU results", command: str = "") -> Path:
     text = render(load(paths), title, command)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=out.name + ".", suffix=".tmp", dir=out.parent)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, out)
+    with atomic_output(out) as tmp:
+        tmp.write_text(text)
     return out

@@ -12,9 +12,10 @@ from __future__ import annotations
 import fnmatch
 import os
 import tarfile
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from local_eagle.files import atomic_output
 
 # relative to the sdist's top folder; a pattern ending in "/" drops the folder and everything under it
 DROP: tuple[str, ...] = (
@@ -80,10 +81,7 @@ def trim_sdist(src: str | os.PathLike[str], dest: str | os.PathLike[str]) -> Tri
     src_p, dest_p = Path(src), Path(dest)
     kept = dropped_n = 0
     seen: set[str] = set()
-    dest_p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=dest_p.name + ".", suffix=".tmp", dir=dest_p.parent)
-    os.close(fd)
-    try:
+    with atomic_output(dest_p) as tmp:
         try:
             with tarfile.open(src_p, "r:gz") as tin, tarfile.open(tmp, "w:gz", compresslevel=9) as tout:
                 top = None
@@ -110,8 +108,4 @@ def trim_sdist(src: str | os.PathLike[str], dest: str | os.PathLike[str]) -> Tri
         lacking = [r for r in REQUIRED if r not in seen]
         if lacking:
             raise TrimError(f"{src_p}: the trimmed sdist would lack {', '.join(lacking)}: not llama-cpp-python's?")
-        os.replace(tmp, dest_p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     return TrimResult(dest_p, kept, dropped_n, src_p.stat().st_size, dest_p.stat().st_size)

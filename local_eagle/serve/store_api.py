@@ -24,6 +24,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 
 from local_eagle import __version__
 from local_eagle.errors import LocalEagleError
+from local_eagle.files import sha256_file
 from local_eagle.ollama.modelfile import Modelfile, encode_value, format_modelfile, format_parameter, parse
 from local_eagle.ollama.modelfile_syntax import MAX_MODELFILE
 from local_eagle.ollama.store import StoreError, read_manifest
@@ -31,7 +32,6 @@ from local_eagle.serve.errors import ApiError, install_error_handlers
 from local_eagle.serve.jobs import in_thread, off_loop
 from local_eagle.serve.models import check_fields, json_body
 from local_eagle.serve.store_app import MAX_NAME_CHARS
-from local_eagle.store.models import sha256_file
 
 if TYPE_CHECKING:
     from local_eagle.ollama.store import Name

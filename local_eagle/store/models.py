@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from local_eagle.errors import LocalEagleError
-from local_eagle.files import atomic_output
+from local_eagle.files import atomic_output, sha256_file
 from local_eagle.ollama.modelfile import Modelfile, format_modelfile, parse, parse_file, resolve_draft, resolve_model
 from local_eagle.ollama.store import MiB, Name, StoreError, check_name, load_json, read_regular
 
@@ -64,20 +64,6 @@ def default_root() -> Path:
     if configured:
         return Path(configured).expanduser()
     return Path(os.path.expanduser("~")) / ".local-eagle" / "models"
-
-
-def sha256_file(path: Path, on_bytes: Callable[[int], None] | None = None) -> str:
-    """The hex SHA-256 of a file, read in 4 MiB chunks (a GGUF does not fit in memory); ``on_bytes``
-    hears the bytes read so far after each chunk (hashing a large GGUF takes seconds)."""
-    h = hashlib.sha256()
-    done = 0
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            h.update(chunk)
-            done += len(chunk)
-            if on_bytes is not None:
-                on_bytes(done)
-    return h.hexdigest()
 
 
 @dataclass

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from local_eagle.files import sha256_file
 from local_eagle.kit import gpu, report
 from local_eagle.kit.deps import GPU_IMAGE_PACKAGES, closure, wheels_needed
 from local_eagle.kit.make import MIB, Item, KitError, pack
-from local_eagle.kit.parts import PartsError, join_parts, missing_parts, read_manifest, sha256_file, split_file
+from local_eagle.kit.parts import PartsError, join_parts, missing_parts, read_manifest, split_file
 from local_eagle.kit.trim import DROP, REQUIRED, TrimError, dropped, trim_sdist
 
 
@@ -33,7 +34,7 @@ def test_split_join_round_trip(tmp_path: Path, size: int, part: int) -> None:
     assert len(man.parts) == max(1, -(-size // part))
     out = join_parts(m, tmp_path / "out" / "model.gguf")
     assert out.read_bytes() == src.read_bytes()
-    assert not list((tmp_path / "out").glob("*.tmp"))
+    assert not list((tmp_path / "out").glob("*.tmp")) and not list((tmp_path / "out").glob(".*"))
 
 
 def test_join_names_a_corrupt_part_and_leaves_no_output(tmp_path: Path) -> None:
@@ -44,7 +45,7 @@ def test_join_names_a_corrupt_part_and_leaves_no_output(tmp_path: Path) -> None:
     part.write_bytes(bytes(data))
     with pytest.raises(PartsError, match=r"part001: SHA-256 .* does not match"):
         join_parts(m, tmp_path / "out.gguf")
-    assert not (tmp_path / "out.gguf").exists() and not list(tmp_path.glob("out.gguf*"))
+    assert not (tmp_path / "out.gguf").exists() and not list(tmp_path.glob("*.tmp"))
 
 
 def test_missing_parts_are_named_and_found_in_other_folders(tmp_path: Path) -> None:
@@ -113,7 +114,7 @@ def test_trim_refuses_an_archive_lacking_what_the_build_needs(tmp_path: Path) ->
     src = _sdist(tmp_path, {}, REQUIRED[1:])
     with pytest.raises(TrimError, match=f"would lack {REQUIRED[0]}"):
         trim_sdist(src, tmp_path / "out.tar.gz")
-    assert not (tmp_path / "out.tar.gz").exists() and not list(tmp_path.glob("out.tar.gz*"))
+    assert not (tmp_path / "out.tar.gz").exists() and not list(tmp_path.glob("*.tmp"))
 
 
 def test_trim_refuses_members_outside_the_top_folder(tmp_path: Path) -> None:
@@ -340,3 +341,15 @@ def test_stages_start_with_default_signals_even_from_a_background_launcher(tmp_p
     finally:
         signal.signal(signal.SIGHUP, before)
     assert r["stdout"].strip() == "True"
+
+
+def test_the_command_line_gives_one_line_errors(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    bad = tmp_path / "r.json"
+    bad.write_text("{")
+    r = subprocess.run([sys.executable, "-m", "local_eagle.kit", "report", str(bad), "--out", str(tmp_path / "p.md")],
+                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "not a kit results file" in r.stderr
+    assert not (tmp_path / "p.md").exists()
