@@ -7,6 +7,7 @@ numerator, and this picture shows what a draft tree buys over a chain at the sam
 from __future__ import annotations
 
 import os
+import textwrap
 
 from local_eagle.bench.run import BenchRow
 from local_eagle.errors import LocalEagleError
@@ -37,9 +38,13 @@ def plot_rows(rows: list[BenchRow], path: str | os.PathLike[str], title: str) ->
         for r in adaptive:
             ax.annotate(r.label, (r.mean_verify_rows, r.acceptance_length), fontsize=7)
     ax.set_xscale("log", base=2)
+    xs = [r.mean_verify_rows for r in rows] or [1.0]
+    ax.set_xlim(min(xs) / 1.25, max(xs) * 1.25)
+    ticks = [2**k for k in range(9) if min(xs) / 1.25 <= 2**k <= max(xs) * 1.25] or [round(min(xs), 1)]
+    ax.set_xticks(ticks, [str(t) for t in ticks])
     ax.set_xlabel("rows per target call (mean)")
     ax.set_ylabel("tokens per target call")
-    ax.set_title(title, fontsize=9)
+    ax.set_title(textwrap.fill(title, 70), fontsize=8)
     ax.grid(True, alpha=0.3)
     ax.legend()
     fig.tight_layout()
