@@ -172,6 +172,15 @@ class DraftTree:
         nodes.sort(key=lambda i: (-self.scores[i], i))
         return nodes[:width]
 
+    def worth_expanding(self, nodes: list[int], n: int) -> list[int]:
+        """Those of ``nodes`` whose descendants could still be among the ``n`` best: a child never scores above
+        its parent, so a node below the n-th best score already drafted has no descendant that would be chosen.
+        Greedy rounds grow only these (fewer drafter rows, and no call at all once none is left)."""
+        if len(self.scores) <= n:
+            return nodes
+        cut = float(np.partition(np.asarray(self.scores[1:]), len(self.scores) - 1 - n)[len(self.scores) - 1 - n])
+        return [i for i in nodes if self.scores[i] >= cut]
+
     def select(self, n: int) -> VerifyTree:
         """The root and the ``n`` best nodes closed under parents and earlier siblings, as a verify tree."""
         chosen = [0]

@@ -170,6 +170,8 @@ class TreeRounds:
         width, ctx = self.shape.width, self.drafter.ctx
         for depth in range(1, min(self.shape.depth, n_nodes)):
             frontier = tree.frontier(depth, width)
+            if gen.sampling.greedy:
+                frontier = tree.worth_expanding(frontier, n_nodes)
             if not frontier:
                 break
             base = 1 + (depth % 2) * width  # alternate sets: the parents' sequences stay whole meanwhile

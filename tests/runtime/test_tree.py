@@ -237,3 +237,36 @@ def test_selection_by_depth_quotas():
     assert set(t.select_by_depth([1, 5, 1]).nodes) == {0, 1, 4, 5, 7}  # only a's children follow a; g after d
     assert t.select_by_depth([0, 3]).nodes == [0]  # nothing below an empty depth
     assert t.select(6).quotas() == [2, 3, 1]
+
+
+def _grow(seed: int, n: int, depth: int, width: int, prune: bool) -> tuple[set, int]:
+    """A tree grown by a fake drafter (q a function of the path); its n best as paths, and the rows drafted."""
+    tree = DraftTree(0)
+    paths = {0: ()}
+
+    def expand(node: int) -> None:
+        rng = np.random.default_rng(hash((seed, paths[node])) % 2**32)
+        q = rng.dirichlet(np.full(20, 0.3))
+        idx, logq = children_slots(q, width)
+        for child in tree.add_children(node, idx, logq):
+            paths[child] = paths[node] + (tree.tokens[child],)
+
+    expand(0)
+    rows = 0
+    for d in range(1, depth):
+        frontier = tree.frontier(d, width)
+        if prune:
+            frontier = tree.worth_expanding(frontier, n)
+        rows += len(frontier)
+        for node in frontier:
+            expand(node)
+    return {paths[i] for i in tree.select(n).nodes}, rows
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_pruned_growth_chooses_the_same_n_best(seed):
+    """Greedy growth skips nodes that can no longer reach the n best: the same tree is verified, drafting less."""
+    full, full_rows = _grow(seed, 15, 10, 6, prune=False)
+    pruned, pruned_rows = _grow(seed, 15, 10, 6, prune=True)
+    assert pruned == full and len(full) == 16
+    assert pruned_rows < full_rows
