@@ -23,7 +23,7 @@ IDLE_CONTEXT = 16
 """Rows the drafter is caught up on after an idle stretch longer than that (a window of the text)."""
 
 PROBE_CONTEXT = 4
-"""The window where no text could make drafting pay (``DraftLengthPolicy.hopeless``): a probe there only re-measures
+"""The window where probes cannot pay for themselves (``DraftLengthPolicy.hopeless``): a probe there mostly re-checks
 the costs, so it records and catches up on fewer rows (each costs a share of a decode on such a machine)."""
 
 

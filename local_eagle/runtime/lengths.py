@@ -146,9 +146,9 @@ def explain(policy: dict, draft_lengths: list[int]) -> str:
     gain = policy["expected_tokens_per_second"] / policy["target_tokens_per_second"]
     if drafting < 0.1 and policy.get("hopeless"):
         return (
-            f"drafted in {drafting:.0%} of rounds: on this machine {costs}, so drafting would lose even if every "
-            f"draft were accepted; probes, every {policy['probe_interval']} rounds by now (each failed one doubles "
-            "the interval), check whether the costs have changed"
+            f"drafted in {drafting:.0%} of rounds: on this machine {costs}, so a probe of one draft costs more than "
+            f"the token it may gain, and only near-certain drafts would pay (expected gain {gain:.2f}x); probes, every "
+            f"{policy['probe_interval']} rounds by now (each failed one doubles the interval), re-check the costs"
         )
     if drafting < 0.1:
         return (

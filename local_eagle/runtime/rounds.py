@@ -263,7 +263,7 @@ class Generation:
         lengths = self.lengths
         if lengths is None:
             return drafts, distributions, None
-        if isinstance(lengths, DraftLengthPolicy):  # where nothing could pay, a probe only re-measures the costs
+        if isinstance(lengths, DraftLengthPolicy):  # where probes cannot pay, they mostly re-check the costs
             self.feed.window = PROBE_CONTEXT if lengths.hopeless else self.window
         lengths.begin_round(max(0, self.draft_length()), ready=self.feed.ready(self.n_past))
         started = clock()

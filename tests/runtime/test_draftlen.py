@@ -253,13 +253,13 @@ def test_rounds_until_draft_counts_down_to_the_probe_and_a_round_not_ready_keeps
     assert DraftLengthPolicy(CPU.verify[1], 4, fixed=True).rounds_until_draft() == 0
 
 
-def test_probes_back_off_geometrically_where_even_a_perfect_drafter_could_not_pay():
-    """A 2-row verify of 2.5 decodes (Gemma 3 270M on a 2-core CPU): no text makes drafting pay, so each failed
-    probe doubles the interval past the budget's cap, up to ``probe_idle_max``; the cost model's prior alone
-    (no 2-row verify measured yet) never says so, and flat verifies (a GPU) never do."""
+def test_probes_back_off_geometrically_where_they_cannot_pay():
+    """A 2-row verify of 2.5 decodes (Gemma 3 270M on a 2-core CPU): a probe costs more than the token it may gain,
+    so each failed probe doubles the interval past the budget's cap, up to ``probe_idle_max``; the cost model's
+    prior alone (no 2-row verify measured yet) never says so, and flat verifies (a GPU) never do."""
     steep = CostProfile.measured("steep", 0.011, {1: 1.0, 2: 2.5, 3: 3.9}, 0.0011, 0.0001)
     pol = DraftLengthPolicy(steep.verify[1], 8, probe_idle_max=1000)
-    assert not pol.drafting_cannot_pay()  # the prior's proportional line is no measurement
+    assert not pol.probes_cannot_pay()  # the prior's proportional line is no measurement
     intervals, probes = [], 0
     for _ in range(6000):
         pol.begin_round()
@@ -271,19 +271,19 @@ def test_probes_back_off_geometrically_where_even_a_perfect_drafter_could_not_pa
                       host_seconds=0.0001, first_seconds=0.015 if k else None)  # fmt: skip
         if not intervals or intervals[-1] != pol.probe_interval:
             intervals.append(pol.probe_interval)
-    assert pol.drafting_cannot_pay() and pol.state().probe_interval == 1000
+    assert pol.probes_cannot_pay() and pol.state().probe_interval == 1000
     cap = max(pol.probe_max, math.ceil(pol.probe_break_even() / pol.probe_budget))
     grown = [b for a, b in zip(intervals, intervals[1:], strict=False) if a >= cap]
     assert grown and all(b == min(1000, 2 * a) for a, b in zip(intervals, intervals[1:], strict=False) if a >= cap)
     assert probes <= 12  # at the budget's cap alone (~300 rounds) there would be ~20
     why = explain(state_dict(pol.state()), [5990, 10])
-    assert "even if every draft were accepted" in why and "every 1000 rounds" in why
-    assert "even if" not in explain(state_dict(DraftLengthPolicy(steep.verify[1], 8).state()), [990, 10])
-    assert not DraftLengthPolicy(GPU.verify[1], 8).drafting_cannot_pay()
+    assert "costs more than the token it may gain" in why and "every 1000 rounds" in why
+    assert "costs more than" not in explain(state_dict(DraftLengthPolicy(steep.verify[1], 8).state()), [990, 10])
+    assert not DraftLengthPolicy(GPU.verify[1], 8).probes_cannot_pay()
     gpu = DraftLengthPolicy(GPU.verify[1], 8)
     for _ in range(8):
         gpu.costs.add_verify(2, GPU.verify[2])
-    assert not gpu.drafting_cannot_pay()
+    assert not gpu.probes_cannot_pay()
 
 
 def test_an_idle_policy_replans_less_often():

@@ -393,7 +393,7 @@ def test_an_idle_policy_pauses_the_callback_capture_and_stays_lossless(tmp_path)
             assert spec.tokens == base.tokens
             st = spec.stats
             captured, rounds, probes = captured + st.captured_rounds, rounds + st.target_calls, probes + st.probes
-            # every probe saw a whole window: the short one, since no text could make drafting pay at these costs
+            # every probe saw a whole window: the short one, since probes cannot pay at these costs
             assert st.catch_up_rows == st.catch_ups * PROBE_CONTEXT
         assert eng.policy.hopeless
     assert probes > 0 and captured < 0.5 * rounds, (captured, rounds, probes)
