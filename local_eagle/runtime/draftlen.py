@@ -404,7 +404,7 @@ class DraftLengthPolicy:
         is outvoted), never on the cost model's pessimistic prior alone, which says so for every machine."""
         if self.fixed or self.costs.samples(2) < 3:
             return False
-        return self.probe_break_even() >= 0.9
+        return bool(self.probe_break_even() >= 0.9)
 
     def probe_break_even(self) -> float:
         """The acceptance a probe needs to pay for itself: its first step and its verify's extra row, in tokens.

@@ -175,5 +175,5 @@ def state_dict(state: PolicyState) -> dict:
         "calibration": [round(float(w), 3) for w in state.calibration],
         "probe_interval": state.probe_interval,
         "idle_rounds": state.idle_rounds,
-        "hopeless": state.hopeless,
+        "hopeless": bool(state.hopeless),
     }

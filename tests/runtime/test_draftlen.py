@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -276,7 +277,7 @@ def test_probes_back_off_geometrically_where_they_cannot_pay():
     grown = [b for a, b in zip(intervals, intervals[1:], strict=False) if a >= cap]
     assert grown and all(b == min(1000, 2 * a) for a, b in zip(intervals, intervals[1:], strict=False) if a >= cap)
     assert probes <= 12  # at the budget's cap alone (~300 rounds) there would be ~20
-    why = explain(state_dict(pol.state()), [5990, 10])
+    why = explain(json.loads(json.dumps(state_dict(pol.state()))), [5990, 10])  # JSON, as bench and serve print it
     assert "costs more than the token it may gain" in why and "every 1000 rounds" in why
     assert "costs more than" not in explain(state_dict(DraftLengthPolicy(steep.verify[1], 8).state()), [990, 10])
     assert not DraftLengthPolicy(GPU.verify[1], 8).probes_cannot_pay()
