@@ -78,6 +78,9 @@ class BenchRow:
     tree_depth: int | None = None
     tree_width: int | None = None
     mean_verify_rows: float = 0.0  # rows per target call: the last token and what was drafted
+    # every round (verify rows, accepted, drafter calls, catch-up rows, later drafter rows); kept with --rounds
+    rounds: list[tuple[int, int, int, int, int]] | None = None
+    projected: dict[str, float] = field(default_factory=dict)  # cost profile -> projected speedup (a projection)
 
     @property
     def label(self) -> str:
@@ -168,7 +171,7 @@ def run_bench(
         )
         for setting in settings:
             k = setting.draft_max
-            base, spec, checks = GenerationTotals(), GenerationTotals(), []
+            base, spec, checks, rounds = GenerationTotals(), GenerationTotals(), [], []
             for i, prompt in enumerate(prompts):
                 order = (0, k) if i % 2 == 0 else (k, 0)
                 results = {}
@@ -179,8 +182,12 @@ def run_bench(
                     )  # fmt: skip
                 base.add(results[0].stats)
                 spec.add(results[k].stats)
+                if results[k].spec_stats is not None:
+                    rounds += results[k].spec_stats.trace_rounds
                 if results[0].tokens != results[k].tokens:
                     checks.append(check_identity(engine, prompt, results[0], results[k]))
                 bar.advance(task)
-            rows.append(summarize(k, base, spec, len(prompts), len(checks), setting.adaptive, checks, setting.tree))
+            row = summarize(k, base, spec, len(prompts), len(checks), setting.adaptive, checks, setting.tree)
+            row.rounds = rounds
+            rows.append(row)
     return rows

@@ -67,6 +67,27 @@ def bench(
     plot: Annotated[
         Path | None, typer.Option("--plot", help="Also draw tokens per target call against rows per call (PNG).")
     ] = None,
+    cost_profile: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--cost-profile",
+            help="Also project each row's speedup on another machine's costs (repeatable): a built-in profile "
+            "(rtx4090-8b-q4, rtx4090-1b-f32) or a profile file from --measure-costs. A projection, printed beside "
+            "the measured speedup.",
+        ),
+    ] = None,
+    measure_costs: Annotated[
+        Path | None,
+        typer.Option(
+            "--measure-costs",
+            help="Also measure this machine's cost curve (target call by rows 1-64, drafter call by rows) and write "
+            "it as a cost profile (JSON) others can project on.",
+        ),
+    ] = None,
+    keep_rounds: Annotated[
+        bool, typer.Option("--rounds", help="With --json: one record per round (rows verified, tokens accepted, "
+                           "drafter calls, catch-up rows, later drafter rows).")  # fmt: skip
+    ] = False,
 ) -> None:
     """Greedy baseline vs speculative decoding in one process: speedup, acceptance, chosen draft lengths, costs.
 
@@ -84,6 +105,13 @@ def bench(
 
         inputs = [("target GGUF", model), ("drafter GGUF", draft), ("prompts file", prompts)]
         check_output_file(plot, "--plot", inputs)
+    from local_eagle.bench.project import load_profile
+
+    profiles = [load_profile(p) for p in cost_profile or []]
+    if measure_costs is not None:
+        from local_eagle.files import check_output_file
+
+        check_output_file(measure_costs, "--measure-costs", [("target GGUF", model), ("drafter GGUF", draft)])
     texts = read_prompts(prompts)[:limit]
     settings = []
     for value in draft_max or ([] if tree else [AUTO]):
@@ -102,6 +130,18 @@ def bench(
         if shapes and engine.tree_refusal is not None:
             err.print(f"no draft trees for this target ({engine.tree_refusal}): its tree rows draft chains instead")
         rows = run_bench(engine, texts, settings, max_tokens=n_tokens, draft_p_min=draft_p_min, progress=not as_json)
+    if measure_costs is not None:
+        from local_eagle.bench.costs import measure_cost_curve
+        from local_eagle.bench.project import write_profile
+
+        curve = measure_cost_curve(model, draft, gpu_layers=gpu_layers, threads=threads)
+        host = min((r.host_ms_per_round for r in rows if not r.adaptive and r.host_ms_per_round), default=None)
+        write_profile(measure_costs, curve.to_dict(), host, f"{model.stem} + {draft.stem}")
+        err.print(f"cost profile written to {measure_costs}", markup=False)
+    _project(rows, profiles)
+    for r in rows:
+        if not keep_rounds:
+            r.rounds = None
     if plot is not None:
         from local_eagle.bench.plot import plot_rows
 
@@ -112,6 +152,8 @@ def bench(
         t = Table(title=f"{model.name} + {draft.name}: greedy, {len(texts)} prompts x {max_tokens} tokens")
         for c in ("k", "baseline tok/s", "spec tok/s", "speedup", "ideal", "accept len", "identical"):
             t.add_column(c)
+        for p in profiles:
+            t.add_column(f"projected on {p.name}")
         for r in rows:
             same = "yes" if r.identical else f"{r.prompts - r.mismatches} + {r.near_ties} near-tie"
             if r.divergent:
@@ -119,8 +161,12 @@ def bench(
             t.add_row(
                 r.label, f"{r.baseline_tps:.1f}", f"{r.speculative_tps:.1f}", f"{r.speedup:.2f}x",
                 f"{r.ideal_speedup:.2f}x", f"{r.acceptance_length:.2f}", same,
+                *(f"{r.projected[p.name]:.2f}x" for p in profiles),
             )  # fmt: skip
         out.print(t)
+        if profiles:
+            out.print("projected: this run's rounds priced on the profile's costs (a projection, not a measurement)",
+                      highlight=False)  # fmt: skip
         c = Table(title="acceptance per draft position and costs (ms)")
         for col in ("k", "per-position acceptance", "rows/call", "target 1-tok", "verify", "draft/round", "host/round"):
             c.add_column(col)
@@ -145,6 +191,16 @@ def bench(
     if any(r.divergent for r in rows):  # a correctness bug, not a slow pair or a near-tie: exit status 1
         err.print("[red]speculative output diverged from the target's (not at a near-tie)[/]")
         raise typer.Exit(1)
+
+
+def _project(rows: list, profiles: list) -> None:
+    """Each row's rounds priced on each profile; host time per round is the profile's, else the row's own."""
+    from local_eagle.bench.project import projected_speedup
+
+    for r in rows:
+        for p in profiles:
+            host = p.host_ms if p.host_ms is not None else r.host_ms_per_round
+            r.projected[p.name] = projected_speedup(r.rounds or [], p, host)
 
 
 def _print_adaptive(rows: list, lengths_text) -> None:

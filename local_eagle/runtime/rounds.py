@@ -277,6 +277,7 @@ class Generation:
             else:
                 position = np.array([self.n_past + n - 1])
                 logits, prenorm = drafter.decode(np.array([drafts[-1]]), drafter.feedback(prenorm), position)
+                observed.draft_rows += 1
             observed.steps += 1
             row = logits[0]
             token, distribution = choose(row, self.recent_history(last_token, drafts), self.sampling, self.rng)

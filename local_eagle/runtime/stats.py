@@ -27,6 +27,7 @@ class RoundStats:
     drafted: int = 0
     accepted: int = 0
     steps: int = 0  # drafter steps run (a draft the policy refused after computing it included)
+    draft_rows: int = 0  # rows of the drafter calls after the first (a chain's 1 each, a tree's frontier)
     probe: bool = False  # drafted because the policy probes, not because drafting looked worth it
     captured: bool = False  # the verify recorded the target's features for the drafter (else paused: idle)
     catch_up_rows: int = 0  # rows the first step decoded to bring the drafter up to date (0: no step)
@@ -57,6 +58,9 @@ class SpecStats:
     trace_drafted: list[int] = field(default_factory=list)
     trace_accepted: list[int] = field(default_factory=list)
     trace_trees: list = field(default_factory=list)  # tree rounds: (VerifyTree, accepted rows), for the replay
+    # every round's (verify rows, accepted, drafter calls, catch-up rows, rows of the later drafter calls): what a
+    # cost profile of another machine prices (bench --cost-profile)
+    trace_rounds: list[tuple[int, int, int, int, int]] = field(default_factory=list)
     probes: int = 0
     captured_rounds: int = 0
     catch_ups: int = 0
@@ -92,6 +96,8 @@ class SpecStats:
         self.rounds += 1
         self.trace_drafted.append(round_stats.drafted)
         self.trace_accepted.append(round_stats.accepted)
+        self.trace_rounds.append((round_stats.verify_rows, round_stats.accepted, round_stats.steps,
+                                  round_stats.catch_up_rows, round_stats.draft_rows))  # fmt: skip
         self.probes += round_stats.probe
         self.captured_rounds += round_stats.captured
         self.draft_steps += round_stats.steps

@@ -186,6 +186,7 @@ class TreeRounds:
                 np.full(len(frontier), gen.n_past + depth - 1), [[seq_of[node]] for node in frontier], self.columns,
             )  # fmt: skip
             observed.steps += 1
+            observed.draft_rows += len(frontier)
             for i, node in enumerate(frontier):
                 prenorms[node] = pre[i]
                 self._expand(tree, node, rows[i], last_token, dists)
