@@ -61,16 +61,25 @@ def load_profile(name_or_path: str | os.PathLike[str]) -> CostProfile:
                                   f"(built in: {', '.join(builtin_profiles())})")  # fmt: skip
     try:
         raw = json.loads(p.read_text())
+    except (OSError, ValueError) as e:
+        raise LocalEagleError(f"{p}: not a cost profile ({type(e).__name__}: {e})") from None
+    return profile_from(raw, str(p), p.stem)
+
+
+def profile_from(raw: object, where: str, default_name: str = "profile") -> CostProfile:
+    """A profile from its JSON object (a profile file's, or a cost curve ``bench.costs`` measured)."""
+    try:
+        assert isinstance(raw, dict), "not an object"
         verify = {int(k): float(v) for k, v in raw["verify_ms"].items()}
         drafter = {int(k): float(v) for k, v in raw["drafter_ms"].items()}
         host = raw.get("host_ms")
         host = None if host is None else float(host)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-        raise LocalEagleError(f"{p}: not a cost profile (verify_ms and drafter_ms: objects of rows -> ms; "
+    except (AssertionError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise LocalEagleError(f"{where}: not a cost profile (verify_ms and drafter_ms: objects of rows -> ms; "
                               f"{type(e).__name__}: {e})") from None  # fmt: skip
     if 1 not in verify or not drafter or min(verify) < 1 or any(v <= 0 for v in (*verify.values(), *drafter.values())):
-        raise LocalEagleError(f"{p}: verify_ms needs the 1-row call and every figure must be a positive ms")
-    return CostProfile(str(raw.get("name", p.stem)), verify, drafter, host, str(raw.get("kind", "")))
+        raise LocalEagleError(f"{where}: verify_ms needs the 1-row call and every figure must be a positive ms")
+    return CostProfile(str(raw.get("name", default_name)), verify, drafter, host, str(raw.get("kind", "")))
 
 
 def write_profile(path: str | os.PathLike[str], curve: dict, host_ms: float | None, name: str) -> Path:

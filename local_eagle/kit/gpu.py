@@ -334,7 +334,8 @@ def bench_pair(pair: str) -> Callable[[Env], dict]:
         else:
             n, limit, shapes = "32", "2", ["--draft-max", "2", "--draft-max", "4", "--tree", "15"]
         r = _json_of(sh(env, _cli(env, "bench", "-m", str(target), "-d", drafter, "--prompts", prompts, "-n", n,
-                                  "--limit", limit, "--draft-max", "auto", *shapes, "--fixed", "--json"),
+                                  "--limit", limit, "--draft-max", "auto", *shapes, "--fixed", "--json",
+                                  "--rounds"),
                         min(env.left() - RESERVE - 60, 500)))  # fmt: skip
         r["costs"] = costs(env, str(target), drafter).get("json")
         return r

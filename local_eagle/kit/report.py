@@ -146,6 +146,29 @@ def projection(rows: list[dict]) -> list[str]:
             "", *_table(["draft", "projected", "measured", "error"], out)]  # fmt: skip
 
 
+def replayed(rows: list[dict], curve: dict | None) -> list[str]:
+    """Each row's own rounds priced on the same machine's measured cost curve, against the speedup measured:
+    how far the projection ``bench --cost-profile`` makes for another machine can be trusted."""
+    if not curve or not any(r.get("rounds") for r in rows):
+        return []
+    try:
+        from local_eagle.bench.project import profile_from, projected_speedup
+    except ImportError:  # the summary a call writes before local-eagle's dependencies are installed
+        return []
+    profile = profile_from(curve, "cost curve")
+    out = []
+    for r in rows:
+        if not r.get("rounds") or not r.get("speedup"):
+            continue
+        proj = projected_speedup([tuple(x) for x in r["rounds"]], profile, r.get("host_ms_per_round") or 0.0)
+        error = f"{100 * (proj - r['speedup']) / r['speedup']:+.0f}%"
+        out.append([_label(r), _f(proj) + "x", _f(r["speedup"]) + "x", error])
+    if not out:
+        return []
+    return ["", "The run's own rounds priced on this machine's cost curve (what `bench --cost-profile` does for "
+            "another machine) against measured:", "", *_table(["draft", "replayed", "measured", "error"], out)]
+
+
 def _fit(res: dict) -> list[str]:
     f = res.get("fit8b", {})
     m = (f.get("json") or {}).get("measure") or {}
@@ -182,7 +205,8 @@ def render(data: dict, title: str, command: str) -> str:
         if not b:
             lines += ["Not measured: its target's parts had not all arrived."]
             continue
-        lines += _bench(b, "bench") + [""] + _curve(b.get("costs"), "Cost by rows")
+        lines += _bench(b, "bench") + replayed(b.get("json") or [], b.get("costs"))
+        lines += [""] + _curve(b.get("costs"), "Cost by rows")
     if data.get("waiting"):
         lines += ["", "## Not run", "", ", ".join(data["waiting"])]
     return "\n".join(lines) + "\n"

@@ -353,3 +353,14 @@ def test_the_command_line_gives_one_line_errors(tmp_path: Path) -> None:
                        capture_output=True, text=True, timeout=60)  # fmt: skip
     assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "not a kit results file" in r.stderr
     assert not (tmp_path / "p.md").exists()
+
+
+def test_the_page_replays_a_runs_rounds_on_its_own_cost_curve(tmp_path: Path) -> None:
+    row = {**BENCH_ROW, "speedup": 2.0, "host_ms_per_round": 0.0, "rounds": [[5, 4, 4, 1, 3]] * 10}
+    curve = {"verify_ms": {"1": 10.0, "64": 10.0}, "drafter_ms": {"1": 1.0, "64": 1.0}}
+    blob = {"cuda_build": True, "results": {"bench-gemma3": {"rc": 0, "json": [row], "costs": curve}}}
+    p = tmp_path / "r.json"
+    p.write_text(json.dumps(blob))
+    text = report.render(report.load([p]), "GPU results", "kit")
+    # 5 tokens a call on flat costs: 50 tokens x 10 ms / (10 rounds x (10 + 4 x 1)) = 3.57x against 2.00x measured
+    assert "| k=4 | 3.57x | 2.00x | +79% |" in text
