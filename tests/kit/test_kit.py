@@ -141,7 +141,7 @@ def test_pack_keeps_the_order_of_need_and_the_budget() -> None:
 
 
 def test_the_wheels_leave_out_what_the_gpu_image_has() -> None:
-    need = {p.name for p in wheels_needed()}
+    need = {p.name for p in _needed_or_skip()}
     assert {"fastapi", "uvicorn", "gguf", "diskcache"} <= need
     assert need & GPU_IMAGE_PACKAGES == {"huggingface-hub"}  # the image's is a major version behind
     assert "torch" not in need and "llama-cpp-python" not in need
@@ -274,6 +274,14 @@ def test_a_whole_kit_can_be_taken_in_at_once(tmp_path: Path, monkeypatch) -> Non
     assert gpu.target_path(env, "pair").read_bytes() == (tmp_path / "model.gguf").read_bytes()
 
 
+def _needed_or_skip() -> list:
+    """The kit is made from a full development install; elsewhere (the GPU machine's image) say so and skip."""
+    try:
+        return wheels_needed()
+    except LookupError as e:
+        pytest.skip(f"not a full local-eagle[dev] environment: {e}")
+
+
 def _fake_downloads(tmp_path: Path, monkeypatch) -> Path:
     """make_kit's downloads replaced: a small sdist, one wheel per pin, one tiny target pair."""
     from local_eagle.kit import make
@@ -303,6 +311,7 @@ def _fake_downloads(tmp_path: Path, monkeypatch) -> Path:
 def test_make_cuts_the_kit_into_bundles_within_the_budget(tmp_path: Path, monkeypatch, lean: bool) -> None:
     from local_eagle.kit.make import make_kit
 
+    _needed_or_skip()
     repo = _fake_downloads(tmp_path, monkeypatch)
     root = tmp_path / ".gpukit"
     kit = make_kit(root, repo, ("tiny",), part_size=2_000, budget=None if not lean else 8_000, lean=lean,
