@@ -57,7 +57,7 @@ def cuda_arch(gpu_name: str | None) -> str | None:
 
 
 def cuda_install_command(arch: str | None = "89") -> str:
-    """The pip command that rebuilds the pinned llama-cpp-python with CUDA (README, "Install with CUDA")."""
+    """The pip command that rebuilds the pinned llama-cpp-python with CUDA (docs/cuda.md)."""
     args = "-DGGML_CUDA=on" + (f" -DCMAKE_CUDA_ARCHITECTURES={arch}" if arch else "")
     return (
         f'CMAKE_ARGS="{args}" pip install --upgrade --force-reinstall --no-cache-dir '

@@ -197,8 +197,6 @@ def test_docs_links_resolve() -> None:
     """Relative links (and #anchors) in the README and docs resolve, and links from the README reach every page."""
     broken = []
     for doc in DOCS:
-        if doc.name.startswith("gpu"):  # the GPU kit writes these pages (local_eagle.kit.report) with its own links
-            continue
         for target, anchor in re.findall(r"\]\(([^)#\s]*)(?:#([^)\s]*))?\)", doc.read_text(encoding="utf-8")):
             if "://" in target or target.startswith("mailto:"):
                 continue

@@ -4,7 +4,7 @@ The VRAM planner reads nothing but GGUF headers, and llama.cpp's dry-run load (`
 reads nothing else either, so a file that holds a model's exact keys and tensor table and a
 sparse, all-zero data section is enough to compare the two at any size, even 8B-parameter
 shapes, in milliseconds and without disk space. The tests build their matrix with these
-writers and the README table uses the published shapes below.
+writers and the RTX 4090 table in docs/fit.md uses the published shapes below.
 """
 
 from __future__ import annotations
@@ -364,18 +364,18 @@ GEMMA3_12B_EAGLE3 = DrafterShape(
     name="gemma-3-12b EAGLE3 (hypothetical, same shapes) f16",
 )  # fmt: skip
 
-README_ROWS: list[tuple[ShapeSpec, DrafterShape | None, dict[str, object]]] = [
+FIT_TABLE_ROWS: list[tuple[ShapeSpec, DrafterShape | None, dict[str, object]]] = [
     (LLAMA31_8B, None, {}),
     (LLAMA31_8B, LLAMA31_8B_EAGLE3, {}),
     (QWEN3_8B, QWEN3_8B_EAGLE3, {}),
     (GEMMA3_12B, None, {}),
     (GEMMA3_12B, None, {"swa_full": False}),
 ]
-README_CONTEXTS = (8192, 32768, 131072)
+FIT_TABLE_CONTEXTS = (8192, 32768, 131072)
 
 
-def readme_table(workdir: str | os.PathLike[str]) -> str:
-    """The README's RTX 4090 table: predicted VRAM per component for common pairs (markdown, GiB)."""
+def fit_table(workdir: str | os.PathLike[str]) -> str:
+    """docs/fit.md's RTX 4090 table: predicted VRAM per component for common pairs (markdown, GiB)."""
     from local_eagle.vram import GiB, Settings, make_plan, read_shape
     from local_eagle.vram.gpus import budget
 
@@ -390,7 +390,7 @@ def readme_table(workdir: str | os.PathLike[str]) -> str:
     def g(n: int) -> str:
         return f"{n / GiB:.2f}"
 
-    for spec, dspec, extra in README_ROWS:
+    for spec, dspec, extra in FIT_TABLE_ROWS:
         t = read_shape(write_shape_gguf(d / f"{spec.arch}.gguf", replace(spec, tokenizer=False)))
         dr = None
         if dspec is not None:
@@ -399,7 +399,7 @@ def readme_table(workdir: str | os.PathLike[str]) -> str:
         label = spec.name + (f" + {dspec.name}" if dspec else "")
         if extra.get("swa_full") is False:
             label += " (--no-swa-full)"
-        for ctx in README_CONTEXTS:
+        for ctx in FIT_TABLE_CONTEXTS:
             s = replace(Settings(n_ctx=ctx, n_gpu_layers=-1), **extra)  # type: ignore[arg-type]
             p = make_plan(t, dr, s, b)
             q = make_plan(t, dr, replace(s, type_k="q8_0", type_v="q8_0"), b)
@@ -413,8 +413,8 @@ def readme_table(workdir: str | os.PathLike[str]) -> str:
     return "\n".join(rows) + "\n"
 
 
-if __name__ == "__main__":  # pragma: no cover - regenerates the README table
+if __name__ == "__main__":  # pragma: no cover - regenerates the docs/fit.md table
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
-        print(readme_table(tmp), end="")
+        print(fit_table(tmp), end="")

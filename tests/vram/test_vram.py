@@ -515,15 +515,15 @@ def test_header_reader_skips_big_vocabularies(llama8b: tuple[Path, Path]) -> Non
     assert struct.unpack_from("<I", raw, 4)[0] == h.version
 
 
-def test_readme_table_is_current(tmp_path: Path) -> None:
+def test_fit_table_is_current(tmp_path: Path) -> None:
     """The RTX 4090 table in docs/fit.md is what the planner computes today."""
-    from local_eagle.testing.vram_fixtures import readme_table
+    from local_eagle.testing.vram_fixtures import fit_table
 
     readme = (Path(__file__).parents[2] / "docs" / "fit.md").read_text()
     start, end = "<!-- vram-table:begin -->\n", "<!-- vram-table:end -->"
     assert start in readme and end in readme
     documented = readme.split(start, 1)[1].split(end, 1)[0]
-    assert documented == readme_table(tmp_path)
+    assert documented == fit_table(tmp_path)
 
 
 def test_split_gguf_reads_every_file(tmp_path: Path) -> None:
