@@ -159,7 +159,7 @@ class Drafter:
             e = min(n, s + step)
             self.ctx.decode(tokens[s:e], positions[s:e], True, g[s:e])
             for i in range(e - s):
-                logits[s + i] = self.ctx.logits(i, self.n_vocab)
+                logits[s + i] = self.ctx.logits_view(i, self.n_vocab)
                 prenorm[s + i] = self.ctx.embeddings_nextn_ith(i, self.n_embd)
         return logits, prenorm
 

@@ -316,10 +316,8 @@ class Generation:
         if self.pausable:
             self.capture.pause(not capture)
         self.target.decode(batch, np.arange(self.n_past, self.n_past + n_rows), True)
-        if n_rows == 1:  # an idle round reads one row, as plain decoding does: no second copy of 262K logits
-            target_logits = self.target.logits(0, self.engine.n_vocab)[None]
-        else:
-            target_logits = np.stack([self.target.logits(row, self.engine.n_vocab) for row in range(n_rows)])
+        # one copy of each row's logits, straight from llama.cpp's buffer (an idle round reads one, as plain decoding)
+        target_logits = np.stack([self.target.logits_view(row, self.engine.n_vocab) for row in range(n_rows)])
         features = self.capture.features(n_rows) if capture else None
         observed.captured = capture
         observed.verify_seconds = clock() - started
