@@ -17,24 +17,15 @@ from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
 from local_eagle.cli.app import app as cli
-from local_eagle.runtime.engine import Engine, EngineOptions
+from local_eagle.runtime.engine import EngineOptions
 from local_eagle.serve import runner
 from local_eagle.serve.access import ORIGINS_ENV, Access, allowed_host
-from local_eagle.serve.app import EagleServer, ServeConfig, create_app
+from local_eagle.serve.app import create_app
 from local_eagle.serve.store_app import RUN_PATHS, StoreConfig, StoreFront
 from local_eagle.store import LocalStore
 
 EVIL = "http://evil.example"
 LOCAL = "http://127.0.0.1:11434"
-
-
-@pytest.fixture(scope="module")
-def model_server(pair):
-    _, target, draft = pair
-    server = EagleServer(Engine(target, draft, EngineOptions(n_ctx=256, n_threads=1)),
-                         ServeConfig(name="cyc", model=target, draft=draft))  # fmt: skip
-    yield server
-    server.close()
 
 
 @pytest.fixture

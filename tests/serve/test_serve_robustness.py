@@ -20,9 +20,9 @@ import pytest
 import uvicorn
 from fastapi.testclient import TestClient
 
-from local_eagle.runtime.engine import Engine, EngineOptions
+from local_eagle.runtime.engine import EngineOptions
 from local_eagle.serve import runner
-from local_eagle.serve.app import EagleServer, ServeConfig, create_app
+from local_eagle.serve.app import create_app
 from local_eagle.serve.registry import ModelRegistry, ServerBusy, keep_alive_seconds
 from local_eagle.serve.store_app import StoreConfig, StoreFront
 from local_eagle.store import LocalStore
@@ -53,25 +53,6 @@ def running(app, header_timeout: float = runner.HEADER_TIMEOUT):
     finally:
         uv.should_exit = True
         thread.join(timeout=30)
-
-
-@pytest.fixture(scope="module")
-def model_server(pair):
-    _, target, draft = pair
-    server = EagleServer(Engine(target, draft, EngineOptions(n_ctx=256, n_threads=1)),
-                         ServeConfig(name="cyc", model=target, draft=draft))  # fmt: skip
-    yield server
-    server.close()
-
-
-@pytest.fixture
-def store(pair, tmp_path: Path) -> LocalStore:
-    _, target, draft = pair
-    local = LocalStore(tmp_path / "models")
-    mf = tmp_path / "Modelfile"
-    mf.write_text(f"FROM {target}\nDRAFT {draft}\nPARAMETER num_thread 1\nTEMPLATE {{{{ .Prompt }}}}\n")
-    local.create("cyc", mf)
-    return local
 
 
 @pytest.fixture

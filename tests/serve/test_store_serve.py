@@ -47,16 +47,6 @@ def start(config: StoreConfig):
 
 
 @pytest.fixture
-def store(pair, tmp_path: Path) -> LocalStore:
-    _, target, draft = pair
-    local = LocalStore(tmp_path / "models")
-    mf = tmp_path / "Modelfile"
-    mf.write_text(f"FROM {target}\nDRAFT {draft}\nPARAMETER num_thread 1\nTEMPLATE {{{{ .Prompt }}}}\n")
-    local.create("cyc", mf)
-    return local
-
-
-@pytest.fixture
 def served(store: LocalStore, pair):
     size = pair[1].stat().st_size + pair[2].stat().st_size
     config = StoreConfig(local=store, options=EngineOptions(n_ctx=512, n_threads=1), budget=int(size * 1.5))
