@@ -18,6 +18,14 @@ from local_eagle.runtime.tree import TreeShape
 AUTO_DRAFT_MAX = 8
 """The adaptive policy's bound when neither a flag nor a Modelfile gives one: it drafts that deep only where it pays."""
 
+AUTO_TREE_NODES = 63
+"""The largest draft tree the adaptive policy may verify when neither a flag nor a Modelfile says otherwise: 64 rows,
+where public RTX 4090 tables put a target call at ~1.1-1.5x one row. It verifies fewer nodes, a chain or nothing
+wherever the measured costs say so (every round on a CPU, whose calls cost in proportion to their rows)."""
+
+AUTO_TREE_WIDTH = 8
+"""Frontier nodes the adaptive policy's trees expand per drafter call (SGLang's EAGLE-3 top-k range is 4-8)."""
+
 T1_ROUNDS = 4
 """1-row target calls measured before the policy is built (their median is its first cost estimate)."""
 
