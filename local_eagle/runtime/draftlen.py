@@ -336,6 +336,11 @@ class DraftLengthPolicy:
         return max(0, self.probe_interval - self.idle_rounds)
 
     @property
+    def rate(self) -> float:
+        """The long-run tokens per second the current plan expects (never below the target's own)."""
+        return self._plan.rate
+
+    @property
     def drafted(self) -> int:
         return len(self._taken)
 
@@ -379,6 +384,23 @@ class DraftLengthPolicy:
         r = self.rounds
         every = self.refresh_idle if self.idle_rounds >= self.refresh_idle else self.refresh_every
         if not self.fixed and (r % every == 0 or (r < self.refresh_every and r & (r - 1) == 0)):
+            self.replan()
+        self.begin_round()
+
+    def end_tree_round(self, judged: tuple[list[float], list[bool]], rows: int, *, verify_seconds: float,
+                       host_seconds: float | None = None) -> None:  # fmt: skip
+        """Learn from a round that verified a draft tree instead of this policy's chain: the target's cost at
+        its rows, and the calibration from every child the target judged (``VerifyTree.outcomes``: each slot's
+        draft probability and whether it was accepted), so the chain's expected rate, which the tree is
+        compared with, stays current while trees run."""
+        for q, ok in zip(*judged, strict=True):
+            self.acceptance.observe(q, ok, self.rounds)
+        self.costs.add_verify(rows, verify_seconds)
+        if host_seconds is not None:
+            self.costs.add_host(host_seconds)
+        self.idle_rounds = 0
+        self.rounds += 1
+        if self.rounds % self.refresh_every == 0:
             self.replan()
         self.begin_round()
 

@@ -20,7 +20,7 @@ from local_eagle.llamacpp.model import Context, ContextOptions, Model
 from local_eagle.runtime.drafter import Drafter, check_pair, read_spec
 from local_eagle.runtime.draftlen import DraftLengthPolicy
 from local_eagle.runtime.feed import DrafterFeed
-from local_eagle.runtime.lengths import PolicyHolder, TreeChoice
+from local_eagle.runtime.lengths import PolicyHolder
 from local_eagle.runtime.rounds import (
     STOP_CANCELLED,
     STOP_CONTEXT,
@@ -33,6 +33,7 @@ from local_eagle.runtime.rounds import (
     prompt_logits,
 )
 from local_eagle.runtime.sampling import GREEDY, SamplingParams
+from local_eagle.runtime.shapes import TreeChoice
 from local_eagle.runtime.stats import GenerationStats
 from local_eagle.runtime.tree import MAX_SEQ, SlotCalibration, TreeShape
 from local_eagle.runtime.treeround import drafter_sequences
@@ -62,7 +63,8 @@ class EngineOptions:
     flash_attn: bool | None = None
     capture: str = "auto"  # "auto" | "native" | "callback"
     adaptive: bool = False  # choose draft lengths with the cost-aware policy when a call does not say
-    tree_nodes: int = 0  # largest draft tree a call may verify (0: chains only; above, a unified multi-sequence cache)
+    tree_nodes: int = 0  # largest draft tree a call may verify (0: chains only; above, a unified multi-sequence cache,
+    # and adaptive calls that name no tree may draft trees up to this size where the costs favour them)
     tree_width: int = 8  # widest frontier a tree may expand per drafter call
 
 
@@ -75,6 +77,12 @@ class Stream:
 
     def __iter__(self) -> Iterator[str]:
         self.result = yield from self._gen
+
+    def default_tree(self, draft_max: int) -> TreeShape:
+        """The tree an adaptive call may draft when it names none: as many nodes and as wide a frontier as the
+        engine was opened for, as deep as the call's draft bound (its chains' longest)."""
+        nodes = min(self.options.tree_nodes, MAX_SEQ - 1)
+        return TreeShape(nodes, max(1, draft_max), max(1, min(self.options.tree_width, nodes)))
 
     def close(self) -> None:
         self._gen.close()
@@ -106,6 +114,7 @@ class Engine:
         # probability instead, which scored no better on the Gemma pair (3.95 vs 4.19 tokens per 16-row call)
         self.tree_calibration: SlotCalibration | None = None
         self.tree_choices: dict[TreeShape, TreeChoice] = {}  # adaptive trees: what each shape yielded, per shape
+        self.tree_quotas: dict[TreeShape, list[int]] = {}  # sampling trees: nodes per depth the last round chose
         if draft is not None:
             spec = read_spec(draft)
             check_pair(spec, self.model)
@@ -114,7 +123,7 @@ class Engine:
         # trees need a sequence per leaf; a multi-sequence cache costs memory (a SWA model's window grows with the
         # sequences), so a context gets them only when trees may be asked for
         self.tree_refusal = self.model.branching_refusal() if options.tree_nodes > 1 else None
-        trees = options.tree_nodes > 1 and draft is not None and self.tree_refusal is None
+        self.trees = trees = options.tree_nodes > 1 and draft is not None and self.tree_refusal is None
         target_options = context_options
         if trees:
             target_options = replace(context_options, n_seq_max=min(MAX_SEQ, options.tree_nodes))
@@ -173,9 +182,10 @@ class Engine:
 
         ``tree`` drafts a tree of that shape every round instead of a chain (the engine must be opened with
         ``EngineOptions.tree_nodes`` at least its nodes); with ``adaptive``, a round drafts that tree or the
-        policy's chain (or nothing), whichever the measured costs favour (``lengths.TreeChoice``: never on a CPU
-        whose calls cost in proportion to their rows). A target that cannot branch its cache (recurrent, hybrid:
-        ``tree_refusal`` says why) drafts chains instead.
+        policy's chain (or nothing), whichever the measured costs favour (``shapes.TreeChoice``: never on a CPU
+        whose calls cost in proportion to their rows), and verifies as many of its nodes as pay for their rows.
+        An adaptive call that names no tree on an engine opened for trees may draft :meth:`default_tree`. A
+        target that cannot branch its cache (recurrent, hybrid: ``tree_refusal`` says why) drafts chains instead.
         """
         tokens = self.tokenize(prompt) if isinstance(prompt, str) else np.asarray(prompt, dtype=np.int32)
         if len(tokens) == 0:
@@ -189,6 +199,8 @@ class Engine:
         if draft_max < 0:
             raise LocalEagleError(f"draft max must be >= 0, got {draft_max}")
         adaptive = self.options.adaptive if adaptive is None else adaptive
+        if tree is None and adaptive and self.trees and draft_max > 0:
+            tree = self.default_tree(draft_max)
         if tree is not None and self.drafter is not None:
             if self.tree_refusal is not None:
                 tree, draft_max = None, draft_max if adaptive else tree.depth
@@ -205,6 +217,12 @@ class Engine:
         )  # fmt: skip
         generation.cancelled = cancelled
         return Stream(generation.run())
+
+    def default_tree(self, draft_max: int) -> TreeShape:
+        """The tree an adaptive call may draft when it names none: as many nodes and as wide a frontier as the
+        engine was opened for, as deep as the call's draft bound (its chains' longest)."""
+        nodes = min(self.options.tree_nodes, MAX_SEQ - 1)
+        return TreeShape(nodes, max(1, draft_max), max(1, min(self.options.tree_width, nodes)))
 
     def close(self) -> None:
         if self.drafter is not None:

@@ -13,7 +13,6 @@ import statistics
 from typing import Protocol
 
 from local_eagle.runtime.draftlen import DraftLengthPolicy, PolicyState
-from local_eagle.runtime.tree import TreeShape
 
 AUTO_DRAFT_MAX = 8
 """The adaptive policy's bound when neither a flag nor a Modelfile gives one: it drafts that deep only where it pays."""
@@ -92,52 +91,6 @@ class PolicyHolder:
             if len(self._t1) >= T1_ROUNDS:
                 self.policy = DraftLengthPolicy(statistics.median(self._t1), k_max)
         return self.policy
-
-
-class TreeChoice:
-    """Per round, a draft tree of ``shape`` or the adaptive policy's chain (or nothing), whichever the measured
-    costs say yields more tokens per second.
-
-    A tree's tokens per call are learnt from the rounds that ran one (an exponential average). A tree is never
-    tried where even a perfect one (its deepest path all accepted) would lose to the policy's expected rate: on a
-    CPU, where a target call costs in proportion to its rows, that is always, so the default stays chains or
-    nothing there. Elsewhere trees are tried, and tried again every ``explore_every`` chain rounds. Only costs
-    and earlier rounds decide, never the target's output at the positions a round verifies.
-    """
-
-    def __init__(self, shape: TreeShape, explore_every: int = 64, memory: float = 0.9) -> None:
-        self.shape = shape
-        self.explore_every = explore_every
-        self.memory = memory
-        self.tokens: float | None = None  # tokens per tree round (1 + accepted)
-        self.overhead: float | None = None  # a tree round's seconds besides the target call (drafting, host)
-        self.since_tree = 0
-
-    def expected_rate(self, policy: DraftLengthPolicy, tokens: float) -> float:
-        costs, n = policy.costs, self.shape.nodes
-        verify = float(costs.verify(n + 1)[n + 1])
-        overhead = self.overhead
-        if overhead is None:
-            overhead = costs.first_step + (min(self.shape.depth, n) - 1) * costs.draft_step + costs.host
-        return tokens / (verify + overhead)
-
-    def prefer_tree(self, policy: DraftLengthPolicy) -> bool:
-        chain = float(policy.state().rate)
-        best = min(self.shape.depth, self.shape.nodes) + 1.0
-        if self.expected_rate(policy, best) <= chain:
-            return False
-        if self.tokens is None or self.since_tree >= self.explore_every:
-            return True
-        return self.expected_rate(policy, self.tokens) > chain
-
-    def chose_chain(self) -> None:
-        self.since_tree += 1
-
-    def observe(self, tokens: int, overhead: float) -> None:
-        m = self.memory
-        self.tokens = tokens if self.tokens is None else m * self.tokens + (1 - m) * tokens
-        self.overhead = overhead if self.overhead is None else m * self.overhead + (1 - m) * overhead
-        self.since_tree = 0
 
 
 def explain(policy: dict, draft_lengths: list[int]) -> str:

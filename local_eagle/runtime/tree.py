@@ -181,9 +181,11 @@ class DraftTree:
         cut = float(np.partition(np.asarray(self.scores[1:]), len(self.scores) - 1 - n)[len(self.scores) - 1 - n])
         return [i for i in nodes if self.scores[i] >= cut]
 
-    def select(self, n: int) -> VerifyTree:
-        """The root and the ``n`` best nodes closed under parents and earlier siblings, as a verify tree."""
-        chosen = [0]
+    def order(self, n: int) -> list[int]:
+        """The ``n`` best nodes closed under parents and earlier siblings, best first: every prefix of it is
+        the best tree of that size (what :meth:`select` verifies), so a policy can cut it where a node stops
+        paying for its row."""
+        chosen: list[int] = []
         heap: list[tuple[float, int]] = []
 
         def offer(node: int) -> None:
@@ -191,7 +193,7 @@ class DraftTree:
 
         if self.children[0]:
             offer(self.children[0][0])
-        while heap and len(chosen) <= n:
+        while heap and len(chosen) < n:
             _, node = heapq.heappop(heap)
             chosen.append(node)
             if self.children[node]:
@@ -200,7 +202,15 @@ class DraftTree:
             rank = self.ranks[node]
             if rank + 1 < len(siblings):
                 offer(siblings[rank + 1])
-        return VerifyTree.from_nodes(self, self._rows(chosen))
+        return chosen
+
+    def select(self, n: int) -> VerifyTree:
+        """The root and the ``n`` best nodes closed under parents and earlier siblings, as a verify tree."""
+        return self.verify_tree(self.order(n))
+
+    def verify_tree(self, nodes: list[int]) -> VerifyTree:
+        """The root and ``nodes`` (closed under parents and earlier siblings) as a verify tree."""
+        return VerifyTree.from_nodes(self, self._rows([0, *nodes]))
 
     def _rows(self, chosen: list[int]) -> list[int]:
         """The verify's row order: the first-slot chain from the root, then the other nodes by depth.

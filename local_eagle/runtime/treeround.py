@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from local_eagle.runtime.draftlen import DraftLengthPolicy
-from local_eagle.runtime.lengths import TreeChoice
 from local_eagle.runtime.sampling import apply_repeat_penalty, probabilities
+from local_eagle.runtime.shapes import TreeChoice, path_values, prior_quotas, row_cost, verify_count, worth_expanding
 from local_eagle.runtime.stats import RoundStats
 from local_eagle.runtime.tree import DraftTree, TreeShape, VerifyTree, children_slots, walk_greedy, walk_sampling
 from local_eagle.runtime.treeverify import TreeBatch
@@ -76,7 +76,8 @@ class TreeRounds:
         self.columns = None if gen.penalized else drafter.spec.draft_ids
         self.branched = 0  # drafter branch sequences in use this round
         self.calibration = gen.engine.tree_calibration  # the engine's: what earlier answers taught carries over
-        self.quotas: list[int] | None = None  # sampling: nodes per depth, from the previous round's n best
+        # sampling: nodes per depth, from the previous round's best tree (the engine's: it carries over answers)
+        self.quotas = gen.engine.tree_quotas
         # adaptive: the engine's choice between this shape and the policy's chains, learnt across answers
         self.choice = gen.engine.tree_choices.setdefault(shape, TreeChoice(shape)) if gen.adaptive else None
 
@@ -99,8 +100,9 @@ class TreeRounds:
         tree, dists = self.draft(last_token, observed)
         batch, features = self.verify(tree, observed)
         path, next_token = self.accept(batch, dists, last_token, observed)
+        judged = tree.outcomes(path)
         if self.calibration is not None:
-            self.calibration.observe(*tree.outcomes(path))
+            self.calibration.observe(*judged)
         accepted = [int(tree.tokens[r]) for r in path] + [next_token]
         kept = clock()
         batch.keep(gen.target, path[-1] if path else 0)
@@ -111,10 +113,14 @@ class TreeRounds:
         observed.rollback_seconds += keep_seconds
         if self.choice is None:
             gen.learn(observed, None, next_token, clock() - started)
-        else:  # the chain policy learns the target's cost at these rows, not a chain it did not draft
-            assert isinstance(gen.lengths, DraftLengthPolicy)
-            gen.lengths.costs.add_verify(len(tree), observed.verify_seconds)
-            self.choice.observe(len(accepted), max(0.0, clock() - started - observed.verify_seconds))
+        else:  # the policy learns the target's cost at these rows and its calibration, not a chain it did not draft
+            policy = gen.lengths
+            assert isinstance(policy, DraftLengthPolicy)
+            host = max(0.0, clock() - started - observed.verify_seconds - observed.draft_seconds)
+            calls = observed.steps - 1
+            call = (observed.draft_seconds - observed.catch_up_seconds) / calls if calls > 0 else None
+            self.choice.observe(policy, len(accepted), len(tree), calls, call)
+            policy.end_tree_round(judged, len(tree), verify_seconds=observed.verify_seconds, host_seconds=host)
         gen.spec_stats.observe(observed)
         gen.spec_stats.trace_trees.append((tree, path))
         return accepted
@@ -168,10 +174,15 @@ class TreeRounds:
         prenorms = {0: prenorm[0]}
         seq_of = {0: 0}
         width, ctx = self.shape.width, self.drafter.ctx
+        priced = self._prices(n_nodes)
+        values: list[float] = []
         for depth in range(1, min(self.shape.depth, n_nodes)):
             frontier = tree.frontier(depth, width)
             if gen.sampling.greedy:
                 frontier = tree.worth_expanding(frontier, n_nodes)
+            if priced is not None:
+                accept, T, rate, row, call = priced
+                frontier = worth_expanding(frontier, path_values(tree, accept, values), row, call, rate)
             if not frontier:
                 break
             base = 1 + (depth % 2) * width  # alternate sets: the parents' sequences stay whole meanwhile
@@ -190,15 +201,30 @@ class TreeRounds:
             for i, node in enumerate(frontier):
                 prenorms[node] = pre[i]
                 self._expand(tree, node, rows[i], last_token, dists)
-        best = tree.select(n_nodes)
+        order = tree.order(n_nodes)
+        if priced is not None:  # as many of the best nodes as pay for their rows
+            accept, T, rate, _, _ = priced
+            values = path_values(tree, accept, values)
+            order = order[: verify_count(np.array([values[i] for i in order]), T, rate)]
+        best = tree.verify_tree(order)
         if gen.sampling.greedy:
             chosen = best
         else:  # depth quotas fixed before this round's draws (runtime.tree: why the n best would bias sampling)
-            chosen = tree.select_by_depth(_capped(self.quotas or [1] * n_nodes, n_nodes))
-            self.quotas = best.quotas()
+            quotas = self.quotas.get(self.shape) or prior_quotas(self.shape, n_nodes)
+            chosen = tree.select_by_depth(_capped(quotas, n_nodes))
+            self.quotas[self.shape] = best.quotas() or [1]
         observed.drafted = chosen.drafted
         observed.draft_seconds = clock() - started
         return chosen, dists
+
+    def _prices(self, n_nodes: int) -> tuple | None:
+        """An adaptive round's prices (None for a fixed tree): the calibration, the target call by rows, the rate
+        a row must earn, a row's cost and a later drafter call's."""
+        policy = self.gen.lengths
+        if self.choice is None or not isinstance(policy, DraftLengthPolicy):
+            return None
+        T = policy.costs.verify(n_nodes + 1)
+        return policy.acceptance.many, T, self.choice.rate(policy), row_cost(T, n_nodes), self.choice.call_cost(policy)
 
     def _drop_branches(self) -> None:
         for seq in range(1, self.branched):

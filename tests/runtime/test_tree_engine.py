@@ -11,8 +11,8 @@ from converters import convert, write_checkpoint
 from local_eagle.errors import LocalEagleError
 from local_eagle.runtime.engine import Engine, EngineOptions
 from local_eagle.runtime.identity import IDENTICAL, NEAR_TIE, check_identity
-from local_eagle.runtime.lengths import TreeChoice
 from local_eagle.runtime.sampling import SamplingParams
+from local_eagle.runtime.shapes import TreeChoice
 from local_eagle.runtime.tree import TreeShape
 from local_eagle.testing.costs import FrozenCosts
 from local_eagle.testing.tiny import make_drafter, write_tiny_target
@@ -187,12 +187,11 @@ def test_calibrated_tree_scores_learn_from_the_rounds_and_stay_lossless(engines)
 
 
 class FrozenOverhead(TreeChoice):
-    """A tree's drafting priced by the frozen cost model, like the chains it is compared with (these tiny models'
-    drafter costs as much as their target)."""
+    """A tree's drafter calls priced by the frozen cost model, like the chains it is compared with (these tiny
+    models' drafter costs as much as their target)."""
 
-    def observe(self, tokens: int, overhead: float) -> None:
-        super().observe(tokens, overhead)
-        self.overhead = None
+    def call_cost(self, policy) -> float:
+        return policy.costs.draft_step
 
 
 def test_adaptive_rounds_choose_trees_where_rows_are_cheap_and_chains_where_they_cost(engines):
