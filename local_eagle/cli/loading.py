@@ -23,6 +23,7 @@ from local_eagle.cli.console import err
 from local_eagle.cli.options import DEFAULT_CTX
 from local_eagle.errors import GGUFError, LlamaError, LocalEagleError
 from local_eagle.ollama.parameters import PARAMETERS
+from local_eagle.runtime.lengths import AUTO_TREE_NODES, AUTO_TREE_WIDTH
 from local_eagle.units import human_bytes
 
 if TYPE_CHECKING:
@@ -49,8 +50,10 @@ class LoadOptions:
     threads: int = 0
     draft_max: int = PARAMETERS["draft_num_predict"].default
     beyond_training: bool = False
-    tree_nodes: int = 0  # the largest draft tree asked for (0: chains only, no multi-sequence caches)
-    tree_width: int = 8
+    tree_nodes: int = AUTO_TREE_NODES
+    """The largest draft tree a round may verify (``--tree``); above 1 the contexts get unified multi-sequence
+    caches, priced by :func:`buffer_bytes`. 0: chains only."""
+    tree_width: int = AUTO_TREE_WIDTH
 
     def engine_options(self, n_ctx: int) -> EngineOptions:
         from local_eagle.runtime.engine import EngineOptions
@@ -70,6 +73,13 @@ def open_engine(model: Path, draft: Path | None, load: LoadOptions) -> Engine:
         return Engine(model, draft, load.engine_options(n_ctx))
     except LlamaError as e:
         raise explain_load_failure(e, model, draft) from None
+
+
+def note_tree_refusal(engine: Engine, asked: bool) -> None:
+    """One note when trees were asked for (``--tree N``, or ``auto`` where the command is verbose) and this
+    target cannot branch its cache: its rounds draft chains."""
+    if asked and engine.tree_refusal is not None:
+        _note(f"no draft trees for this target ({engine.tree_refusal}): it drafts chains instead")
 
 
 def plan_context(model: Path, draft: Path | None, load: LoadOptions, note: Callable[[str], None] | None = None) -> int:
@@ -145,8 +155,17 @@ def check_memory(model: Path, draft: Path | None, n_ctx: int, load: LoadOptions)
 
 
 def buffer_bytes(model: Path, draft: Path | None, n_ctx: int, load: LoadOptions, gpu: bool) -> int:
-    """The KV caches and compute buffers of the pair's contexts, as the planner prices them."""
+    """The KV caches and compute buffers of the pair's contexts, as the planner prices them.
+
+    With trees (``load.tree_nodes`` above 1, a drafter, a target that can branch) the engine opens unified
+    multi-sequence caches: the target's with a sequence per tree node, the drafter's with one per branch
+    (``Engine``); a windowed cache llama.cpp keeps window-sized grows with its sequences.
+    """
+    from dataclasses import replace
+
     from local_eagle import vram
+    from local_eagle.runtime.tree import MAX_SEQ
+    from local_eagle.runtime.treeround import drafter_sequences
 
     target = vram.read_shape(model, "target GGUF")
     drafter = vram.read_shape(draft, "drafter GGUF") if draft is not None else None
@@ -154,12 +173,16 @@ def buffer_bytes(model: Path, draft: Path | None, n_ctx: int, load: LoadOptions,
         n_ctx=n_ctx, n_batch=N_BATCH, n_ubatch=N_BATCH, n_gpu_layers=0, draft_batch=N_BATCH, draft_ubatch=N_BATCH,
         draft_max=min(load.draft_max, N_BATCH - 1),
     )  # fmt: skip
+    trees = load.tree_nodes > 1 and drafter is not None and not any(target.recurrent)
+    ts = replace(s, n_seq=min(MAX_SEQ, load.tree_nodes), kv_unified=True) if trees else s
     backend = vram.CUDA if gpu else vram.CPU
-    total = vram.kv_cache(target, vram.ctx_dims(n_ctx, 1, N_BATCH, N_BATCH, False), s, 0).total
-    total += vram.target_compute(target, s, backend)
+    total = vram.kv_cache(target, vram.ctx_dims(n_ctx, ts.n_seq, N_BATCH, N_BATCH, ts.kv_unified), ts, 0).total
+    total += vram.target_compute(target, ts, backend)
     if drafter is not None:
-        total += vram.kv_cache(drafter, vram.ctx_dims(n_ctx, 1, N_BATCH, N_BATCH, False), s, 0, True).total
-        total += vram.draft_compute(drafter, s, backend)
+        ds = replace(s, n_seq=drafter_sequences(load.tree_width), kv_unified=True) if trees else s
+        dims = vram.ctx_dims(n_ctx, ds.n_seq, N_BATCH, N_BATCH, ds.kv_unified)
+        total += vram.kv_cache(drafter, dims, ds, 0, True).total
+        total += vram.draft_compute(drafter, ds, backend)
     return total
 
 

@@ -23,7 +23,9 @@ import typer
 from local_eagle.cli.console import warn
 from local_eagle.errors import LocalEagleError
 from local_eagle.ollama.parameters import PARAMETERS, ParameterError, check, format_value
+from local_eagle.runtime.lengths import AUTO_TREE_NODES, AUTO_TREE_WIDTH
 from local_eagle.runtime.sampling import SamplingParams
+from local_eagle.runtime.tree import MAX_SEQ, TreeShape
 
 if TYPE_CHECKING:
     from local_eagle.ollama.modelfile import Modelfile
@@ -289,3 +291,58 @@ def draft_bound(pair: ModelPair, value: str | None, fixed: bool) -> int:
     if pair.modelfile is not None and pair.modelfile.draft is not None and "draft_num_predict" in pair.parameters:
         return int(pair.parameters["draft_num_predict"])
     return FIXED_DRAFT_MAX if fixed else AUTO_DRAFT_MAX
+
+
+# --- draft trees: as large as pays by default, off for chains only ---------------------------------------
+
+OFF = "off"
+
+TreeOpt = Annotated[
+    str,
+    typer.Option(
+        "--tree",
+        help=f"Draft trees: 'auto' (up to {AUTO_TREE_NODES} nodes per target call, where the measured costs favour "
+        "a tree over a chain), N (up to N nodes; with --fixed, a tree of exactly N every round) or 'off' (chains "
+        "only, and no multi-sequence KV cache).",
+    ),
+]
+
+
+@dataclass(frozen=True)
+class TreeSetting:
+    """What ``--tree`` asked for: the largest tree the engine is opened for, and whether it was a number."""
+
+    nodes: int
+    """Drafted nodes per target call at most; 0: chains only."""
+    explicit: bool = False
+    """Given as N: with --fixed it is drafted every round, and a target that cannot branch gets a note."""
+
+    def shape(self, fixed: bool) -> TreeShape | None:
+        """The tree drafted every round: only ``--fixed --tree N`` fixes one (the adaptive policy chooses its own)."""
+        return TreeShape.for_nodes(self.nodes) if fixed and self.explicit and self.nodes > 0 else None
+
+    def engine_nodes(self, fixed: bool) -> int:
+        """``LoadOptions.tree_nodes``: the multi-sequence caches are opened only where a tree may be drafted
+        (``--fixed`` without ``--tree N`` drafts chains, as it always did)."""
+        return self.nodes if self.explicit or not fixed else 0
+
+    def engine_width(self, fixed: bool) -> int:
+        """``LoadOptions.tree_width``: the fixed tree's frontier, else the adaptive policy's."""
+        shape = self.shape(fixed)
+        return shape.width if shape is not None else AUTO_TREE_WIDTH
+
+
+def parse_tree(value: str | None, flag: str = "--tree") -> TreeSetting:
+    """``auto`` (or nothing): trees up to AUTO_TREE_NODES where they pay; ``off`` or 0: chains only; else N nodes."""
+    text = AUTO if value is None else value.strip().lower()
+    if text == AUTO:
+        return TreeSetting(AUTO_TREE_NODES)
+    if text == OFF:
+        return TreeSetting(0, explicit=True)
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if not 0 <= n < MAX_SEQ:
+        raise LocalEagleError(f"{flag} must be 'auto', 'off' or a number of nodes (0 to {MAX_SEQ - 1}), got {value!r}")
+    return TreeSetting(n, explicit=True)
