@@ -47,6 +47,7 @@ from local_eagle.ollama.modelfile import (
 from local_eagle.runtime.lengths import AUTO_DRAFT_MAX
 from local_eagle.runtime.sampling import SamplingParams
 from local_eagle.runtime.stats import GenerationTotals
+from local_eagle.runtime.tree import TreeShape
 
 _UNDECODABLE = re.compile("[\udc80-\udcff]")  # what surrogateescape makes of bytes that are not UTF-8
 
@@ -154,6 +155,7 @@ class ChatSession:
         self.verbose = verbose
         self.draft_p_min = draft_p_min
         self.adaptive = adaptive  # draft_num_predict bounds the cost-aware policy rather than fixing the length
+        self.tree: TreeShape | None = None  # chat --fixed --tree N: the tree drafted every round
         self.history: list[dict[str, str]] = []
         self.stats = SessionStats()
         self.reload_needed = False
@@ -195,6 +197,7 @@ class ChatSession:
             "draft_max": int(self.parameters.get("draft_num_predict", default_k)),
             "draft_p_min": self.draft_p_min,
             "adaptive": self.adaptive,
+            "tree": self.tree,
             "stop": list(self.parameters.get("stop", [])),
         }
 

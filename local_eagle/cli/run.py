@@ -15,7 +15,7 @@ import typer
 from rich.table import Table
 
 from local_eagle.cli.console import err, friendly, out, warn_if_cpu_only
-from local_eagle.cli.loading import BeyondTrainingOpt, LoadOptions, open_engine
+from local_eagle.cli.loading import BeyondTrainingOpt, LoadOptions, note_tree_refusal, open_engine
 from local_eagle.cli.options import (
     AUTO,
     NO_SAMPLING_FLAGS,
@@ -31,9 +31,11 @@ from local_eagle.cli.options import (
     OptionalModelOpt,
     SamplingFlags,
     ThreadsOpt,
+    TreeOpt,
     checked_options,
     draft_bound,
     parse_draft_max,
+    parse_tree,
     resolve_models,
     sampling_options,
     sampling_params,
@@ -98,6 +100,7 @@ def generate(
     sampling: SamplingFlags = NO_SAMPLING_FLAGS,
     draft_max: DraftLengthOpt = AUTO,
     fixed: FixedOpt = False,
+    tree: TreeOpt = AUTO,
     draft_p_min: DraftPMinOpt = 0.0,
     ctx: OptionalCtxOpt = None,
     ctx_beyond_training: BeyondTrainingOpt = False,
@@ -112,6 +115,7 @@ def generate(
     flags given on the command line override it.
     """
     text = _read_prompt(prompt, prompt_file)
+    trees = parse_tree(tree)
     pair = resolve_models(model, draft, modelfile)
     params = pair.parameters
     if pair.modelfile is not None and not raw:
@@ -122,11 +126,13 @@ def generate(
     sp = sampling_params({**params, **sampling.values})
     stops = sampling.stop or list(params.get("stop", []))
     k = draft_bound(pair, draft_max, fixed)
-    load = LoadOptions(ctx if ctx is not None else params.get("num_ctx"), gpu_layers, threads, k, ctx_beyond_training)
+    load = LoadOptions(ctx if ctx is not None else params.get("num_ctx"), gpu_layers, threads, k, ctx_beyond_training,
+                       trees.engine_nodes(fixed), trees.engine_width(fixed))  # fmt: skip
     with open_engine(pair.model, pair.draft, load) as engine:
+        note_tree_refusal(engine, trees.explicit and trees.nodes > 1)
         n_predict = n_predict if n_predict > 0 else engine.n_ctx  # Ollama: -1 = until the context is full
         s = engine.stream(text, max_tokens=n_predict, sampling=sp, draft_max=k, draft_p_min=draft_p_min, stop=stops,
-                          adaptive=not fixed)  # fmt: skip
+                          adaptive=not fixed, tree=trees.shape(fixed))  # fmt: skip
         _echo(s, as_json)
         res = s.result
     if as_json:
@@ -152,6 +158,7 @@ def chat(
     system: Annotated[str | None, typer.Option("--system", help="System message.")] = None,
     draft_max: DraftLengthOpt = AUTO,
     fixed: FixedOpt = False,
+    tree: TreeOpt = AUTO,
     draft_p_min: DraftPMinOpt = 0.0,
     ctx: OptionalCtxOpt = None,
     ctx_beyond_training: BeyondTrainingOpt = False,
@@ -167,6 +174,7 @@ def chat(
     """
     from local_eagle.cli.chat import ChatSession, run_repl
 
+    trees = parse_tree(tree)
     pair = resolve_models(model, draft, modelfile)
     if pair.modelfile is not None:
         session = ChatSession.from_modelfile(pair.modelfile, pair.model, pair.draft)
@@ -185,12 +193,16 @@ def chat(
     session.verbose = verbose
     session.draft_p_min = draft_p_min
     session.adaptive = not fixed
+    session.tree = trees.shape(fixed)
     warn_if_cpu_only()
 
     def load(s: ChatSession) -> Engine:
         k = s.stream_options()["draft_max"]
-        opts = LoadOptions(s.parameters.get("num_ctx"), s.n_gpu_layers, s.n_threads, k, ctx_beyond_training)
-        return open_engine(s.model, s.draft, opts)
+        opts = LoadOptions(s.parameters.get("num_ctx"), s.n_gpu_layers, s.n_threads, k, ctx_beyond_training,
+                           trees.engine_nodes(fixed), trees.engine_width(fixed))  # fmt: skip
+        engine = open_engine(s.model, s.draft, opts)
+        note_tree_refusal(engine, trees.nodes > 1 and (trees.explicit or s.verbose))
+        return engine
 
     run_repl(session, load)
 
@@ -240,6 +252,7 @@ def demo(
     max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", help=PARAMETERS["num_predict"].help)] = 128,
     draft_max: DraftLengthOpt = AUTO,
     fixed: FixedOpt = False,
+    tree: TreeOpt = AUTO,
     threads: ThreadsOpt = 0,
     as_json: JsonOpt = False,
 ) -> None:
@@ -253,17 +266,22 @@ def demo(
     warn_if_cpu_only()
     target, draft = demo_target(), demo_drafter()
     text = prompt if prompt is not None else DEMO_PROMPT
+    trees = parse_tree(tree)
     k = parse_draft_max(draft_max)
     k = k if k is not None else FIXED_DRAFT_MAX if fixed else AUTO_DRAFT_MAX
-    adaptive = not fixed
-    with Engine(target, draft, EngineOptions(n_ctx=2048, n_threads=threads, adaptive=adaptive)) as engine:
-        engine.generate(_WARMUP, max_tokens=64 if adaptive else 8, draft_max=k)  # warm-up
+    adaptive, shape = not fixed, trees.shape(fixed)
+    options = EngineOptions(n_ctx=2048, n_threads=threads, adaptive=adaptive, tree_nodes=trees.engine_nodes(fixed),
+                            tree_width=trees.engine_width(fixed))  # fmt: skip
+    with Engine(target, draft, options) as engine:
+        note_tree_refusal(engine, trees.explicit and trees.nodes > 1)
+        engine.generate(_WARMUP, max_tokens=64 if adaptive else 8, draft_max=k, tree=shape)  # warm-up
+        fixed_how = f"a tree of {shape.nodes} nodes" if shape is not None else f"k={k}"
         if not as_json:
-            how = "draft lengths chosen per round (after 64 tokens of another prompt)" if adaptive else f"k={k} fixed"
+            how = "draft lengths chosen per round (after 64 tokens of another prompt)" if adaptive else fixed_how
             head = f"{target.name} + {draft.name}, greedy, up to {max_tokens} tokens, {how}"
             out.print(head, highlight=False, markup=False, style="dim")
             out.file.write(text)
-        s = engine.stream(text, max_tokens=max_tokens, draft_max=k)
+        s = engine.stream(text, max_tokens=max_tokens, draft_max=k, tree=shape)
         _echo(s, as_json)
         spec = s.result
         # timed in the order S T T S S T (S speculative, T the target alone): a trend in this machine's
@@ -271,7 +289,7 @@ def demo(
         base = engine.generate(text, max_tokens=max_tokens, draft_max=0)
         spec_runs, base_runs = [_rate(spec)], [_rate(base)]
         for draft in (0, k, k, 0):
-            run = _rate(engine.generate(text, max_tokens=max_tokens, draft_max=draft))
+            run = _rate(engine.generate(text, max_tokens=max_tokens, draft_max=draft, tree=shape if draft else None))
             (spec_runs if draft else base_runs).append(run)
         check = check_identity(engine, text, base, spec)
     st = spec.stats
@@ -292,7 +310,7 @@ def demo(
         t.add_column(c)
     t.add_row("target alone", f"{base_tps:.1f}", str(base.stats.target_calls), "1.00", "", "")
     t.add_row(
-        f"EAGLE 3.1, {'auto, up to' if adaptive else 'fixed'} k={k}", f"{spec_tps:.1f}",
+        f"EAGLE 3.1, auto, up to k={k}" if adaptive else f"EAGLE 3.1, fixed {fixed_how}", f"{spec_tps:.1f}",
         str(st.target_calls), f"{st.acceptance_length:.2f}", acceptance_text(st), draft_lengths_text(st.draft_lengths),
     )  # fmt: skip
     out.print(t)
