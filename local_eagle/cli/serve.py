@@ -8,7 +8,13 @@ from typing import Annotated
 import typer
 
 from local_eagle.cli.console import err, friendly
-from local_eagle.cli.loading import BeyondTrainingOpt, LoadOptions, explain_load_failure, plan_context
+from local_eagle.cli.loading import (
+    BeyondTrainingOpt,
+    LoadOptions,
+    explain_load_failure,
+    note_tree_refusal,
+    plan_context,
+)
 from local_eagle.cli.options import (
     AUTO,
     DraftLengthOpt,
@@ -18,8 +24,10 @@ from local_eagle.cli.options import (
     ModelfileOpt,
     OptionalModelOpt,
     ThreadsOpt,
+    TreeOpt,
     checked_options,
     draft_bound,
+    parse_tree,
     resolve_models,
     table_help,
 )
@@ -44,6 +52,7 @@ def serve(
     port: Annotated[int, typer.Option(help="Port (Ollama's is 11434).")] = 11434,
     draft_max: DraftLengthOpt = AUTO,
     fixed: FixedOpt = False,
+    tree: TreeOpt = AUTO,
     ctx: Annotated[int | None, typer.Option("--ctx", help=table_help("num_ctx") + " Fixed for the server.")] = None,
     ctx_beyond_training: BeyondTrainingOpt = False,
     timeout: Annotated[float, typer.Option(help="Stop any generation after this many seconds (0: never).")] = 0.0,
@@ -82,24 +91,26 @@ def serve(
     from local_eagle.serve.app import serve as run_server
 
     access = Access.configured(host, origins)  # a bad origin is refused before a model loads
+    trees = parse_tree(tree)
 
     if model is None and modelfile is None:  # the store server: every model by name
         from local_eagle.cli.serve_store import serve_store
 
         return serve_store(host, port, log_level, ollama=ollama, ctx=ctx, gpu_layers=gpu_layers, threads=threads,
-                           timeout=timeout, queue_timeout=queue_timeout, max_memory=max_memory,
+                           tree_nodes=trees.nodes, timeout=timeout, queue_timeout=queue_timeout, max_memory=max_memory,
                            access=access)  # fmt: skip
     pair = resolve_models(model, draft, modelfile)
     if timeout < 0 or queue_timeout < 0:
         raise LocalEagleError("--timeout and --queue-timeout must be 0 (never) or positive")
     k = draft_bound(pair, draft_max, fixed)
-    opts = LoadOptions(ctx or pair.parameters.get("num_ctx"), gpu_layers, threads, k, ctx_beyond_training)
+    opts = LoadOptions(ctx or pair.parameters.get("num_ctx"), gpu_layers, threads, k, ctx_beyond_training,
+                       trees.engine_nodes(fixed), trees.engine_width(fixed))  # fmt: skip
     n_ctx = plan_context(pair.model, pair.draft, opts)
     name = name or pair.name or model_name(pair.model, modelfile)
     config = ServeConfig(
         name=name, model=pair.model, draft=pair.draft, modelfile=pair.modelfile,
         parameters=pair.parameters, draft_max=k, queue_timeout=queue_timeout or None,
-        generation_timeout=timeout or None, access=access,
+        generation_timeout=timeout or None, access=access, tree=trees.shape(fixed),
     )  # fmt: skip
     # requests' draft_num_predict bounds the adaptive policy (or, with --fixed, is the draft length)
     engine_options = dataclasses.replace(opts.engine_options(n_ctx), adaptive=not fixed)
@@ -107,6 +118,7 @@ def serve(
         server = load(config, engine_options, host, port, log_level)
     except LlamaError as e:
         raise explain_load_failure(e, pair.model, pair.draft) from None
+    note_tree_refusal(server.engine, trees.explicit and trees.nodes > 1)
     if host not in _LOOPBACK:
         err.print(f"[yellow]warning:[/] listening on {host}: whoever reaches it can use the model", soft_wrap=True)
     pair_name = pair.model.name + (f" + {pair.draft.name}" if pair.draft else "")

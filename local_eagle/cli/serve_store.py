@@ -48,9 +48,10 @@ def pair_bytes(load: LoadOptions, gpu: bool) -> Callable[[Path, Path | None, int
 
 def serve_store(
     host: str, port: int, log_level: str, *, ollama: bool, ctx: int | None, gpu_layers: int, threads: int,
-    timeout: float, queue_timeout: float, max_memory: int | None, access: Access,
+    tree_nodes: int, timeout: float, queue_timeout: float, max_memory: int | None, access: Access,
 ) -> None:  # fmt: skip
-    """Serve every model of local-eagle's store (and Ollama's with ``ollama``), each loaded on first use."""
+    """Serve every model of local-eagle's store (and Ollama's with ``ollama``), each loaded on first use, every
+    engine opened for adaptive draft trees of up to ``tree_nodes`` nodes (``--tree``; 0: chains only)."""
     from local_eagle.llamacpp.backends import gpu_offload_supported
     from local_eagle.ollama.store import OllamaStore
     from local_eagle.runtime.engine import EngineOptions
@@ -59,8 +60,9 @@ def serve_store(
     from local_eagle.serve.store_app import StoreConfig, StoreFront
     from local_eagle.store import LocalStore
 
-    load = LoadOptions(ctx, gpu_layers, threads, 4, False)
-    options = EngineOptions(n_ctx=ctx or 4096, n_gpu_layers=gpu_layers, n_threads=threads)
+    load = LoadOptions(ctx, gpu_layers, threads, 4, False, tree_nodes)
+    options = EngineOptions(n_ctx=ctx or 4096, n_gpu_layers=gpu_layers, n_threads=threads, tree_nodes=tree_nodes,
+                            tree_width=load.tree_width)  # fmt: skip
     local = LocalStore()
     from local_eagle.serve.server import ServeConfig
 

@@ -24,6 +24,7 @@ from fastapi.responses import StreamingResponse
 from local_eagle.errors import LocalEagleError
 from local_eagle.runtime.engine import STOP_CANCELLED, STOP_CONTEXT, STOP_LENGTH, Engine
 from local_eagle.runtime.sampling import SamplingParams
+from local_eagle.runtime.tree import TreeShape
 from local_eagle.serve.errors import ApiError
 
 CANCELLED = STOP_CANCELLED
@@ -121,6 +122,7 @@ class JobSlot:
     def __init__(self, engine: Engine, config: Timeouts) -> None:
         self.engine = engine
         self.config = config
+        self.tree: TreeShape | None = None  # serve --fixed --tree N: the tree every round drafts
         self.lock = threading.Lock()
         self.records: deque[JobRecord] = deque(maxlen=64)
         self.closing = False
@@ -208,7 +210,7 @@ class JobSlot:
         try:
             stream = self.engine.stream(
                 job.prompt, max_tokens=job.max_tokens, sampling=job.sampling, draft_max=job.draft_max,
-                stop=job.stop, cancelled=lambda: job.cancel.is_set() or self.closing,
+                stop=job.stop, tree=self.tree, cancelled=lambda: job.cancel.is_set() or self.closing,
             )  # fmt: skip
         except LocalEagleError as e:
             run.error = str(e)

@@ -21,6 +21,7 @@ from local_eagle.llamacpp.model import usable_threads
 from local_eagle.ollama import parameters
 from local_eagle.ollama.parameters import ParameterError
 from local_eagle.runtime.engine import Engine, EngineOptions
+from local_eagle.runtime.tree import TreeShape
 from local_eagle.serve.access import Access
 from local_eagle.serve.errors import ApiError
 from local_eagle.serve.jobs import JobSlot
@@ -43,6 +44,7 @@ class ServeConfig:
     generation_timeout: float | None = None
     max_request_bytes: int = MAX_REQUEST_BYTES
     access: Access = field(default_factory=Access)  # the web pages and host names it answers
+    tree: TreeShape | None = None  # a tree drafted every round (serve --fixed --tree N); None: the engine's policy
 
 
 class EagleServer(JobSlot):
@@ -52,6 +54,7 @@ class EagleServer(JobSlot):
 
     def __init__(self, engine: Engine, config: ServeConfig) -> None:
         super().__init__(engine, config)
+        self.tree = config.tree
         self.created = int(time.time())
         self.info = _model_info(config.model)
 
