@@ -24,6 +24,7 @@ from local_eagle.cli.options import (
 )
 from local_eagle.errors import LocalEagleError
 from local_eagle.ollama.parameters import PARAMETERS
+from local_eagle.runtime.lengths import AUTO_TREE_NODES, AUTO_TREE_WIDTH
 
 
 @friendly
@@ -51,6 +52,14 @@ def bench(
             "favour it over the adaptive policy's chains (up to 8 drafts).",
         ),
     ] = None,
+    no_tree: Annotated[
+        bool,
+        typer.Option(
+            "--no-tree",
+            help="Open the engine for chains only (as --tree off elsewhere): the adaptive rows draft no trees. "
+            f"By default they may, up to {AUTO_TREE_NODES} nodes, as generate, chat and serve do.",
+        ),
+    ] = False,
     tree_depth: Annotated[
         int | None, typer.Option("--tree-depth", help="Drafter calls per tree (default: N, at most 32).")
     ] = None,
@@ -98,6 +107,8 @@ def bench(
     from local_eagle.runtime.lengths import AUTO_DRAFT_MAX
     from local_eagle.runtime.tree import TreeShape
 
+    if no_tree and tree:
+        raise LocalEagleError("give --tree N or --no-tree, not both")
     if limit is not None and limit < 1:
         raise LocalEagleError(f"--limit must be at least 1 (prompts to use), got {limit}")
     if plot is not None:
@@ -121,9 +132,12 @@ def bench(
         shape = TreeShape.for_nodes(nodes, tree_depth, tree_width)
         settings.append(DraftSetting(nodes, False, shape) if fixed else DraftSetting(AUTO_DRAFT_MAX, True, shape))
     shapes = [s.tree for s in settings if s.tree is not None]
+    # the product's default: adaptive rows on an engine opened for trees, which the policy drafts where they pay
+    auto = [] if no_tree or not any(s.adaptive and s.tree is None for s in settings) else [AUTO_TREE_NODES]
     load = LoadOptions(
         ctx, gpu_layers, threads, max(s.draft_max for s in settings), ctx_beyond_training,
-        tree_nodes=max((t.nodes for t in shapes), default=0), tree_width=max((t.width for t in shapes), default=8),
+        tree_nodes=max([t.nodes for t in shapes] + auto, default=0),
+        tree_width=max([t.width for t in shapes] + [AUTO_TREE_WIDTH] * len(auto), default=AUTO_TREE_WIDTH),
     )  # fmt: skip
     with open_engine(model, draft, load) as engine:
         n_tokens = max_tokens if max_tokens > 0 else engine.n_ctx  # Ollama's -1: until the context is full
