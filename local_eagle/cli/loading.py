@@ -159,7 +159,8 @@ def buffer_bytes(model: Path, draft: Path | None, n_ctx: int, load: LoadOptions,
 
     With trees (``load.tree_nodes`` above 1, a drafter, a target that can branch) the engine opens unified
     multi-sequence caches: the target's with a sequence per tree node, the drafter's with one per branch
-    (``Engine``); a windowed cache llama.cpp keeps window-sized grows with its sequences.
+    (``Engine``). Their compute buffers grow with the sequences (llama.cpp's dry run agrees to the byte); a
+    sliding-window cache stays full-size (llama.cpp's default ``swa_full``, which the engine keeps).
     """
     from dataclasses import replace
 
