@@ -179,7 +179,7 @@ def test_flags_of_the_right_command() -> None:
     assert errors == []
     assert [i.path for i in invs] == [["modelfile", "render"], ["fit"], ["train"]]
     assert invs[1].flags == ["-m", "--flash-attn", "--no-flash-attn", "--gpu", "--vram-gb"]
-    _, errors = check_text("`local-eagle serve --tree 4` or `local-eagle modelfile show --raw`")
+    _, errors = check_text("`local-eagle serve --tree-depth 4` or `local-eagle modelfile show --raw`")
     assert len(errors) == 2
     invs, errors = check_text("as `bench --tree N` shows, and `serve --plot x`; `pip install -e .` is not ours")
     assert [i.path for i in invs] == [["bench"], ["serve"]]
