@@ -22,6 +22,7 @@ earlier rounds only, never the target's output at the positions the round verifi
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -63,6 +64,53 @@ def worth_expanding(
 def row_cost(T: np.ndarray, nodes: int) -> float:
     """The mean cost of a verify row beyond the first, up to ``nodes`` drafted rows."""
     return float(T[nodes + 1] - T[1]) / nodes if nodes > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class Prices:
+    """What an adaptive tree round weighs its nodes with: the calibration (slot probability to acceptance), the
+    target call by rows, the rate a row must earn, a verify row's cost and a later drafter call's."""
+
+    accept: Callable[[np.ndarray], np.ndarray]
+    T: np.ndarray
+    rate: float
+    row: float
+    call: float
+
+
+def grow(
+    tree: DraftTree,
+    shape: TreeShape,
+    n_nodes: int,
+    expand: Callable[[int, list[int]], None],
+    *,
+    greedy: bool,
+    prices: Prices | None,
+) -> list[int]:
+    """Grow ``tree`` (the root's children in place) depth by depth, ``expand(depth, frontier)`` adding the children
+    of a level's chosen nodes in one drafter call; the nodes to verify, best first.
+
+    A fixed tree verifies its ``n_nodes`` best (greedy rounds expand only nodes that could still be among them); an
+    adaptive one (``prices``) expands only nodes whose children could pay for their rows and verifies as many of
+    its best nodes as pay for theirs.
+    """
+    values: list[float] = []
+    for depth in range(1, min(shape.depth, n_nodes)):
+        frontier = tree.frontier(depth, shape.width)
+        if greedy:
+            frontier = tree.worth_expanding(frontier, n_nodes)
+        if prices is not None:
+            frontier = worth_expanding(
+                frontier, path_values(tree, prices.accept, values), prices.row, prices.call, prices.rate
+            )
+        if not frontier:
+            break
+        expand(depth, frontier)
+    order = tree.order(n_nodes)
+    if prices is not None:
+        values = path_values(tree, prices.accept, values)
+        order = order[: verify_count(np.array([values[i] for i in order]), prices.T, prices.rate)]
+    return order
 
 
 class TreeChoice:
@@ -112,6 +160,10 @@ class TreeChoice:
         w = self.shape.width
         T = policy.costs.verify(w)
         return policy.costs.draft_step * float(T[w] / T[1])
+
+    def prices(self, policy: DraftLengthPolicy, n_nodes: int) -> Prices:
+        T = policy.costs.verify(n_nodes + 1)
+        return Prices(policy.acceptance.many, T, self.rate(policy), row_cost(T, n_nodes), self.call_cost(policy))
 
     def ceiling(self, policy: DraftLengthPolicy) -> float:
         """A perfect tree's tokens per second: every first choice accepted, ``depth`` deep, one level of siblings."""

@@ -19,7 +19,7 @@ import numpy as np
 
 from local_eagle.runtime.draftlen import DraftLengthPolicy
 from local_eagle.runtime.sampling import apply_repeat_penalty, probabilities
-from local_eagle.runtime.shapes import TreeChoice, path_values, prior_quotas, row_cost, verify_count, worth_expanding
+from local_eagle.runtime.shapes import TreeChoice, grow, prior_quotas
 from local_eagle.runtime.stats import RoundStats
 from local_eagle.runtime.tree import DraftTree, TreeShape, VerifyTree, children_slots, walk_greedy, walk_sampling
 from local_eagle.runtime.treeverify import TreeBatch
@@ -174,17 +174,8 @@ class TreeRounds:
         prenorms = {0: prenorm[0]}
         seq_of = {0: 0}
         width, ctx = self.shape.width, self.drafter.ctx
-        priced = self._prices(n_nodes)
-        values: list[float] = []
-        for depth in range(1, min(self.shape.depth, n_nodes)):
-            frontier = tree.frontier(depth, width)
-            if gen.sampling.greedy:
-                frontier = tree.worth_expanding(frontier, n_nodes)
-            if priced is not None:
-                accept, T, rate, row, call = priced
-                frontier = worth_expanding(frontier, path_values(tree, accept, values), row, call, rate)
-            if not frontier:
-                break
+
+        def expand(depth: int, frontier: list[int]) -> None:
             base = 1 + (depth % 2) * width  # alternate sets: the parents' sequences stay whole meanwhile
             for i, node in enumerate(frontier):
                 ctx.seq_remove(base + i)
@@ -201,11 +192,12 @@ class TreeRounds:
             for i, node in enumerate(frontier):
                 prenorms[node] = pre[i]
                 self._expand(tree, node, rows[i], last_token, dists)
-        order = tree.order(n_nodes)
-        if priced is not None:  # as many of the best nodes as pay for their rows
-            accept, T, rate, _, _ = priced
-            values = path_values(tree, accept, values)
-            order = order[: verify_count(np.array([values[i] for i in order]), T, rate)]
+
+        policy = gen.lengths
+        prices = None
+        if self.choice is not None and isinstance(policy, DraftLengthPolicy):
+            prices = self.choice.prices(policy, n_nodes)
+        order = grow(tree, self.shape, n_nodes, expand, greedy=gen.sampling.greedy, prices=prices)
         best = tree.verify_tree(order)
         if gen.sampling.greedy:
             chosen = best
@@ -216,15 +208,6 @@ class TreeRounds:
         observed.drafted = chosen.drafted
         observed.draft_seconds = clock() - started
         return chosen, dists
-
-    def _prices(self, n_nodes: int) -> tuple | None:
-        """An adaptive round's prices (None for a fixed tree): the calibration, the target call by rows, the rate
-        a row must earn, a row's cost and a later drafter call's."""
-        policy = self.gen.lengths
-        if self.choice is None or not isinstance(policy, DraftLengthPolicy):
-            return None
-        T = policy.costs.verify(n_nodes + 1)
-        return policy.acceptance.many, T, self.choice.rate(policy), row_cost(T, n_nodes), self.choice.call_cost(policy)
 
     def _drop_branches(self) -> None:
         for seq in range(1, self.branched):
