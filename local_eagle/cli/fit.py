@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from local_eagle.cli.console import friendly, out
-from local_eagle.cli.options import JsonOpt, check_option, checked_options, resolve_models
+from local_eagle.cli.options import OFF, JsonOpt, TreeOpt, check_option, checked_options, parse_tree, resolve_models
 from local_eagle.errors import LocalEagleError
 from local_eagle.ollama.parameters import PARAMETERS
 
@@ -154,6 +154,7 @@ def fit(
     ubatch: Annotated[int, typer.Option(help="n_ubatch of the target context.")] = 512,
     draft_ubatch: Annotated[int, typer.Option(help="n_ubatch (and at most n_batch) of the drafter.")] = 512,
     draft_max: Annotated[int, typer.Option(help=PARAMETERS["draft_num_predict"].help)] = 8,
+    tree: TreeOpt = OFF,
     swa_full: Annotated[
         bool, typer.Option("--swa-full/--no-swa-full", help="Full-size cache for sliding-window layers.")
     ] = True,
@@ -171,14 +172,21 @@ def fit(
     Exit status 0 when it fits, 1 when it does not, 2 on bad input.
     """
     from local_eagle import vram
+    from local_eagle.runtime.tree import MAX_SEQ
     from local_eagle.vram import gpus
 
+    trees = parse_tree(tree)
+    if trees.nodes > 1 and parallel != 1:
+        raise LocalEagleError("give --tree (one generation's draft trees) or --parallel, not both")
     pair = resolve_models(model, draft, modelfile)
     if pair.modelfile is not None:
         ctx = ctx or pair.parameters.get("num_ctx")
     s = _settings(ctx, layers, kv_type, kv_type_k, kv_type_v, draft_kv_type, flash_attn, parallel, batch, ubatch,
                   draft_ubatch, draft_max, swa_full)  # fmt: skip
     target, drafter = _read_shapes(pair.model, pair.draft)
+    if trees.nodes > 1 and drafter is not None and not any(target.recurrent):
+        # the contexts local-eagle opens for trees: a sequence per node, one unified cache
+        s = replace(s, n_seq=min(MAX_SEQ, trees.nodes), kv_unified=True)
     budget = gpus.budget(gpu, vram_gb, overhead_mib)
     found = _Outcome(vram.make_plan(target, drafter, s, budget))
     if suggest:

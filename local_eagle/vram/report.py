@@ -27,7 +27,7 @@ def settings_line(p: Plan) -> str:
         f"GPU layers {p.n_gpu_layers}/{p.n_layers_max}",
     ]
     if s.n_seq > 1:
-        parts.append(f"parallel {s.n_seq}")
+        parts.append(f"{s.n_seq} sequences in one cache (draft trees)" if s.kv_unified else f"parallel {s.n_seq}")
     if p.draft is not None:
         parts.append(f"drafter KV {s.draft_type_k}/{s.draft_type_v}, ubatch {s.draft_ubatch}, max {s.draft_max}")
     return ", ".join(parts)

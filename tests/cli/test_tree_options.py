@@ -171,17 +171,25 @@ def test_bench_measures_the_default_on_a_tree_capable_engine(pair, opened, tmp_p
     assert r.exit_code == 2 and "give --tree N or --no-tree, not both" in r.output
 
 
-def test_trees_price_the_multi_sequence_caches(tmp_path: Path):
-    """A tree-capable engine's contexts hold a sequence per node (the target) and per branch (the drafter), in a
-    unified cache: on a sliding-window model the planner prices more than for a chains-only engine (the compute
-    buffers; the engine keeps llama.cpp's full-size SWA cache, which does not grow)."""
-    target = write_shape_gguf(tmp_path / "g.gguf", ShapeSpec(
+@pytest.fixture(scope="module")
+def swa_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """Header-only GGUFs shaped as a sliding-window gemma3 target and its drafter (the planner reads no weights)."""
+    d = tmp_path_factory.mktemp("swa")
+    target = write_shape_gguf(d / "g.gguf", ShapeSpec(
         arch="gemma3", n_layer=7, n_embd=512, n_head=4, n_head_kv=2, head_dim=128, n_ff=1024, n_vocab=4096,
         tied=True, n_swa=512,
     ))  # fmt: skip
-    draft = write_drafter_gguf(tmp_path / "d.gguf", DrafterShape(
+    draft = write_drafter_gguf(d / "d.gguf", DrafterShape(
         target_hidden=512, n_vocab=4096, n_embd=256, n_head=4, n_head_kv=2, n_ff=768, own_embeddings=True,
     ))  # fmt: skip
+    return target, draft
+
+
+def test_trees_price_the_multi_sequence_caches(swa_pair):
+    """A tree-capable engine's contexts hold a sequence per node (the target) and per branch (the drafter), in a
+    unified cache: on a sliding-window model the planner prices more than for a chains-only engine (the compute
+    buffers; the engine keeps llama.cpp's full-size SWA cache, which does not grow)."""
+    target, draft = swa_pair
     chains = buffer_bytes(target, draft, 8192, LoadOptions(tree_nodes=0), gpu=False)
     trees = buffer_bytes(target, draft, 8192, LoadOptions(), gpu=False)
     assert trees > chains
@@ -190,3 +198,22 @@ def test_trees_price_the_multi_sequence_caches(tmp_path: Path):
     assert buffer_bytes(target, None, 8192, LoadOptions(), gpu=False) == buffer_bytes(
         target, None, 8192, LoadOptions(tree_nodes=0), gpu=False
     )
+
+
+def _fit(swa_pair, *args: str) -> dict:
+    target, draft = swa_pair
+    r = runner.invoke(app, ["fit", "-m", str(target), "-d", str(draft), "--ctx", "8192", "--vram-gb", "8", "--json",
+                            *args])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)["plan"]
+
+
+def test_fit_prices_trees_when_asked(swa_pair):
+    default, off, trees = _fit(swa_pair), _fit(swa_pair, "--tree", "off"), _fit(swa_pair, "--tree", "auto")
+    assert default == off and (default["settings"]["n_seq"], default["settings"]["kv_unified"]) == (1, False)
+    assert (trees["settings"]["n_seq"], trees["settings"]["kv_unified"]) == (AUTO_TREE_NODES, True)
+    assert trees["components"]["target_compute"]["gpu"] > default["components"]["target_compute"]["gpu"]
+    assert trees["total_gpu"] > default["total_gpu"]
+    target, draft = swa_pair
+    r = runner.invoke(app, ["fit", "-m", str(target), "-d", str(draft), "--tree", "7", "--parallel", "2"])
+    assert r.exit_code == 2 and "give --tree (one generation's draft trees) or --parallel, not both" in r.output
