@@ -35,8 +35,11 @@ def engines(tmp_path_factory):
     pairs = {
         "random-3.1": (
             random_target,
-            _drafter_gguf(make_drafter(N_VOCAB, SPEC.n_embd, LAYERS, eagle31=True, draft_vocab=128, seed=11),
-                          random_target, d / "r31.gguf"),
+            _drafter_gguf(
+                make_drafter(N_VOCAB, SPEC.n_embd, LAYERS, eagle31=True, draft_vocab=128, seed=11),
+                random_target,
+                d / "r31.gguf",
+            ),
         ),  # fmt: skip
         "noisy-3.1": (noisy, _drafter_gguf(make_cycle_drafter(True, noise=0.05, seed=3), noisy, d / "n31.gguf")),
         "noisy-3": (noisy, _drafter_gguf(make_cycle_drafter(False, noise=0.02, seed=4), noisy, d / "n3.gguf")),
@@ -222,3 +225,33 @@ def test_adaptive_rounds_choose_trees_where_rows_are_cheap_and_chains_where_they
         policy.costs = own
         policy.replan()
         eng.tree_choices.clear()
+
+
+def test_an_engine_opened_for_trees_offers_them_to_adaptive_calls_that_name_none(engines):
+    """The default: an adaptive call on an engine opened with ``tree_nodes`` may draft the engine's default tree
+    (as deep as its draft bound), priced per round: on GPU-like costs it does, and verifies only the nodes worth
+    their rows (this sure drafter's second choices are worth none, so its trees price down to its chain; the
+    maths of bushier trees is tested in test_shapes.py); the output is the target's."""
+    eng = engines["noisy-3.1"]
+    shape = eng.default_tree(4)
+    assert shape == TreeShape(32, 4, 4)
+    eng.generate("hello", max_tokens=16, draft_max=4, adaptive=True)
+    policy = eng.policy
+    own = policy.costs
+    try:
+        policy.costs = FrozenCosts([1.0 + 0.01 * r for r in range(40)], draft_step=5e-5)
+        policy.replan()
+        eng.tree_choices[shape] = FrozenOverhead(shape)
+        sizes, rounds = [], 0
+        for prompt in prompts(4, seed=41):
+            base = eng.generate(prompt, max_tokens=48, draft_max=0)
+            spec = eng.generate(prompt, max_tokens=48, draft_max=4, adaptive=True)
+            assert spec.tokens == base.tokens, prompt
+            sizes += [t.drafted for t, _ in spec.spec_stats.trace_trees]
+            rounds += spec.stats.target_calls
+        assert len(sizes) > 0.5 * rounds and max(sizes) <= 4, (sizes, rounds)
+    finally:
+        policy.costs = own
+        policy.replan()
+        eng.tree_choices.clear()
+    assert eng.generate("hello", max_tokens=8, draft_max=4, adaptive=False).spec_stats.trace_trees == []
