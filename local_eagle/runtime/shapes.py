@@ -86,9 +86,10 @@ def grow(
     *,
     greedy: bool,
     prices: Prices | None,
-) -> list[int]:
+) -> tuple[list[int], float | None]:
     """Grow ``tree`` (the root's children in place) depth by depth, ``expand(depth, frontier)`` adding the children
-    of a level's chosen nodes in one drafter call; the nodes to verify, best first.
+    of a level's chosen nodes in one drafter call; the nodes to verify, best first, and with ``prices`` the tokens
+    the round is expected to yield (1 + their chances of being on the accepted path).
 
     A fixed tree verifies its ``n_nodes`` best (greedy rounds expand only nodes that could still be among them); an
     adaptive one (``prices``) expands only nodes whose children could pay for their rows and verifies as many of
@@ -107,23 +108,27 @@ def grow(
             break
         expand(depth, frontier)
     order = tree.order(n_nodes)
-    if prices is not None:
-        values = path_values(tree, prices.accept, values)
-        order = order[: verify_count(np.array([values[i] for i in order]), prices.T, prices.rate)]
-    return order
+    if prices is None:
+        return order, None
+    values = path_values(tree, prices.accept, values)
+    chances = np.array([values[i] for i in order])
+    n = verify_count(chances, prices.T, prices.rate)
+    return order[:n], 1.0 + float(chances[:n].sum())
 
 
 class TreeChoice:
     """Per round, a draft tree of at most ``shape`` or the adaptive policy's chain (or nothing), whichever the
     measured costs say yields more tokens per second; learnt across answers (the engine keeps one per shape).
 
-    A tree round's worth is its tokens and what it ran (rows verified, drafter calls), averaged over tree rounds and
-    priced on the policy's current cost estimates, as the chain's expected rate is: the two are compared on one
-    set of costs, medians that one slow call does not move. A tree is never tried where even a perfect one (its
-    first-choice path accepted to ``shape.depth``, one level of siblings verified beside it) would lose to the
-    policy's expected rate. Elsewhere it is tried after ``explore_first`` chain rounds; a tried tree that loses
-    to the chain doubles the wait before the next try (up to ``explore_max`` rounds), so trying costs little where
-    trees do not pay.
+    A tree round's worth is the tokens it was expected to yield (its verified nodes' calibrated chances, as the
+    chain's expected rate counts them: one round's realised tokens vary from 1 to its depth) and what it ran (rows
+    verified, drafter calls), averaged over tree rounds and priced on the policy's current cost estimates, as the
+    chain's expected rate is: the two are compared on one calibration and one set of costs.
+
+    A tree is never tried where even a perfect one (its first-choice path accepted to ``shape.depth``, one level of
+    siblings verified beside it) would lose to the policy's expected rate. Elsewhere it is tried after
+    ``explore_first`` chain rounds; a tried tree that loses to the chain doubles the wait before the next try (up
+    to ``explore_max`` rounds), so trying costs little where trees do not pay.
     """
 
     def __init__(self, shape: TreeShape, explore_first: int = 16, explore_max: int = 2048, memory: float = 0.9) -> None:
@@ -132,7 +137,7 @@ class TreeChoice:
         self.explore_max = explore_max
         self.interval = explore_first
         self.memory = memory
-        self.tokens: float | None = None  # tokens per tree round (1 + accepted), averaged
+        self.tokens: float | None = None  # expected tokens per tree round, averaged
         self.rows = 0.0  # rows per tree verify, averaged
         self.calls = 0.0  # drafter calls per tree round after the first, averaged
         self.call: float | None = None  # seconds per drafter call after the first, averaged
@@ -185,8 +190,8 @@ class TreeChoice:
     def chose_chain(self) -> None:
         self.since_tree += 1
 
-    def observe(self, policy: DraftLengthPolicy, tokens: int, rows: int, calls: int, call: float | None) -> None:
-        """A tree round: its tokens, rows verified, drafter calls after the first and their mean seconds (None
+    def observe(self, policy: DraftLengthPolicy, tokens: float, rows: int, calls: int, call: float | None) -> None:
+        """A tree round: its expected tokens, rows verified, drafter calls after the first and their mean seconds (None
         when it made none); ``policy`` has not learnt from the round yet (its rate is the one the tree beat)."""
         m = self.memory
         explored = self.tokens is None or self.since_tree >= self.interval

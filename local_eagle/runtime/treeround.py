@@ -75,6 +75,7 @@ class TreeRounds:
         # every draft id's logit is in the drafter's row; the repeat penalty needs whole rows (token ids)
         self.columns = None if gen.penalized else drafter.spec.draft_ids
         self.branched = 0  # drafter branch sequences in use this round
+        self.expected: float | None = None  # the priced tree's expected tokens this round
         self.calibration = gen.engine.tree_calibration  # the engine's: what earlier answers taught carries over
         # sampling: nodes per depth, from the previous round's best tree (the engine's: it carries over answers)
         self.quotas = gen.engine.tree_quotas
@@ -119,7 +120,8 @@ class TreeRounds:
             host = max(0.0, clock() - started - observed.verify_seconds - observed.draft_seconds)
             calls = observed.steps - 1
             call = (observed.draft_seconds - observed.catch_up_seconds) / calls if calls > 0 else None
-            self.choice.observe(policy, len(accepted), len(tree), calls, call)
+            expected = len(accepted) if self.expected is None else self.expected
+            self.choice.observe(policy, expected, len(tree), calls, call)
             policy.end_tree_round(judged, len(tree), verify_seconds=observed.verify_seconds, host_seconds=host)
         gen.spec_stats.observe(observed)
         gen.spec_stats.trace_trees.append((tree, path))
@@ -197,7 +199,7 @@ class TreeRounds:
         prices = None
         if self.choice is not None and isinstance(policy, DraftLengthPolicy):
             prices = self.choice.prices(policy, n_nodes)
-        order = grow(tree, self.shape, n_nodes, expand, greedy=gen.sampling.greedy, prices=prices)
+        order, self.expected = grow(tree, self.shape, n_nodes, expand, greedy=gen.sampling.greedy, prices=prices)
         best = tree.verify_tree(order)
         if gen.sampling.greedy:
             chosen = best
