@@ -239,13 +239,15 @@ class Generation:
         self.spec_stats.observe(observed)
         return accepted
 
-    def draft_length(self) -> int:
-        """How many tokens this round may draft: the draft limit, the context, max_tokens and the batch
-        (verify decodes the last token and the drafts in one batch of at most n_batch rows) bound it."""
+    def draft_length(self, limit: int | None = None) -> int:
+        """How many tokens this round may draft: the draft limit (``draft_max`` unless ``limit`` says), the
+        context, max_tokens and the batch (verify decodes the last token and the drafts in one batch of at most
+        n_batch rows) bound it."""
         if not self.speculative:
             return 0
         remaining = self.max_tokens - len(self.output_tokens)
-        return min(self.draft_max, self.engine.n_ctx - self.n_past - 1, remaining - 1, self.target.n_batch - 1)
+        limit = self.draft_max if limit is None else limit
+        return min(limit, self.engine.n_ctx - self.n_past - 1, remaining - 1, self.target.n_batch - 1)
 
     def draft(
         self, last_token: int, observed: RoundStats

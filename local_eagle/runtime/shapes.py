@@ -196,7 +196,7 @@ class TreeChoice:
         m = self.memory
         explored = self.tokens is None or self.since_tree >= self.interval
         chain = policy.rate
-        if self.tokens is None:
+        if explored:  # after a spell of chains the old average is stale: the costs and the calibration moved on
             self.tokens, self.rows, self.calls = float(tokens), float(rows), float(calls)
         else:
             self.tokens = m * self.tokens + (1 - m) * tokens

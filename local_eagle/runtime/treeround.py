@@ -164,7 +164,11 @@ class TreeRounds:
         gen = self.gen
         tree = DraftTree(last_token)
         dists: dict[int, np.ndarray] = {}
-        n_nodes = min(self.shape.nodes, max(0, gen.draft_length())) if gen.feed.ready(gen.n_past) else 0
+        # a tree's nodes take cache cells and batch rows, its depth positions: max_tokens bounds only the depth
+        depth = min(self.shape.depth, gen.draft_length(self.shape.depth))
+        n_nodes = min(self.shape.nodes, gen.engine.n_ctx - gen.n_past - 1, gen.target.n_batch - 1)
+        if depth <= 0 or not gen.feed.ready(gen.n_past):
+            n_nodes = 0
         if n_nodes == 0:
             return tree.select(0), dists
         started = clock()
@@ -199,7 +203,8 @@ class TreeRounds:
         prices = None
         if self.choice is not None and isinstance(policy, DraftLengthPolicy):
             prices = self.choice.prices(policy, n_nodes)
-        order, self.expected = grow(tree, self.shape, n_nodes, expand, greedy=gen.sampling.greedy, prices=prices)
+        shape = TreeShape(n_nodes, depth, self.shape.width)
+        order, self.expected = grow(tree, shape, n_nodes, expand, greedy=gen.sampling.greedy, prices=prices)
         best = tree.verify_tree(order)
         if gen.sampling.greedy:
             chosen = best
