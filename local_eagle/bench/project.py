@@ -14,10 +14,14 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from local_eagle.errors import LocalEagleError
+
+if TYPE_CHECKING:
+    from local_eagle.runtime.draftcost import FixedCosts
 
 PROFILES = Path(__file__).parent / "profiles"
 
@@ -35,6 +39,16 @@ class CostProfile:
 
     def drafter(self, rows: float) -> float:
         return _interp(self.drafter_ms, rows)
+
+    def fixed_costs(self, rows: int = 256, host_ms: float = 0.1) -> FixedCosts:
+        """The profile as the policy's costs (seconds), so it decides as it would on that machine; a profile
+        without a host time gets ``host_ms``."""
+        from local_eagle.runtime.draftcost import FixedCosts
+
+        host = self.host_ms if self.host_ms is not None else host_ms
+        verify = [0.0] + [self.verify(r) / 1e3 for r in range(1, rows + 1)]
+        drafter = [0.0] + [self.drafter(r) / 1e3 for r in range(1, rows + 1)]
+        return FixedCosts(verify, drafter, host / 1e3)
 
 
 def _interp(table: dict[int, float], x: float) -> float:

@@ -15,6 +15,7 @@ import os
 from dataclasses import asdict, dataclass, field
 
 from local_eagle.errors import LocalEagleError
+from local_eagle.runtime.draftcost import CostModel
 from local_eagle.runtime.engine import Engine
 from local_eagle.runtime.identity import DIVERGENT, IDENTICAL, NEAR_TIE, check_identity
 from local_eagle.runtime.sampling import GREEDY
@@ -149,11 +150,13 @@ def run_bench(
     max_tokens: int = 128,
     draft_p_min: float = 0.0,
     progress: bool = True,
+    decide_on: CostModel | None = None,
 ) -> list[BenchRow]:
     """Greedy baseline vs speculative for every prompt and every setting; outputs are checked token for token.
 
     A plain number in ``draft_values`` is a fixed draft length. A setting runs on the same engine as the
     others, so the adaptive policy keeps what it learnt from one prompt to the next (as a server's does).
+    With ``decide_on`` (another machine's costs) the adaptive policy decides on those instead of this machine's.
     """
     from rich.progress import Progress
 
@@ -169,6 +172,9 @@ def run_bench(
         engine.generate(
             prompts[0], max_tokens=8, sampling=GREEDY, draft_max=warm.draft_max, adaptive=warm.adaptive, tree=warm.tree
         )
+        if decide_on is not None:
+            engine.lengths.decide_on(decide_on, max(s.draft_max for s in settings))
+            engine.tree_choices.clear()
         for setting in settings:
             k = setting.draft_max
             base, spec, checks, rounds = GenerationTotals(), GenerationTotals(), [], []

@@ -85,6 +85,15 @@ def bench(
             "the measured speedup.",
         ),
     ] = None,
+    decide_on: Annotated[
+        str | None,
+        typer.Option(
+            "--decide-on",
+            help="The adaptive rows' policy decides on this profile's costs (built-in or file, as --cost-profile) "
+            "instead of this machine's: it drafts what it would there, and the rows are projected on it. The "
+            "measured speed of those rows is this machine's, not the profile's.",
+        ),
+    ] = None,
     measure_costs: Annotated[
         Path | None,
         typer.Option(
@@ -119,6 +128,11 @@ def bench(
     from local_eagle.bench.project import load_profile
 
     profiles = [load_profile(p) for p in cost_profile or []]
+    decided = None
+    if decide_on is not None:
+        decided = load_profile(decide_on)
+        if decided.name not in [p.name for p in profiles]:
+            profiles.append(decided)
     if measure_costs is not None:
         from local_eagle.files import check_output_file
 
@@ -143,7 +157,8 @@ def bench(
         n_tokens = max_tokens if max_tokens > 0 else engine.n_ctx  # Ollama's -1: until the context is full
         if shapes and engine.tree_refusal is not None:
             err.print(f"no draft trees for this target ({engine.tree_refusal}): its tree rows draft chains instead")
-        rows = run_bench(engine, texts, settings, max_tokens=n_tokens, draft_p_min=draft_p_min, progress=not as_json)
+        rows = run_bench(engine, texts, settings, max_tokens=n_tokens, draft_p_min=draft_p_min, progress=not as_json,
+                         decide_on=None if decided is None else decided.fixed_costs())  # fmt: skip
     if measure_costs is not None:
         from local_eagle.bench.costs import measure_cost_curve
         from local_eagle.bench.project import write_profile
@@ -181,6 +196,9 @@ def bench(
         if profiles:
             out.print("projected: this run's rounds priced on the profile's costs (a projection, not a measurement)",
                       highlight=False)  # fmt: skip
+        if decided is not None:
+            note = f"the adaptive rows drafted as the policy would on {decided.name} (--decide-on): their measured "
+            out.print(note + "speedup is this machine's running those drafts", highlight=False)
         c = Table(title="acceptance per draft position and costs (ms)")
         for col in ("k", "per-position acceptance", "rows/call", "target 1-tok", "verify", "draft/round", "host/round"):
             c.add_column(col)

@@ -106,6 +106,10 @@ class CostModel:
     def host(self) -> float:
         return self._host.median(self._host0)
 
+    def call(self, rows: int) -> float | None:
+        """A drafter call of ``rows`` rows, where known in advance (:class:`FixedCosts`); None: measure it."""
+        return None
+
     def samples(self, rows: int) -> int:
         return len(self._rows.get(rows, ()))
 
@@ -147,3 +151,45 @@ class CostModel:
             seen = np.array([min(1.0, self.samples(r) / n) if r <= known + 1 else 1.0 for r in range(2, max_rows + 1)])
             out[2:] = out[1] + np.cumsum(np.diff(out[1:]) * (1.0 - optimism * (1.0 - seen)))
         return out
+
+
+class FixedCosts(CostModel):
+    """Another machine's costs, fixed: the policy decides as it would there (``bench --decide-on``), whatever this
+    machine's timings say. ``verify[r]``: a target call of r rows (index 0 unused, the last slope beyond the table);
+    ``drafter[r]``: a drafter call of r rows."""
+
+    def __init__(self, verify: list[float], drafter: list[float], host: float = 0.0) -> None:
+        super().__init__(verify[1], draft_step=drafter[1], host=host)
+        self._verify = list(verify)
+        self._drafter = list(drafter)
+
+    def add_verify(self, rows: int, seconds: float) -> None:
+        pass
+
+    def add_draft(self, steps: int, seconds: float) -> None:
+        pass
+
+    def add_first(self, seconds: float) -> None:
+        pass
+
+    def add_host(self, seconds: float) -> None:
+        pass
+
+    def samples(self, rows: int) -> int:
+        return self.min_samples
+
+    def call(self, rows: int) -> float | None:
+        return _extended(self._drafter, rows)
+
+    def verify(self, max_rows: int, *, optimism: float = 0.0) -> np.ndarray:
+        out = np.array([0.0] + [_extended(self._verify, r) for r in range(1, max_rows + 1)])
+        out[1:] = np.maximum.accumulate(out[1:])
+        return out
+
+
+def _extended(table: list[float], r: int) -> float:
+    if r < len(table):
+        return table[r]
+    n = len(table) - 1
+    slope = table[n] - table[n - 1] if n > 1 else 0.0
+    return table[n] + slope * (r - n)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import statistics
 from typing import Protocol
 
+from local_eagle.runtime.draftcost import CostModel
 from local_eagle.runtime.draftlen import DraftLengthPolicy, PolicyState
 
 AUTO_DRAFT_MAX = 8
@@ -82,6 +83,13 @@ class PolicyHolder:
         """The policy with bound ``k_max`` (None while the 1-row time is not measured yet)."""
         if self.policy is not None:
             self.policy.set_k_max(k_max)
+        return self.policy
+
+    def decide_on(self, costs: CostModel, k_max: int) -> DraftLengthPolicy:
+        """A policy that decides on ``costs`` (another machine's, fixed) instead of this machine's timings."""
+        self.policy = DraftLengthPolicy(float(costs.verify(1)[1]), k_max)
+        self.policy.costs = costs
+        self.policy.replan()
         return self.policy
 
     def observe_t1(self, seconds: float, k_max: int) -> DraftLengthPolicy | None:

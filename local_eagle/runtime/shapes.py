@@ -158,11 +158,14 @@ class TreeChoice:
         return max(policy.rate, self.tree_rate(policy))
 
     def call_cost(self, policy: DraftLengthPolicy) -> float:
-        """A drafter call on a frontier of ``shape.width`` nodes: measured, else one row's scaled as the target's
-        calls scale with rows (both are the same device's matrix products)."""
+        """A drafter call on a frontier of ``shape.width`` nodes: known in advance (another machine's costs), measured,
+        else one row's scaled as the target's calls scale with rows (both are the same device's matrix products)."""
+        w = self.shape.width
+        known = policy.costs.call(w)
+        if known is not None:
+            return known
         if self.call is not None:
             return self.call
-        w = self.shape.width
         T = policy.costs.verify(w)
         return policy.costs.draft_step * float(T[w] / T[1])
 
