@@ -91,3 +91,32 @@ def test_bench_projects_and_keeps_rounds(pair, tmp_path) -> None:
     assert load_profile(tmp_path / "here.json").verify(64) > 0
     plain = json.loads(CliRunner().invoke(app, base).output.strip().splitlines()[-1])
     assert all(row["rounds"] is None and "rtx4090-8b-q4" in row["projected"] for row in plain)
+
+
+def test_a_profile_as_the_policys_fixed_costs() -> None:
+    costs = LINEAR.fixed_costs(rows=8)
+    T = costs.verify(10)
+    assert T[1] == pytest.approx(0.010) and T[10] == pytest.approx(0.100)  # seconds, the last slope beyond the table
+    assert costs.call(2) == pytest.approx(0.002) and costs.first_step == pytest.approx(0.001)
+    costs.add_verify(1, 5.0)
+    costs.add_draft(1, 5.0)
+    assert costs.verify(1)[1] == pytest.approx(0.010) and costs.draft_step == pytest.approx(0.001)  # timings ignored
+    assert costs.host == 0.0
+    assert CostProfile("x", {1: 10.0}, {1: 1.0}, None).fixed_costs().host == pytest.approx(1e-4)  # none given: 0.1 ms
+
+
+def test_bench_decides_on_another_machines_costs(pair, tmp_path) -> None:
+    """--decide-on: on near-flat costs the adaptive policy drafts (trees, on an engine opened for them), where on
+    this CPU's own costs it would draft almost nothing; the rows are projected on that profile; output identical."""
+    d, target, draft = pair
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in ("ABC xyz", "hello world", "xyz ABC")))
+    base = ["bench", "-m", str(target), "-d", str(draft), "--prompts", str(prompts), "-n", "32", "--json",
+            "--threads", "1"]  # fmt: skip
+    r = CliRunner().invoke(app, [*base, "--decide-on", "rtx4090-8b-q4"])
+    assert r.exit_code == 0, r.output
+    (row,) = json.loads(r.output.strip().splitlines()[-1])
+    assert row["adaptive"] and row["mean_verify_rows"] > 2.0, row["mean_verify_rows"]
+    assert "rtx4090-8b-q4" in row["projected"] and row["divergent"] == 0
+    r = CliRunner().invoke(app, [*base, "--decide-on", "no-such-profile"])
+    assert r.exit_code != 0 and "no built-in profile" in r.output
