@@ -142,6 +142,22 @@ class TreeChoice:
         self.calls = 0.0  # drafter calls per tree round after the first, averaged
         self.call: float | None = None  # seconds per drafter call after the first, averaged
         self.since_tree = 0
+        self._key: tuple = ()
+        self._T = np.zeros(0)
+        self._possible = False
+
+    recheck = 16
+    """Rounds between two readings of the cost curve: every round's would cost a chain round ~0.15 ms of host time
+    (the medians of 64 row counts), a few percent of a small model's decode on a CPU."""
+
+    def verify_costs(self, policy: DraftLengthPolicy) -> np.ndarray:
+        """The target call by rows up to the shape's, read from the policy's costs every ``recheck`` rounds."""
+        key = (id(policy), id(policy.costs), policy.rounds // self.recheck)
+        if key != self._key:
+            self._key = key
+            self._T = policy.costs.verify(max(self.shape.nodes + 2, self.shape.width))
+            self._possible = self.ceiling(policy) > policy.rate
+        return self._T
 
     def tree_rate(self, policy: DraftLengthPolicy) -> float:
         """Tokens per second of the tree rounds so far, at the current costs (0 before any)."""
@@ -149,7 +165,7 @@ class TreeChoice:
             return 0.0
         costs = policy.costs
         lo = max(1, int(self.rows))
-        T = costs.verify(lo + 1)
+        T = self.verify_costs(policy)
         verify = float(T[lo] + (self.rows - lo) * (T[lo + 1] - T[lo]))
         return self.tokens / (verify + costs.first_step + self.calls * self.call_cost(policy) + costs.host)
 
@@ -166,11 +182,11 @@ class TreeChoice:
             return known
         if self.call is not None:
             return self.call
-        T = policy.costs.verify(w)
+        T = self.verify_costs(policy)
         return policy.costs.draft_step * float(T[w] / T[1])
 
     def prices(self, policy: DraftLengthPolicy, n_nodes: int) -> Prices:
-        T = policy.costs.verify(n_nodes + 1)
+        T = self.verify_costs(policy)[: n_nodes + 2]
         return Prices(policy.acceptance.many, T, self.rate(policy), row_cost(T, n_nodes), self.call_cost(policy))
 
     def ceiling(self, policy: DraftLengthPolicy) -> float:
@@ -178,14 +194,15 @@ class TreeChoice:
         costs, shape = policy.costs, self.shape
         depth = min(shape.depth, shape.nodes)
         n = min(shape.nodes, depth + shape.width - 1)
-        T = costs.verify(n + 1)
+        T = self.verify_costs(policy)
         seconds = float(T[n + 1]) + costs.first_step + (depth - 1) * self.call_cost(policy) + costs.host
         return (depth + 1) / seconds
 
     def prefer_tree(self, policy: DraftLengthPolicy) -> bool:
-        chain = policy.rate
-        if self.ceiling(policy) <= chain:
+        self.verify_costs(policy)
+        if not self._possible:  # as of the last reading of the costs
             return False
+        chain = policy.rate
         if self.tokens is None or self.since_tree >= self.interval:
             return True
         return self.tree_rate(policy) > chain
