@@ -157,14 +157,22 @@ def _replay_batched(engine: Engine, tokens: np.ndarray, out: list[int], j: int, 
     logits = _start(engine, tokens, capture=True)
     if j == 0 or trace is None:
         return logits
-    if trace.trace_trees:
-        from local_eagle.runtime.treeverify import replay_trees
+    from local_eagle.runtime.treeverify import TreeBatch
 
-        return replay_trees(engine.ctx, engine.n_vocab, len(tokens), trace.trace_trees, j)
     ctx, n_prompt = engine.ctx, len(tokens)
+    trees = dict(zip(trace.trace_tree_rounds, trace.trace_trees, strict=True))  # an adaptive run mixes chains in
     n_past = n_prompt
-    for drafted, accepted in zip(trace.trace_drafted, trace.trace_accepted, strict=True):
+    for r, (drafted, accepted) in enumerate(zip(trace.trace_drafted, trace.trace_accepted, strict=True)):
         first = n_past - n_prompt  # index in ``out`` of the round's last token
+        if r in trees:
+            tree, path = trees[r]
+            batch = TreeBatch(tree, n_past)
+            batch.decode(ctx)
+            if first + 1 + len(path) >= j:
+                return ctx.logits([0, *path][j - first - 1], engine.n_vocab)
+            batch.keep(ctx, path[-1] if path else 0)
+            n_past += 1 + len(path)
+            continue
         rows = [out[min(first + i, len(out) - 1)] for i in range(1 + drafted)]  # rejected drafts: any token
         ctx.decode(np.array(rows, dtype=np.int32), np.arange(n_past, n_past + len(rows)), True)
         if first + 1 + accepted >= j:

@@ -58,6 +58,7 @@ class SpecStats:
     trace_drafted: list[int] = field(default_factory=list)
     trace_accepted: list[int] = field(default_factory=list)
     trace_trees: list = field(default_factory=list)  # tree rounds: (VerifyTree, accepted rows), for the replay
+    trace_tree_rounds: list[int] = field(default_factory=list)  # which rounds those were (an adaptive run mixes)
     # every round's (verify rows, accepted, drafter calls, catch-up rows, rows of the later drafter calls): what a
     # cost profile of another machine prices (bench --cost-profile)
     trace_rounds: list[tuple[int, int, int, int, int]] = field(default_factory=list)

@@ -125,6 +125,7 @@ class TreeRounds:
             policy.end_tree_round(judged, len(tree), verify_seconds=observed.verify_seconds, host_seconds=host)
         gen.spec_stats.observe(observed)
         gen.spec_stats.trace_trees.append((tree, path))
+        gen.spec_stats.trace_tree_rounds.append(gen.spec_stats.rounds - 1)
         return accepted
 
     # --- draft ---------------------------------------------------------------------------------

@@ -54,18 +54,3 @@ class TreeBatch:
         if seq != 0:
             ctx.seq_copy(seq, 0)
             ctx.seq_remove(seq)
-
-
-def replay_trees(ctx: Context, n_vocab: int, n_prompt: int, rounds: list, j: int) -> np.ndarray:
-    """The logits a tree run chose its ``j``-th output token from: its verify trees decoded again, each with the
-    accepted path kept (``runtime.identity``'s batched replay; ``rounds`` holds (tree, accepted rows))."""
-    n_past = n_prompt
-    for tree, path in rounds:
-        first = n_past - n_prompt  # index in the output of the round's last token
-        batch = TreeBatch(tree, n_past)
-        batch.decode(ctx)
-        if first + 1 + len(path) >= j:
-            return ctx.logits([0, *path][j - first - 1], n_vocab)
-        batch.keep(ctx, path[-1] if path else 0)
-        n_past += 1 + len(path)
-    raise AssertionError("the tree trace does not reach the divergent token")

@@ -255,3 +255,51 @@ def test_an_engine_opened_for_trees_offers_them_to_adaptive_calls_that_name_none
         policy.replan()
         eng.tree_choices.clear()
     assert eng.generate("hello", max_tokens=8, draft_max=4, adaptive=False).spec_stats.trace_trees == []
+
+
+class EveryOtherRound(FrozenOverhead):
+    """Trees and chains in turn (whether a round is a tree is decided before it, so any rule stays lossless)."""
+
+    def prefer_tree(self, policy) -> bool:
+        self.flip = not getattr(self, "flip", False)
+        return self.flip
+
+
+def test_the_identity_check_replays_an_adaptive_run_that_mixes_chains_and_trees(engines):
+    """An adaptive run's rounds are chains and trees in turn: the batched replay decodes each round as it ran (a
+    replay of every round as a tree read the wrong cache and called a near-tie at the end of a chat a divergence)."""
+    from local_eagle.runtime.engine import GenerationResult
+    from local_eagle.runtime.identity import DIVERGENT
+
+    eng = engines["unsure-3.1"]
+    shape = TreeShape(15, 6, 4)
+    eng.generate("hello", max_tokens=16, draft_max=4, adaptive=True)
+    policy = eng.policy
+    own = policy.costs
+    try:
+        policy.costs = FrozenCosts([1.0 + 0.01 * r for r in range(16)], draft_step=5e-5)
+        policy.replan()
+        eng.tree_choices[shape] = EveryOtherRound(shape)
+        checked = 0
+        for prompt in prompts(6, seed=43):
+            base = eng.generate(prompt, max_tokens=40, draft_max=0)
+            spec = eng.generate(prompt, max_tokens=40, draft_max=4, adaptive=True, tree=shape)
+            st = spec.spec_stats
+            trees = set(st.trace_tree_rounds)
+            chains = [r for r in range(st.rounds) if r not in trees]
+            if not trees or not chains or len(spec.tokens) < 30:
+                continue
+            assert check_identity(eng, prompt, base, spec).verdict == IDENTICAL
+            j = min(len(spec.tokens) - 1, 1 + sum(1 + a for a in st.trace_accepted[: max(trees | {chains[-1]})]))
+            tokens = list(spec.tokens)
+            tokens[j] = (tokens[j] + 1) % N_VOCAB
+            check = check_identity(eng, prompt, base, GenerationResult(spec.text, tokens, spec.stats, st))
+            d = check.divergence
+            assert check.verdict == DIVERGENT and d.index == j and not d.reproduced, (prompt, check)
+            assert d.noise <= 1e-3 * d.scale, (prompt, d)  # the replay decoded the very batches the run did
+            checked += 1
+        assert checked >= 2, checked
+    finally:
+        policy.costs = own
+        policy.replan()
+        eng.tree_choices.clear()
