@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -157,6 +158,12 @@ def bench(
         n_tokens = max_tokens if max_tokens > 0 else engine.n_ctx  # Ollama's -1: until the context is full
         if shapes and engine.tree_refusal is not None:
             err.print(f"no draft trees for this target ({engine.tree_refusal}): its tree rows draft chains instead")
+        fitted = [replace(s, tree=engine.fit_tree(s.tree)) if s.tree is not None else s for s in settings]
+        if fitted != settings:
+            n = engine.max_tree_nodes
+            err.print(f"trees of more than {n} nodes verify {n} where attention runs on the CPU (llama.cpp's "
+                      "64-row flash attention rounds apart from a plain decode)", markup=False)  # fmt: skip
+            settings = fitted
         rows = run_bench(engine, texts, settings, max_tokens=n_tokens, draft_p_min=draft_p_min, progress=not as_json,
                          decide_on=None if decided is None else decided.fixed_costs())  # fmt: skip
     if measure_costs is not None:

@@ -91,6 +91,12 @@ class Model:
     def bos(self) -> int:
         return int(C.llama_vocab_bos(self.vocab))
 
+    @property
+    def attention_on_cpu(self) -> bool:
+        """Does some layer's attention run on the CPU (a CPU build, or layers left off the GPU)?"""
+        n = self._params.n_gpu_layers
+        return not gpu_offload_supported() or 0 <= n < self.n_layer
+
     def branching_refusal(self) -> str | None:
         """Why this model cannot verify a draft tree (None when it can): recurrent and hybrid models keep one
         state per sequence, so sequences cannot share a cached prefix and branch from it."""

@@ -35,7 +35,7 @@ from local_eagle.runtime.rounds import (
 from local_eagle.runtime.sampling import GREEDY, SamplingParams
 from local_eagle.runtime.shapes import TreeChoice
 from local_eagle.runtime.stats import GenerationStats
-from local_eagle.runtime.tree import MAX_SEQ, SlotCalibration, TreeShape
+from local_eagle.runtime.tree import CPU_TREE_NODES, MAX_SEQ, SlotCalibration, TreeShape
 from local_eagle.runtime.treeround import drafter_sequences
 
 __all__ = [
@@ -81,8 +81,13 @@ class Stream:
     def default_tree(self, draft_max: int) -> TreeShape:
         """The tree an adaptive call may draft when it names none: as many nodes and as wide a frontier as the
         engine was opened for, as deep as the call's draft bound (its chains' longest)."""
-        nodes = min(self.options.tree_nodes, MAX_SEQ - 1)
+        nodes = min(self.options.tree_nodes, self.max_tree_nodes)
         return TreeShape(nodes, max(1, draft_max), max(1, min(self.options.tree_width, nodes)))
+
+    def fit_tree(self, tree: TreeShape) -> TreeShape:
+        """``tree`` with at most :attr:`max_tree_nodes` nodes (``tree.CPU_TREE_NODES`` where attention runs on
+        the CPU)."""
+        return tree if tree.nodes <= self.max_tree_nodes else replace(tree, nodes=self.max_tree_nodes)
 
     def close(self) -> None:
         self._gen.close()
@@ -137,6 +142,7 @@ class Engine:
             self.feed = DrafterFeed(self.drafter, self.capture.width)
         self.n_ctx = self.ctx.n_ctx
         self.n_ubatch = self.ctx.n_ubatch
+        self.max_tree_nodes = CPU_TREE_NODES if self.model.attention_on_cpu else MAX_SEQ - 1
 
     @property
     def model_path(self) -> Path:
@@ -202,6 +208,7 @@ class Engine:
         if tree is None and adaptive and self.trees and draft_max > 0:
             tree = self.default_tree(draft_max)
         if tree is not None and self.drafter is not None:
+            tree = self.fit_tree(tree)
             if self.tree_refusal is not None:
                 tree, draft_max = None, draft_max if adaptive else tree.depth
             elif tree.nodes > self.options.tree_nodes or tree.width > self.options.tree_width:
@@ -221,8 +228,13 @@ class Engine:
     def default_tree(self, draft_max: int) -> TreeShape:
         """The tree an adaptive call may draft when it names none: as many nodes and as wide a frontier as the
         engine was opened for, as deep as the call's draft bound (its chains' longest)."""
-        nodes = min(self.options.tree_nodes, MAX_SEQ - 1)
+        nodes = min(self.options.tree_nodes, self.max_tree_nodes)
         return TreeShape(nodes, max(1, draft_max), max(1, min(self.options.tree_width, nodes)))
+
+    def fit_tree(self, tree: TreeShape) -> TreeShape:
+        """``tree`` with at most :attr:`max_tree_nodes` nodes (``tree.CPU_TREE_NODES`` where attention runs on
+        the CPU)."""
+        return tree if tree.nodes <= self.max_tree_nodes else replace(tree, nodes=self.max_tree_nodes)
 
     def close(self) -> None:
         if self.drafter is not None:

@@ -32,6 +32,14 @@ from local_eagle.errors import LocalEagleError
 MAX_SEQ = 256
 """llama.cpp's ``LLAMA_MAX_SEQ``: a tree verify uses one sequence per leaf."""
 
+CPU_TREE_NODES = 62
+"""The largest tree verified where attention runs on the CPU: 63 rows. At 64 query rows llama.cpp's CPU flash
+attention (0.3.36, ``GGML_FA_TILE_Q``) switches to a tiled kernel that rounds differently from the 1-row decode
+(queries in F32 rather than F16); its differences pile up in the cached rows of every round, and on the Gemma
+pair a run of 64-row tree verifies parted from the target alone at a token whose logits then differed by 16% of
+their range (median 1.0), against 0.5 with 63-row verifies of the same trees and 0.3 without flash attention: a
+divergence in all but name. Trees do not pay on a CPU anyway; on a GPU the full size stands."""
+
 
 @dataclass(frozen=True)
 class TreeShape:

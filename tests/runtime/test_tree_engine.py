@@ -303,3 +303,18 @@ def test_the_identity_check_replays_an_adaptive_run_that_mixes_chains_and_trees(
         policy.costs = own
         policy.replan()
         eng.tree_choices.clear()
+
+
+def test_trees_verify_at_most_63_rows_where_attention_runs_on_the_cpu(engines):
+    """llama.cpp's CPU flash attention tiles 64+ query rows with other rounding (runtime.tree.CPU_TREE_NODES)."""
+    from dataclasses import replace
+
+    from local_eagle.runtime.tree import CPU_TREE_NODES
+
+    eng = engines["noisy-3.1"]
+    assert eng.model.attention_on_cpu and eng.max_tree_nodes == CPU_TREE_NODES == 62
+    assert eng.fit_tree(TreeShape(99, 10, 8)) == TreeShape(62, 10, 8)
+    assert eng.fit_tree(TreeShape(15, 5, 4)) == TreeShape(15, 5, 4)
+    wide = Engine.__new__(Engine)
+    wide.options, wide.max_tree_nodes = replace(OPTS, tree_nodes=200), CPU_TREE_NODES
+    assert wide.default_tree(8).nodes == 62
