@@ -85,3 +85,18 @@ def test_an_unknown_name_in_the_namespace_is_still_looked_up_in_ollamas_store(tm
         "local-eagle/gemma3-270m", "local-eagle/gemma3-270m-eagle31",
         "local-eagle/smollm2-135m-instruct", "local-eagle/smollm2-135m-instruct-eagle31",
     }  # fmt: skip
+
+
+def test_flags_take_the_shipped_names_too(tmp_path: Path, other_venv: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``-m``/``-d`` as generate, chat, serve, fit and bench read them (``cli.options.resolve_models``): a shipped
+    drafter's name is its GGUF, as in a Modelfile's DRAFT."""
+    from local_eagle.cli.options import hub_draft, resolve_models
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LOCAL_EAGLE_MODELS", str(tmp_path / "le"))
+    monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path / "ollama"))
+    assert hub_draft(Path("local-eagle/smollm2-135m-instruct-eagle31"), other_venv) == SMOLLM2_DRAFTER
+    assert hub_draft(Path("some/drafter.gguf"), other_venv) == Path("some/drafter.gguf")  # a path stays a path
+    pair = resolve_models(Path("local-eagle/smollm2-135m-instruct"), Path("local-eagle/smollm2-135m-instruct-eagle31"),
+                          None)  # fmt: skip
+    assert (pair.model, pair.draft) == (other_venv, SMOLLM2_DRAFTER)

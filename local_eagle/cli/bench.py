@@ -138,6 +138,10 @@ def bench(
         from local_eagle.files import check_output_file
 
         check_output_file(measure_costs, "--measure-costs", [("target GGUF", model), ("drafter GGUF", draft)])
+    from local_eagle.cli.options import resolve_models
+
+    pair = resolve_models(model, draft, None)  # a model name, hf.co/USER/REPO or a shipped name, as generate takes
+    model, draft = pair.model, pair.draft or draft
     texts = read_prompts(prompts)[:limit]
     settings = []
     for value in draft_max or ([] if tree else [AUTO]):

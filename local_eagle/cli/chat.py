@@ -85,7 +85,7 @@ class SessionStats(GenerationTotals):
             f"acceptance length:       {self.acceptance_length:.2f}",
         ]
         if total.drafted_per_position:
-            per = " ".join(f"{a:.2f}" for a in self.acceptance_per_position)
+            per = " ".join(f"{a:.2f}" for a in total.acceptance_drafted)
             lines.append(f"acceptance per position: {per}")
         return "\n".join(lines) + "\n"
 

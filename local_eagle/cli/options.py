@@ -220,10 +220,13 @@ def resolve_models(model: Path | None, draft: Path | None, modelfile: Path | Non
 
 def hub_draft(draft: Path | None, target: Path) -> Path | None:
     """``--draft hf.co/USER/REPO``: the drafter GGUF it names, or its checkpoint converted against ``target`` (once,
-    cached as a Modelfile's DRAFT checkpoint is); ``--draft auto`` as a Modelfile's ``DRAFT auto``; any other
-    ``--draft`` as given."""
+    cached as a Modelfile's DRAFT checkpoint is); ``--draft auto`` as a Modelfile's ``DRAFT auto``; a shipped
+    drafter's name (``local-eagle/gemma3-270m-eagle31``) its GGUF; any other ``--draft`` as given."""
+    from local_eagle.assets import shipped_file
     from local_eagle.hub import is_hub_name
 
+    if draft is not None and not draft.exists() and (shipped := shipped_file(str(draft))) is not None:
+        return shipped
     if draft is None or not (is_hub_name(str(draft)) or str(draft) == "auto"):
         return draft
     from local_eagle.ollama.modelfile import parse, resolve_draft

@@ -72,7 +72,7 @@ def _read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
 
 def _stats_line(st: Any) -> str:
     """One dim line of speed and acceptance after a generation, for stderr."""
-    per_pos = ", ".join(f"{a:.2f}" for a in st.acceptance_per_position)
+    per_pos = ", ".join(f"{a:.2f}" for a in st.acceptance_drafted)
     line = (
         f"{st.generated_tokens} tokens in {st.decode_seconds:.2f}s ({st.tokens_per_second:.1f} tok/s), "
         f"prompt {st.prompt_tokens} tokens in {st.prefill_seconds:.2f}s; "

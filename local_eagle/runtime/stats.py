@@ -210,6 +210,13 @@ class GenerationStats:
         return [_ratio(accepted, drafted) for accepted, drafted in pairs]
 
     @property
+    def acceptance_drafted(self) -> list[float]:
+        """:attr:`acceptance_per_position` up to the last position ever drafted: what a person reads (an engine
+        opened for trees of 63 nodes counts 63 positions, most of them never reached)."""
+        n = max((i + 1 for i, d in enumerate(self.drafted_per_position) if d), default=0)
+        return self.acceptance_per_position[:n]
+
+    @property
     def host_seconds(self) -> float:
         return max(0.0, self.decode_seconds - self.target_seconds - self.drafter_seconds)
 

@@ -553,3 +553,13 @@ def test_pty_modelfile_eos_and_stop_end_the_answer(pair, tmp_path):
     finally:
         c.close()
     assert c.exitstatus == 0
+
+
+def test_acceptance_is_shown_for_the_positions_ever_drafted():
+    """An engine opened for trees counts 62 positions; a person reads the ones a round reached."""
+    from local_eagle.runtime.stats import GenerationStats
+
+    st = GenerationStats(drafted_per_position=[4, 2, 0, 0] + [0] * 58, accepted_per_position=[3, 1] + [0] * 60)
+    assert st.acceptance_drafted == [0.75, 0.5]
+    assert len(st.acceptance_per_position) == 62
+    assert GenerationStats().acceptance_drafted == []
