@@ -173,6 +173,7 @@ def fit(
     """
     from local_eagle import vram
     from local_eagle.runtime.tree import MAX_SEQ
+    from local_eagle.runtime.treeround import drafter_sequences
     from local_eagle.vram import gpus
 
     trees = parse_tree(tree)
@@ -186,7 +187,8 @@ def fit(
     target, drafter = _read_shapes(pair.model, pair.draft)
     if trees.nodes > 1 and drafter is not None and not any(target.recurrent):
         # the contexts local-eagle opens for trees: a sequence per node, one unified cache
-        s = replace(s, n_seq=min(MAX_SEQ, trees.nodes), kv_unified=True)
+        width = trees.engine_width(False)
+        s = replace(s, n_seq=min(MAX_SEQ, trees.nodes), kv_unified=True, draft_n_seq=drafter_sequences(width))
     budget = gpus.budget(gpu, vram_gb, overhead_mib)
     found = _Outcome(vram.make_plan(target, drafter, s, budget))
     if suggest:

@@ -130,11 +130,11 @@ def draft_compute(draft: ModelShape, s: Settings, backend: Backend = CUDA, encod
     llama.cpp reserves the decoder graph when the context is created; the first encode of a
     ubatch of target features grows the buffer if the encoder graph needs more.
     """
-    key = ("d", s.n_ctx, s.n_seq, s.draft_batch, s.draft_ubatch, s.draft_type_k, s.draft_type_v, s.flash_attn)
+    key = ("d", s.n_ctx, s.drafter_seqs, s.draft_batch, s.draft_ubatch, s.draft_type_k, s.draft_type_v, s.flash_attn)
     key += (s.kv_unified, backend, encoder)
     hit = draft.cache.get(key)
     if hit is None:
-        dd = ctx_dims(s.n_ctx, s.n_seq, s.draft_batch, s.draft_ubatch, s.kv_unified)
+        dd = ctx_dims(s.n_ctx, s.drafter_seqs, s.draft_batch, s.draft_ubatch, s.kv_unified)
         gdd = graph_dims(draft, dd, s, s.draft_type_k, s.draft_type_v, s.draft_ubatch)
         gg, fa = drafter_graph(draft, gdd, "norm_before_residual" in draft.flags)
         hit = graph_bytes(gg, backend, fa)
@@ -207,7 +207,7 @@ def breakdown(
     if draft is not None:
         dn = n_offloadable(draft)
         dw = weights(draft, dn, backend, host)
-        dd = ctx_dims(s.n_ctx, s.n_seq, s.draft_batch, s.draft_ubatch, s.kv_unified)
+        dd = ctx_dims(s.n_ctx, s.drafter_seqs, s.draft_batch, s.draft_ubatch, s.kv_unified)
         dkv = kv_cache(draft, dd, s, dn, True, backend, host)
         n_dtok = min(dd.n_ctx, s.draft_ubatch, dd.n_batch)
         out_draft = (draft.n_vocab + draft.n_embd) * dd.n_batch * 4

@@ -140,7 +140,7 @@ def predict_for_backend(target: ModelShape, draft: ModelShape | None, s: Setting
     }
     if draft is not None:
         dn = n_offloadable(draft) if gpu_build else 0
-        dd = ctx_dims(s.n_ctx, s.n_seq, s.draft_batch, s.draft_ubatch, s.kv_unified)
+        dd = ctx_dims(s.n_ctx, s.drafter_seqs, s.draft_batch, s.draft_ubatch, s.kv_unified)
         out["draft weights"] = weights(draft, dn, gpu, CPU).total
         out["draft KV cache"] = kv_cache(draft, dd, s, dn, True, gpu, CPU).total
         out["draft compute"] = draft_compute(draft, s, gpu, encoder=False)

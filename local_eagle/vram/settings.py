@@ -36,6 +36,12 @@ class Settings:
     draft_max: int = 8
     swa_full: bool = True
     kv_unified: bool = False
+    draft_n_seq: int | None = None
+    """Sequences of the drafter's context (None: as many as the target's); draft trees give it its own count."""
+
+    @property
+    def drafter_seqs(self) -> int:
+        return self.n_seq if self.draft_n_seq is None else self.draft_n_seq
 
     def validate(self) -> None:
         """Refuse what llama.cpp would refuse, naming the CLI flag, before anything is priced."""

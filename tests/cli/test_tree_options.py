@@ -212,6 +212,7 @@ def test_fit_prices_trees_when_asked(swa_pair):
     default, off, trees = _fit(swa_pair), _fit(swa_pair, "--tree", "off"), _fit(swa_pair, "--tree", "auto")
     assert default == off and (default["settings"]["n_seq"], default["settings"]["kv_unified"]) == (1, False)
     assert (trees["settings"]["n_seq"], trees["settings"]["kv_unified"]) == (AUTO_TREE_NODES, True)
+    assert trees["settings"]["draft_n_seq"] == 1 + 2 * AUTO_TREE_WIDTH  # the drafter's context: its own, two levels
     assert trees["components"]["target_compute"]["gpu"] > default["components"]["target_compute"]["gpu"]
     assert trees["total_gpu"] > default["total_gpu"]
     target, draft = swa_pair
