@@ -153,15 +153,8 @@ class CostModel:
         return out
 
 
-class FixedCosts(CostModel):
-    """Another machine's costs, fixed: the policy decides as it would there (``bench --decide-on``), whatever this
-    machine's timings say. ``verify[r]``: a target call of r rows (index 0 unused, the last slope beyond the table);
-    ``drafter[r]``: a drafter call of r rows."""
-
-    def __init__(self, verify: list[float], drafter: list[float], host: float = 0.0) -> None:
-        super().__init__(verify[1], draft_step=drafter[1], host=host)
-        self._verify = list(verify)
-        self._drafter = list(drafter)
+class DeafCosts(CostModel):
+    """A cost model that learns nothing from this machine's timings: another machine's costs stay what they are."""
 
     def add_verify(self, rows: int, seconds: float) -> None:
         pass
@@ -174,6 +167,17 @@ class FixedCosts(CostModel):
 
     def add_host(self, seconds: float) -> None:
         pass
+
+
+class FixedCosts(DeafCosts):
+    """Another machine's costs, fixed: the policy decides as it would there (``bench --decide-on``), whatever this
+    machine's timings say. ``verify[r]``: a target call of r rows (index 0 unused, the last slope beyond the table);
+    ``drafter[r]``: a drafter call of r rows."""
+
+    def __init__(self, verify: list[float], drafter: list[float], host: float = 0.0) -> None:
+        super().__init__(verify[1], draft_step=drafter[1], host=host)
+        self._verify = list(verify)
+        self._drafter = list(drafter)
 
     def samples(self, rows: int) -> int:
         return self.min_samples

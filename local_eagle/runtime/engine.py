@@ -78,17 +78,6 @@ class Stream:
     def __iter__(self) -> Iterator[str]:
         self.result = yield from self._gen
 
-    def default_tree(self, draft_max: int) -> TreeShape:
-        """The tree an adaptive call may draft when it names none: as many nodes and as wide a frontier as the
-        engine was opened for, as deep as the call's draft bound (its chains' longest)."""
-        nodes = min(self.options.tree_nodes, self.max_tree_nodes)
-        return TreeShape(nodes, max(1, draft_max), max(1, min(self.options.tree_width, nodes)))
-
-    def fit_tree(self, tree: TreeShape) -> TreeShape:
-        """``tree`` with at most :attr:`max_tree_nodes` nodes (``tree.CPU_TREE_NODES`` where attention runs on
-        the CPU)."""
-        return tree if tree.nodes <= self.max_tree_nodes else replace(tree, nodes=self.max_tree_nodes)
-
     def close(self) -> None:
         self._gen.close()
 

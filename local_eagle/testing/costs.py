@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
-from local_eagle.runtime.draftcost import CostModel
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from local_eagle.runtime.draftcost import CostModel, DeafCosts
+from local_eagle.runtime.shapes import TreeChoice
+
+if TYPE_CHECKING:
+    from local_eagle.runtime.draftlen import DraftLengthPolicy
+    from local_eagle.runtime.engine import Engine
 
 
-class FrozenCosts(CostModel):
+class FrozenCosts(DeafCosts):
     """Verify costs ``verify_ratios[r - 1]`` ms for r rows and a fixed draft step; timings of this machine
     are ignored, so the policy cannot unlearn them."""
 
@@ -13,16 +22,32 @@ class FrozenCosts(CostModel):
         super().__init__(1e-3, draft_step=draft_step)
         for rows, ratio in enumerate(verify_ratios, start=1):
             for _ in range(self.min_samples):
-                super().add_verify(rows, 1e-3 * ratio)
+                CostModel.add_verify(self, rows, 1e-3 * ratio)
 
-    def add_verify(self, rows: int, seconds: float) -> None:
-        pass
 
-    def add_draft(self, steps: int, seconds: float) -> None:
-        pass
+class FrozenOverhead(TreeChoice):
+    """A tree's drafter calls priced by the frozen cost model, like the chains it is compared with (the tiny test
+    models' drafter costs as much as their target)."""
 
-    def add_first(self, seconds: float) -> None:
-        pass
+    def call_cost(self, policy: DraftLengthPolicy) -> float:
+        return policy.costs.draft_step
 
-    def add_host(self, seconds: float) -> None:
-        pass
+
+@contextmanager
+def deciding_on(engine: Engine, ratios: list[float], draft_step: float, choice: TreeChoice | None = None) -> Iterator:
+    """The engine's adaptive policy deciding on :class:`FrozenCosts` (and ``choice`` choosing its shape's trees)
+    inside the block; its own costs back, and what trees taught forgotten, after it."""
+    policy = engine.policy
+    assert policy is not None, "build the policy first (an adaptive generation)"
+    own = policy.costs
+    try:
+        policy.costs = FrozenCosts(ratios, draft_step=draft_step)
+        policy.replan()
+        if choice is not None:
+            engine.tree_choices[choice.shape] = choice
+        yield policy
+    finally:
+        policy.costs = own
+        policy.replan()
+        engine.tree_choices.clear()
+        engine.tree_quotas.clear()

@@ -12,9 +12,8 @@ from local_eagle.errors import LocalEagleError
 from local_eagle.runtime.engine import Engine, EngineOptions
 from local_eagle.runtime.identity import IDENTICAL, NEAR_TIE, check_identity
 from local_eagle.runtime.sampling import SamplingParams
-from local_eagle.runtime.shapes import TreeChoice
 from local_eagle.runtime.tree import TreeShape
-from local_eagle.testing.costs import FrozenCosts
+from local_eagle.testing.costs import FrozenOverhead, deciding_on
 from local_eagle.testing.tiny import make_drafter, write_tiny_target
 from local_eagle.testing.tiny_pair import LAYERS, N_VOCAB, SPEC, make_cycle_drafter, write_cycle_target
 
@@ -189,27 +188,14 @@ def test_calibrated_tree_scores_learn_from_the_rounds_and_stay_lossless(engines)
         eng.tree_calibration = None
 
 
-class FrozenOverhead(TreeChoice):
-    """A tree's drafter calls priced by the frozen cost model, like the chains it is compared with (these tiny
-    models' drafter costs as much as their target)."""
-
-    def call_cost(self, policy) -> float:
-        return policy.costs.draft_step
-
-
 def test_adaptive_rounds_choose_trees_where_rows_are_cheap_and_chains_where_they_cost(engines):
     """With a tree allowed, an adaptive run drafts trees where a 16-row call costs about one row (a GPU) and never
     where calls cost in proportion to their rows (this CPU); the output is the target's either way."""
     eng = engines["noisy-3.1"]  # right often: a tree 15 deep yields far more than the policy's chains of up to 4
     shape = TreeShape(15, 15, 4)
     eng.generate("hello", max_tokens=16, draft_max=4, adaptive=True)  # builds the policy
-    policy = eng.policy
-    own = policy.costs
-    try:
-        for ratios, trees_wanted in [([1.0 + 0.01 * r for r in range(16)], True), (list(range(1, 17)), False)]:
-            policy.costs = FrozenCosts(ratios, draft_step=5e-5)
-            policy.replan()
-            eng.tree_choices[shape] = FrozenOverhead(shape)
+    for ratios, trees_wanted in [([1.0 + 0.01 * r for r in range(16)], True), (list(range(1, 17)), False)]:
+        with deciding_on(eng, ratios, 5e-5, FrozenOverhead(shape)):
             tree_rounds = rounds = 0
             for prompt in prompts(4, seed=37):
                 base = eng.generate(prompt, max_tokens=48, draft_max=0)
@@ -217,14 +203,10 @@ def test_adaptive_rounds_choose_trees_where_rows_are_cheap_and_chains_where_they
                 assert spec.tokens == base.tokens, (prompt, ratios[1])
                 tree_rounds += len(spec.spec_stats.trace_trees)
                 rounds += spec.stats.target_calls
-            if trees_wanted:
-                assert tree_rounds > 0.5 * rounds, (tree_rounds, rounds)
-            else:
-                assert tree_rounds == 0
-    finally:
-        policy.costs = own
-        policy.replan()
-        eng.tree_choices.clear()
+        if trees_wanted:
+            assert tree_rounds > 0.5 * rounds, (tree_rounds, rounds)
+        else:
+            assert tree_rounds == 0
 
 
 def test_an_engine_opened_for_trees_offers_them_to_adaptive_calls_that_name_none(engines):
@@ -235,12 +217,7 @@ def test_an_engine_opened_for_trees_offers_them_to_adaptive_calls_that_name_none
     shape = eng.default_tree(4)
     assert shape == TreeShape(32, 4, 4)
     eng.generate("hello", max_tokens=16, draft_max=4, adaptive=True)
-    policy = eng.policy
-    own = policy.costs
-    try:
-        policy.costs = FrozenCosts([1.0 + 0.01 * r for r in range(40)], draft_step=5e-5)
-        policy.replan()
-        eng.tree_choices[shape] = FrozenOverhead(shape)
+    with deciding_on(eng, [1.0 + 0.01 * r for r in range(40)], 5e-5, FrozenOverhead(shape)):
         trees, rounds = [], 0
         for prompt in prompts(4, seed=41):
             base = eng.generate(prompt, max_tokens=48, draft_max=0)
@@ -250,10 +227,6 @@ def test_an_engine_opened_for_trees_offers_them_to_adaptive_calls_that_name_none
             rounds += spec.stats.target_calls
         assert len(trees) > 0.5 * rounds, (len(trees), rounds)
         assert max(t.drafted for t in trees) > 4 and max(int(t.depths.max()) for t in trees) <= 4  # bushy, 4 deep
-    finally:
-        policy.costs = own
-        policy.replan()
-        eng.tree_choices.clear()
     assert eng.generate("hello", max_tokens=8, draft_max=4, adaptive=False).spec_stats.trace_trees == []
 
 
@@ -274,12 +247,7 @@ def test_the_identity_check_replays_an_adaptive_run_that_mixes_chains_and_trees(
     eng = engines["unsure-3.1"]
     shape = TreeShape(15, 6, 4)
     eng.generate("hello", max_tokens=16, draft_max=4, adaptive=True)
-    policy = eng.policy
-    own = policy.costs
-    try:
-        policy.costs = FrozenCosts([1.0 + 0.01 * r for r in range(16)], draft_step=5e-5)
-        policy.replan()
-        eng.tree_choices[shape] = EveryOtherRound(shape)
+    with deciding_on(eng, [1.0 + 0.01 * r for r in range(16)], 5e-5, EveryOtherRound(shape)):
         checked = 0
         for prompt in prompts(6, seed=43):
             base = eng.generate(prompt, max_tokens=40, draft_max=0)
@@ -299,10 +267,6 @@ def test_the_identity_check_replays_an_adaptive_run_that_mixes_chains_and_trees(
             assert d.noise <= 1e-3 * d.scale, (prompt, d)  # the replay decoded the very batches the run did
             checked += 1
         assert checked >= 2, checked
-    finally:
-        policy.costs = own
-        policy.replan()
-        eng.tree_choices.clear()
 
 
 def test_trees_verify_at_most_63_rows_where_attention_runs_on_the_cpu(engines):

@@ -88,26 +88,17 @@ def test_adaptive_tree_sampling_matches_the_target_distribution(noisy_pair):
     """The draft-shape policy's trees (only nodes that could pay expanded, depth quotas from the previous round's
     priced tree) on GPU-like costs, a tree every round: the joint of three tokens is still the target's. (Whether a
     round is a tree is decided before it, from earlier rounds, so forcing it keeps the test about the pricing.)"""
-    from local_eagle.runtime.shapes import TreeChoice
-    from local_eagle.testing.costs import FrozenCosts
+    from local_eagle.testing.costs import FrozenOverhead, deciding_on
 
-    class EveryRound(TreeChoice):
+    class EveryRound(FrozenOverhead):
         def prefer_tree(self, policy) -> bool:
             return True
-
-        def call_cost(self, policy) -> float:
-            return policy.costs.draft_step
 
     eng = noisy_pair
     joint = _target_joint(eng, PROMPT, 3)
     shape = TreeShape(8, 3, 3)
     eng.generate("zyx", max_tokens=8, draft_max=3, adaptive=True)  # 1-row rounds build the policy
-    policy = eng.policy
-    own = policy.costs
-    try:
-        policy.costs = FrozenCosts([1.0 + 0.01 * r for r in range(16)], draft_step=5e-5)
-        policy.replan()
-        eng.tree_choices[shape] = EveryRound(shape)
+    with deciding_on(eng, [1.0 + 0.01 * r for r in range(16)], 5e-5, EveryRound(shape)):
         n = 2500
         counts: dict[tuple[int, ...], int] = {}
         trees = 0
@@ -119,8 +110,3 @@ def test_adaptive_tree_sampling_matches_the_target_distribution(noisy_pair):
             trees += any(t.drafted > 1 for t, _ in res.spec_stats.trace_trees)
         assert trees > 0.1 * n, trees  # the rest priced down to one node or none: this pair is rarely right
         assert _chi2(counts, joint, n) > 1e-3
-    finally:
-        policy.costs = own
-        policy.replan()
-        eng.tree_choices.clear()
-        eng.tree_quotas.clear()
