@@ -1,4 +1,4 @@
-"""``python -m local_eagle.kit``: make the kit, run a call of the lease plan, write the results page.
+"""``python -m local_eagle.kit``: build and pack the kit, print the lend plan, run a call, write the results page.
 
 Standard library only up to the point where local-eagle is installed (docs/gpu.md has the plan).
 """
@@ -6,6 +6,7 @@ Standard library only up to the point where local-eagle is installed (docs/gpu.m
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -15,37 +16,47 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _make(a: argparse.Namespace) -> int:
-    from local_eagle.errors import LocalEagleError
-    from local_eagle.kit.make import MIB, KitError, make_kit
-    from local_eagle.kit.parts import PartsError
-    from local_eagle.kit.trim import TrimError
+    from local_eagle.kit.cuda import CudaBuildError, parse_archs
+    from local_eagle.kit.make import KitError, make_kit
+    from local_eagle.kit.plan import plan_from_kit, render
 
     try:
-        kit = make_kit(Path(a.root).resolve(), REPO, tuple(p for p in a.pairs.split(",") if p), a.python,
-                       int(a.part_mib * MIB), None if a.budget_mib is None else int(a.budget_mib * MIB),
-                       a.lean)  # fmt: skip
-    except (KitError, TrimError, PartsError, LookupError, LocalEagleError) as e:
+        kit = make_kit(Path(a.root).resolve(), REPO, a.python, parse_archs(a.arch), not a.cpu, a.jobs)
+        plan = plan_from_kit(Path(a.root).resolve(), REPO)
+    except (KitError, CudaBuildError, LookupError) as e:
         print(f"kit make: {e}", file=sys.stderr)
         return 2
-    for i, call in enumerate(kit.calls, 1):
-        print(f"call {i:2d}: {sum(kit.size(p) for p in call) / MIB:5.1f} MiB  {', '.join(call)[:110]}")
+    b = kit.build
+    if b is not None and b.archs:
+        print(f"build {b.key}: {b.object_minutes} object-minutes, packed {b.packed_bytes / 2**20:.1f} MiB, "
+              f"sha256 {b.packed_sha256[:16]}")  # fmt: skip
+    print(render(plan))
     return 0
 
 
+def _plan(a: argparse.Namespace) -> int:
+    from local_eagle.kit.make import KitError
+    from local_eagle.kit.plan import plan_from_kit, render
+
+    try:
+        plan = plan_from_kit(Path(a.root).resolve(), REPO)
+    except KitError as e:
+        print(f"kit plan: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(plan.to_dict(), indent=1) if a.json else render(plan))
+    return 0 if plan.fits() else 1
+
+
 def _gpu(a: argparse.Namespace) -> int:
-    from local_eagle.kit.gpu import CALL_SECONDS, Env, run_call
+    from local_eagle.kit.gpu import Env, run_call
 
     out = Path(a.out or os.environ.get("OUT") or Path(a.home) / "out")
-    env = Env(repo=REPO, home=Path(a.home), out=out, cuda=not a.cpu, python=sys.executable)
-    if not a.no_deadline:
-        env.deadline = env.started + CALL_SECONDS - a.slack
-    bundle = None
-    if a.call is not None:
-        bundle = REPO / a.root / "calls" / f"call{a.call:02d}"
-    elif a.bundle:
-        bundle = Path(a.bundle)
+    env = Env(repo=REPO, home=Path(a.home), out=out, cuda=not a.cpu, python=sys.executable, workers=a.workers)
+    if a.seconds:
+        env.deadline = env.started + a.seconds
+    bundle = Path(a.bundle) if a.bundle else REPO / a.root / "call"
     only = [s for s in (a.only or "").split(",") if s]
-    run_call(env, bundle, only or None, a.force)
+    run_call(env, bundle, only or None, a.retry)
     return 0
 
 
@@ -73,8 +84,8 @@ def _emulate(a: argparse.Namespace) -> int:
     t0 = time.monotonic()
     pip = [a.python, "-m", "pip", "install", "-q"]
     rc = subprocess.run([*pip, "--no-deps", *(p.spec for p in pins)]).returncode
-    rc = rc or subprocess.run([*pip, "scikit-build-core", "cmake", "ninja", "torch==2.13.0"]).returncode
-    print(f"installed {len(pins) + 4} image packages into {a.python} in {time.monotonic() - t0:.0f} s")
+    rc = rc or subprocess.run([*pip, "pytest-xdist", "execnet", "torch==2.13.0"]).returncode
+    print(f"installed {len(pins) + 3} image packages into {a.python} in {time.monotonic() - t0:.0f} s")
     return rc
 
 
@@ -82,34 +93,36 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m local_eagle.kit", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
 
-    m = sub.add_parser("make", help="download, trim and cut the kit into per-call bundles (connected machine)")
+    m = sub.add_parser("make", help="build llama.cpp with CUDA here (cached), pack it with the wheels into one bundle")
     m.add_argument("--root", default=".gpukit", help="the kit's folder (git-ignored); default .gpukit")
-    m.add_argument("--pairs", default="smollm2,gemma3", help="shipped pairs whose targets travel")
+    m.add_argument("--arch", default="90", help="CUDA architectures: 90 (H100/H200, default), 89 (RTX 4090), 120")
     m.add_argument("--python", default="3.12", help="the GPU machine's Python version, for the wheels")
-    m.add_argument("--part-mib", type=float, default=15.0, help="size of a model part in MiB")
-    m.add_argument("--budget-mib", type=float, help="MiB one call may carry beside the tree (default: measured)")
-    m.add_argument("--lean", action="store_true",
-                   help="carry the shipped drafters in the first call, for a lease with them moved out of the tree")
+    m.add_argument("--jobs", type=int, help="parallel compile jobs (default: the cores)")
+    m.add_argument("--cpu", action="store_true", help="pack this environment's CPU build instead (the dry run)")
     m.set_defaults(fn=_make)
 
-    g = sub.add_parser("gpu", help="on the GPU machine: take in a bundle, build, install, measure what is ready")
-    g.add_argument("--call", type=int, help="the lease plan's call number (carries ROOT/calls/callNN)")
-    g.add_argument("--bundle", help="a bundle folder to take in instead of --call's")
+    p = sub.add_parser("plan", help="the lend's calls: bytes each carries against 64 MiB, minutes against 15")
+    p.add_argument("--root", default=".gpukit")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=_plan)
+
+    g = sub.add_parser("gpu", help="on the GPU machine: unpack the bundle, measure what fits before the deadline")
+    g.add_argument("--bundle", help="the bundle folder (default: ROOT/call in the checkout)")
     g.add_argument("--root", default=".gpukit")
-    g.add_argument("--home", default="/tmp/le-kit", help="where builds, models and results stay while warm")
+    g.add_argument("--home", default="/tmp/le-kit", help="where results stay while the machine is warm")
     g.add_argument("--out", help="where the results go (default: $OUT)")
-    g.add_argument("--cpu", action="store_true", help="build without CUDA (the dry run on a CPU machine)")
-    g.add_argument("--no-deadline", action="store_true", help="run every ready stage, however long it takes")
-    g.add_argument("--slack", type=float, default=30.0, help="seconds of the 10-minute call kept for transfers")
+    g.add_argument("--cpu", action="store_true", help="the dry run on a CPU machine: the tiny pair, no GPU")
+    g.add_argument("--seconds", type=float, help="the call's deadline in seconds (default: none)")
+    g.add_argument("--retry", action="store_true", help="run again the stages that failed, besides those not run")
     g.add_argument("--only", help="comma-separated stages to run")
-    g.add_argument("--force", action="store_true", help="run the stages again even if they have results")
+    g.add_argument("--workers", type=int, default=0, help="pytest-xdist workers for the lossless tests")
     g.set_defaults(fn=_gpu)
 
     r = sub.add_parser("report", help="write the results page from the results.json files that came back")
     r.add_argument("results", nargs="+")
     r.add_argument("--out", default="docs/gpu-results.md")
     r.add_argument("--title", default="GPU results")
-    r.add_argument("--command", default="python -m local_eagle.kit gpu --call N (docs/gpu.md)")
+    r.add_argument("--command", default="python -m local_eagle.kit gpu --seconds 340 (docs/gpu.md)")
     r.set_defaults(fn=_report)
 
     e = sub.add_parser("emulate-image", help="dry run only: give a venv the packages the GPU image has")

@@ -44,14 +44,13 @@ GPU_IMAGE_PACKAGES = frozenset(
     uvloop wadler-lindig werkzeug wheel wrapt xarray xxhash yarl zipp""".split()
 )
 
-# what the GPU run needs of local-eagle's extras: the server and the test tools, not the model packages
-# (the targets travel as parts), not torch (the image has it), not the recipe's prompt sets
-ROOT_EXTRAS = ("serve",)
-TEST_TOOLS = ("pytest", "hypothesis", "scipy", "pexpect", "ollama", "openai", "httpx", "matplotlib")
+# what the GPU call runs of local-eagle: the core and the lossless part of the suite (pytest, hypothesis and scipy,
+# which the image has); not the server nor its clients' tests, not torch (the image has it), not the model packages
+ROOT_EXTRAS: tuple[str, ...] = ()
+TEST_TOOLS = ("pytest", "hypothesis", "scipy")
 SKIP = frozenset({"local-eagle", "llama-cpp-python", "torch"})
-# shipped although the image has them: the image's huggingface_hub (1.33.0 in the 2026-11 pip list) is a major
-# version behind the one the Hub tests run against here
-ALWAYS = frozenset({"huggingface-hub"})
+# shipped although the image has them (none today: every byte of a call counts)
+ALWAYS: frozenset[str] = frozenset()
 
 
 PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"

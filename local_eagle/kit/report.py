@@ -31,6 +31,7 @@ def load(paths: list[Path]) -> dict:
         merged["cuda_build"] = bool(blob.get("cuda_build"))
         merged["results"].update(results)
         merged["waiting"] = blob.get("waiting", [])
+        merged["budgets"] = blob.get("budgets") or merged.get("budgets") or {}
     return merged
 
 
@@ -58,14 +59,45 @@ def _machine(res: dict) -> list[str]:
         ["llama-cpp-python build", "CUDA" if f.get("cuda_build") else "CPU only"]])]  # fmt: skip
 
 
-def _build(res: dict) -> list[str]:
-    b, i = res.get("build", {}), res.get("install", {})
+def _build(data: dict) -> list[str]:
+    res = data["results"]
+    i = res.get("install", {})
+    b = (data.get("kit") or {}).get("build") or i.get("build") or {}
     lines = ["## Build and install", ""]
-    lines.append(f"llama-cpp-python from the kit's trimmed sdist, CMake arguments `{b.get('cmake_args', '-')}`: "
-                 f"exit {b.get('rc')}, {_f(b.get('seconds'), 0)} s{' (cached wheel)' if b.get('cached') else ''}; "
-                 f"offline install of it, the kit's wheels and local-eagle: exit {i.get('rc')}, "
-                 f"{_f(i.get('seconds'), 0)} s.")  # fmt: skip
+    if b.get("archs"):
+        libs = ", ".join(f"`{lib['name'].rsplit('/', 1)[-1]}` {lib['bytes'] / 2**20:.1f} MiB (sha256 "
+                         f"{lib['sha256'][:12]})" for lib in b.get("libraries", []) if lib.get("bytes", 0) > 2**20)
+        lines += [f"llama-cpp-python {b.get('llama_cpp_python')} built ahead on a CPU machine ({b.get('host') or '-'}, "
+                  f"{b.get('cpus')} cores) with CUDA {b.get('toolkit')} for sm_{', sm_'.join(b['archs'])}: "
+                  f"{b.get('objects')} build steps ({b.get('cuda_objects')} CUDA objects), {b.get('object_minutes')} "
+                  f"object-minutes; packed {b.get('packed_bytes', 0) / 2**20:.1f} MiB (sha256 "
+                  f"{str(b.get('packed_sha256'))[:16]}); {libs}.", "",
+                  f"CMake arguments: `{' '.join(b.get('cmake_args', []))}`.", ""]  # fmt: skip
+    elif b:
+        lines += [f"llama-cpp-python {b.get('llama_cpp_python')}: the CPU build of the environment that made the kit, "
+                  f"packed as a CUDA build is ({b.get('packed_bytes', 0) / 2**20:.1f} MiB).", ""]  # fmt: skip
+    lines.append(f"Offline install (unpack, the carried wheels, an import check; nothing built): exit {i.get('rc')}, "
+                 f"{_f(i.get('seconds'), 1)} s.")  # fmt: skip
     return lines
+
+
+def _stages(data: dict) -> list[str]:
+    """Each stage's seconds against its budget: what the plan's minutes rest on."""
+    budgets = data.get("budgets") or {}
+    rows = []
+    for name, budget in budgets.items():
+        r = data["results"].get(name)
+        if r is None:
+            rows.append([name, _f(budget, 0), "not run", "-"])
+        else:
+            wall = r.get("wall", r.get("seconds"))
+            rows.append([name, _f(budget, 0), _f(wall, 1), str(r.get("rc"))])
+    if not rows:
+        return []
+    total = sum(float(b) for b in budgets.values())
+    used = sum(float(r.get("wall", r.get("seconds")) or 0) for r in data["results"].values())
+    return ["## Stages against their budgets", "", *_table(["stage", "budget s", "took s", "exit"], rows), "",
+            f"Together {used:.0f} s of {total:.0f} s budgeted."]
 
 
 def _doctor(res: dict) -> list[str]:
@@ -78,8 +110,8 @@ def _doctor(res: dict) -> list[str]:
 
 
 def _tests(res: dict) -> list[str]:
-    t = res.get("tests", {})
-    return ["## Test suite on this build", "", f"`{t.get('summary', 'not run')}`", *_cmd(t)]
+    t = res.get("lossless", {})
+    return ["## The suite's lossless tests on this build", "", f"`{t.get('summary', 'not run')}`", *_cmd(t)]
 
 
 def _selfcheck(res: dict) -> list[str]:
@@ -180,6 +212,38 @@ def _fit(res: dict) -> list[str]:
     return lines + _table(["component", "planned MiB", "measured MiB", "planner error"], rows) + _cmd(f)
 
 
+def _host(b: dict) -> list[str]:
+    rows = [r for r in (b.get("json") or []) if isinstance(r, dict) and r.get("host_ms_per_round") is not None]
+    if not rows:
+        return []
+    cells = ", ".join(f"{_label(r)} {r['host_ms_per_round']:.3f} ms" for r in rows)
+    return ["", f"Host time per round (the engine's own Python and ctypes work, outside llama.cpp's calls): {cells}."]
+
+
+def _replay(r: dict) -> list[str]:
+    j = r.get("json") or {}
+    settings = j.get("settings") or []
+    lines = ["## End to end on the 8B-shaped pair, acceptance replayed from the Gemma pair's recorded rounds", "",
+             "Every drafter and target call runs at its real cost on this machine; only accept/reject comes from the "
+             "record (`drafters/results/decide-on-rtx4090-8b-q4-gemma3-270m.json`: the shipped Gemma 3 270M pair, "
+             "the default policy deciding on the RTX 4090 8B profile). " + str(j.get("note", "")), ""]  # fmt: skip
+    if not settings:
+        return [*lines, f"Not measured (exit {r.get('rc')}).", *_cmd(r)]
+    base = j.get("target_alone") or {}
+    lines.append(f"Target alone: {_f(base.get('tok_s'), 1)} tok/s ({base.get('tokens', '-')} tokens, measured in the "
+                 "same run).")  # fmt: skip
+    rows = []
+    for x in settings:
+        err = x.get("projection_error")
+        rows.append([str(x.get("label")), str(x.get("rounds")), _f(x.get("tok_s"), 1), _f(x.get("speedup")) + "x",
+                     _f(x.get("tokens_per_call")), " ".join(_f(p) for p in (x.get("per_position") or [])[:8]),
+                     _f(x.get("projected_speedup")) + "x", f"{100 * err:+.1f}%" if isinstance(err, int | float)
+                     else "-", "yes" if x.get("truncated") else ""])  # fmt: skip
+    head = ["setting", "rounds", "tok/s", "speedup", "tokens per target call", "per position (first 8)",
+            "projected", "projection error", "cut short"]  # fmt: skip
+    return [*lines, "", *_table(head, rows), *_cmd(r)]
+
+
 def render(data: dict, title: str, command: str) -> str:
     res = data["results"]
     cuda = data.get("cuda_build")
@@ -187,26 +251,21 @@ def render(data: dict, title: str, command: str) -> str:
     lines = [f"# {title}", ""]
     if not cuda:
         lines += ["**CPU DRY RUN: no GPU was used.** These figures come from the kit's dry run on a CPU machine",
-                  "(`--cpu`: llama.cpp built without CUDA, the 8B-shaped pair replaced by the tiny one). They show",
-                  "the kit works end to end and what its output looks like; they are not GPU figures.", ""]  # fmt: skip
-    lines += [f"Made by `{command}` from the kit made {kit.get('made', '-')} ({kit.get('sdist', '-')}); "
-              "see docs/gpu.md for the lease plan.", ""]  # fmt: skip
-    lines += _machine(res) + [""] + _build(res) + [""] + _doctor(res) + [""] + _tests(res) + [""] + _selfcheck(res)
+                  "(`--cpu`: the kit packs the CPU build, the 8B-shaped pair is replaced by the tiny one). They show",
+                  "the plan works end to end, each stage's seconds against its budget and what the output looks",
+                  "like; they are not GPU figures.", ""]  # fmt: skip
+    lines += [f"Made by `{command}` from the kit made {kit.get('made', '-')}; see docs/gpu.md for the plan.", ""]
+    lines += _machine(res) + [""] + _build(data) + [""] + _stages(data) + [""] + _doctor(res) + [""] + _selfcheck(res)
+    lines += ["", *_tests(res)]
     pair = res.get("pair8b", {})
-    lines += ["", f"## Cost curve and bench of the 8B-shaped random pair ({pair.get('shape', 'not made')})", "",
-              "Random weights: the acceptance length is ~1, so read the costs, not the speedup.", ""]  # fmt: skip
+    lines += ["", f"## The 8B-shaped random pair ({pair.get('shape', 'not made')})", "",
+              f"Written in {_f(pair.get('seconds'), 1)} s. Random weights: the engine's own bench below accepts "
+              "~nothing, so read its costs, host time and identity, not its speedup.", ""]  # fmt: skip
     lines += _curve((res.get("costs8b") or {}).get("json"), "Cost by rows")
-    lines += ["", *_bench(res.get("bench8b", {}), "bench (fixed chains)")]
+    b = res.get("bench8b", {})
+    lines += ["", *_bench(b, "bench: target alone and speculative, greedy identity"), *_host(b)]
+    lines += ["", *_replay(res.get("replay8b", {}))]
     lines += ["", *_fit(res)]
-    for name, label in (("smollm2", "SmolLM2-135M-Instruct + shipped EAGLE 3.1 chat drafter (held-out chat prompts)"),
-                        ("gemma3", "Gemma 3 270M + shipped EAGLE 3.1 demo drafter (held-out HumanEval prompts)")):
-        b = res.get(f"bench-{name}")
-        lines += ["", f"## {label}", ""]
-        if not b:
-            lines += ["Not measured: its target's parts had not all arrived."]
-            continue
-        lines += _bench(b, "bench") + replayed(b.get("json") or [], b.get("costs"))
-        lines += [""] + _curve(b.get("costs"), "Cost by rows")
     if data.get("waiting"):
         lines += ["", "## Not run", "", ", ".join(data["waiting"])]
     return "\n".join(lines) + "\n"

