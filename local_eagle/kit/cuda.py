@@ -41,6 +41,12 @@ DEFAULT_ARCHS = ("90",)  # H100 / H200; 89 for an RTX 4090, 120 for an RTX 50x0
 PLATFORMS = ("manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux2010_x86_64",
              "manylinux_2_12_x86_64")  # fmt: skip
 PACKED = "llama-cpp-python-cuda.tar.xz"
+# quantised matmul (MMQ) kernels left out of the build, so the libraries travel beside the checkout in one call:
+# i-quants and FP4/ternary types no local-eagle benchmark, test or shipped pair uses. Their matmuls still run,
+# through cuBLAS on dequantised weights (ggml's own path for types without MMQ); the K-quants and legacy quants
+# (Q4_K_M, Q5_K_M, Q6_K, Q8_0, Q4_0...) keep their kernels.
+MMQ_DROPPED = ("IQ1_S", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ4_XS", "IQ4_NL", "MXFP4", "NVFP4",
+               "Q1_0", "Q2_0")  # fmt: skip
 # the CPU part runs on whatever host the GPU sits in: AVX2-era x86-64, not this machine's own features
 CPU_ARGS = ("-DGGML_NATIVE=OFF", "-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_F16C=ON",
             "-DGGML_BMI2=ON")  # fmt: skip
@@ -203,6 +209,7 @@ class BuildRecord:
     packed_bytes: int
     packed_sha256: str
     libraries: list[Library] = field(default_factory=list)
+    mmq_dropped: list[str] = field(default_factory=list)
     wall_minutes: float = 0.0  # the make that finished the build (a resumed build counts only its part)
     object_minutes: float = 0.0  # every compile and link step's own minutes, from ninja's log (all resumes)
     objects: int = 0
@@ -308,6 +315,49 @@ def _strip(data: bytes) -> bytes:
         return Path(f.name).read_bytes()
 
 
+def trim_mmq(src: Path, dropped: tuple[str, ...] = MMQ_DROPPED) -> list[str]:
+    """Leave ``dropped`` types' MMQ kernels out of the vendored ggml: their template instances go, and ``mmq.cu``
+    neither dispatches to them nor says MMQ supports them (so ggml takes its cuBLAS path). Idempotent; a source
+    that does not look as expected is refused, so a new llama.cpp layout shows at once."""
+    cuda_dir = src / "vendor" / "llama.cpp" / "ggml" / "src" / "ggml-cuda"
+    mmq = cuda_dir / "mmq.cu"
+    try:
+        text = mmq.read_text()
+    except OSError as e:
+        raise CudaBuildError(f"{mmq}: cannot read ({e.strerror})") from None
+    head, sep, tail = text.partition("bool ggml_cuda_should_use_mmq(")
+    if not sep or "static void ggml_cuda_mul_mat_q_switch_type(" not in head:
+        raise CudaBuildError(f"{mmq}: no MMQ dispatch and support switch where expected: not the expected layout")
+    lines, rest = head.split("\n"), tail.split("\n")
+    removed = []
+    for t in dropped:
+        case = f"        case GGML_TYPE_{t}:"
+        if case in lines:  # the dispatch: the case down to its own ``break;`` (12 spaces; inner ones are deeper)
+            i = lines.index(case)
+            j = next((k for k in range(i + 1, len(lines)) if lines[k] == "            break;"), None)
+            if j is None or any(ln.startswith("        case ") for ln in lines[i + 1 : j]):
+                raise CudaBuildError(f"{mmq}: the MMQ dispatch of {t} does not end where expected")
+            del lines[i : j + 1]
+        if case in rest:  # the support switch: the case label only
+            rest.remove(case)
+        if f"GGML_TYPE_{t}>" in "\n".join(lines) or case in rest:
+            raise CudaBuildError(f"{mmq}: could not take {t} out of the MMQ dispatch: not the expected layout")
+        inst = cuda_dir / "template-instances" / f"mmq-instance-{t.lower()}.cu"
+        if inst.is_file():
+            inst.unlink()
+            removed.append(inst.name)
+    text = "\n".join(lines) + sep + "\n".join(rest)
+    if "mul_mat_q_case<GGML_TYPE_Q4_K>" not in text:
+        raise CudaBuildError(f"{mmq}: lost the Q4_K kernel while trimming: refusing")
+    tmp = mmq.with_suffix(".cu.tmp")
+    tmp.write_text(text)
+    if tmp.read_text() != mmq.read_text():
+        os.replace(tmp, mmq)
+    else:
+        tmp.unlink()
+    return removed
+
+
 def read_record(folder: Path) -> BuildRecord | None:
     try:
         return BuildRecord.from_dict(json.loads((folder / "record.json").read_text()))
@@ -332,6 +382,7 @@ def build(version: str, archs: tuple[str, ...] = DEFAULT_ARCHS, cache: Path | No
         return rec, folder
     folder.mkdir(parents=True, exist_ok=True)
     src = unpack_sdist(fetch_sdist(cache, version), folder / "src")
+    trim_mmq(src)
     args = cmake_args(toolkit, archs)
     wheels = folder / "wheel"
     shutil.rmtree(wheels, ignore_errors=True)
@@ -361,9 +412,10 @@ def finish(folder: Path, wheel: Path, version: str, toolkit: Toolkit, archs: tup
     rec = BuildRecord(
         key=folder.name, llama_cpp_python=version, toolkit=toolkit.version, archs=list(archs), cmake_args=args,
         wheel=wheel.name, wheel_sha256=sha256_file(wheel), packed=PACKED, packed_bytes=packed.stat().st_size,
-        packed_sha256=sha256_file(packed), libraries=libs, wall_minutes=round(wall_minutes, 1),
-        object_minutes=round(minutes, 1), objects=objects, cuda_objects=cuda_objects, cpus=os.cpu_count() or 0,
-        made=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), host=_cpu_name())  # fmt: skip
+        packed_sha256=sha256_file(packed), libraries=libs, mmq_dropped=list(MMQ_DROPPED),
+        wall_minutes=round(wall_minutes, 1), object_minutes=round(minutes, 1), objects=objects,
+        cuda_objects=cuda_objects, cpus=os.cpu_count() or 0, made=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        host=_cpu_name())  # fmt: skip
     tmp = folder / "record.json.tmp"
     tmp.write_text(json.dumps(rec.to_dict(), indent=1) + "\n")
     os.replace(tmp, folder / "record.json")

@@ -88,11 +88,13 @@ def _environment(python_version: str) -> dict[str, str]:
     return env
 
 
-def closure(roots: list[tuple[str, tuple[str, ...]]], python_version: str = "3.12") -> list[Pin]:
+def closure(roots: list[tuple[str, tuple[str, ...]]], python_version: str = "3.12",
+            stop: frozenset[str] = frozenset()) -> list[Pin]:  # fmt: skip
     """Installed distributions reachable from ``roots`` (name, extras), markers evaluated for the target Python.
 
-    Raises ``LookupError`` naming a requirement that is not installed here: the kit is made from an
-    environment where local-eagle's dev extra is installed.
+    Packages in ``stop`` are listed but not followed: the image's own copy brings what its version needs (a newer
+    one here may need more, typer 0.29 pydantic, which the image's does not). Raises ``LookupError`` naming a
+    requirement that is not installed here: the kit is made from an environment with local-eagle's dev extra.
     """
     env = _environment(python_version)
     seen: dict[str, Pin] = {}
@@ -116,6 +118,8 @@ def closure(roots: list[tuple[str, tuple[str, ...]]], python_version: str = "3.1
                 raise LookupError(
                     f"{name} is not installed here (make the kit from an environment with local-eagle[dev])"
                 ) from None
+        if name in stop:
+            continue
         for line in requires:
             try:
                 req = Requirement(line)
@@ -129,5 +133,5 @@ def closure(roots: list[tuple[str, tuple[str, ...]]], python_version: str = "3.1
 def wheels_needed(python_version: str = "3.12", present: frozenset[str] = GPU_IMAGE_PACKAGES) -> list[Pin]:
     """The pins to download as wheels for the GPU machine."""
     roots = [("local-eagle", ROOT_EXTRAS), ("llama-cpp-python", ()), *((t, ()) for t in TEST_TOOLS)]
-    return [p for p in closure(roots, python_version)
+    return [p for p in closure(roots, python_version, present - ALWAYS)
             if p.name not in SKIP and (p.name not in present or p.name in ALWAYS)]  # fmt: skip

@@ -78,6 +78,71 @@ def test_build_minutes_come_from_ninjas_log_with_a_resumed_steps_last_entry(tmp_
     assert cuda.ninja_minutes(tmp_path / "none") == (0.0, 0, 0)
 
 
+MMQ_CU = """#include "mmq.cuh"
+
+static void ggml_cuda_mul_mat_q_switch_type(ggml_backend_cuda_context & ctx, const mmq_args & args) {
+    switch (args.type_x) {
+        case GGML_TYPE_Q4_0:
+            mul_mat_q_case<GGML_TYPE_Q4_0>(ctx, args, stream);
+            break;
+// -----------------------------------------------------------------------
+        case GGML_TYPE_Q4_K:
+            mul_mat_q_case<GGML_TYPE_Q4_K>(ctx, args, stream);
+            break;
+        case GGML_TYPE_IQ4_NL:
+            mul_mat_q_case<GGML_TYPE_IQ4_NL>(ctx, args, stream);
+            break;
+// -----------------------------------------------------------------------
+        case GGML_TYPE_MXFP4:
+            if (prec_src1 == GGML_PREC_Q4) {
+                mul_mat_q_case<GGML_TYPE_MXFP4, GGML_PREC_Q4>(ctx, args, stream);
+                break;
+            }
+            mul_mat_q_case<GGML_TYPE_MXFP4>(ctx, args, stream);
+            break;
+        default:
+            GGML_ABORT("fatal error");
+            break;
+    }
+}
+
+bool ggml_cuda_should_use_mmq(enum ggml_type type, int cc, int64_t ne11, int64_t n_experts) {
+    switch (type) {
+        case GGML_TYPE_Q4_0:
+// -------------------------------------------------
+        case GGML_TYPE_Q4_K:
+        case GGML_TYPE_IQ4_NL:
+// -------------------------------------------------
+        case GGML_TYPE_MXFP4:
+            mmq_supported = true;
+            break;
+        default:
+            mmq_supported = false;
+            break;
+    }
+}
+"""
+
+
+def test_the_mmq_trim_leaves_out_dropped_types_kernels_and_keeps_the_k_quants(tmp_path: Path) -> None:
+    d = tmp_path / "vendor" / "llama.cpp" / "ggml" / "src" / "ggml-cuda"
+    (d / "template-instances").mkdir(parents=True)
+    (d / "mmq.cu").write_text(MMQ_CU)
+    for t in ("q4_0", "q4_k", "iq4_nl", "mxfp4"):
+        (d / "template-instances" / f"mmq-instance-{t}.cu").write_text("//")
+    assert cuda.trim_mmq(tmp_path, ("IQ4_NL", "MXFP4")) == ["mmq-instance-iq4_nl.cu", "mmq-instance-mxfp4.cu"]
+    text = (d / "mmq.cu").read_text()
+    assert "IQ4_NL" not in text and "MXFP4" not in text
+    assert "mul_mat_q_case<GGML_TYPE_Q4_K>" in text and text.count("mmq_supported = true;") == 1
+    assert text.split("bool ggml_cuda_should_use_mmq")[1].count("case GGML_TYPE_") == 2
+    assert sorted(p.name for p in (d / "template-instances").iterdir()) == ["mmq-instance-q4_0.cu",
+                                                                              "mmq-instance-q4_k.cu"]
+    assert cuda.trim_mmq(tmp_path, ("IQ4_NL", "MXFP4")) == [] and (d / "mmq.cu").read_text() == text  # idempotent
+    (d / "mmq.cu").write_text("int main() {}")
+    with pytest.raises(cuda.CudaBuildError, match="not the expected layout"):
+        cuda.trim_mmq(tmp_path, ("IQ4_NL",))
+
+
 def _wheel(tmp_path: Path) -> Path:
     w = tmp_path / "llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl"
     with zipfile.ZipFile(w, "w") as z:
