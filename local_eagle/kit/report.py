@@ -229,18 +229,21 @@ def _replay(r: dict) -> list[str]:
              "the default policy deciding on the RTX 4090 8B profile). " + str(j.get("note", "")), ""]  # fmt: skip
     if not settings:
         return [*lines, f"Not measured (exit {r.get('rc')}).", *_cmd(r)]
-    base = j.get("target_alone") or {}
-    lines.append(f"Target alone: {_f(base.get('tok_s'), 1)} tok/s ({base.get('tokens', '-')} tokens, measured in the "
-                 "same run).")  # fmt: skip
+    base = j.get("baseline") or {}
+    lines.append(f"Target alone: {_f(base.get('tokens_per_second'), 1)} tok/s ({base.get('tokens', '-')} tokens, one "
+                 "call each with its logits read, in the same run).")  # fmt: skip
     rows = []
     for x in settings:
-        err = x.get("projection_error")
-        rows.append([str(x.get("label")), str(x.get("rounds")), _f(x.get("tok_s"), 1), _f(x.get("speedup")) + "x",
-                     _f(x.get("tokens_per_call")), " ".join(_f(p) for p in (x.get("per_position") or [])[:8]),
-                     _f(x.get("projected_speedup")) + "x", f"{100 * err:+.1f}%" if isinstance(err, int | float)
-                     else "-", "yes" if x.get("truncated") else ""])  # fmt: skip
-    head = ["setting", "rounds", "tok/s", "speedup", "tokens per target call", "per position (first 8)",
-            "projected", "projection error", "cut short"]  # fmt: skip
+        proj = x.get("projected") or {}
+        head = proj.get("host_record") or proj.get("host_0") or {}
+        err = (x.get("projection_error") or {}).get("tokens_per_second")
+        rows.append([str(x.get("label")), f"{x.get('rounds')}/{x.get('rounds_recorded')}",
+                     _f(x.get("tokens_per_second"), 1), _f(x.get("speedup")) + "x", _f(x.get("acceptance_length")),
+                     " ".join(_f(p) for p in (x.get("acceptance_per_position") or [])[:8]) or "-",
+                     _f(x.get("host_ms_per_round"), 3), _f(head.get("tokens_per_second"), 1),
+                     f"{100 * err:+.1f}%" if isinstance(err, int | float) else "-"])  # fmt: skip
+    head = ["setting", "rounds replayed", "tok/s", "speedup", "tokens per target call", "per position (first 8)",
+            "host ms/round", "projected tok/s", "projection error"]  # fmt: skip
     return [*lines, "", *_table(head, rows), *_cmd(r)]
 
 

@@ -401,11 +401,14 @@ def _results(tmp_path: Path, cuda_build: bool) -> Path:
                             "json": [BENCH_ROW, {**BENCH_ROW, "draft_max": 15, "tree_nodes": 15,
                                                  "mean_verify_rows": 16.0, "speedup": 2.0}]},
                 "replay8b": {"rc": 0, "json": {"note": "tree verifies run as one sequence.",
-                                               "target_alone": {"tok_s": 130.0, "tokens": 400},
-                                               "settings": [{"label": "auto", "rounds": 60, "tok_s": 290.0,
-                                                             "speedup": 2.23, "tokens_per_call": 4.1,
-                                                             "per_position": [0.9, 0.8], "projected_speedup": 2.3,
-                                                             "projection_error": 0.031}]}},
+                                               "baseline": {"tokens_per_second": 130.0, "tokens": 400},
+                                               "settings": [{"label": "auto", "rounds": 60, "rounds_recorded": 292,
+                                                             "tokens_per_second": 290.0, "speedup": 2.23,
+                                                             "acceptance_length": 4.1,
+                                                             "acceptance_per_position": [0.9, 0.8],
+                                                             "host_ms_per_round": 0.12,
+                                                             "projected": {"host_record": {"tokens_per_second": 299.0}},
+                                                             "projection_error": {"tokens_per_second": 0.031}}]}},
                 "fit8b": {"json": {"measure": {"backend": "CUDA0", "rows": [
                     {"component": "target weights", "predicted": 110 * 2**20, "measured": 100 * 2**20}]}}},
             }}  # fmt: skip
@@ -421,8 +424,9 @@ def test_the_page_holds_every_figure_and_its_command(tmp_path: Path) -> None:
     for figure in ("NVIDIA H100 80GB HBM3", "420 passed in 58.0s", "| 16 | 9.00 | 1.20 | 1.10 |", "1.80x",
                    "0.70 0.50 0.40 0.30", "python -m local_eagle bench ...", "+10.0%", "CUDA0", "pair8b",
                    "CUDA 13.0.88 for sm_90", "49.2 object-minutes", "libggml-cuda.so", "| lossless | 75 | 61.0 | 0 |",
-                   "| pair8b | 30 | not run | - |", "k=4 0.250 ms", "| auto | 60 | 290.0 | 2.23x | 4.10 | 0.90 0.80 |",
-                   "2.30x | +3.1%", "Target alone: 130.0 tok/s"):  # fmt: skip
+                   "| pair8b | 30 | not run | - |", "k=4 0.250 ms",
+                   "| auto | 60/292 | 290.0 | 2.23x | 4.10 | 0.90 0.80 | 0.120 | 299.0 | +3.1% |",
+                   "Target alone: 130.0 tok/s"):  # fmt: skip
         assert figure in text, figure
 
 
