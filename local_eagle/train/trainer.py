@@ -22,7 +22,7 @@ import numpy as np
 
 from converters.eagle3_gguf import OUTTYPES
 from local_eagle.errors import LocalEagleError
-from local_eagle.files import atomic_output, check_output_dir, check_output_file
+from local_eagle.files import check_output_dir, check_output_file
 from local_eagle.gguf import ModelInfo, field_value, model_info, open_gguf, tensor_f32
 from local_eagle.train.chat import (
     capture_chat,
@@ -40,6 +40,7 @@ from local_eagle.train.defaults import (
     SHAREGPT,
     WINDOW_TOKENS,
 )
+from local_eagle.train.state import load_state, save_state
 
 CHECKPOINT = "train-state.pt"
 
@@ -336,13 +337,6 @@ def lr_factor(step: int, total_steps: int, warm: int, elapsed: float = 0.0, max_
     return min(1.0, (step + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
-def _save_state(path: Path, state: dict) -> None:
-    import torch
-
-    with atomic_output(path) as tmp:
-        torch.save(state, tmp)
-
-
 def _prepare(
     target: str | os.PathLike[str],
     inputs: list[tuple[str, str | os.PathLike[str]]],
@@ -361,7 +355,8 @@ def _prepare(
 
     cfg.validate()
     if init_from is not None:
-        init_state_path(init_from)
+        path = init_state_path(init_from)
+        load_state(path, "cpu", f"--init-from {path}")  # a hostile or foreign file fails before any capture
     if gguf_type not in OUTTYPES:
         raise LocalEagleError(f"--gguf-type: expected one of {', '.join(OUTTYPES)}, got {gguf_type!r}")
     out = check_output_dir(out_dir, "--out")
@@ -374,6 +369,8 @@ def _prepare(
         raise LocalEagleError(
             f"{out}: holds an earlier training run; pass --resume to continue it or pick another --out"
         )
+    if resume and state_path.is_file():
+        load_state(state_path, "cpu", str(state_path))
     shape = _target_shape(target)
     vocab_size = hf_vocab_size(shape["info"], cfg.vocab_size)
     n_layer = shape["info"].n_layer
@@ -528,7 +525,7 @@ def fit(
     start_epoch = start_step = 0
     reports: list[EpochReport] = []
     if resume and state_path.exists():
-        st = torch.load(state_path, map_location=dev, weights_only=False)
+        st = load_state(state_path, dev, str(state_path))
         if st["vocab_ids"].tolist() != vocab_ids.tolist() or st["config"]["arch"] != cfg.arch:
             raise LocalEagleError(f"{state_path}: was trained with other data or settings; start a new --out")
         model.load_state_dict(st["model"])
@@ -540,7 +537,7 @@ def fit(
         model.load_state_dict(_initial_weights(Path(init_from), model, vocab_ids, cfg.arch, dev))
 
     def save(epoch: int, step: int) -> None:
-        _save_state(state_path, {"model": model.state_dict(), "optimizer": opt.state_dict(),
+        save_state(state_path, {"model": model.state_dict(), "optimizer": opt.state_dict(),
                                  "scheduler": sched.state_dict(), "epoch": epoch, "step": step,
                                  "config": asdict(cfg), "vocab_ids": vocab_ids,
                                  "reports": [asdict(r) for r in reports]})  # fmt: skip
@@ -623,11 +620,8 @@ def _initial_weights(path: Path, model, vocab_ids: np.ndarray, arch: str, device
     import torch
 
     path = init_state_path(path)
-    try:
-        st = torch.load(path, map_location=device, weights_only=False)
-        weights, old_ids, old_arch = st["model"], np.asarray(st["vocab_ids"]), st["config"]["arch"]
-    except Exception as e:  # noqa: BLE001 - any unreadable file is the same user error
-        raise LocalEagleError(f"--init-from {path}: not a local-eagle training state ({type(e).__name__})") from None
+    st = load_state(path, device, f"--init-from {path}")
+    weights, old_ids, old_arch = st["model"], st["vocab_ids"], st["config"]["arch"]
     if old_arch != arch:
         raise LocalEagleError(f"--init-from {path}: an {old_arch} drafter, expected --arch {arch}")
     fresh = model.state_dict()

@@ -240,7 +240,7 @@ def test_window_tokens_and_init_from(setup, tmp_path):
     import torch
 
     def steps(d):
-        return torch.load(d / "train-state.pt", weights_only=False)["scheduler"]["last_epoch"]
+        return torch.load(d / "train-state.pt", weights_only=True)["scheduler"]["last_epoch"]
 
     assert steps(tmp_path / "win") > steps(tmp_path / "whole")
     # warm start: the new run's first report beats a cold start's, since it begins where "win" ended
@@ -265,7 +265,7 @@ def test_init_from_carries_shared_head_rows_into_another_draft_vocab(setup, tmp_
     assert run_train(setup, tmp_path / "small", "--draft-vocab", "32").exit_code == 0
     r = run_train(setup, tmp_path / "big", "--init-from", str(tmp_path / "small"), "--lr", "1e-12")
     assert r.exit_code == 0, r.output
-    small, big = (torch.load(tmp_path / d / "train-state.pt", weights_only=False) for d in ("small", "big"))
+    small, big = (torch.load(tmp_path / d / "train-state.pt", weights_only=True) for d in ("small", "big"))
     old_row = {int(t): i for i, t in enumerate(small["vocab_ids"])}
     shared = [(i, old_row[int(t)]) for i, t in enumerate(big["vocab_ids"]) if int(t) in old_row]
     assert 0 < len(shared) < len(big["vocab_ids"])
