@@ -1,16 +1,55 @@
-"""The random-weight bench pair recipe (docs/gpu-results.md), checked at a tiny shape on the CPU."""
+"""The random-weight bench pair (docs/gpu-results.md), checked at tiny shapes on the CPU.
+
+The fast writer's blocks are checked twice over: gguf-py's own dequantiser reads them back
+(layout, centring, std), and llama.cpp loads and decodes them (finite logits).
+"""
 
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
+from pathlib import Path
 
-from gguf import GGUFReader
+import numpy as np
+import pytest
+from gguf import GGML_QUANT_SIZES, GGUFReader
+from gguf.quants import dequantize
 
-from local_eagle.bench.pair import make_pair
+import local_eagle.bench.pair as pair
+from local_eagle.bench.pair import LAYOUTS, TINY_DRAFTER, TINY_TARGET, Q, fill_quantised, fill_random, make_pair
+from local_eagle.llamacpp.lib import C, init_backend
+from local_eagle.llamacpp.model import Context, ContextOptions, Model
 from local_eagle.runtime.engine import Engine, EngineOptions
+from local_eagle.testing.vram_fixtures import write_drafter_gguf, write_shape_gguf
 
 
-def test_tiny_pair_quantises_and_runs(tmp_path) -> None:
+def _logits(path: str | Path, n: int = 4) -> np.ndarray:
+    """The logits of ``n`` tokens decoded in one batch by llama.cpp on the CPU."""
+    model = Model(path, n_gpu_layers=0)
+    try:
+        ctx = Context(model, ContextOptions(n_ctx=64, n_batch=64, n_ubatch=64, n_threads=1))
+        try:
+            ctx.decode(np.arange(300, 300 + n, dtype=np.int32), np.arange(n), True)
+            return np.stack([ctx.logits(i, model.n_vocab) for i in range(n)])
+        finally:
+            ctx.close()
+    finally:
+        model.close()
+
+
+def _llama_cpp_validates(path: Path) -> bool:
+    """Whether llama.cpp loads the file with ``check_tensors``: every block's fp16 fields finite, as it checks."""
+    init_backend()
+    params = C.llama_model_default_params()
+    params.n_gpu_layers = 0
+    params.check_tensors = True
+    ptr = C.llama_model_load_from_file(str(path).encode(), params)
+    if ptr:
+        C.llama_model_free(ptr)
+    return bool(ptr)
+
+
+def test_tiny_pair_written_fast_loads_and_decodes(tmp_path) -> None:
     paths = make_pair(tmp_path, tiny=True)
     assert not (tmp_path / "target-f16.gguf").exists()
     types = Counter(t.tensor_type.name for t in GGUFReader(paths["target"]).tensors)
@@ -18,15 +57,88 @@ def test_tiny_pair_quantises_and_runs(tmp_path) -> None:
     d = {t.name: t for t in GGUFReader(paths["drafter"]).tensors}
     assert list(d["d2t"].data[:5]) == [0, 1, 2, 3, 4]
     assert float(abs(d["fc.weight"].data).max()) > 0
+    logits = _logits(paths["target"])
+    assert np.isfinite(logits).all() and float(logits.std()) > 0
     eng = Engine(paths["target"], paths["drafter"], EngineOptions(n_ctx=256, n_threads=1))
     res = eng.generate("the quick brown fox", max_tokens=8)
     assert len(res.tokens) == 8 and res.stats.target_calls > 0
 
 
+def test_tiny_pair_via_f16_is_llama_cpp_quantised(tmp_path) -> None:
+    paths = make_pair(tmp_path, tiny=True, via_f16=True)
+    assert not (tmp_path / "target-f16.gguf").exists()
+    types = Counter(t.tensor_type.name for t in GGUFReader(paths["target"]).tensors)
+    assert types["Q4_K"] > 0 and types["Q6_K"] > 0 and set(types) <= {"Q4_K", "Q6_K", "F32"}
+    assert np.isfinite(_logits(paths["target"])).all()
+
+
+@pytest.mark.parametrize("qtype", list(LAYOUTS), ids=lambda q: q.name)
+def test_every_handled_type_writes_valid_blocks(tmp_path, qtype: Q) -> None:
+    lay = LAYOUTS[qtype]
+    assert lay.size == GGML_QUANT_SIZES[qtype][1]
+    spec = replace(TINY_TARGET, n_layer=1, n_vocab=512, wtype=qtype)
+    path = fill_quantised(write_shape_gguf(tmp_path / f"{qtype.name}.gguf", spec))
+    mats = [t for t in GGUFReader(path).tensors if len(t.shape) == 2]
+    assert mats and all(t.tensor_type == qtype for t in mats)
+    for t in mats:
+        blocks = np.asarray(t.data).reshape(-1, lay.size)
+        for off, k in lay.halves:
+            h = blocks[:, off : off + 2].copy().view(np.float16).astype(np.float32)
+            assert np.isfinite(h).all(), (t.name, off)
+            assert ((h > 0) if k > 0 else (h < 0)).all(), (t.name, off)  # d, dmin > 0; Q4_1/Q5_1's min m < 0
+            assert float(abs(h).max()) < 1.0
+        w = dequantize(np.asarray(t.data), qtype)
+        cols = int(t.shape[0])
+        assert w.shape == (int(t.shape[1]), cols) and np.isfinite(w).all()
+        assert abs(float(w.mean())) < 0.05 / np.sqrt(cols), t.name
+        assert abs(float(w.std()) * np.sqrt(cols) - 1) < 0.05, t.name
+    assert _llama_cpp_validates(path)
+    logits = _logits(path)
+    assert np.isfinite(logits).all() and float(logits.std()) > 0
+
+
+def test_llama_cpp_rejects_a_nan_scale_so_its_check_means_something(tmp_path) -> None:
+    path = fill_quantised(write_shape_gguf(tmp_path / "t.gguf", replace(TINY_TARGET, n_layer=1, wtype=Q.Q4_K)))
+    t = GGUFReader(path).tensors[0]
+    with open(path, "r+b") as f:
+        f.seek(t.data_offset)  # the first block's d
+        f.write(np.float16(np.nan).tobytes())
+    assert not _llama_cpp_validates(path)
+
+
+def test_chunks_tile_over_big_tensors_and_pieces_do_not_depend_on_threads(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(pair, "_CHUNK_BYTES", 10 * 144)  # 10 Q4_K blocks, tiled with a cut-short last copy
+    monkeypatch.setattr(pair, "_JOB_ELEMENTS", 20000)  # several pieces of normals per matrix
+    spec = replace(TINY_TARGET, n_layer=1, mix="q4_k_m")
+    a = fill_quantised(write_shape_gguf(tmp_path / "a.gguf", spec), seed=3, threads=1)
+    b = fill_quantised(write_shape_gguf(tmp_path / "b.gguf", spec), seed=3, threads=3)
+    assert a.read_bytes() == b.read_bytes()
+    t = next(t for t in GGUFReader(a).tensors if t.name == "blk.0.ffn_up.weight")
+    assert t.tensor_type == Q.Q4_K
+    blocks = np.asarray(t.data).reshape(-1, 144)
+    assert len(blocks) % 10 and (blocks[10:] == blocks[:-10]).all()
+    w = dequantize(np.asarray(t.data), Q.Q4_K)
+    assert abs(float(w.std()) * 16 - 1) < 0.05  # 256 columns
+    dr = write_drafter_gguf(tmp_path / "d.gguf", TINY_DRAFTER)
+    raw = dr.read_bytes()
+    one, two = fill_random(dr, seed=5, threads=1).read_bytes(), fill_random(dr, seed=5, threads=4).read_bytes()
+    assert one == two != raw
+    d = {t.name: t for t in GGUFReader(dr).tensors}
+    assert (d["blk.0.attn_norm.weight"].data == 1).all()
+    fc = np.asarray(d["fc.weight"].data, dtype=np.float32)  # 768 columns
+    assert abs(float(fc.mean()) * np.sqrt(768)) < 0.02 and abs(float(fc.std()) * np.sqrt(768) - 1) < 0.03
+    assert len(np.unique(fc[:8])) > 1000  # drawn, not one repeated row
+
+
+def test_an_unhandled_type_is_refused_by_name(tmp_path) -> None:
+    path = write_shape_gguf(tmp_path / "iq4.gguf", replace(TINY_TARGET, n_layer=1, wtype=Q.IQ4_NL))
+    with pytest.raises(ValueError, match=r"token_embd\.weight is IQ4_NL") as e:
+        fill_quantised(path)
+    assert "\n" not in str(e.value) and "--via-f16" in str(e.value)
+
+
 def test_run_bench_refuses_an_empty_prompt_list() -> None:
     from types import SimpleNamespace
-
-    import pytest
 
     from local_eagle.bench.run import run_bench
     from local_eagle.errors import LocalEagleError
