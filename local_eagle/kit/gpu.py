@@ -249,7 +249,7 @@ def pair8b(env: Env, budget: float) -> dict:
     target, drafter, _ = _pair(env)
     if Path(target).is_file() and Path(drafter).is_file():
         return {"rc": 0, "seconds": 0.0, "cached": True}
-    tiny = [] if env.cuda else ["--tiny"]  # the dry run rehearses on the tiny shape: 8B takes hours on 2 cores
+    tiny = [] if env.cuda else ["--tiny"]  # written in ~15 s here too, but an 8B bench takes hours on 2 cores
     r = _json_of(sh(env, [env.python, "-m", "local_eagle.bench.pair", str(env.home / "pair8b"), *tiny], budget))
     r["shape"] = "tiny (CPU dry run)" if tiny else "Llama-3.1-8B Q4_K_M + EAGLE3-LLaMA3.1-Instruct-8B f16"
     return r
