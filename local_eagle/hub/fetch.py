@@ -20,7 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from local_eagle.hub.names import HubError, HubRef, checkpoint_files, is_checkpoint, parse_hub_name, pick_gguf
+from local_eagle.hub.names import (
+    HubError,
+    HubRef,
+    checkpoint_files,
+    is_checkpoint,
+    parse_hub_name,
+    pick_gguf,
+    unsafe_path,
+)
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 _COMMIT_RE = re.compile(r"[0-9a-f]{40}")
@@ -82,6 +90,11 @@ def pull(name: str, progress: bool = False, settings: HubSettings | None = None)
                 raise
             why = "HF_HUB_OFFLINE is set" if s.offline else f"{s.endpoint} cannot be reached"
             raise HubError(f"{e}; {why}, so only the files in the cache are known") from None
+    for f in wanted:
+        if (why := unsafe_path(f)) is not None:
+            raise HubError(
+                f"{ref.name}: the repository lists {f!r}, a path that leaves the repository ({why}); not fetched"
+            )
     with progress_bars(progress) as bar:
         paths = tuple(_download(ref, f, commit, s, from_cache, bar) for f in wanted)
     _remember_ref(s, ref, commit)
@@ -138,14 +151,32 @@ def _storage(s: HubSettings, ref: HubRef) -> Path:
     return s.cache / ("models--" + ref.repo_id.replace("/", "--"))
 
 
+def _ref_path(s: HubSettings, ref: HubRef) -> Path:
+    """``refs/<REVISION>`` in the repository's cache folder, checked to stay there (``..``, absolute, symlinks)."""
+    refs = _storage(s, ref) / "refs"
+    path = refs / ref.revision
+    if unsafe_path(ref.revision) is not None or not path.resolve().is_relative_to(refs.resolve()):
+        raise HubError(
+            f"{ref.name}: the revision {ref.revision[:60]!r} leaves the cache ({refs}); "
+            "expected a branch, tag or commit of the repository"
+        )
+    return path
+
+
 def _cached_listing(ref: HubRef, s: HubSettings) -> tuple[str, list[str]] | None:
-    """The commit a revision last resolved to and the files of it in the cache, or None."""
+    """The commit a revision last resolved to and the files of it in the cache, or None.
+
+    A ref file that does not hold a commit id (hand-edited, truncated) counts as not cached: its text
+    becomes a folder name below, so it must not be a path.
+    """
     folder = _storage(s, ref)
     commit: str | None = ref.revision if _COMMIT_RE.fullmatch(ref.revision) else None
     if commit is None:
         try:
-            commit = (folder / "refs" / ref.revision).read_text().strip()
+            commit = _ref_path(s, ref).read_text().strip()
         except OSError:
+            return None
+        if not _COMMIT_RE.fullmatch(commit):
             return None
     snap = folder / "snapshots" / commit
     files = sorted(p.relative_to(snap).as_posix() for p in snap.rglob("*") if p.is_file()) if snap.is_dir() else []
@@ -157,7 +188,7 @@ def _remember_ref(s: HubSettings, ref: HubRef, commit: str) -> None:
     files are fetched by commit, which leaves the branch's ref unwritten."""
     if _COMMIT_RE.fullmatch(ref.revision):
         return
-    path = _storage(s, ref) / "refs" / ref.revision
+    path = _ref_path(s, ref)
     try:
         if path.is_file() and path.read_text().strip() == commit:
             return
@@ -196,7 +227,12 @@ def _download(ref: HubRef, filename: str, commit: str, s: HubSettings, cached: b
         raise HubError(f"{ref.name}: downloading {filename} failed ({type(e).__name__}: {e}); run it again") from None
     except OSError as e:  # huggingface_hub's size check, or the disk
         raise HubError(f"{ref.name}: downloading {filename} failed: {str(e).splitlines()[0]}") from None
-    return Path(got)
+    except ValueError as e:  # huggingface_hub's own file-name checks
+        raise HubError(f"{ref.name}: {filename!r} cannot be fetched: {str(e).splitlines()[0]}") from None
+    path = Path(got)
+    if not path.parent.resolve().is_relative_to(s.cache.resolve()):
+        raise HubError(f"{ref.name}: {filename!r} was placed outside the cache ({path}); not used")
+    return path
 
 
 def hub_error(ref: HubRef, e: Exception, s: HubSettings, filename: str | None = None) -> HubError:

@@ -34,6 +34,8 @@ _NAME_RE = re.compile(
 _SPLIT_RE = re.compile(r"(?i)-(\d{5})-of-(\d{5})\.gguf$")
 _QUANT_RE = re.compile(r"(?i)(?:^|[-._])((?:(?:I?Q|TQ)\d(?:_[A-Z0-9]+)*|BF16|F16|F32|MXFP4(?:_MOE)?)(?:[-._].*)?)$")
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
+MAX_PART = 255  # bytes in one path component: the limit of ext4, APFS and NTFS
+MAX_REPO_PART = 96  # characters in a Hub user or repository name, as the Hub allows
 
 
 @dataclass(frozen=True)
@@ -67,10 +69,49 @@ def parse_hub_name(value: str) -> HubRef:
             f"{value!r} is not a Hugging Face name; expected hf.co/USER/REPO, hf.co/USER/REPO:QUANT "
             "or hf.co/USER/REPO@REVISION"
         )
+    for part in ("user", "repo"):
+        if len(got[part]) > MAX_REPO_PART:
+            raise HubError(f"{_short(value)}: the {part} name is over {MAX_REPO_PART} characters, as the Hub allows")
     tag = got["tag1"] or got["tag2"]
     if tag is not None and tag.lower() == "latest":
         tag = None  # Ollama's default tag: the default quantization
-    return HubRef(f"{got['user']}/{got['repo']}", tag, got["rev1"] or got["rev2"] or DEFAULT_REVISION)
+    revision = got["rev1"] or got["rev2"] or DEFAULT_REVISION
+    why = unsafe_path(revision)
+    if why is not None:
+        raise HubError(
+            f"hf.co/{got['user']}/{got['repo']}: the revision {_short(revision)} {why}; "
+            "expected a branch, tag or commit of the repository"
+        )
+    return HubRef(f"{got['user']}/{got['repo']}", tag, revision)
+
+
+def unsafe_path(name: str) -> str | None:
+    """Why ``name`` could leave the folder it is joined to (``..``, absolute, NUL, empty or overlong parts), or None.
+
+    Revisions become ``refs/<REV>`` and listed file names paths under a snapshot, so this is checked
+    on the text, before any path is built; ``/`` inside is fine (``refs/pr/1``, ``sub/model.gguf``).
+    """
+    if not name:
+        return "is empty"
+    if any(ord(c) < 32 or c == "\x7f" for c in name):
+        return "holds a NUL or control character"
+    if name.startswith(("/", "\\")) or re.match(r"[A-Za-z]:", name):
+        return "is an absolute path"
+    if "\\" in name:
+        return "holds a backslash"
+    parts = name.split("/")
+    if any(p in ("..", ".") for p in parts):
+        return "has a '..' part" if ".." in parts else "has a '.' part"
+    if any(not p for p in parts):
+        return "has an empty part"
+    if any(len(p.encode()) > MAX_PART for p in parts):
+        return f"has a part over {MAX_PART} bytes"
+    return None
+
+
+def _short(text: str, limit: int = 60) -> str:
+    """``text`` quoted for a message, cut to ``limit`` characters so one overlong name stays one line."""
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + f"... ({len(text)} characters)"
 
 
 # ----------------------------------------------------------------------------------------------
