@@ -80,10 +80,12 @@ def _emulate(a: argparse.Namespace) -> int:
     pins = [p for p in closure(roots) if p.name in GPU_IMAGE_PACKAGES and p.name != "torch"]
     import subprocess
 
-    # without their dependencies, so nothing the image lacks slips in and hides a missing wheel of the kit's
+    # the image's packages at this machine's versions, then only what those versions need besides (typer 0.29
+    # needs pydantic, the image's older typer does not): nothing local-eagle itself needs slips in that way
     t0 = time.monotonic()
     pip = [a.python, "-m", "pip", "install", "-q"]
     rc = subprocess.run([*pip, "--no-deps", *(p.spec for p in pins)]).returncode
+    rc = rc or subprocess.run([*pip, *(p.spec for p in pins)]).returncode
     rc = rc or subprocess.run([*pip, "pytest-xdist", "execnet", "torch==2.13.0"]).returncode
     print(f"installed {len(pins) + 3} image packages into {a.python} in {time.monotonic() - t0:.0f} s")
     return rc

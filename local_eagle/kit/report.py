@@ -139,7 +139,7 @@ def _bench(b: dict, title: str) -> list[str]:
     rows = b.get("json") or []
     if not isinstance(rows, list) or not rows:
         return [f"### {title}", "", f"No bench rows (exit {b.get('rc')}).", *_cmd(b)]
-    head = ["draft", "verify rows", "target tok/s", "speculative tok/s", "speedup", "accept len", "per position",
+    head = ["draft", "verify rows", "target tok/s", "speculative tok/s", "speedup", "accept len", "per position (first 8)",
             "identical", "target call ms", "verify ms", "draft ms/round", "host ms/round"]  # fmt: skip
     out = []
     for r in rows:
@@ -148,7 +148,7 @@ def _bench(b: dict, title: str) -> list[str]:
             f"{r['prompts'] - r['mismatches']}/{r['prompts']} + {r.get('near_ties')} near-tie")
         out.append([label, _f(r.get("mean_verify_rows"), 1), _f(r.get("baseline_tps"), 1),
                     _f(r.get("speculative_tps"), 1), _f(r.get("speedup")) + "x",
-                    _f(r.get("acceptance_length")), " ".join(_f(x) for x in r.get("acceptance_per_position", [])),
+                    _f(r.get("acceptance_length")), " ".join(_f(x) for x in r.get("acceptance_per_position", [])[:8]),
                     same, _f(r.get("target_call_ms")), _f(r.get("verify_call_ms")), _f(r.get("draft_ms_per_round")),
                     _f(r.get("host_ms_per_round"))])  # fmt: skip
     n = rows[0].get("prompts")
