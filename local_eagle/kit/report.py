@@ -140,7 +140,8 @@ def _bench(b: dict, title: str) -> list[str]:
     if not isinstance(rows, list) or not rows:
         return [f"### {title}", "", f"No bench rows (exit {b.get('rc')}).", *_cmd(b)]
     head = ["draft", "verify rows", "target tok/s", "speculative tok/s", "speedup", "accept len",
-            "per position (first 8)", "identical", "target call ms", "verify ms", "draft ms/round", "host ms/round"]  # fmt: skip
+            "per position (first 8)", "identical", "target call ms", "verify ms", "draft ms/round",
+            "host ms/round"]  # fmt: skip
     out = []
     for r in rows:
         label = _label(r)
