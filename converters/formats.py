@@ -280,6 +280,33 @@ def _to_numpy(t: Any) -> np.ndarray:
     return t.detach().to(torch.float32).cpu().numpy()
 
 
+def _shard_paths(directory: Path, idx: Path, shards: list[Any]) -> list[Path]:
+    """The shard files a weight index names, each checked to lie in the checkpoint directory.
+
+    ``weight_map`` values are joined to ``directory``; an absolute path or a ``..`` would make
+    ``convert`` read any file the user can read (and echo what it finds), so they are refused by
+    their text before anything is opened, and by where their folder really is (a symlinked folder).
+    The shard file itself may be a symlink, as in the Hugging Face cache, whose snapshots link to blobs.
+    """
+    root = directory.resolve()
+    out = []
+    for shard in shards:
+        if not isinstance(shard, str) or not shard or "\x00" in shard:
+            raise CheckpointError(f"{idx}: weight_map names {shard!r}; expected a shard file name beside the index")
+        parts = shard.replace("\\", "/").split("/")
+        path = directory / shard
+        leaves = os.path.isabs(shard) or shard.startswith(("/", "\\")) or ".." in parts
+        if leaves or not path.parent.resolve().is_relative_to(root):
+            raise CheckpointError(
+                f"{idx}: weight_map names {shard[:120]!r}, a path outside {directory}; "
+                "expected a shard file beside the index"
+            )
+        if any(len(part.encode()) > 255 for part in parts):
+            raise CheckpointError(f"{idx}: weight_map names a file name over 255 bytes; expected a shard file name")
+        out.append(path)
+    return out
+
+
 def weight_files(directory: Path) -> tuple[Callable[[Path], dict[str, Any]], list[Path]]:
     """The loader and the files that hold a checkpoint directory's weights (an index comes first)."""
     single = directory / "model.safetensors"
@@ -293,7 +320,7 @@ def weight_files(directory: Path) -> tuple[Callable[[Path], dict[str, Any]], lis
                 shards = sorted(set(json.loads(idx.read_text())["weight_map"].values()))
             except (ValueError, KeyError, TypeError, AttributeError) as e:
                 raise CheckpointError(f"{idx}: not a weight index with a 'weight_map' ({e})") from None
-            return loader, [idx, *(directory / shard for shard in shards)]
+            return loader, [idx, *_shard_paths(directory, idx, shards)]
     binfile = directory / "pytorch_model.bin"
     if binfile.is_file():
         return _load_bin, [binfile]
