@@ -277,17 +277,30 @@ def unpack_sdist(sdist: Path, dest: Path) -> Path:
     return dest
 
 
-def pack_wheel(wheel: Path, out: Path, strip: bool = True) -> list[Library]:
-    """The wheel's files as a tar.xz to unpack onto ``sys.path``: xz takes the libraries to ~60% of the
-    wheel's deflate, which is what lets them travel with the checkout in one call."""
+def runtime_extras() -> dict[str, bytes]:
+    """Shared libraries the build needs that a bare image may lack, put beside ggml's (its ``$ORIGIN`` rpath finds
+    them there): GCC's OpenMP runtime, which ggml's CPU backend links and PyTorch ships only under a hashed name."""
+    out = {}
+    try:
+        r = subprocess.run(["cc", "-print-file-name=libgomp.so.1"], capture_output=True, text=True)
+        p = Path(r.stdout.strip())
+        if r.returncode == 0 and p.is_absolute() and p.is_file():
+            out["llama_cpp/lib/libgomp.so.1"] = p.resolve().read_bytes()
+    except OSError:
+        pass
+    return out
+
+
+def pack_wheel(wheel: Path, out: Path, strip: bool = True, extras: dict[str, bytes] | None = None) -> list[Library]:
+    """The wheel's files (and ``extras``) as a tar.xz to unpack onto ``sys.path``: xz takes the libraries to ~60%
+    of the wheel's deflate, which is what lets them travel with the checkout in one call."""
     libs: list[Library] = []
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     with zipfile.ZipFile(wheel) as z, tarfile.open(tmp, "w:xz", preset=9) as t:
-        for info in sorted(z.infolist(), key=lambda i: i.filename):
-            if info.is_dir():
-                continue
-            data = z.read(info)
-            name = info.filename
+        members = [(i.filename, z.read(i)) for i in sorted(z.infolist(), key=lambda i: i.filename) if not i.is_dir()]
+        names = {n for n, _ in members}
+        members += [(n, data) for n, data in sorted((extras or {}).items()) if n not in names]
+        for name, data in members:
             if re.search(r"\.so(\.\d+)*$", name):
                 if strip:
                     data = _strip(data)
@@ -405,7 +418,7 @@ def finish(folder: Path, wheel: Path, version: str, toolkit: Toolkit, archs: tup
            wall_minutes: float, log: Log = print) -> BuildRecord:  # fmt: skip
     """Pack the built wheel for travel and write the build's record."""
     packed = folder / PACKED
-    libs = pack_wheel(wheel, packed)
+    libs = pack_wheel(wheel, packed, extras=runtime_extras())
     if not any("ggml-cuda" in lib.name for lib in libs):
         raise CudaBuildError(f"{wheel}: holds no libggml-cuda: CMake did not build the CUDA backend")
     minutes, objects, cuda_objects = ninja_minutes(folder / "build")

@@ -206,6 +206,8 @@ def install(env: Env, budget: float) -> dict:
     if wheels:
         pip = [env.python, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile", "--target"]
         steps.append(sh(env, [*pip, str(env.site), *map(str, wheels)], budget - (time.monotonic() - t0)))
+    # what the loader will not find, named before the import check fails on it
+    steps.append(sh(env, ["bash", "-c", f"ldd {env.site}/llama_cpp/lib/*.so* | grep -B0 'not found' || true"], 20))
     check = ("import llama_cpp, gguf, local_eagle.cli.app as a; from local_eagle.llamacpp import bindings; "
              "print(llama_cpp.__file__, llama_cpp.__version__)")  # fmt: skip
     steps.append(sh(env, [env.python, "-c", check], max(10.0, budget - (time.monotonic() - t0))))
