@@ -154,12 +154,13 @@ def _wheel(tmp_path: Path) -> Path:
 
 def test_a_packed_wheel_unpacks_to_the_same_files_with_its_libraries_recorded(tmp_path: Path) -> None:
     out = tmp_path / cuda.PACKED
-    libs = cuda.pack_wheel(_wheel(tmp_path), out, strip=False)
-    assert [lib.name for lib in libs] == ["llama_cpp/lib/libggml-cuda.so"]
+    libs = cuda.pack_wheel(_wheel(tmp_path), out, strip=False, extras={"llama_cpp/lib/libgomp.so.1": b"gomp"})
+    assert [lib.name for lib in libs] == ["llama_cpp/lib/libggml-cuda.so", "llama_cpp/lib/libgomp.so.1"]
     data = b"\x7fELF not really" * 100
     assert libs[0].bytes == len(data) and libs[0].sha256 == hashlib.sha256(data).hexdigest()
     with tarfile.open(out, "r:xz") as t:
         assert sorted(t.getnames()) == ["llama_cpp/__init__.py", "llama_cpp/lib/libggml-cuda.so",
+                                        "llama_cpp/lib/libgomp.so.1",
                                         "llama_cpp_python-0.3.36.dist-info/METADATA"]  # fmt: skip
         assert t.extractfile("llama_cpp/lib/libggml-cuda.so").read() == data
 
