@@ -11,6 +11,7 @@ from typing import Any
 from gguf import GGMLQuantizationType
 
 from local_eagle.errors import GGUFError
+from local_eagle.gguf.check import check_model
 from local_eagle.gguf.keys import DRAFTER_ARCH
 from local_eagle.gguf.reader import GGUFHeader, read_header, split_tensors
 
@@ -68,12 +69,13 @@ def read_model_info(path: str | os.PathLike[str], what: str = "GGUF", splits: bo
     """``model_info`` of a file; with ``splits``, the tensors of a split GGUF's other files count too."""
     header = read_header(path, what)
     if splits:
-        header = replace(header, tensors=header.tensors + split_tensors(header, what))
+        header = replace(header, tensors=header.tensors + split_tensors(header, what), splits_read=True)
     return model_info(header, Path(path), what)
 
 
 def model_info(header: GGUFHeader, path: Path | None = None, what: str = "GGUF") -> ModelInfo:
-    """A header's ``ModelInfo``; a GGUF without a vocabulary or sizes is refused in one line."""
+    """A header's ``ModelInfo``; a GGUF without a vocabulary or sizes, or one ``check_model`` refuses (layer
+    count, ``d2t``), is refused in one line."""
     path = path or header.path
     kv = header.kv
     arch = kv.get("general.architecture")
@@ -93,6 +95,7 @@ def model_info(header: GGUFHeader, path: Path | None = None, what: str = "GGUF")
         n_vocab = int(kv[f"{arch}.vocab_size"])
     else:
         raise GGUFError(f"{path}: {what} has no tokenizer.ggml.tokens (a GGUF without its vocabulary)")
+    check_model(header, what, path)
 
     by_type: Counter[str] = Counter()
     count_by_type: Counter[str] = Counter()

@@ -19,6 +19,7 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 
 from local_eagle.errors import GGUFError
+from local_eagle.gguf.check import MAX_DIMS, check_alignment, check_keys, check_tensor_info
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,7 @@ class GGUFHeader:
     data_offset: int
     file_size: int
     types: dict[str, tuple[int, int | None]] = field(default_factory=dict)  # key -> (type, array item type)
+    splits_read: bool = False  # ``tensors`` holds every split's (``check_model`` may count the layers)
 
     def tensor(self, name: str) -> Tensor | None:
         for t in self.tensors:
@@ -81,7 +83,9 @@ def read_header(
     path: str | os.PathLike[str], what: str = "GGUF", keep: Callable[[str], bool] | None = None
 ) -> GGUFHeader:
     """Parse a GGUF header (v2/v3) directly: fast even with a 256K-token vocabulary, and every
-    failure (missing file, wrong magic, truncation, unknown tensor type) is one clear line.
+    failure (missing file, wrong magic, truncation, unknown tensor type) is one clear line. Its keys
+    and tensor table are checked on the way (``local_eagle.gguf.check``), so no caller meets a
+    ``block_count`` of 10^6 or a NaN epsilon.
 
     Arrays longer than 65536 items are skipped (``ArrayInfo``) unless ``keep(key)`` says
     otherwise; string items of kept long arrays stay ``bytes`` so a copy is lossless.
@@ -195,17 +199,20 @@ def _parse_header(p: Path, b: Any, size: int, what: str, keep: Callable[[str], b
         v, pos, sub = value(t, pos + 4, k)
         kv[k] = v
         types[k] = (t, sub)
+    check_keys(p, what, kv, types)
     infos = []
+    seen: set[str] = set()
     for _ in range(n_tensors):
         name, pos = string(pos)
         (nd,) = struct.unpack_from("<I", b, pos)
-        if nd > 8:
-            raise GGUFError(f"{p}: tensor {name!r} has {nd} dimensions (damaged header)")
-        ne = struct.unpack_from(f"<{nd}Q", b, pos + 4)
+        if nd > MAX_DIMS:
+            raise GGUFError(f"{p}: tensor {name!r} has {nd} dimensions, expected at most {MAX_DIMS} (damaged header)")
+        ne = struct.unpack_from(f"<{nd}q", b, pos + 4)
+        check_tensor_info(p, what, name, ne, seen)
         ttype, off = struct.unpack_from("<IQ", b, pos + 4 + 8 * nd)
         pos += 4 + 8 * nd + 12
         infos.append((name, tuple(int(x) for x in ne), ttype, off))
-    align = int(kv.get("general.alignment", 32) or 32)
+    align = check_alignment(p, what, kv, types)
     data = pad(pos, align)
     tensors = []
     end = data if infos else pos  # a header-only file need not carry the alignment padding
