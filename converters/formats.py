@@ -19,6 +19,7 @@ import numpy as np
 
 from local_eagle.errors import CheckpointError
 from local_eagle.files import atomic_output
+from local_eagle.gguf.check import check_config, read_json
 
 FORMATS = ("eagle3", "vllm", "speculators", "modelopt")
 
@@ -125,6 +126,8 @@ def parse_config(raw: dict[str, Any], fmt: str, config_path: Path) -> dict[str, 
         if base.get(key) is None:
             raise CheckpointError(f"{config_path}: missing field '{key}'")
         return base[key]
+
+    check_config(base, config_path)  # types and bounds first: int([4096]) or int(1e30) must not reach a plan
 
     hidden = int(need("hidden_size"))
     heads = int(need("num_attention_heads"))
@@ -317,7 +320,7 @@ def weight_files(directory: Path) -> tuple[Callable[[Path], dict[str, Any]], lis
         idx = directory / name
         if idx.is_file():
             try:
-                shards = sorted(set(json.loads(idx.read_text())["weight_map"].values()))
+                shards = sorted(set(read_json(idx, "weight index")["weight_map"].values()))
             except (ValueError, KeyError, TypeError, AttributeError) as e:
                 raise CheckpointError(f"{idx}: not a weight index with a 'weight_map' ({e})") from None
             return loader, [idx, *_shard_paths(directory, idx, shards)]
@@ -363,10 +366,7 @@ def read_checkpoint(directory: str | os.PathLike[str]) -> Checkpoint:
     cfg_path = d / "config.json"
     if not cfg_path.is_file():
         raise CheckpointError(f"{cfg_path}: missing config.json")
-    try:
-        raw = json.loads(cfg_path.read_text())
-    except ValueError as e:
-        raise CheckpointError(f"{cfg_path}: not valid JSON ({e})") from None
+    raw = read_json(cfg_path)
     if not isinstance(raw, dict):
         raise CheckpointError(f"{cfg_path}: expected a JSON object")
     check_not_mla(raw, cfg_path)

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from local_eagle.errors import LlamaError
+from local_eagle.gguf.check import check_gguf
 from local_eagle.llamacpp.backends import gpu_offload_supported
 from local_eagle.llamacpp.lib import C, init_backend, last_log_error
 from local_eagle.llamacpp.staging import staging
@@ -31,13 +32,19 @@ _f32_pointer = ctypes.POINTER(ctypes.c_float)
 
 
 class Model:
-    """A loaded GGUF model. ``use_extra_bufts`` stays off on CPU builds (AMX repack segfault)."""
+    """A loaded GGUF model. ``use_extra_bufts`` stays off on CPU builds (AMX repack segfault).
+
+    The file is checked before llama.cpp opens it (``check_gguf``): llama.cpp aborts the process on some
+    crafted headers (``block_count`` 513, an unknown RoPE scaling type, a ``d2t`` of the wrong type), and a
+    server must answer those with an error, not die.
+    """
 
     def __init__(self, path: str | os.PathLike[str], n_gpu_layers: int = -1, what: str = "model") -> None:
         init_backend()
         file = Path(path)
         if not file.is_file():
             raise LlamaError(f"{file}: {what} file not found")
+        check_gguf(file)
         params = C.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers if gpu_offload_supported() else 0
         if not gpu_offload_supported():

@@ -484,7 +484,19 @@ def resolve_model(m: Modelfile) -> Path:
         raise ModelfileError(f"{at}: FROM {p}: file not found")
     if not _is_gguf(p):
         raise ModelfileError(f"{at}: FROM {p} is not a GGUF file; local-eagle runs llama.cpp GGUF models")
+    _check_gguf(p, at, "model GGUF")
     return p
+
+
+def _check_gguf(p: Path, at: str, what: str) -> None:
+    """The whole header checked (``local_eagle.gguf.check``) before ``create`` stores a reference to it: a
+    file that only starts with ``GGUF``, or one llama.cpp would abort on, is refused now, in one line."""
+    from local_eagle.gguf.check import check_gguf
+
+    try:
+        check_gguf(p, what, loading=False)
+    except LocalEagleError as e:
+        raise ModelfileError(f"{at}: {e}") from None
 
 
 def default_cache_dir() -> Path:
@@ -545,6 +557,7 @@ def resolve_draft(
                 f"{at}: DRAFT {p} is not a GGUF file; expected a drafter GGUF or a checkpoint directory "
                 "with config.json"
             )
+        _check_gguf(p, at, "drafter GGUF")
         return p
     if p.is_dir():
         if (p / "config.json").is_file():
@@ -565,6 +578,7 @@ def resolve_draft(
             return out
         ggufs = sorted(p.glob("*.gguf"))
         if len(ggufs) == 1:
+            _check_gguf(ggufs[0], at, "drafter GGUF")
             return ggufs[0]
         raise ModelfileError(
             f"{at}: DRAFT {p} is a directory without config.json; expected a drafter checkpoint directory "

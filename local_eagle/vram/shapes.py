@@ -7,13 +7,14 @@ milliseconds; a split GGUF's other files contribute their tensor tables.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from local_eagle.errors import GGUFError
 from local_eagle.gguf import DRAFTER_ARCH, ModelInfo, Tensor, read_header, split_tensors
 from local_eagle.gguf import check_pair as gguf_check_pair
+from local_eagle.gguf.check import check_model
 
 # Architectures whose compute graphs are rebuilt node by node (checked against llama.cpp);
 # others get generic estimates and a note saying so.
@@ -86,10 +87,15 @@ def _per_layer(v: Any, n: int, key: str, path: Path) -> list[int]:
 
 
 def read_shape(path: str | os.PathLike[str], what: str = "target GGUF") -> ModelShape:
-    """Read one GGUF's header into a ModelShape; the weights are never read."""
+    """Read one GGUF's header into a ModelShape; the weights are never read.
+
+    The header is checked first (``local_eagle.gguf.check``): every per-layer list below is as long as a
+    ``block_count`` bounded by llama.cpp's 512 and matched by the file's ``blk.N`` tensors.
+    """
     h = read_header(path, what)
     p = h.path
     more = split_tensors(h, what)
+    check_model(replace(h, tensors=h.tensors + more, splits_read=True), what)
     arch = h.kv.get("general.architecture")
     if not isinstance(arch, str):
         raise GGUFError(f"{p}: {what} has no general.architecture")
