@@ -106,12 +106,23 @@ def check_option(keyword: str, value: Any) -> Any:
         raise LocalEagleError(f"--{keyword.replace('_', '-')}: {e}") from None
 
 
+PROBABILITY_OPTIONS = ("draft_p_min",)
+"""Command keywords that are probabilities but no Ollama parameter: checked by :func:`checked_options` too."""
+
+
+def check_probability(keyword: str, value: float | None) -> None:
+    """A probability flag from 0 to 1; NaN (which typer parses from ``nan``) compares false with every
+    bound, so it would silently switch the check it feeds off."""
+    if value is not None and not 0.0 <= value <= 1.0:
+        raise LocalEagleError(f"--{keyword.replace('_', '-')}: expected a probability from 0 to 1, got {value}")
+
+
 def checked_options(fn: F) -> F:
     """Check a command's options that are Ollama parameters by the parameter table before it runs.
 
     The one place a flag value meets its range: no command loads a model with ``--ctx 1`` or
     ``--threads 100000``. Options not given (None) are left to the Modelfile and the defaults; a
-    repeatable option is checked value by value.
+    repeatable option is checked value by value; ``--draft-p-min`` is checked as a probability.
     """
 
     @functools.wraps(fn)
@@ -123,6 +134,8 @@ def checked_options(fn: F) -> F:
                         v = parse_draft_max(v, "--" + keyword.replace("_", "-"))
                     if v is not None:
                         check_option(keyword, v)
+        for keyword in PROBABILITY_OPTIONS:
+            check_probability(keyword, kwargs.get(keyword))
         return fn(*args, **kwargs)
 
     return wrapper  # type: ignore[return-value]
