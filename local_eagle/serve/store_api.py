@@ -50,15 +50,24 @@ def _iso(ts: float | str) -> str:
     return datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z")
 
 
+BLANK_DETAILS = {"format": "gguf", "family": "", "families": [], "parameter_size": "", "quantization_level": ""}
+
+
 def _details(front: StoreFront, model: Path, draft: Path | None) -> dict[str, Any]:
+    """Ollama's ``details`` of a model from its GGUF headers; raises a one-line error for a header it cannot read."""
     from local_eagle.store.summary import summarize
 
-    try:
-        s = summarize(model, draft)
-    except (LocalEagleError, OSError, ValueError):  # a file gone or damaged: the entry is still listed
-        return {"format": "gguf", "family": "", "families": [], "parameter_size": "", "quantization_level": ""}
+    s = summarize(model, draft)
     return {"parent_model": "", "format": "gguf", "family": s.architecture, "families": [s.architecture],
             "parameter_size": s.parameter_size, "quantization_level": s.quantization}  # fmt: skip
+
+
+def _details_or_blank(front: StoreFront, model: Path, draft: Path | None) -> dict[str, Any]:
+    """``details`` for an answer about one model already chosen (``/api/show``, ``/api/ps``): blank if unreadable."""
+    try:
+        return _details(front, model, draft)
+    except (LocalEagleError, OSError, ValueError):
+        return dict(BLANK_DETAILS)
 
 
 def _entry_json(front: StoreFront, e: Entry) -> dict[str, Any]:
@@ -70,22 +79,44 @@ def _entry_json(front: StoreFront, e: Entry) -> dict[str, Any]:
             "digest": e.digest, "details": details}  # fmt: skip
 
 
-def _tags(front: StoreFront) -> list[dict[str, Any]]:
-    """Every model of the stores; one that cannot be read is left out with a line in the log, not an error
-    that would hide the others."""
-    out = []
-    for e in front.config.local.entries():
+def _one_line(err: BaseException) -> str:
+    """An error as one line: ours as they are, anything else (a bug met on one entry) with its type."""
+    text = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    if isinstance(err, LocalEagleError) and text:
+        return text
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
+
+
+def _tags(front: StoreFront) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Every model of the stores, and one ``{"model", "error"}`` per model left out.
+
+    One model that cannot be read or described, whatever it raises (a GGUF with integer tokens, an
+    entry gone bad), is left out with a line in the log and in the errors the listings return, so it
+    never turns the listing of every other model into a 500.
+    """
+    out: list[dict[str, Any]] = []
+    errors: list[dict[str, Any]] = []
+
+    def skip(name: str | None, err: BaseException | str, whose: str = "model") -> None:
+        line = err if isinstance(err, str) else _one_line(err)
+        _log.warning("skipping %s%s: %s", whose, f" {name}" if name else "", line)
+        errors.append({"model": name, "error": line} if name else {"error": line})
+
+    entries, problems = front.config.local.scan()
+    for problem in problems:
+        skip(None, problem, "a store entry")
+    for e in entries:
         try:
             out.append(_entry_json(front, e))
-        except (LocalEagleError, OSError, ValueError) as err:
-            _log.warning("skipping model %s: %s", e.name.short, err)
+        except Exception as err:  # noqa: BLE001 - whatever one entry raises, the others are listed
+            skip(e.name.short, err)
     ollama = front.config.ollama
     if ollama is not None:
-        have = {x["name"].lower() for x in out}
+        have = {x["name"].lower() for x in out} | {x.get("model", "").lower() for x in errors if x.get("model")}
         try:
             names = ollama.names()
         except (LocalEagleError, OSError) as err:
-            _log.warning("skipping Ollama's models: %s", err)
+            skip(None, err, "Ollama's models")
             names = []
         for name in names:
             if name.short.lower() in have:
@@ -93,13 +124,18 @@ def _tags(front: StoreFront) -> list[dict[str, Any]]:
             try:
                 path = ollama.manifest_path(name)
                 mtime = path.stat().st_mtime if path is not None else 0
-            except (LocalEagleError, OSError) as err:
-                _log.warning("skipping Ollama's model %s: %s", name.short, err)
+                size, digest = _manifest_size_digest(path)
+            except Exception as err:  # noqa: BLE001 - as above, for one of Ollama's models
+                skip(name.short, err, "Ollama's model")
                 continue
-            size, digest = _manifest_size_digest(path)
             out.append({"name": name.short, "model": name.short, "modified_at": _iso(mtime), "size": size,
                         "digest": digest, "details": {"format": "gguf"}})  # fmt: skip
-    return out
+    return out, errors
+
+
+def _with_errors(answer: dict[str, Any], errors: list[dict[str, Any]]) -> dict[str, Any]:
+    """A listing with an ``errors`` field when models were left out (clients ignore fields they do not know)."""
+    return answer | {"errors": errors} if errors else answer
 
 
 async def _progress(run: Callable[[Callable[[dict], None]], None]) -> AsyncIterator[str]:
@@ -172,13 +208,15 @@ def create_store_api(front: StoreFront) -> FastAPI:
 
     @app.get("/api/tags")
     async def tags() -> dict[str, Any]:
-        return {"models": await in_thread(lambda: _tags(front))}
+        listed, errors = await in_thread(lambda: _tags(front))
+        return _with_errors({"models": listed}, errors)
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
-        listed = await in_thread(lambda: _tags(front))
-        return {"object": "list", "data": [{"id": m["name"], "object": "model", "created": int(time.time()),
-                                            "owned_by": "local-eagle"} for m in listed]}  # fmt: skip
+        listed, errors = await in_thread(lambda: _tags(front))
+        data = [{"id": m["name"], "object": "model", "created": int(time.time()), "owned_by": "local-eagle"}
+                for m in listed]  # fmt: skip
+        return _with_errors({"object": "list", "data": data}, errors)
 
     @app.get("/v1/models/{ref:path}")
     async def model(ref: str) -> dict[str, Any]:
@@ -262,7 +300,7 @@ def _ps(front: StoreFront) -> dict[str, Any]:
         expires = "2318-01-01T00:00:00Z" if x.expires_at is None and x.users == 0 else _iso(
             time.time() + ((x.expires_at - now) if x.expires_at is not None else 300.0))  # fmt: skip
         out.append({"name": x.name, "model": x.name, "size": x.size, "digest": "",
-                    "details": _details(front, c.model, c.draft), "expires_at": expires,
+                    "details": _details_or_blank(front, c.model, c.draft), "expires_at": expires,
                     "size_vram": x.size if x.server.engine.options.n_gpu_layers != 0 else 0,
                     "context_length": x.server.engine.n_ctx})  # fmt: skip
     return {"models": out}
@@ -310,7 +348,8 @@ def _show(front: StoreFront, ref: str, m: Modelfile) -> dict[str, Any]:
     )
     return {
         "modelfile": head + format_modelfile(m), "parameters": params, "template": m.template or "",
-        "system": m.system or "", "license": "\n".join(m.license), "details": _details(front, m.model, m.draft),
+        "system": m.system or "", "license": "\n".join(m.license),
+        "details": _details_or_blank(front, m.model, m.draft),
         "model_info": info, "capabilities": ["completion"], "modified_at": _iso(m.model.stat().st_mtime),
     }  # fmt: skip
 

@@ -7,9 +7,14 @@ milliseconds.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from local_eagle.errors import GGUFError, LocalEagleError
+
+T = TypeVar("T")
 
 # llama.cpp's llama_ftype, the value of general.file_type, as Ollama names it (fs/ggml/type.go)
 FILE_TYPES = {
@@ -77,7 +82,28 @@ def _count(shapes: dict[str, tuple[int, ...]]) -> int:
 
 
 def summarize(model: Path, draft: Path | None = None) -> Summary:
-    """Read the headers of ``model`` (and ``draft``); raises a one-line error for a bad GGUF."""
+    """Read the headers of ``model`` (and ``draft``); raises a one-line error for a bad GGUF.
+
+    Listings describe every stored model with this, so whatever a crafted header makes the readers
+    raise past their own checks (``local_eagle.gguf.check``) comes out as the same one-line error
+    naming the file, which a listing then reports for that model alone.
+    """
+    s = _described(model, lambda: _model_summary(model))
+    if draft is not None:
+        _described(draft, lambda: _add_drafter(s, draft))
+    return s
+
+
+def _described(path: Path, read: Callable[[], T]) -> T:
+    try:
+        return read()
+    except LocalEagleError:
+        raise
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError) as e:
+        raise GGUFError(f"{path}: a GGUF header that cannot be described ({type(e).__name__}: {e})") from None
+
+
+def _model_summary(model: Path) -> Summary:
     from local_eagle.gguf import model_info, read_header
 
     header = read_header(model, "model GGUF")
@@ -88,11 +114,15 @@ def summarize(model: Path, draft: Path | None = None) -> Summary:
     if not quant and info.tensor_bytes:
         quant = max(info.tensor_bytes, key=lambda t: info.tensor_bytes[t]).upper()
     ctx = kv.get(f"{info.arch}.context_length")
-    s = Summary(info.arch, _count(info.tensor_shapes), int(ctx) if ctx else None, info.n_embd, quant)
-    if draft is not None:
-        d = model_info(read_header(draft, "drafter GGUF"), draft)
-        s.draft_architecture = d.arch
-        s.draft_parameters = _count(d.tensor_shapes)
-        s.eagle_version = d.eagle_version
-        s.target_layers = list(d.target_layers or [])
-    return s
+    return Summary(info.arch, _count(info.tensor_shapes), int(ctx) if ctx else None, info.n_embd, quant)
+
+
+def _add_drafter(s: Summary, draft: Path) -> None:
+    from local_eagle.gguf import model_info, read_header
+
+    header = read_header(draft, "drafter GGUF")
+    d = model_info(header, draft)
+    s.draft_architecture = d.arch
+    s.draft_parameters = _count(d.tensor_shapes)
+    s.eagle_version = d.eagle_version
+    s.target_layers = list(d.target_layers or [])
