@@ -473,14 +473,16 @@ def test_cache_key_follows_the_checkpoint_and_target(tmp_path: Path, target_gguf
 
 def test_resolve_draft_gguf_and_errors(tmp_path: Path, target_gguf: Path) -> None:
     gguf = tmp_path / "d.gguf"
-    gguf.write_bytes(b"GGUF" + bytes(20))
+    gguf.write_bytes(target_gguf.read_bytes())  # any readable GGUF: whether it is a drafter is judged at load
     assert resolve_draft(parse(f"FROM {target_gguf}\nDRAFT ./d.gguf\n", tmp_path)) == gguf
 
     (tmp_path / "notgguf.bin").write_bytes(b"PK\x03\x04")
+    (tmp_path / "magic.gguf").write_bytes(b"GGUF" + bytes(20))  # the magic and nothing else: refused when stored
     (tmp_path / "empty").mkdir()
     cases = {
         "DRAFT ./missing.gguf": "local-eagle convert CHECKPOINT_DIR",
         "DRAFT ./notgguf.bin": "is not a GGUF file",
+        "DRAFT ./magic.gguf": "magic.gguf: GGUF version 0 is not supported",
         "DRAFT ./empty": "directory without config.json",
         "": "no DRAFT line",
     }
