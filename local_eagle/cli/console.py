@@ -2,7 +2,8 @@
 
 Every command prints results on ``out`` (stdout, so ``--json`` output can be piped) and
 progress, warnings and errors on ``err``. :func:`friendly` is the one place that turns a
-:class:`~local_eagle.errors.LocalEagleError` into a one-line message and exit status 2.
+:class:`~local_eagle.errors.LocalEagleError` (or a path the system refuses as too long) into a one-line
+message and exit status 2.
 
 Names, paths, templates and messages are the user's text: rich would read ``[bold]`` in them as
 markup and ``:b:`` as an emoji code, so the consoles never replace emoji codes and user text is
@@ -19,7 +20,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from local_eagle.errors import LocalEagleError
+from local_eagle.errors import LocalEagleError, path_too_long, too_long
 
 __all__ = ["err", "escape", "friendly", "out", "warn", "warn_if_cpu_only"]
 
@@ -47,6 +48,12 @@ def friendly(fn: F) -> F:
         except KeyboardInterrupt:
             err.print("interrupted", highlight=False)
             raise typer.Exit(130) from None
+        except OSError as e:
+            if not too_long(e):
+                raise
+            # any command, any path: stat, open and even Path.exists raise this before a check can word it
+            err.print(f"[bold red]error:[/] {escape(path_too_long(e.filename))}", highlight=False, soft_wrap=True)
+            raise typer.Exit(2) from None
 
     return wrapper  # type: ignore[return-value]
 

@@ -13,6 +13,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from local_eagle.errors import path_too_long, too_long
+
 
 class ApiError(Exception):
     """A request the server refuses: rendered as ``{"error": ...}`` in the calling API's own shape."""
@@ -47,6 +49,8 @@ async def _validation_error(request: Request, e: RequestValidationError) -> JSON
 
 
 async def _any_error(request: Request, e: Exception) -> JSONResponse:
+    if too_long(e):  # a path in the request (create's from/draft) the system refuses: the client's to fix
+        return error_response(request, 400, path_too_long(getattr(e, "filename", None)))
     return error_response(request, 500, f"internal error: {type(e).__name__}: {e}")
 
 

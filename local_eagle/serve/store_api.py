@@ -23,7 +23,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
 from local_eagle import __version__
-from local_eagle.errors import LocalEagleError
+from local_eagle.errors import LocalEagleError, path_too_long, too_long
 from local_eagle.files import sha256_file
 from local_eagle.ollama.modelfile import Modelfile, encode_value, format_modelfile, format_parameter, parse
 from local_eagle.ollama.modelfile_syntax import MAX_MODELFILE
@@ -157,7 +157,7 @@ async def _progress(run: Callable[[Callable[[dict], None]], None]) -> AsyncItera
         try:
             await in_thread(lambda: run(tell))  # a daemon thread: a create still hashing does not hold up exit
         except (LocalEagleError, OSError) as e:
-            lines.put_nowait({"error": str(e)})
+            lines.put_nowait({"error": _os_error_line(e) if isinstance(e, OSError) else str(e)})
         except Exception as e:  # a bug: still the stream's last line, not a cut stream
             _log.exception("create failed")
             lines.put_nowait({"error": f"internal error: {type(e).__name__}: {e}"})
@@ -168,6 +168,11 @@ async def _progress(run: Callable[[Callable[[dict], None]], None]) -> AsyncItera
     while (status := await lines.get()) is not None:
         yield json.dumps(status) + "\n"
     await task
+
+
+def _os_error_line(e: OSError) -> str:
+    """An OSError about a request's path as one line; a path too long for the system is shortened in it."""
+    return path_too_long(e.filename) if too_long(e) else str(e)
 
 
 def _manifest_size_digest(path: Path | None) -> tuple[int, str]:
@@ -247,7 +252,10 @@ def create_store_api(front: StoreFront) -> FastAPI:
         body = await json_body(request, limit)
         check_fields(body, _CREATE)
         ref = _model_ref(body)
-        m, name = await off_loop(request, lambda: (_create_modelfile(front, body), _name(ref)))
+        try:
+            m, name = await off_loop(request, lambda: (_create_modelfile(front, body), _name(ref)))
+        except OSError as e:  # a path in from/draft the system refuses (too long, no permission): the client's
+            raise ApiError(400, _os_error_line(e)) from None
 
         def run(on_status: Callable[[dict], None] | None = None) -> None:
             entry = front.config.local.create_from(name, m, on_status=on_status)
@@ -257,7 +265,7 @@ def create_store_api(front: StoreFront) -> FastAPI:
             try:
                 await off_loop(request, run)
             except (LocalEagleError, OSError) as e:
-                raise ApiError(400, str(e)) from None
+                raise ApiError(400, _os_error_line(e) if isinstance(e, OSError) else str(e)) from None
             return JSONResponse({"status": "success"})
         return StreamingResponse(_progress(run), media_type="application/x-ndjson")
 
