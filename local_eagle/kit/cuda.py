@@ -292,23 +292,48 @@ def runtime_extras() -> dict[str, bytes]:
 
 
 def pack_wheel(wheel: Path, out: Path, strip: bool = True, extras: dict[str, bytes] | None = None) -> list[Library]:
-    """The wheel's files (and ``extras``) as a tar.xz to unpack onto ``sys.path``: xz takes the libraries to ~60%
-    of the wheel's deflate, which is what lets them travel with the checkout in one call."""
+    """The wheel's package (and ``extras``) as a tar.xz to unpack onto ``sys.path``.
+
+    Only ``llama_cpp/`` and the dist-info travel: the wheel also installs the headers and a second copy of
+    every library under a top-level ``lib/``, none of which the package loads. Zip has no links, so each
+    library is in the wheel three times (``.so``, ``.so.0``, ``.so.0.25.3``): here once, the other names
+    links to it. With xz that is ~40% of the wheel, which is what lets it travel beside the checkout."""
+    with zipfile.ZipFile(wheel) as z:
+        members = [(i.filename, z.read(i)) for i in z.infolist() if not i.is_dir() and _travels(i.filename)]
+    names = {n for n, _ in members}
+    members += [(n, data) for n, data in (extras or {}).items() if n not in names]
+    return write_pack(members, out, strip)
+
+
+def _travels(name: str, packages: tuple[str, ...] = ("llama_cpp",)) -> bool:
+    top = name.split("/", 1)[0]
+    return top in packages or top.endswith(".dist-info")
+
+
+def write_pack(members: list[tuple[str, bytes]], out: Path, strip: bool = True, preset: int = 9) -> list[Library]:
+    """Files as a tar.xz, libraries stripped and stored once per folder (other names as links); returns the
+    libraries stored."""
     libs: list[Library] = []
+    is_lib = re.compile(r"\.so(\.\d+)*$")
+    data_of = {n: (_strip(d) if strip and is_lib.search(n) else d) for n, d in members}
+    first: dict[tuple[str, str], str] = {}  # (folder, sha256) -> the name stored
+    digests = {n: hashlib.sha256(d).hexdigest() for n, d in data_of.items()}
+    for name in sorted(data_of, key=lambda n: (-len(n), n)):  # the longest name (the full version) is the file
+        first.setdefault((os.path.dirname(name), digests[name]), name)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    with zipfile.ZipFile(wheel) as z, tarfile.open(tmp, "w:xz", preset=9) as t:
-        members = [(i.filename, z.read(i)) for i in sorted(z.infolist(), key=lambda i: i.filename) if not i.is_dir()]
-        names = {n for n, _ in members}
-        members += [(n, data) for n, data in sorted((extras or {}).items()) if n not in names]
-        for name, data in members:
-            if re.search(r"\.so(\.\d+)*$", name):
-                if strip:
-                    data = _strip(data)
-                libs.append(Library(name, len(data), hashlib.sha256(data).hexdigest()))
+    with tarfile.open(tmp, "w:xz", preset=preset) as t:
+        for name in sorted(data_of):
+            data = data_of[name]
             ti = tarfile.TarInfo(name)
-            ti.size = len(data)
-            ti.mode = 0o755 if name.endswith(".so") or ".so." in name else 0o644
             ti.mtime = 0
+            keep = first[(os.path.dirname(name), digests[name])]
+            if is_lib.search(name) and keep != name:
+                ti.type, ti.linkname = tarfile.SYMTYPE, os.path.basename(keep)
+                t.addfile(ti)
+                continue
+            if is_lib.search(name):
+                libs.append(Library(name, len(data), digests[name]))
+            ti.size, ti.mode = len(data), 0o755 if is_lib.search(name) else 0o644
             t.addfile(ti, io.BytesIO(data))
     os.replace(tmp, out)
     return libs

@@ -10,14 +10,11 @@ for the dry run that rehearses the plan here.
 
 from __future__ import annotations
 
-import io
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
-import tarfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -106,29 +103,21 @@ def fetch_wheel(pin: Pin, dest: Path, python: str) -> Path:
 
 
 def pack_installed(dist_name: str, out: Path) -> list[Library]:
-    """An installed distribution's files (its RECORD) as the same tar.xz a CUDA build is packed into: the CPU
+    """An installed distribution's package (its RECORD) as the same tar.xz a CUDA build is packed into: the CPU
     dry run then installs exactly as the GPU machine does."""
-    import hashlib
+    from local_eagle.kit.cuda import _travels, write_pack
 
     dist = metadata.distribution(dist_name)
     files = [f for f in (dist.files or []) if not str(f).startswith("..") and "__pycache__" not in str(f)]
     if not files:
         raise KitError(f"{dist_name}: its install lists no files (an editable install cannot be packed)")
-    libs = []
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    with tarfile.open(tmp, "w:xz", preset=6) as t:
-        for f in sorted(files, key=str):
-            p = Path(str(f.locate()))
-            if not p.is_file():
-                continue
-            data = p.read_bytes()
-            if re.search(r"\.so(\.\d+)*$", p.name):
-                libs.append(Library(str(f), len(data), hashlib.sha256(data).hexdigest()))
-            ti = tarfile.TarInfo(str(f))
-            ti.size, ti.mode, ti.mtime = len(data), p.stat().st_mode & 0o777, 0
-            t.addfile(ti, io.BytesIO(data))
-    os.replace(tmp, out)
-    return libs
+    packages = tuple({str(f).split("/", 1)[0] for f in files if str(f).endswith(".py") and "/" in str(f)})
+    members = []
+    for f in files:
+        p = Path(str(f.locate()))
+        if p.is_file() and _travels(str(f), packages):
+            members.append((str(f), p.read_bytes()))
+    return write_pack(members, out, strip=False, preset=6)
 
 
 def cpu_record(out: Path) -> BuildRecord:

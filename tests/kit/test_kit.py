@@ -147,7 +147,9 @@ def _wheel(tmp_path: Path) -> Path:
     w = tmp_path / "llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl"
     with zipfile.ZipFile(w, "w") as z:
         z.writestr("llama_cpp/__init__.py", "__version__ = '0.3.36'\n")
-        z.writestr("llama_cpp/lib/libggml-cuda.so", b"\x7fELF not really" * 100)
+        for name in ("llama_cpp/lib/libggml-cuda.so", "llama_cpp/lib/libggml-cuda.so.0", "lib/libggml-cuda.so"):
+            z.writestr(name, b"\x7fELF not really" * 100)  # zip has no links: one library, three names
+        z.writestr("include/ggml.h", "//")
         z.writestr("llama_cpp_python-0.3.36.dist-info/METADATA", "Name: llama_cpp_python\nVersion: 0.3.36\n")
     return w
 
@@ -155,14 +157,16 @@ def _wheel(tmp_path: Path) -> Path:
 def test_a_packed_wheel_unpacks_to_the_same_files_with_its_libraries_recorded(tmp_path: Path) -> None:
     out = tmp_path / cuda.PACKED
     libs = cuda.pack_wheel(_wheel(tmp_path), out, strip=False, extras={"llama_cpp/lib/libgomp.so.1": b"gomp"})
-    assert [lib.name for lib in libs] == ["llama_cpp/lib/libggml-cuda.so", "llama_cpp/lib/libgomp.so.1"]
     data = b"\x7fELF not really" * 100
     assert libs[0].bytes == len(data) and libs[0].sha256 == hashlib.sha256(data).hexdigest()
-    with tarfile.open(out, "r:xz") as t:
+    assert [lib.name for lib in libs] == ["llama_cpp/lib/libggml-cuda.so.0", "llama_cpp/lib/libgomp.so.1"]
+    with tarfile.open(out, "r:xz") as t:  # neither the headers nor the top-level lib/ copy travel
         assert sorted(t.getnames()) == ["llama_cpp/__init__.py", "llama_cpp/lib/libggml-cuda.so",
-                                        "llama_cpp/lib/libgomp.so.1",
+                                        "llama_cpp/lib/libggml-cuda.so.0", "llama_cpp/lib/libgomp.so.1",
                                         "llama_cpp_python-0.3.36.dist-info/METADATA"]  # fmt: skip
-        assert t.extractfile("llama_cpp/lib/libggml-cuda.so").read() == data
+        assert t.getmember("llama_cpp/lib/libggml-cuda.so").linkname == "libggml-cuda.so.0"
+        t.extractall(tmp_path / "site", filter="data")
+    assert (tmp_path / "site" / "llama_cpp" / "lib" / "libggml-cuda.so").read_bytes() == data
 
 
 def _fake_toolkit(monkeypatch, tmp_path: Path) -> None:
