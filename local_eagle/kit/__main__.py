@@ -21,7 +21,7 @@ def _make(a: argparse.Namespace) -> int:
     from local_eagle.kit.plan import plan_from_kit, render
 
     try:
-        kit = make_kit(Path(a.root).resolve(), REPO, a.python, parse_archs(a.arch), not a.cpu, a.jobs)
+        kit = make_kit(Path(a.root).resolve(), REPO, a.python, parse_archs(a.arch), not a.cpu, a.jobs, lean=a.lean)
         plan = plan_from_kit(Path(a.root).resolve(), REPO)
     except (KitError, CudaBuildError, LookupError) as e:
         print(f"kit make: {e}", file=sys.stderr)
@@ -101,6 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--python", default="3.12", help="the GPU machine's Python version, for the wheels")
     m.add_argument("--jobs", type=int, help="parallel compile jobs (default: the cores)")
     m.add_argument("--cpu", action="store_true", help="pack this environment's CPU build instead (the dry run)")
+    m.add_argument("--lean", action="store_true",
+                   help="leave out the MMQ kernels of i-quants and FP4 types (cuBLAS runs those) when a call's bytes "
+                   "run short")
     m.set_defaults(fn=_make)
 
     p = sub.add_parser("plan", help="the lend's calls: bytes each carries against 64 MiB, minutes against 15")

@@ -396,6 +396,29 @@ def trim_mmq(src: Path, dropped: tuple[str, ...] = MMQ_DROPPED) -> list[str]:
     return removed
 
 
+def restore_mmq(src: Path, sdist: Path) -> list[str]:
+    """Undo :func:`trim_mmq`: ``mmq.cu`` and the MMQ template instances as the sdist has them (only what differs is
+    written, so an untouched source keeps its times and nothing rebuilds)."""
+    cuda_dir = "vendor/llama.cpp/ggml/src/ggml-cuda/"
+    written = []
+    with tarfile.open(sdist, "r:gz") as t:
+        for m in t.getmembers():
+            rel = m.name.split("/", 1)[-1]
+            if not m.isfile() or not rel.startswith(cuda_dir):
+                continue
+            tail = rel[len(cuda_dir):]
+            if tail != "mmq.cu" and not (tail.startswith("template-instances/mmq-instance-") and tail.endswith(".cu")):
+                continue
+            f = t.extractfile(m)
+            data = f.read() if f else b""
+            dst = src / rel
+            if dst.is_file() and dst.read_bytes() == data:
+                continue
+            dst.write_bytes(data)
+            written.append(tail)
+    return written
+
+
 def read_record(folder: Path) -> BuildRecord | None:
     try:
         return BuildRecord.from_dict(json.loads((folder / "record.json").read_text()))
@@ -404,23 +427,28 @@ def read_record(folder: Path) -> BuildRecord | None:
 
 
 def build(version: str, archs: tuple[str, ...] = DEFAULT_ARCHS, cache: Path | None = None, jobs: int | None = None,
-          log: Log = print, force: bool = False) -> tuple[BuildRecord, Path]:  # fmt: skip
+          log: Log = print, force: bool = False, lean: bool = False) -> tuple[BuildRecord, Path]:  # fmt: skip
     """Build (or find) llama-cpp-python ``version`` with CUDA for ``archs``; returns its record and folder.
 
     The CMake build folder is kept: a build stopped half way resumes where it was, and a second
-    ``make`` with the same key only packs.
+    ``make`` with the same key only packs. ``lean`` leaves out :data:`MMQ_DROPPED`'s kernels (for
+    when the bytes of a call run short); switching it rebuilds only the MMQ objects.
     """
     cache = cache or cache_root()
     toolkit = fetch_toolkit(cache, log=log)
     key = build_key(version, toolkit.version, archs)
     folder = cache / "builds" / key
     rec = read_record(folder)
-    if rec and not force and (folder / rec.packed).is_file():
+    if rec and not force and (folder / rec.packed).is_file() and bool(rec.mmq_dropped) == lean:
         log(f"build: cached, {folder}")
         return rec, folder
     folder.mkdir(parents=True, exist_ok=True)
-    src = unpack_sdist(fetch_sdist(cache, version), folder / "src")
-    trim_mmq(src)
+    sdist = fetch_sdist(cache, version)
+    src = unpack_sdist(sdist, folder / "src")
+    if lean:
+        trim_mmq(src)
+    else:
+        restore_mmq(src, sdist)
     args = cmake_args(toolkit, archs)
     wheels = folder / "wheel"
     shutil.rmtree(wheels, ignore_errors=True)
@@ -436,11 +464,11 @@ def build(version: str, archs: tuple[str, ...] = DEFAULT_ARCHS, cache: Path | No
     built = sorted(wheels.glob("llama_cpp_python-*.whl"))
     if not built:
         raise CudaBuildError(f"{wheels}: the build made no wheel")
-    return finish(folder, built[-1], version, toolkit, archs, args, wall, log), folder
+    return finish(folder, built[-1], version, toolkit, archs, args, wall, log, MMQ_DROPPED if lean else ()), folder
 
 
 def finish(folder: Path, wheel: Path, version: str, toolkit: Toolkit, archs: tuple[str, ...], args: list[str],
-           wall_minutes: float, log: Log = print) -> BuildRecord:  # fmt: skip
+           wall_minutes: float, log: Log = print, dropped: tuple[str, ...] = ()) -> BuildRecord:  # fmt: skip
     """Pack the built wheel for travel and write the build's record."""
     packed = folder / PACKED
     libs = pack_wheel(wheel, packed, extras=runtime_extras())
@@ -450,7 +478,7 @@ def finish(folder: Path, wheel: Path, version: str, toolkit: Toolkit, archs: tup
     rec = BuildRecord(
         key=folder.name, llama_cpp_python=version, toolkit=toolkit.version, archs=list(archs), cmake_args=args,
         wheel=wheel.name, wheel_sha256=sha256_file(wheel), packed=PACKED, packed_bytes=packed.stat().st_size,
-        packed_sha256=sha256_file(packed), libraries=libs, mmq_dropped=list(MMQ_DROPPED),
+        packed_sha256=sha256_file(packed), libraries=libs, mmq_dropped=list(dropped),
         wall_minutes=round(wall_minutes, 1), object_minutes=round(minutes, 1), objects=objects,
         cuda_objects=cuda_objects, cpus=os.cpu_count() or 0, made=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         host=_cpu_name())  # fmt: skip

@@ -132,7 +132,7 @@ def cpu_record(out: Path) -> BuildRecord:
 
 
 def make_kit(root: Path, repo: Path, python: str = "3.12", archs: tuple[str, ...] = DEFAULT_ARCHS, cuda: bool = True,
-             jobs: int | None = None, log: Log = print) -> Kit:  # fmt: skip
+             jobs: int | None = None, log: Log = print, lean: bool = False) -> Kit:  # fmt: skip
     """Make (or refresh) the kit under ``root``: ``root/call/`` is what every call of the plan carries."""
     bundle = root / BUNDLE
     shutil.rmtree(bundle, ignore_errors=True)
@@ -143,7 +143,7 @@ def make_kit(root: Path, repo: Path, python: str = "3.12", archs: tuple[str, ...
     version = installed_version(LLAMA_CPP_PYTHON)
     if cuda:
         try:
-            kit.build, folder = build(version, archs, jobs=jobs, log=log)
+            kit.build, folder = build(version, archs, jobs=jobs, log=log, lean=lean)
         except CudaBuildError as e:
             raise KitError(str(e)) from None
         os.link(folder / kit.build.packed, bundle / PACKED)

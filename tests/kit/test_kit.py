@@ -4,6 +4,7 @@ the page. The CUDA build itself (50 CPU-minutes) is made by ``kit make`` and rec
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import subprocess
 import sys
@@ -141,6 +142,27 @@ def test_the_mmq_trim_leaves_out_dropped_types_kernels_and_keeps_the_k_quants(tm
     (d / "mmq.cu").write_text("int main() {}")
     with pytest.raises(cuda.CudaBuildError, match="not the expected layout"):
         cuda.trim_mmq(tmp_path, ("IQ4_NL",))
+
+
+def test_a_trimmed_source_is_restored_from_its_sdist_and_an_untouched_one_is_left_alone(tmp_path: Path) -> None:
+    cuda_dir = "vendor/llama.cpp/ggml/src/ggml-cuda"
+    files = {f"{cuda_dir}/mmq.cu": MMQ_CU, f"{cuda_dir}/template-instances/mmq-instance-iq4_nl.cu": "//",
+             f"{cuda_dir}/template-instances/mmq-instance-q4_k.cu": "//", f"{cuda_dir}/other.cu": "// o"}
+    sdist = tmp_path / "pkg-1.tar.gz"
+    with tarfile.open(sdist, "w:gz") as t:
+        for rel, text in files.items():
+            data = text.encode()
+            ti = tarfile.TarInfo(f"pkg-1/{rel}")
+            ti.size = len(data)
+            t.addfile(ti, io.BytesIO(data))
+    src = tmp_path / "src"
+    for rel, text in files.items():
+        (src / rel).parent.mkdir(parents=True, exist_ok=True)
+        (src / rel).write_text(text)
+    assert cuda.restore_mmq(src, sdist) == []  # nothing differs: nothing rewritten, nothing rebuilds
+    cuda.trim_mmq(src, ("IQ4_NL",))
+    assert sorted(cuda.restore_mmq(src, sdist)) == ["mmq.cu", "template-instances/mmq-instance-iq4_nl.cu"]
+    assert all((src / rel).read_text() == text for rel, text in files.items())
 
 
 def _wheel(tmp_path: Path) -> Path:
