@@ -56,7 +56,8 @@ def _gpu(a: argparse.Namespace) -> int:
         env.deadline = env.started + a.seconds
     bundle = Path(a.bundle) if a.bundle else REPO / a.root / "call"
     only = [s for s in (a.only or "").split(",") if s]
-    run_call(env, bundle, only or None, a.retry)
+    skip = [s for s in (a.skip or "").split(",") if s]
+    run_call(env, bundle, only or None, a.retry, skip)
     return 0
 
 
@@ -120,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--seconds", type=float, help="the call's deadline in seconds (default: none)")
     g.add_argument("--retry", action="store_true", help="run again the stages that failed, besides those not run")
     g.add_argument("--only", help="comma-separated stages to run")
+    g.add_argument("--skip", help="comma-separated stages not to run (a fresh machine's call 2: what call 1 brought "
+                   "back done)")
     g.add_argument("--workers", type=int, default=0, help="pytest-xdist workers for the lossless tests")
     g.set_defaults(fn=_gpu)
 

@@ -302,9 +302,9 @@ STAGES: list[Stage] = [
     Stage("machine", 10, (), machine),
     Stage("install", 30, (), install),
     Stage("doctor", 15, ("install",), doctor),
-    Stage("selfcheck", 20, ("install",), selfcheck),
+    Stage("selfcheck", 30, ("install",), selfcheck),
     Stage("lossless", 75, ("install",), lossless),
-    Stage("pair8b", 30, ("install",), pair8b),
+    Stage("pair8b", 25, ("install",), pair8b),
     Stage("costs8b", 40, ("pair8b",), costs8b),
     Stage("fit8b", 20, ("pair8b",), fit8b),
     Stage("bench8b", 45, ("pair8b",), bench8b),
@@ -320,7 +320,8 @@ def _result(env: Env, name: str) -> dict | None:
         return None
 
 
-def run_call(env: Env, bundle: Path | None, only: list[str] | None = None, retry: bool = False) -> list[str]:
+def run_call(env: Env, bundle: Path | None, only: list[str] | None = None, retry: bool = False,
+             skip: list[str] | None = None) -> list[str]:  # fmt: skip
     """Take in ``bundle``, run every stage not done yet (``retry``: and those that failed) whose budget fits."""
     for d in (env.home, env.files, env.results, env.out):
         d.mkdir(parents=True, exist_ok=True)
@@ -330,7 +331,7 @@ def run_call(env: Env, bundle: Path | None, only: list[str] | None = None, retry
         log(f"took in {len(stash(env, bundle))} files from {bundle}")
     ran = []
     for stage in STAGES:
-        if only and stage.name not in only:
+        if (only and stage.name not in only) or (skip and stage.name in skip):
             continue
         prior = _result(env, stage.name)
         if prior is not None and (prior.get("rc") == 0 or not retry):

@@ -56,7 +56,15 @@ def _machine(res: dict) -> list[str]:
     return ["## Machine", "", *_table(["what", "value"], [
         ["GPU (name, driver, memory, compute capability)", gpu], ["CUDA compiler", str(f.get("nvcc") or "-")],
         ["CPU", f"{f.get('cpu') or '-'} ({f.get('cpus')} cores)"], ["Python", str(f.get("python"))],
-        ["llama-cpp-python build", "CUDA" if f.get("cuda_build") else "CPU only"]])]  # fmt: skip
+        ["llama-cpp-python build", _backends(res) or ("CUDA" if f.get("cuda_build") else "CPU only")]])]  # fmt: skip
+
+
+def _backends(res: dict) -> str:
+    """The backends the build has, as ``doctor`` found them (a CUDA build on a machine without a GPU says so)."""
+    for c in ((res.get("doctor") or {}).get("json") or {}).get("checks", []):
+        if c.get("name") == "backends":
+            return str(c.get("detail", ""))
+    return ""
 
 
 def _build(data: dict) -> list[str]:
@@ -227,7 +235,7 @@ def _replay(r: dict) -> list[str]:
     lines = ["## End to end on the 8B-shaped pair, acceptance replayed from the Gemma pair's recorded rounds", "",
              "Every drafter and target call runs at its real cost on this machine; only accept/reject comes from the "
              "record (`drafters/results/decide-on-rtx4090-8b-q4-gemma3-270m.json`: the shipped Gemma 3 270M pair, "
-             "the default policy deciding on the RTX 4090 8B profile). " + str(j.get("note", "")), ""]  # fmt: skip
+             "the default policy deciding on the RTX 4090 8B profile). " + _sentence(j.get("note")), ""]  # fmt: skip
     if not settings:
         return [*lines, f"Not measured (exit {r.get('rc')}).", *_cmd(r)]
     base = j.get("baseline") or {}
@@ -248,16 +256,24 @@ def _replay(r: dict) -> list[str]:
     return [*lines, "", *_table(head, rows), *_cmd(r)]
 
 
+def _sentence(text: object) -> str:
+    t = str(text or "").strip()
+    return (t[:1].upper() + t[1:] + ("" if t.endswith(".") else ".")) if t else ""
+
+
 def render(data: dict, title: str, command: str) -> str:
     res = data["results"]
     cuda = data.get("cuda_build")
     kit = data.get("kit") or {}
     lines = [f"# {title}", ""]
     if not cuda:
+        built = ((kit.get("build") or {}).get("archs") and "the kit's CUDA bundle as made for the GPU, loaded "
+                 "with the toolkit's CUDA runtime and a driver stub, so ggml finds no device and runs on the CPU"
+                 ) or "the kit packs this environment's CPU build"  # fmt: skip
         lines += ["**CPU DRY RUN: no GPU was used.** These figures come from the kit's dry run on a CPU machine",
-                  "(`--cpu`: the kit packs the CPU build, the 8B-shaped pair is replaced by the tiny one). They show",
-                  "the plan works end to end, each stage's seconds against its budget and what the output looks",
-                  "like; they are not GPU figures.", ""]  # fmt: skip
+                  f"(`--cpu`: {built}; the tiny pair stands in for the 8B-shaped one). They show the plan works "
+                  "end to end, each stage's seconds against its budget and what the output looks like; they are "
+                  "not GPU figures.", ""]  # fmt: skip
     lines += [f"Made by `{command}` from the kit made {kit.get('made', '-')}; see docs/gpu.md for the plan.", ""]
     lines += _machine(res) + [""] + _build(data) + [""] + _stages(data) + [""] + _doctor(res) + [""] + _selfcheck(res)
     lines += ["", *_tests(res)]
