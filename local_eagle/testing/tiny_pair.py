@@ -129,3 +129,20 @@ def make_cycle_drafter(eagle31: bool = True, noise: float = 0.0, seed: int = 0) 
             if name.endswith("norm.weight") or name.startswith("fc_norm"):
                 p.fill_(1.0)
     return model
+
+
+def training_inputs(d: Path, n_prompts: int, extra: tuple[dict, ...] = ()) -> tuple[Path, Path, Path]:
+    """``(folder, target GGUF, prompts JSONL)`` for the training tests: a cycle target and prompts of random letter
+    strings; the same seed gives the same prompts in every test module."""
+    import json
+
+    target = write_cycle_target(d / "target.gguf")
+    rng = np.random.default_rng(0)
+    alpha = list("ABCDEFGHIJKLMNOPabcxyz ")
+    prompts = d / "prompts.jsonl"
+    with prompts.open("w") as f:
+        for _ in range(n_prompts):
+            f.write(json.dumps({"prompt": "".join(rng.choice(alpha, size=rng.integers(3, 12)))}) + "\n")
+        for row in extra:
+            f.write(json.dumps(row) + "\n")
+    return d, target, prompts

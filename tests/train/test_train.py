@@ -16,7 +16,7 @@ from local_eagle.errors import LocalEagleError
 from local_eagle.gguf import ModelInfo, read_model_info
 from local_eagle.runtime.engine import Engine, EngineOptions
 from local_eagle.testing.oracle import agrees, compare
-from local_eagle.testing.tiny_pair import write_cycle_target
+from local_eagle.testing.tiny_pair import training_inputs
 from local_eagle.train.trainer import TrainConfig, hf_vocab_size, train
 
 runner = CliRunner()
@@ -24,16 +24,7 @@ runner = CliRunner()
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    d = tmp_path_factory.mktemp("train")
-    target = write_cycle_target(d / "target.gguf")
-    rng = np.random.default_rng(0)
-    alpha = list("ABCDEFGHIJKLMNOPabcxyz ")
-    prompts = d / "prompts.jsonl"
-    with prompts.open("w") as f:
-        for _ in range(16):
-            f.write(json.dumps({"prompt": "".join(rng.choice(alpha, size=rng.integers(3, 12)))}) + "\n")
-        f.write(json.dumps({"text": "ABCDEFGHIJ xyz ABCDEFG"}) + "\n")
-    return d, target, prompts
+    return training_inputs(tmp_path_factory.mktemp("train"), 16, ({"text": "ABCDEFGHIJ xyz ABCDEFG"},))
 
 
 def cfg(**kw) -> TrainConfig:

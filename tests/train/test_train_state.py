@@ -7,33 +7,23 @@ states local-eagle itself writes (today's and the earlier numpy-carrying ones) s
 
 from __future__ import annotations
 
-import json
 import os
 import pathlib
 import pickle
 from pathlib import Path
 
-import numpy as np
 import pytest
 from typer.testing import CliRunner
 
 from local_eagle.cli.app import app
-from local_eagle.testing.tiny_pair import write_cycle_target
+from local_eagle.testing.tiny_pair import training_inputs
 
 runner = CliRunner()
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    d = tmp_path_factory.mktemp("train-state")
-    target = write_cycle_target(d / "target.gguf")
-    rng = np.random.default_rng(0)
-    alpha = list("ABCDEFGHIJKLMNOPabcxyz ")
-    prompts = d / "prompts.jsonl"
-    with prompts.open("w") as f:
-        for _ in range(8):
-            f.write(json.dumps({"prompt": "".join(rng.choice(alpha, size=rng.integers(3, 12)))}) + "\n")
-    return d, target, prompts
+    return training_inputs(tmp_path_factory.mktemp("train-state"), 8)
 
 
 def run_train(setup, out: Path, *extra: str):
