@@ -26,12 +26,13 @@ from local_eagle.runtime.engine import STOP_CANCELLED, STOP_CONTEXT, STOP_LENGTH
 from local_eagle.runtime.sampling import SamplingParams
 from local_eagle.runtime.tree import TreeShape
 from local_eagle.serve.errors import ApiError
+from local_eagle.serve.runnerproc import max_prompt_bytes
+from local_eagle.serve.runners import RemoteFailure, RunnerEngine, RunnerError
 
 CANCELLED = STOP_CANCELLED
 TIMEOUT = "timeout"
 _POLL_SECONDS = 0.1
 T = TypeVar("T")
-_VOCAB_SPM, _VOCAB_BPE = 1, 2  # llama.cpp's enum llama_vocab_type
 
 
 @dataclass
@@ -97,20 +98,6 @@ class Timeouts(Protocol):
     generation_timeout: float | None
 
 
-def _max_prompt_bytes(engine: Engine) -> int | None:
-    """The longest prompt, in UTF-8 bytes, that might fit the context: llama.cpp's tokenizer is quadratic on a
-    long word (3 MB of "x" took minutes), so a prompt that cannot fit is refused before it is tokenized. Exact
-    for SentencePiece and byte-level BPE vocabularies, where a token stands for at most its own piece's bytes;
-    None for those that normalise the text (WordPiece, Unigram), where it is not."""
-    from local_eagle.llamacpp.bindings import C
-
-    model = engine.model
-    if int(C.llama_vocab_type(model.vocab)) not in (_VOCAB_SPM, _VOCAB_BPE):
-        return None
-    longest = max(len(model.token_to_piece(t, special=True)) for t in range(model.n_vocab))
-    return engine.n_ctx * max(longest, 4)  # an unknown character, up to 4 bytes, becomes one token
-
-
 class JobSlot:
     """The engine and its lock: jobs wait here for their turn and leave a record when they end.
 
@@ -119,7 +106,7 @@ class JobSlot:
     decode or tokenization crashed the process on Ctrl-C.
     """
 
-    def __init__(self, engine: Engine, config: Timeouts) -> None:
+    def __init__(self, engine: Engine | RunnerEngine, config: Timeouts) -> None:
         self.engine = engine
         self.config = config
         self.tree: TreeShape | None = None  # serve --fixed --tree N: the tree every round drafts
@@ -128,10 +115,11 @@ class JobSlot:
         self.closing = False
         self._users = 0
         self._idle = threading.Condition()
-        self.max_prompt_bytes = _max_prompt_bytes(engine)
+        self.runner = engine if isinstance(engine, RunnerEngine) else None  # the model runs in its own process
+        self.max_prompt_bytes = self.runner.max_prompt_bytes if self.runner else max_prompt_bytes(engine)
 
     @contextmanager
-    def using_engine(self) -> Iterator[Engine]:
+    def using_engine(self) -> Iterator[Engine | RunnerEngine]:
         """The engine, kept alive until the block ends; refused once the server shuts down."""
         with self._idle:
             if self.closing:
@@ -169,7 +157,10 @@ class JobSlot:
                 "hold; the context is the server's (serve --ctx)",
             )  # fmt: skip
         with self.using_engine() as engine:
-            tokens = engine.tokenize(text)
+            try:
+                tokens = engine.tokenize(text)
+            except RunnerError as e:  # its runner died: the request fails, the next one restarts it
+                raise ApiError(500, str(e)) from None
         if len(tokens) == 0:
             raise ApiError(400, "the prompt is empty")
         if len(tokens) >= engine.n_ctx:
@@ -194,8 +185,11 @@ class JobSlot:
                     self._generate(job, put, started, run)
         except ApiError as e:  # the server shuts down
             run.reason, run.final = CANCELLED, ("error", e)
+        except RunnerError as e:  # the model's runner died or hung: this job fails, the server goes on
+            run.error = str(e)
+            run.final = ("error", ApiError(500, run.error))
         except Exception as e:  # a failing generation must not take the server down
-            run.error = f"{type(e).__name__}: {e}"
+            run.error = str(e) if isinstance(e, RemoteFailure) else f"{type(e).__name__}: {e}"
             run.final = ("error", ApiError(500, f"generation failed: {run.error}"))
         finally:
             self.lock.release()
@@ -207,11 +201,15 @@ class JobSlot:
 
     def _generate(self, job: Job, put: Callable[[tuple], None], started: float, run: _Run) -> None:
         """One generation under the lock and a use of the engine; what happened is left in ``run``."""
+        # a runner that died since the job arrived fails it rather than restart under it
+        since = {"since": job.received} if self.runner else {}
         try:
             stream = self.engine.stream(
                 job.prompt, max_tokens=job.max_tokens, sampling=job.sampling, draft_max=job.draft_max,
-                stop=job.stop, tree=self.tree, cancelled=lambda: job.cancel.is_set() or self.closing,
+                stop=job.stop, tree=self.tree, cancelled=lambda: job.cancel.is_set() or self.closing, **since,
             )  # fmt: skip
+        except RunnerError:
+            raise
         except LocalEagleError as e:
             run.error = str(e)
             run.final = ("error", ApiError(400, str(e)))
@@ -257,13 +255,19 @@ class JobSlot:
         # stopped by the server's timeout: the engine's stats ended with its stream, so count the
         # text and take the first piece's arrival as the end of the prefill
         n_prompt = len(job.prompt)
-        n_out = len(self.engine.model.tokenize(text, add_special=False, parse_special=False)) if text else 0
+        n_out = self._count(text) if text else 0
         first = first_piece or now
         return Outcome(
             text=text, stop_reason=reason, prompt_tokens=n_prompt, generated_tokens=n_out,
             queue_seconds=queue_seconds, prefill_seconds=first - started, decode_seconds=now - first,
             total_seconds=total, stats={"stop_reason": reason, "generated_tokens": n_out},
         )  # fmt: skip
+
+    def _count(self, text: str) -> int:
+        """A generated text's tokens, without the BOS."""
+        if self.runner is not None:
+            return self.runner.count_tokens(text)
+        return len(self.engine.model.tokenize(text, add_special=False, parse_special=False))
 
     async def run(self, job: Job, request: Request) -> AsyncIterator[tuple]:
         """Events of one job: ``("start", queue_s)``, ``("piece", text)``..., ``("end", Outcome)``.

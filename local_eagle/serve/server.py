@@ -25,6 +25,7 @@ from local_eagle.runtime.tree import TreeShape
 from local_eagle.serve.access import Access
 from local_eagle.serve.errors import ApiError
 from local_eagle.serve.jobs import JobSlot
+from local_eagle.serve.runners import RunnerEngine
 
 # a 1M-token context's prompt, in JSON; bigger bodies are refused (413) before they are read
 MAX_REQUEST_BYTES = 8 << 20
@@ -52,7 +53,7 @@ class EagleServer(JobSlot):
 
     config: ServeConfig
 
-    def __init__(self, engine: Engine, config: ServeConfig) -> None:
+    def __init__(self, engine: Engine | RunnerEngine, config: ServeConfig) -> None:
         super().__init__(engine, config)
         self.tree = config.tree
         self.created = int(time.time())
@@ -175,6 +176,7 @@ def _check_address(host: str, port: int) -> None:
 def load(
     config: ServeConfig, options: EngineOptions, host: str = "127.0.0.1", port: int = 11434, log_level: str = "info"
 ) -> EagleServer:
-    """Check the settings, then load the pair once; every request reuses it."""
+    """Check the settings, then load the pair once, in a runner process of its own (``runners``): every request
+    reuses it, and a crash in llama.cpp fails that model's requests, not the server."""
     options = check_config(config, options, host, port, log_level)
-    return EagleServer(Engine(config.model, config.draft, options), config)
+    return EagleServer(RunnerEngine(config.name, config.model, config.draft, options), config)

@@ -22,13 +22,14 @@ from typing import Any
 from local_eagle.errors import LlamaError, LocalEagleError
 from local_eagle.ollama.modelfile import Modelfile, resolve_model
 from local_eagle.ollama.store import Name, OllamaStore, StoreError, check_name
-from local_eagle.runtime.engine import Engine, EngineOptions
+from local_eagle.runtime.engine import EngineOptions
 from local_eagle.serve import models
 from local_eagle.serve.access import Access, AccessGuard
 from local_eagle.serve.errors import ApiError
 from local_eagle.serve.jobs import in_thread
 from local_eagle.serve.models import parse_body
 from local_eagle.serve.registry import ModelRegistry, ServerBusy, keep_alive_seconds
+from local_eagle.serve.runners import RunnerEngine, RunnerError
 from local_eagle.serve.server import MAX_REQUEST_BYTES, EagleServer, ServeConfig
 from local_eagle.store import LocalStore, resolve_name
 
@@ -72,6 +73,7 @@ class StoreConfig:
     budget: int | None = None  # bytes the loaded models may hold; None: no limit
     size_of: Callable[[Path, Path | None, int], int] | None = None  # bytes a pair holds at a context
     access: Access = field(default_factory=Access)  # the web pages and host names it answers
+    runner_env: dict[str, str] = field(default_factory=dict)  # added to each runner's environment (test hooks)
 
 
 MAX_NAME_CHARS = 600  # Ollama's name parts: a host of 350 characters, then 80 each
@@ -138,7 +140,8 @@ class StoreFront:
         size = (c.size_of or _file_bytes)(model, m.draft, n_ctx)
 
         def load() -> EagleServer:
-            server = StoreServer(Engine(model, m.draft, options), config)
+            # in a runner process of its own: a crash in llama.cpp fails this model's requests, not the server
+            server = StoreServer(RunnerEngine(config.name, model, m.draft, options, c.runner_env), config)
             server.key = name
             return server
 
@@ -195,7 +198,7 @@ class StoreFront:
         except ServerBusy as e:
             await _error(send, scope, 503, str(e))
             return
-        except LlamaError as e:
+        except (LlamaError, RunnerError) as e:
             await _error(send, scope, 500, str(e))
             return
         except LocalEagleError as e:  # a store entry or Modelfile that cannot be used
