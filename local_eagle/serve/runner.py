@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
+import threading
 from typing import Any
 
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from local_eagle.serve.runners import kill_all
 
 HEADER_TIMEOUT = 10.0  # seconds a client has to send a request's line and headers
 GRACEFUL_SHUTDOWN_SECONDS = 3  # what running requests get after SIGTERM or Ctrl-C, before they are cancelled
@@ -84,9 +88,22 @@ def run(app: Any, host: str = "127.0.0.1", port: int = 11434, log_level: str = "
     """Serve until SIGINT or SIGTERM; requests still running then get a few seconds. As ``uvicorn.run``: a
     second Ctrl-C ends it at once, and a server that could not start exits with uvicorn's status 3."""
     server = uvicorn.Server(config(app, host, port, log_level))
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminated) if main else None
     try:
         server.run()
     except KeyboardInterrupt:
         pass
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     if not server.started:
         raise SystemExit(3)
+
+
+def _terminated(sig: int, frame: object) -> None:
+    """SIGTERM, as uvicorn raises it again once its graceful shutdown is done: the process dies of it at once, so
+    the models' runners are killed first (their groups: no runner, nor anything it started, keeps running)."""
+    kill_all()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.raise_signal(signal.SIGTERM)

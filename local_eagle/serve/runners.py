@@ -133,7 +133,11 @@ class _Process:
             msg = answers.get(timeout=timeout)
         except queue.Empty:
             self.kill(f"did not answer within {timeout:g}s")
-            msg = answers.get(timeout=CLOSE_SECONDS + 5)
+            try:
+                msg = answers.get(timeout=CLOSE_SECONDS + 5)
+            except queue.Empty:
+                raise RunnerError(self.failure or f"the runner of model '{self.label}' ({self.pid}) did not "
+                                  f"answer within {timeout:g}s and could not be killed") from None  # fmt: skip
         if "died" in msg:
             raise RunnerError(msg["died"])
         return msg
@@ -212,8 +216,9 @@ class _Process:
 
 
 @atexit.register
-def _kill_all() -> None:
-    """At the server's exit, however it exits: no runner outlives it (they also leave when their stdin ends)."""
+def kill_all() -> None:
+    """At the server's exit (atexit, or SIGTERM): no runner outlives it. They also leave when their stdin ends,
+    the server killed even, unless stuck inside llama.cpp; killing their groups covers that."""
     for p in list(_LIVE):
         if p.proc.poll() is None:
             p.kill("was left running at exit")
@@ -368,11 +373,14 @@ class RunnerStream:
             try:
                 msg = self.answers.get(timeout=0.1)
             except queue.Empty:
+                if self.p.failure is not None:  # its death was read already (by an earlier call here)
+                    raise RunnerError(self.p.failure) from None
                 quiet += 0.1
-                if quiet >= self.engine.answer_seconds:
-                    return self.p.wait(self.answers, 0.0)  # kills it as hung, then gives its death
+                if quiet >= self.engine.answer_seconds:  # hung: killed, its death comes next
+                    self.p.kill(f"did not answer within {self.engine.answer_seconds:g}s")
                 continue
             if "died" in msg:
+                self.ended = True
                 raise RunnerError(msg["died"])
             if "tick" in msg:
                 quiet = 0.0
