@@ -237,3 +237,6 @@ def test_serve_leaves_no_runner_behind(pair) -> None:
         output = proc.communicate(timeout=60)[0]
     assert proc.returncode in (0, -signal.SIGTERM), output  # uvicorn raises SIGTERM again once it is done
     assert _wait_gone(runners) == [], "the runner outlived the server"
+    with socket.socket() as s:  # nothing of the server, its runner included, holds the port: a restart can listen
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", port))
