@@ -267,8 +267,6 @@ def named_pair(name: str, draft: Path | None) -> ModelPair:
 # --- draft length: adaptive by default, fixed for benchmarks ---------------------------------------------
 
 AUTO = "auto"
-FIXED_DRAFT_MAX = 4
-"""--fixed's draft length when neither --draft-max N nor the Modelfile gives one (Ollama's draft_num_predict)."""
 
 DraftLengthOpt = Annotated[
     str,
@@ -297,16 +295,11 @@ def parse_draft_max(value: str | None, flag: str = "--draft-max") -> int | None:
 
 
 def draft_bound(pair: ModelPair, value: str | None, fixed: bool) -> int:
-    """The draft length's bound: --draft-max N, else the Modelfile's ``draft_num_predict`` parameter (when its
-    DRAFT is used), else 4 with --fixed and 8 for the adaptive policy (which drafts that deep only where it pays)."""
-    from local_eagle.runtime.lengths import AUTO_DRAFT_MAX
+    """The draft length's bound for a pair given by flags or a Modelfile (``runtime.lengths.resolve_draft_max``)."""
+    from local_eagle.runtime.lengths import resolve_draft_max
 
-    n = parse_draft_max(value)
-    if n is not None:
-        return n
-    if pair.modelfile is not None and pair.modelfile.draft is not None and "draft_num_predict" in pair.parameters:
-        return int(pair.parameters["draft_num_predict"])
-    return FIXED_DRAFT_MAX if fixed else AUTO_DRAFT_MAX
+    modelfile_draft = pair.modelfile is not None and pair.modelfile.draft is not None
+    return resolve_draft_max(parse_draft_max(value), pair.parameters, modelfile_draft, fixed)
 
 
 # --- draft trees: as large as pays by default, off for chains only ---------------------------------------

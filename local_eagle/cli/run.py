@@ -258,17 +258,15 @@ def demo(
 ) -> None:
     """The built-in default: Gemma 3 270M with our EAGLE 3.1 drafter, speculative vs plain, on this machine."""
     from local_eagle.assets import DEMO_PROMPT, demo_drafter, demo_target
-    from local_eagle.cli.options import FIXED_DRAFT_MAX
     from local_eagle.runtime.engine import Engine, EngineOptions
     from local_eagle.runtime.identity import DIVERGENT, check_identity
-    from local_eagle.runtime.lengths import AUTO_DRAFT_MAX, explain
+    from local_eagle.runtime.lengths import explain, resolve_draft_max
 
     warn_if_cpu_only()
     target, draft = demo_target(), demo_drafter()
     text = prompt if prompt is not None else DEMO_PROMPT
     trees = parse_tree(tree)
-    k = parse_draft_max(draft_max)
-    k = k if k is not None else FIXED_DRAFT_MAX if fixed else AUTO_DRAFT_MAX
+    k = resolve_draft_max(parse_draft_max(draft_max), {}, False, fixed)
     adaptive, shape = not fixed, trees.shape(fixed)
     options = EngineOptions(n_ctx=2048, n_threads=threads, adaptive=adaptive, tree_nodes=trees.engine_nodes(fixed),
                             tree_width=trees.engine_width(fixed))  # fmt: skip

@@ -27,6 +27,7 @@ from local_eagle.cli.options import (
     TreeOpt,
     checked_options,
     draft_bound,
+    parse_draft_max,
     parse_tree,
     resolve_models,
     table_help,
@@ -97,8 +98,8 @@ def serve(
         from local_eagle.cli.serve_store import serve_store
 
         return serve_store(host, port, log_level, ollama=ollama, ctx=ctx, gpu_layers=gpu_layers, threads=threads,
-                           tree_nodes=trees.nodes, timeout=timeout, queue_timeout=queue_timeout, max_memory=max_memory,
-                           access=access)  # fmt: skip
+                           trees=trees, draft_max=parse_draft_max(draft_max), fixed=fixed, timeout=timeout,
+                           queue_timeout=queue_timeout, max_memory=max_memory, access=access)  # fmt: skip
     pair = resolve_models(model, draft, modelfile)
     if timeout < 0 or queue_timeout < 0:
         raise LocalEagleError("--timeout and --queue-timeout must be 0 (never) or positive")

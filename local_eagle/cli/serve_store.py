@@ -7,16 +7,19 @@ machine's memory (and GPU memory on a GPU build), the same numbers ``chat`` and 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from local_eagle.cli.console import err
 from local_eagle.cli.loading import LoadOptions, buffer_bytes, physical_memory
 from local_eagle.errors import LocalEagleError
 
 if TYPE_CHECKING:
+    from local_eagle.cli.options import TreeSetting
     from local_eagle.serve.access import Access
+    from local_eagle.serve.store_app import StoreConfig
 
 
 def memory_budget(gpu_layers: int) -> int | None:
@@ -46,34 +49,40 @@ def pair_bytes(load: LoadOptions, gpu: bool) -> Callable[[Path, Path | None, int
     return size_of
 
 
-def serve_store(
+def store_config(
     host: str, port: int, log_level: str, *, ollama: bool, ctx: int | None, gpu_layers: int, threads: int,
-    tree_nodes: int, timeout: float, queue_timeout: float, max_memory: int | None, access: Access,
-) -> None:  # fmt: skip
-    """Serve every model of local-eagle's store (and Ollama's with ``ollama``), each loaded on first use, every
-    engine opened for adaptive draft trees of up to ``tree_nodes`` nodes (``--tree``; 0: chains only)."""
+    trees: TreeSetting, draft_max: int | None, fixed: bool, timeout: float, queue_timeout: float,
+    max_memory: int | None, access: Access,
+) -> StoreConfig:  # fmt: skip
+    """The store server's settings from ``serve``'s flags: the engine settings ``serve -m`` gives a pair (the
+    cost-aware policy unless ``fixed``, trees as ``--tree`` says), each model's draft bound from ``--draft-max``,
+    else its Modelfile, else the default (``runtime.lengths.resolve_draft_max``, per model as it loads)."""
     from local_eagle.llamacpp.backends import gpu_offload_supported
     from local_eagle.ollama.store import OllamaStore
-    from local_eagle.runtime.engine import EngineOptions
-    from local_eagle.serve import runner
-    from local_eagle.serve.server import check_config
-    from local_eagle.serve.store_app import StoreConfig, StoreFront
+    from local_eagle.serve.server import ServeConfig, check_config
+    from local_eagle.serve.store_app import StoreConfig
     from local_eagle.store import LocalStore
 
-    load = LoadOptions(ctx, gpu_layers, threads, 4, False, tree_nodes)
-    options = EngineOptions(n_ctx=ctx or 4096, n_gpu_layers=gpu_layers, n_threads=threads, tree_nodes=tree_nodes,
-                            tree_width=load.tree_width)  # fmt: skip
-    local = LocalStore()
-    from local_eagle.serve.server import ServeConfig
-
-    probe = ServeConfig(name="-", model=Path("-"), queue_timeout=queue_timeout or None,
-                        generation_timeout=timeout or None)  # fmt: skip
+    load = LoadOptions(ctx, gpu_layers, threads, 4, False, trees.engine_nodes(fixed), trees.engine_width(fixed))
+    options = dataclasses.replace(load.engine_options(ctx or 4096), adaptive=not fixed)
+    probe = ServeConfig(name="-", model=Path("-"), queue_timeout=queue_timeout or None, generation_timeout=timeout
+                        or None, draft_max=4 if draft_max is None else draft_max)  # fmt: skip
     options = check_config(probe, options, host, port, log_level)
-    config = StoreConfig(
-        local=local, ollama=OllamaStore() if ollama else None, options=options, queue_timeout=queue_timeout or None,
+    return StoreConfig(
+        local=LocalStore(), ollama=OllamaStore() if ollama else None, options=options, draft_max=draft_max,
+        tree=trees.shape(fixed), fixed=fixed, queue_timeout=queue_timeout or None,
         generation_timeout=timeout or None, budget=max_memory or memory_budget(gpu_layers),
         size_of=pair_bytes(load, gpu_offload_supported()), access=access,
     )  # fmt: skip
+
+
+def serve_store(host: str, port: int, log_level: str, **flags: Any) -> None:
+    """Serve every model of local-eagle's store (and Ollama's with ``ollama``), each loaded on first use."""
+    from local_eagle.serve import runner
+    from local_eagle.serve.store_app import StoreFront
+
+    config = store_config(host, port, log_level, **flags)
+    local = config.local
     front = StoreFront(config)
     n = len(local.entries())
     also = f" and Ollama's store ({config.ollama.root})" if config.ollama else ""

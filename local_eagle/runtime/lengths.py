@@ -10,13 +10,29 @@ target's 1-row time is measured, from the first rounds the engine runs without d
 from __future__ import annotations
 
 import statistics
-from typing import Protocol
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 from local_eagle.runtime.draftcost import CostModel
 from local_eagle.runtime.draftlen import DraftLengthPolicy, PolicyState
 
 AUTO_DRAFT_MAX = 8
 """The adaptive policy's bound when neither a flag nor a Modelfile gives one: it drafts that deep only where it pays."""
+
+FIXED_DRAFT_MAX = 4
+"""A fixed draft length's default when neither a flag nor the Modelfile gives one (Ollama's draft_num_predict)."""
+
+
+def resolve_draft_max(flag: int | None, parameters: Mapping[str, Any], modelfile_draft: bool, fixed: bool) -> int:
+    """The draft length's bound, the one rule every front end uses (``generate``, ``serve -m``, the store server):
+    the flag (``--draft-max N``), else the Modelfile's ``draft_num_predict`` where its DRAFT is the one used, else
+    :data:`FIXED_DRAFT_MAX` for fixed drafting and :data:`AUTO_DRAFT_MAX` for the cost-aware policy."""
+    if flag is not None:
+        return flag
+    if modelfile_draft and "draft_num_predict" in parameters:
+        return int(parameters["draft_num_predict"])
+    return FIXED_DRAFT_MAX if fixed else AUTO_DRAFT_MAX
+
 
 AUTO_TREE_NODES = 63
 """The largest draft tree the adaptive policy may verify when neither a flag nor a Modelfile says otherwise: 64 rows,

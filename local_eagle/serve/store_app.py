@@ -23,6 +23,8 @@ from local_eagle.errors import LlamaError, LocalEagleError
 from local_eagle.ollama.modelfile import Modelfile, resolve_model
 from local_eagle.ollama.store import Name, OllamaStore, StoreError, check_name
 from local_eagle.runtime.engine import EngineOptions
+from local_eagle.runtime.lengths import resolve_draft_max
+from local_eagle.runtime.tree import TreeShape
 from local_eagle.serve import models
 from local_eagle.serve.access import Access, AccessGuard
 from local_eagle.serve.errors import ApiError
@@ -67,6 +69,9 @@ class StoreConfig:
     local: LocalStore
     ollama: OllamaStore | None = None  # Ollama's store too (``serve --ollama``)
     options: EngineOptions = field(default_factory=EngineOptions)
+    draft_max: int | None = None  # serve --draft-max N; None: each model's Modelfile, else the default
+    fixed: bool = False  # serve --fixed: every round drafts the bound (options.adaptive is off then)
+    tree: TreeShape | None = None  # serve --fixed --tree N: that tree every round
     queue_timeout: float | None = 300.0
     generation_timeout: float | None = None
     max_request_bytes: int = MAX_REQUEST_BYTES
@@ -132,9 +137,10 @@ class StoreFront:
         n_ctx = int(m.parameters.get("num_ctx", c.options.n_ctx))
         config = ServeConfig(
             name=name.short.removesuffix(":latest"), model=model, draft=m.draft, modelfile=m,
-            parameters=dict(m.parameters), draft_max=m.draft_num_predict if m.draft else 0,
+            parameters=dict(m.parameters),
+            draft_max=resolve_draft_max(c.draft_max, m.parameters, True, c.fixed) if m.draft else 0,
             queue_timeout=c.queue_timeout, generation_timeout=c.generation_timeout,
-            max_request_bytes=c.max_request_bytes,
+            max_request_bytes=c.max_request_bytes, tree=c.tree,
         )  # fmt: skip
         options = EngineOptions(**{**c.options.__dict__, "n_ctx": n_ctx})
         size = (c.size_of or _file_bytes)(model, m.draft, n_ctx)

@@ -198,3 +198,76 @@ def test_bad_keep_alive(value) -> None:
 
     with pytest.raises(LocalEagleError):
         keep_alive_seconds(value)
+
+
+def _store_config(store: LocalStore, monkeypatch, **flags):
+    """The store server's settings as ``local-eagle serve`` (no -m) makes them from its flags."""
+    from local_eagle.cli.options import parse_tree
+    from local_eagle.cli.serve_store import store_config
+    from local_eagle.serve.access import Access
+
+    monkeypatch.setenv("LOCAL_EAGLE_MODELS", str(store.root))
+    given = {"ollama": False, "ctx": 512, "gpu_layers": 0, "threads": 1, "trees": parse_tree("auto"),
+             "draft_max": None, "fixed": False, "timeout": 0, "queue_timeout": 300, "max_memory": None,
+             "access": Access(), **flags}  # fmt: skip
+    return store_config("127.0.0.1", _free_port(), "warning", **given)
+
+
+def _speculative(config, model: str = "cyc") -> tuple[dict, int, bool]:
+    """A greedy answer's served statistics, with the draft bound and the policy the model was loaded with."""
+    front, uv, thread, client = start(config)
+    try:
+        body = {"model": model, "prompt": "hi", "stream": False, "options": {"temperature": 0, "num_predict": 24}}
+        r = httpx.post(f"{client._client.base_url}/api/generate", json=body, timeout=120)
+        assert r.status_code == 200, r.text
+        assert r.json()["response"] == ("P" + "ABCDEFGHIJKLMNOP" * 2)[:24]  # the target alone's answer
+        (loaded,) = front.registry.snapshot()
+        return r.json()["speculative"], loaded.server.config.draft_max, loaded.server.engine.options.adaptive
+    finally:
+        uv.should_exit = True
+        thread.join(timeout=30)
+        front.close()
+
+
+def test_the_store_server_drafts_with_the_cost_aware_policy_as_serve_m_does(store, monkeypatch) -> None:
+    """It reported a fixed chain of 4 every round (no ``adaptive`` in its engine settings), where ``serve -m``
+    runs the policy up to 8: both now take their settings from one resolver."""
+    from local_eagle.runtime.lengths import AUTO_DRAFT_MAX
+
+    config = _store_config(store, monkeypatch)
+    assert config.options.adaptive and config.draft_max is None and config.tree is None
+    st, bound, adaptive = _speculative(config)
+    assert st["adaptive"] and st["policy"] is not None and adaptive and bound == AUTO_DRAFT_MAX
+
+
+def test_the_store_server_takes_draft_max_and_fixed_and_the_modelfiles_bound(store, pair, monkeypatch,
+                                                                             tmp_path: Path) -> None:  # fmt: skip
+    from local_eagle.cli.options import parse_tree
+
+    config = _store_config(store, monkeypatch, draft_max=5, fixed=True, trees=parse_tree("off"))
+    assert not config.options.adaptive and config.options.tree_nodes == 0
+    st, bound, adaptive = _speculative(config)
+    assert not st["adaptive"] and not adaptive and bound == 5
+    assert len(st["draft_lengths"]) == 6 and st["draft_lengths"][5] >= st["target_calls"] - 1  # 5 a round but
+    # the last, which the answer's length cuts short
+    _, target, draft = pair
+    mf = tmp_path / "Modelfile3"
+    mf.write_text(f"FROM {target}\nDRAFT {draft}\nPARAMETER draft_num_predict 3\nPARAMETER num_thread 1\n"
+                  "TEMPLATE {{ .Prompt }}\n")  # fmt: skip
+    store.create("three", mf)
+    st, bound, adaptive = _speculative(_store_config(store, monkeypatch), "three")
+    assert st["adaptive"] and adaptive and bound == 3  # no flag: the Modelfile's draft_num_predict
+
+
+def test_serve_without_a_model_passes_its_drafting_flags_on(monkeypatch) -> None:
+    """``serve --draft-max 8`` without ``-m`` was accepted and silently ignored."""
+    from typer.testing import CliRunner
+
+    from local_eagle.cli import serve_store
+    from local_eagle.cli.app import app
+
+    seen: dict = {}
+    monkeypatch.setattr(serve_store, "serve_store", lambda host, port, level, **flags: seen.update(flags))
+    r = CliRunner().invoke(app, ["serve", "--draft-max", "8", "--fixed", "--tree", "off"])
+    assert r.exit_code == 0, r.output
+    assert seen["draft_max"] == 8 and seen["fixed"] is True and seen["trees"].nodes == 0
