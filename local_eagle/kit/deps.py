@@ -49,8 +49,9 @@ GPU_IMAGE_PACKAGES = frozenset(
 ROOT_EXTRAS: tuple[str, ...] = ()
 TEST_TOOLS = ("pytest", "hypothesis", "scipy")
 SKIP = frozenset({"local-eagle", "llama-cpp-python", "torch"})
-# shipped although the image has them (none today: every byte of a call counts)
-ALWAYS: frozenset[str] = frozenset()
+# shipped although the image has them: typer, because the image's version is not known (its pip list names no
+# version) and every CLI stage of the call needs one that local-eagle's CLI runs on; with what it needs (pydantic)
+ALWAYS: frozenset[str] = frozenset({"typer"})
 
 
 PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
