@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 from collections.abc import Iterable
 from pathlib import Path
@@ -350,29 +349,6 @@ def _check_d2t(header: GGUFHeader, what: str, path: Path, split: bool) -> None:
             f"{path}: {what} tensor 'd2t' maps draft token {i} to target id {int(raw[i])}, expected an id from 0 to "
             f"{n_vocab - 1} (the vocabulary has {n_vocab} tokens)"
         )
-
-
-def check_gguf(path: str | os.PathLike[str], what: str = "GGUF", loading: bool = True) -> GGUFHeader:
-    """A GGUF file checked as a whole, splits included, right before llama.cpp opens it; its header.
-
-    ``loading``: read through ``model_info`` (which runs :func:`check_model`) and so also require what a model
-    needs to run (an architecture, sizes, a vocabulary), in the very line ``inspect`` prints for the file.
-    Without it (a Modelfile's FROM being stored) only what the file holds is judged; what it lacks is told
-    when it loads.
-    """
-    from dataclasses import replace
-
-    from local_eagle.gguf.info import model_info
-    from local_eagle.gguf.reader import read_header, split_tensors
-
-    header = read_header(path, what)
-    more = split_tensors(header, what)
-    header = replace(header, tensors=header.tensors + more, splits_read=True)
-    if loading:
-        model_info(header, Path(path), what)
-    else:
-        check_model(header, what, Path(path))
-    return header
 
 
 # --- checkpoint config.json --------------------------------------------------------------------------------------

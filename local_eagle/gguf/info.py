@@ -131,3 +131,21 @@ def model_info(header: GGUFHeader, path: Path | None = None, what: str = "GGUF")
         info.has_own_embeddings = "token_embd.weight" in shapes
         info.has_own_lm_head = "output.weight" in shapes
     return info
+
+
+def check_gguf(path: str | os.PathLike[str], what: str = "GGUF", loading: bool = True) -> GGUFHeader:
+    """A GGUF file checked as a whole, splits included, right before llama.cpp opens it; its header.
+
+    ``loading``: read through ``model_info`` (which runs :func:`check_model`) and so also require what a model
+    needs to run (an architecture, sizes, a vocabulary), in the very line ``inspect`` prints for the file.
+    Without it (a Modelfile's FROM being stored) only what the file holds is judged; what it lacks is told
+    when it loads.
+    """
+    header = read_header(path, what)
+    more = split_tensors(header, what)
+    header = replace(header, tensors=header.tensors + more, splits_read=True)
+    if loading:
+        model_info(header, Path(path), what)
+    else:
+        check_model(header, what, Path(path))
+    return header

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from local_eagle.errors import LlamaError
-from local_eagle.gguf.check import check_gguf
+from local_eagle.gguf.info import check_gguf
 from local_eagle.llamacpp.backends import gpu_offload_supported
 from local_eagle.llamacpp.lib import C, init_backend, last_log_error
 from local_eagle.llamacpp.staging import staging

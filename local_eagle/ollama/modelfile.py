@@ -491,7 +491,7 @@ def resolve_model(m: Modelfile) -> Path:
 def _check_gguf(p: Path, at: str, what: str) -> None:
     """The whole header checked (``local_eagle.gguf.check``) before ``create`` stores a reference to it: a
     file that only starts with ``GGUF``, or one llama.cpp would abort on, is refused now, in one line."""
-    from local_eagle.gguf.check import check_gguf
+    from local_eagle.gguf.info import check_gguf
 
     try:
         check_gguf(p, what, loading=False)

@@ -19,7 +19,8 @@ from gguf import GGUFValueType as V
 from typer.testing import CliRunner
 
 from local_eagle.cli.app import app
-from local_eagle.gguf.check import check_gguf, json_depth
+from local_eagle.gguf.check import json_depth
+from local_eagle.gguf.info import check_gguf
 from local_eagle.runtime.engine import EngineOptions
 from local_eagle.serve.store_app import StoreConfig, StoreFront
 from local_eagle.store import LocalStore
