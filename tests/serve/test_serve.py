@@ -27,6 +27,7 @@ from local_eagle.runtime.engine import Engine, EngineOptions
 from local_eagle.serve import runner
 from local_eagle.serve.app import EagleServer, ServeConfig, create_app
 from local_eagle.serve.server import MAX_REQUEST_BYTES
+from local_eagle.testing.http import serve_process as serve_on_free_port
 from local_eagle.testing.tiny_pair import make_cycle_drafter, write_cycle_target
 
 CYCLE = "P" + "ABCDEFGHIJKLMNOP" * 300
@@ -559,23 +560,9 @@ def test_ctrl_c_while_a_gone_client_s_job_runs(pair):
     """Ctrl-C once uvicorn is done but a worker thread is still inside llama.cpp (a long prefill, a tokenization):
     the model must not be freed under it (that segfaulted), and the process must exit cleanly."""
     _, target, draft = pair
-    port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "local_eagle", "serve", "-m", str(target), "--draft", str(draft), "--port", str(port),
-         "--threads", "1", "--ctx", "16384", "--log-level", "warning"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-    base = f"http://127.0.0.1:{port}"
+    proc, base = serve_on_free_port(["-m", str(target), "--draft", str(draft), "--threads", "1", "--ctx", "16384",
+                                     "--log-level", "warning"])  # fmt: skip
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                httpx.get(base + "/api/version")
-                break
-            except httpx.ConnectError:
-                assert proc.poll() is None and time.monotonic() < deadline, "serve did not start"
-                time.sleep(0.2)
-
         def gone(prompt: str) -> None:  # a client that gives up at once
             with contextlib.suppress(httpx.TimeoutException):
                 httpx.post(base + "/api/generate", json={"model": "target", "prompt": prompt, "raw": True}, timeout=0.3)

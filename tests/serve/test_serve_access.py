@@ -6,23 +6,20 @@ from __future__ import annotations
 
 import re
 import socket
-import threading
-import time
 from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
 from local_eagle.cli.app import app as cli
 from local_eagle.runtime.engine import EngineOptions
-from local_eagle.serve import runner
 from local_eagle.serve.access import ORIGINS_ENV, Access, allowed_host
 from local_eagle.serve.app import create_app
 from local_eagle.serve.store_app import RUN_PATHS, StoreConfig, StoreFront
 from local_eagle.store import LocalStore
+from local_eagle.testing.http import start_server
 
 EVIL = "http://evil.example"
 LOCAL = "http://127.0.0.1:11434"
@@ -159,17 +156,8 @@ def test_the_serve_command_reads_origins_from_its_flag_or_the_variables(monkeypa
 
 
 def test_a_real_server_refuses_a_rebound_name(store_front) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    uv = uvicorn.Server(runner.config(store_front, port=port, log_level="warning"))
-    thread = threading.Thread(target=uv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not uv.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
-        time.sleep(0.05)
-    base = f"http://127.0.0.1:{port}"
+    uv, thread, base = start_server(store_front)
+    port = int(base.rsplit(":", 1)[1])
     try:
         r = httpx.get(base + "/api/tags", headers={"host": f"evil.example:{port}"})
         assert r.status_code == 403 and "not allowed" in r.json()["error"]

@@ -17,42 +17,17 @@ from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
 from fastapi.testclient import TestClient
 
 from local_eagle.runtime.engine import EngineOptions
-from local_eagle.serve import runner
 from local_eagle.serve.app import create_app
 from local_eagle.serve.registry import ModelRegistry, ServerBusy, keep_alive_seconds
 from local_eagle.serve.store_app import StoreConfig, StoreFront
 from local_eagle.store import LocalStore
+from local_eagle.testing.http import free_port, running
 
 LOCAL = "http://127.0.0.1:11434"
 HI = [{"role": "user", "content": "hi"}]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
-def running(app, header_timeout: float = runner.HEADER_TIMEOUT):
-    """``app`` under uvicorn with the servers' own settings, on a free port: its base URL."""
-    port = _free_port()
-    uv = uvicorn.Server(runner.config(app, port=port, log_level="warning", header_timeout=header_timeout))
-    thread = threading.Thread(target=uv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not uv.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        uv.should_exit = True
-        thread.join(timeout=30)
 
 
 @pytest.fixture
@@ -129,7 +104,7 @@ def _stopped_by_sigterm(proc: subprocess.Popen) -> float:
 
 
 def _slow_serve(args: list[str], mark: Path, mark_at: str, slow: str) -> tuple[subprocess.Popen, str]:
-    port = _free_port()
+    port = free_port()
     proc = _start(["-c", SLOW_SERVE, "serve", *args], port, {"LE_MARK": str(mark), "LE_MARK_AT": mark_at,
                                                               "LE_SLOW": slow})  # fmt: skip
     return proc, f"http://127.0.0.1:{port}"

@@ -8,43 +8,22 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
 
 from local_eagle.runtime.engine import EngineOptions
-from local_eagle.serve import runner
 from local_eagle.serve.app import EagleServer, ServeConfig, create_app
 from local_eagle.serve.runnerproc import FAULT_ENV
 from local_eagle.serve.runners import RunnerEngine
 from local_eagle.serve.store_app import StoreConfig, StoreFront
 from local_eagle.store import LocalStore
+from local_eagle.testing.http import serve_process, start_server
 
 GREEDY = {"temperature": 0, "num_predict": 40}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _start(app) -> tuple[uvicorn.Server, threading.Thread, str]:
-    port = _free_port()
-    uv = uvicorn.Server(runner.config(app, port=port, log_level="warning"))
-    thread = threading.Thread(target=uv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not uv.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
-        time.sleep(0.05)
-    return uv, thread, f"http://127.0.0.1:{port}"
 
 
 def _gone(pid: int) -> bool:
@@ -107,7 +86,7 @@ def test_a_dying_runner_fails_its_requests_and_the_store_server_goes_on(two_mode
     config = StoreConfig(local=two_models, options=EngineOptions(n_ctx=512, n_threads=1),
                          runner_env={FAULT_ENV: str(fault)})  # fmt: skip
     front = StoreFront(config)
-    uv, thread, base = _start(front)
+    uv, thread, base = start_server(front)
     pids: list[int] = []
 
     def runner_pid(key: str) -> int:
@@ -162,7 +141,7 @@ def test_in_flight_and_queued_requests_fail_the_next_one_restarts(pair, tmp_path
     fault = tmp_path / "fault"
     engine = RunnerEngine("cyc", target, draft, EngineOptions(n_ctx=256, n_threads=1), {FAULT_ENV: str(fault)})
     server = EagleServer(engine, ServeConfig(name="cyc", model=target, draft=draft))
-    uv, thread, base = _start(create_app(server))
+    uv, thread, base = start_server(create_app(server))
     pids = [engine.pid]
     try:
         ping = _Pinger(base)
@@ -213,22 +192,10 @@ def _children(pid: int) -> list[int]:
 def test_serve_leaves_no_runner_behind(pair) -> None:
     """``local-eagle serve -m`` as a process: its runner is a child in a group of its own, gone after SIGTERM."""
     _, target, draft = pair
-    port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "local_eagle", "serve", "-m", str(target), "--draft", str(draft), "--port", str(port),
-         "--threads", "1", "--ctx", "256", "--log-level", "warning"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-    base = f"http://127.0.0.1:{port}"
+    proc, base = serve_process(["-m", str(target), "--draft", str(draft), "--threads", "1", "--ctx", "256",
+                                "--log-level", "warning"])  # fmt: skip
+    port = int(base.rsplit(":", 1)[1])
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                httpx.get(base + "/api/version")
-                break
-            except httpx.ConnectError:
-                assert proc.poll() is None and time.monotonic() < deadline, "serve did not start"
-                time.sleep(0.2)
         assert _generate(base, "target").status_code == 200
         runners = _children(proc.pid)
         assert len(runners) == 1 and os.getpgid(runners[0]) == runners[0], runners

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import socket
 import threading
 import time
 from pathlib import Path
@@ -14,36 +13,22 @@ import httpx
 import ollama
 import openai
 import pytest
-import uvicorn
 
 from local_eagle.ollama.store import OllamaStore
 from local_eagle.runtime.engine import EngineOptions
-from local_eagle.serve import runner
 from local_eagle.serve.store_app import StoreConfig, StoreFront
 from local_eagle.store import LocalStore
+from local_eagle.testing.http import free_port, start_server
 from local_eagle.testing.ollama_store import write_model
 
 GREEDY = {"temperature": 0, "num_predict": 5}
 HI = [{"role": "user", "content": "hi"}]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start(config: StoreConfig):
     front = StoreFront(config)
-    port = _free_port()
-    uv = uvicorn.Server(runner.config(front, port=port, log_level="warning"))  # as serve runs it
-    thread = threading.Thread(target=uv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not uv.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
-        time.sleep(0.05)
-    return front, uv, thread, ollama.Client(host=f"http://127.0.0.1:{port}")
+    uv, thread, base = start_server(front)  # as serve runs it
+    return front, uv, thread, ollama.Client(host=base)
 
 
 @pytest.fixture
@@ -210,7 +195,7 @@ def _store_config(store: LocalStore, monkeypatch, **flags):
     given = {"ollama": False, "ctx": 512, "gpu_layers": 0, "threads": 1, "trees": parse_tree("auto"),
              "draft_max": None, "fixed": False, "timeout": 0, "queue_timeout": 300, "max_memory": None,
              "access": Access(), **flags}  # fmt: skip
-    return store_config("127.0.0.1", _free_port(), "warning", **given)
+    return store_config("127.0.0.1", free_port(), "warning", **given)
 
 
 def _speculative(config, model: str = "cyc") -> tuple[dict, int, bool]:
