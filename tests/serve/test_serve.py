@@ -26,8 +26,8 @@ from local_eagle.cli.app import app
 from local_eagle.runtime.engine import Engine, EngineOptions
 from local_eagle.serve import runner
 from local_eagle.serve.app import EagleServer, ServeConfig, create_app
+from local_eagle.serve.harness import serve_process as serve_on_free_port
 from local_eagle.serve.server import MAX_REQUEST_BYTES
-from local_eagle.testing.http import serve_process as serve_on_free_port
 from local_eagle.testing.tiny_pair import make_cycle_drafter, write_cycle_target
 
 CYCLE = "P" + "ABCDEFGHIJKLMNOP" * 300

@@ -17,9 +17,9 @@ from local_eagle.cli.app import app as cli
 from local_eagle.runtime.engine import EngineOptions
 from local_eagle.serve.access import ORIGINS_ENV, Access, allowed_host
 from local_eagle.serve.app import create_app
+from local_eagle.serve.harness import start_server
 from local_eagle.serve.store_app import RUN_PATHS, StoreConfig, StoreFront
 from local_eagle.store import LocalStore
-from local_eagle.testing.http import start_server
 
 EVIL = "http://evil.example"
 LOCAL = "http://127.0.0.1:11434"

@@ -21,10 +21,10 @@ from fastapi.testclient import TestClient
 
 from local_eagle.runtime.engine import EngineOptions
 from local_eagle.serve.app import create_app
+from local_eagle.serve.harness import free_port, running
 from local_eagle.serve.registry import ModelRegistry, ServerBusy, keep_alive_seconds
 from local_eagle.serve.store_app import StoreConfig, StoreFront
 from local_eagle.store import LocalStore
-from local_eagle.testing.http import free_port, running
 
 LOCAL = "http://127.0.0.1:11434"
 HI = [{"role": "user", "content": "hi"}]

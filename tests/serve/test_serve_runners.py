@@ -17,11 +17,11 @@ import pytest
 
 from local_eagle.runtime.engine import EngineOptions
 from local_eagle.serve.app import EagleServer, ServeConfig, create_app
+from local_eagle.serve.harness import serve_process, start_server
 from local_eagle.serve.runnerproc import FAULT_ENV
 from local_eagle.serve.runners import RunnerEngine
 from local_eagle.serve.store_app import StoreConfig, StoreFront
 from local_eagle.store import LocalStore
-from local_eagle.testing.http import serve_process, start_server
 
 GREEDY = {"temperature": 0, "num_predict": 40}
 

@@ -16,9 +16,9 @@ import pytest
 
 from local_eagle.ollama.store import OllamaStore
 from local_eagle.runtime.engine import EngineOptions
+from local_eagle.serve.harness import free_port, start_server
 from local_eagle.serve.store_app import StoreConfig, StoreFront
 from local_eagle.store import LocalStore
-from local_eagle.testing.http import free_port, start_server
 from local_eagle.testing.ollama_store import write_model
 
 GREEDY = {"temperature": 0, "num_predict": 5}

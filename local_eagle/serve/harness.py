@@ -1,4 +1,4 @@
-"""The servers under uvicorn in a test: on a free loopback port, with the settings ``serve`` runs them with.
+"""The servers under uvicorn for tests: on a free loopback port, with the settings ``serve`` runs them with.
 
 One place for what every server test did by hand (pick a port, start uvicorn in a thread, wait until it
 listens, stop it), so the waits and their limits are the same everywhere.
