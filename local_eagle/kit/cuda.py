@@ -13,7 +13,7 @@ run time the driver's own ``libcuda.so.1`` is loaded, so the build is the stock 
 
 Builds are cached under ``$LOCAL_EAGLE_KIT_CACHE`` (default ``~/.cache/local-eagle/kit``), one
 folder per llama-cpp-python version, toolkit version and architectures; each holds its
-``record.json`` (build minutes, sizes, SHA-256). Standard library only.
+``record.json`` (build minutes, sizes, SHA-256). The standard library only (and ``local_eagle.files``).
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ import zipfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from local_eagle.files import sha256_file
 
 MIB = 1 << 20
 TOOLKIT_SERIES = "13.0"
@@ -54,7 +56,11 @@ CPU_ARGS = ("-DGGML_NATIVE=OFF", "-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_FMA=
 Log = Callable[[str], None]
 
 
-class CudaBuildError(Exception):
+class KitError(Exception):
+    """A step of making the kit failed; one line saying which and why."""
+
+
+class CudaBuildError(KitError):
     """A step of the CUDA build failed; one line saying which and why."""
 
 
@@ -227,14 +233,6 @@ class BuildRecord:
         return cls(**{**d, "libraries": libs})
 
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def ninja_minutes(build_dir: Path) -> tuple[float, int, int]:
     """(minutes of all steps, steps, CUDA object steps) from ``.ninja_log``: the build's own cost, resumes too."""
     log = build_dir / ".ninja_log"
@@ -299,13 +297,13 @@ def pack_wheel(wheel: Path, out: Path, strip: bool = True, extras: dict[str, byt
     library is in the wheel three times (``.so``, ``.so.0``, ``.so.0.25.3``): here once, the other names
     links to it. With xz that is ~40% of the wheel, which is what lets it travel beside the checkout."""
     with zipfile.ZipFile(wheel) as z:
-        members = [(i.filename, z.read(i)) for i in z.infolist() if not i.is_dir() and _travels(i.filename)]
+        members = [(i.filename, z.read(i)) for i in z.infolist() if not i.is_dir() and travels(i.filename)]
     names = {n for n, _ in members}
     members += [(n, data) for n, data in (extras or {}).items() if n not in names]
     return write_pack(members, out, strip)
 
 
-def _travels(name: str, packages: tuple[str, ...] = ("llama_cpp",)) -> bool:
+def travels(name: str, packages: tuple[str, ...] = ("llama_cpp",)) -> bool:
     top = name.split("/", 1)[0]
     return top in packages or top.endswith(".dist-info")
 

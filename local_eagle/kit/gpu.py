@@ -23,9 +23,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from local_eagle.kit.cuda import PACKED
+
 HOME = Path("/tmp/le-kit")
 RESERVE = 10.0  # seconds kept back to write the results
-PACKED = "llama-cpp-python-cuda.tar.xz"
 REPLAY_ROUNDS = "drafters/results/decide-on-rtx4090-8b-q4-gemma3-270m.json"
 # the lossless part of the suite: greedy identity of chains, trees and the adaptive policy, sampling distributions,
 # the identity check and selfcheck, on tiny pairs the tests generate

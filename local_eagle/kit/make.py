@@ -21,7 +21,19 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
-from local_eagle.kit.cuda import DEFAULT_ARCHS, MIB, PACKED, BuildRecord, CudaBuildError, Library, build
+from local_eagle.kit.cuda import (
+    DEFAULT_ARCHS,
+    MIB,
+    PACKED,
+    BuildRecord,
+    KitError,
+    Library,
+    _run,
+    build,
+    sha256_file,
+    travels,
+    write_pack,
+)
 from local_eagle.kit.deps import Pin, wheels_needed
 
 CALL_LIMIT = 64 * MIB
@@ -32,10 +44,6 @@ LLAMA_CPP_PYTHON = "llama-cpp-python"
 BUNDLE = "call"
 
 Log = Callable[[str], None]
-
-
-class KitError(Exception):
-    """A step of making the kit failed; one line saying which and why."""
 
 
 @dataclass
@@ -53,13 +61,6 @@ class Kit:
                 "build": self.build.to_dict() if self.build else None, "wheels": self.wheels,
                 "bundle": f"{self.root.name}/{BUNDLE}", "bundle_bytes": self.bundle_bytes,
                 "tree_bytes": self.tree_bytes}  # fmt: skip
-
-
-def _run(cmd: list[str], what: str) -> None:
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise KitError(f"{what} failed: {tail[0]}")
 
 
 def installed_version(name: str) -> str:
@@ -105,8 +106,6 @@ def fetch_wheel(pin: Pin, dest: Path, python: str) -> Path:
 def pack_installed(dist_name: str, out: Path) -> list[Library]:
     """An installed distribution's package (its RECORD) as the same tar.xz a CUDA build is packed into: the CPU
     dry run then installs exactly as the GPU machine does."""
-    from local_eagle.kit.cuda import _travels, write_pack
-
     dist = metadata.distribution(dist_name)
     files = [f for f in (dist.files or []) if not str(f).startswith("..") and "__pycache__" not in str(f)]
     if not files:
@@ -115,14 +114,12 @@ def pack_installed(dist_name: str, out: Path) -> list[Library]:
     members = []
     for f in files:
         p = Path(str(f.locate()))
-        if p.is_file() and _travels(str(f), packages):
+        if p.is_file() and travels(str(f), packages):
             members.append((str(f), p.read_bytes()))
     return write_pack(members, out, strip=False, preset=6)
 
 
 def cpu_record(out: Path) -> BuildRecord:
-    from local_eagle.kit.cuda import sha256_file
-
     version = installed_version(LLAMA_CPP_PYTHON)
     libs = pack_installed(LLAMA_CPP_PYTHON, out)
     return BuildRecord(key=f"llama-cpp-python-{version}-cpu-installed", llama_cpp_python=version, toolkit="none",
@@ -142,10 +139,7 @@ def make_kit(root: Path, repo: Path, python: str = "3.12", archs: tuple[str, ...
     kit.tree_bytes = tree_bytes(repo)
     version = installed_version(LLAMA_CPP_PYTHON)
     if cuda:
-        try:
-            kit.build, folder = build(version, archs, jobs=jobs, log=log, lean=lean)
-        except CudaBuildError as e:
-            raise KitError(str(e)) from None
+        kit.build, folder = build(version, archs, jobs=jobs, log=log, lean=lean)
         os.link(folder / kit.build.packed, bundle / PACKED)
     else:
         kit.build = cpu_record(bundle / PACKED)
