@@ -369,7 +369,6 @@ class ChatSession:
         from local_eagle.gguf import read_model_info
 
         t = read_model_info(self.model)
-        main_type = max(t.tensor_bytes, key=lambda k: t.tensor_bytes[k]) if t.tensor_bytes else "?"
         rows = [
             "  Model",
             f"    {'file':<22}{self.model}",
@@ -377,7 +376,7 @@ class ChatSession:
             f"    {'layers':<22}{t.n_layer}",
             f"    {'embedding length':<22}{t.n_embd}",
             f"    {'vocabulary':<22}{t.n_vocab}",
-            f"    {'quantization':<22}{main_type}",
+            f"    {'quantization':<22}{t.quantization or '?'}",
             f"    {'context length':<22}{self.n_ctx}",
         ]
         if self.draft is not None:

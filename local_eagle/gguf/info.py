@@ -12,7 +12,7 @@ from gguf import GGMLQuantizationType
 
 from local_eagle.errors import GGUFError
 from local_eagle.gguf.check import check_model
-from local_eagle.gguf.keys import DRAFTER_ARCH
+from local_eagle.gguf.keys import DRAFTER_ARCH, FILE_TYPES
 from local_eagle.gguf.reader import GGUFHeader, read_header, split_tensors
 
 
@@ -37,7 +37,9 @@ class ModelInfo:
     tensor_count: int = 0
     tensor_bytes: dict[str, int] = field(default_factory=dict)
     tensor_counts: dict[str, int] = field(default_factory=dict)
+    layer_bytes: dict[str, int] = field(default_factory=dict)  # tensor_bytes of the blk.N tensors alone
     tensor_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    file_type: int | None = None  # general.file_type: llama.cpp's llama_ftype, the quantization it was made as
     # drafter only
     target_layers: list[int] | None = None
     target_hidden_size: int | None = None
@@ -57,8 +59,19 @@ class ModelInfo:
     def eagle_version(self) -> str | None:
         return eagle_version(self.fc_norm, self.norm_output) if self.is_drafter else None
 
+    @property
+    def quantization(self) -> str:
+        """The quantization as Ollama names it (``Q4_K_M``): the file type the GGUF was made as. Without one, the
+        type of most of the layers' bytes: the embeddings and output, often kept at Q8_0 or Q6_K in a Q4_K_M
+        file and the biggest tensors of a small model, would name it wrongly."""
+        if self.file_type is not None:
+            return FILE_TYPES.get(self.file_type, f"type {self.file_type}")
+        weights = self.layer_bytes or self.tensor_bytes
+        return max(weights, key=lambda t: weights[t]).upper() if weights else ""
+
     def to_dict(self) -> dict[str, Any]:
-        d = {k: v for k, v in self.__dict__.items() if k != "tensor_shapes"}
+        d = {k: v for k, v in self.__dict__.items() if k not in ("tensor_shapes", "layer_bytes")}
+        d["quantization"] = self.quantization
         d["path"] = str(self.path)
         d["is_drafter"] = self.is_drafter
         d["eagle_version"] = self.eagle_version
@@ -98,11 +111,14 @@ def model_info(header: GGUFHeader, path: Path | None = None, what: str = "GGUF")
     check_model(header, what, path)
 
     by_type: Counter[str] = Counter()
+    layer_bytes: Counter[str] = Counter()
     count_by_type: Counter[str] = Counter()
     shapes: dict[str, tuple[int, ...]] = {}
     for t in header.tensors:
         tname = GGMLQuantizationType(t.type).name
         by_type[tname] += int(t.nbytes)
+        if t.name.startswith("blk."):
+            layer_bytes[tname] += int(t.nbytes)
         count_by_type[tname] += 1
         shapes[t.name] = t.ne
     info = ModelInfo(
@@ -116,6 +132,8 @@ def model_info(header: GGUFHeader, path: Path | None = None, what: str = "GGUF")
         tensor_bytes=dict(by_type),
         tensor_counts=dict(count_by_type),
         tensor_shapes=shapes,
+        layer_bytes=dict(layer_bytes),
+        file_type=_file_type(kv.get("general.file_type")),
     )
     if arch == DRAFTER_ARCH:
         layers = kv.get(f"{arch}.target_layers")
@@ -131,6 +149,10 @@ def model_info(header: GGUFHeader, path: Path | None = None, what: str = "GGUF")
         info.has_own_embeddings = "token_embd.weight" in shapes
         info.has_own_lm_head = "output.weight" in shapes
     return info
+
+
+def _file_type(value: Any) -> int | None:
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def check_gguf(path: str | os.PathLike[str], what: str = "GGUF", loading: bool = True) -> GGUFHeader:

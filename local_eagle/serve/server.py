@@ -106,8 +106,7 @@ def _model_info(path: Path) -> dict[str, Any]:
             k *= int(d)
         n += k
     size = f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.0f}M" if n >= 1e6 else f"{n / 1e3:.0f}K"
-    quant = max(info.tensor_bytes, key=lambda t: info.tensor_bytes[t]).upper() if info.tensor_bytes else ""
-    return {"arch": info.arch, "parameter_size": size, "quantization": quant, "n_layer": info.n_layer,
+    return {"arch": info.arch, "parameter_size": size, "quantization": info.quantization, "n_layer": info.n_layer,
             "n_embd": info.n_embd, "n_vocab": info.n_vocab}  # fmt: skip
 
 

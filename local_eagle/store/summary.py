@@ -16,15 +16,6 @@ from local_eagle.errors import GGUFError, LocalEagleError
 
 T = TypeVar("T")
 
-# llama.cpp's llama_ftype, the value of general.file_type, as Ollama names it (fs/ggml/type.go)
-FILE_TYPES = {
-    0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K", 11: "Q3_K_S",
-    12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S", 17: "Q5_K_M", 18: "Q6_K",
-    19: "IQ2_XXS", 20: "IQ2_XS", 21: "Q2_K_S", 22: "IQ3_XS", 23: "IQ3_XXS", 24: "IQ1_S", 25: "IQ4_NL",
-    26: "IQ3_S", 27: "IQ3_M", 28: "IQ2_S", 29: "IQ2_M", 30: "IQ4_XS", 31: "IQ1_M", 32: "BF16",
-    36: "TQ1_0", 37: "TQ2_0", 38: "MXFP4",
-}  # fmt: skip
-
 
 @dataclass
 class Summary:
@@ -109,10 +100,7 @@ def _model_summary(model: Path) -> Summary:
     header = read_header(model, "model GGUF")
     info = model_info(header, model)
     kv: dict[str, Any] = header.kv
-    ftype = kv.get("general.file_type")
-    quant = FILE_TYPES.get(int(ftype), f"type {ftype}") if isinstance(ftype, int) else ""
-    if not quant and info.tensor_bytes:
-        quant = max(info.tensor_bytes, key=lambda t: info.tensor_bytes[t]).upper()
+    quant = info.quantization
     ctx = kv.get(f"{info.arch}.context_length")
     return Summary(info.arch, _count(info.tensor_shapes), int(ctx) if ctx else None, info.n_embd, quant)
 
