@@ -110,15 +110,23 @@ def check_fields(body: dict[str, Any], kinds: dict[str, Kind]) -> None:
             typed(body[name], kind, name)
 
 
-def check_keep_alive(value: Any) -> None:
+def check_keep_alive(value: Any) -> float | None:
     """The store server keeps a model by it; a one-model server has only its one, but refuses the same values,
-    so that a request means the same to both."""
+    so that a request means the same to both. The seconds it says (None: for good)."""
     from local_eagle.serve.registry import keep_alive_seconds
 
     try:
-        keep_alive_seconds(value)
+        return keep_alive_seconds(value)
     except LocalEagleError as e:
         raise ApiError(400, str(e)) from None
+
+
+def unloads(body: dict[str, Any]) -> bool:
+    """A request that only unloads its model, as Ollama reads one: no prompt (generate) or no messages (chat),
+    with ``keep_alive`` 0. Ollama answers it ``done_reason: "unload"`` without loading the model first."""
+    if body.get("keep_alive") is None or body.get("prompt") or body.get("messages"):
+        return False
+    return check_keep_alive(body["keep_alive"]) == 0
 
 
 def stream_flag(value: Any, default: bool) -> bool:

@@ -29,6 +29,7 @@ from local_eagle.serve.models import (
     prompt_tokens,
     settings,
     stream_flag,
+    unloads,
 )
 from local_eagle.serve.server import EagleServer, Server
 
@@ -66,9 +67,10 @@ class OllamaReply:
     def _text(self, text: str) -> dict[str, Any]:
         return {"message": {"role": "assistant", "content": text}} if self.chat else {"response": text}
 
-    def loaded(self) -> dict[str, Any]:
-        """What Ollama answers a request without a prompt: it only loads the model."""
-        return {"model": self.model, "created_at": _now_iso(), **self._text(""), "done": True, "done_reason": "load"}
+    def loaded(self, reason: str = "load") -> dict[str, Any]:
+        """What Ollama answers a request without a prompt: it only loads the model, or with ``keep_alive`` 0
+        unloads it (``reason`` "unload")."""
+        return {"model": self.model, "created_at": _now_iso(), **self._text(""), "done": True, "done_reason": reason}
 
     def piece(self, text: str) -> dict[str, Any]:
         return {"model": self.model, "created_at": _now_iso(), **self._text(text), "done": False}
@@ -183,8 +185,8 @@ async def generate(request: Request, server: Server) -> Response:
             raise ApiError(400, f"'{key}' is not supported by local-eagle serve")
     s = settings(server, body.get("options") or {}, "options.")
     reply = OllamaReply(model, chat=False)
-    if not prompt:  # Ollama: an empty prompt only loads the model
-        return JSONResponse(reply.loaded())
+    if not prompt:  # Ollama: an empty prompt only loads the model (unloads it with keep_alive 0)
+        return JSONResponse(reply.loaded("unload" if unloads(body) else "load"))
     system, template = body.get("system"), body.get("template")
     if body.get("raw"):
         tokens = await prompt_tokens(server, request, prompt)
@@ -204,6 +206,8 @@ async def chat(request: Request, server: Server) -> Response:
         raise ApiError(400, "'format' is not supported by local-eagle serve")
     s = settings(server, body.get("options") or {}, "options.")
     reply = OllamaReply(model, chat=True)
+    if unloads(body):  # Ollama: no messages and keep_alive 0 unload the model (serve -m keeps its one)
+        return JSONResponse(reply.loaded("unload"))
     if body.get("messages") == []:  # Ollama: no messages only loads the model
         return JSONResponse(reply.loaded())
     messages = parse_messages(body.get("messages"))

@@ -269,6 +269,19 @@ class ModelRegistry:
         else:
             threading.Thread(target=close, name="local-eagle-unload", daemon=True).start()
 
+    def expire(self, key: str) -> bool:
+        """``keep_alive`` 0 without a use (Ollama's ``expireRunner``): an idle model goes now; one in use is left
+        to its requests, whose own ``keep_alive`` decides. False if ``key`` is not loaded."""
+        with self._lock:
+            got = self.loaded.get(key)
+            if got is None:
+                return False
+            if got.users == 0:
+                got.expires_at = self.clock()
+        self._retire(self._expired(), wait=False)
+        self._notify()
+        return True
+
     def unload(self, key: str) -> bool:
         """Forget ``key`` and free its engine once no thread is inside llama.cpp (a job still finishing)."""
         with self._lock:

@@ -191,6 +191,10 @@ class StoreFront:
         except LocalEagleError as e:
             await _error(send, scope, 400, f"invalid request: {e}")
             return
+        if scope["path"] in ("/api/generate", "/api/chat") and keep == 0 and not request.get("prompt") \
+                and not request.get("messages"):  # fmt: skip
+            await self._unload(scope, send, ref, chat=scope["path"] == "/api/chat")
+            return
         try:
             key = await asyncio.wait_for(in_thread(lambda: self.key_of(ref)), self.config.queue_timeout)
             got = await self.registry.acquire(ref, key)
@@ -221,6 +225,29 @@ class StoreFront:
             await self._app(got.key, got.server)(scope, _replay(body, receive), send)
         finally:
             self.registry.release(got, keep)
+
+    async def _unload(self, scope: Scope, send: Send, ref: str, chat: bool) -> None:
+        """A request with no prompt and ``keep_alive`` 0: unload the model if it is loaded, without loading it
+        first, and answer ``done_reason: "unload"`` as Ollama does; 404 for a model no store has."""
+        from local_eagle.serve.ollama_api import OllamaReply
+
+        def expire() -> None:
+            self.resolve(ref)  # a model no store has is a 404, as it is for a load
+            self.registry.expire(self.key_of(ref))
+
+        try:
+            await asyncio.wait_for(in_thread(expire), self.config.queue_timeout)
+        except TimeoutError:
+            await _error(send, scope, 503, f"the server is busy: the store did not answer within "
+                                           f"{self.config.queue_timeout:g}s")  # fmt: skip
+            return
+        except ModelNotFoundError as e:
+            await _error(send, scope, 404, str(e))
+            return
+        except LocalEagleError as e:
+            await _error(send, scope, 404 if "not found" in str(e) else 400, str(e))
+            return
+        await _json(send, 200, OllamaReply(ref, chat=chat).loaded("unload"))
 
     def _app(self, key: str, server: EagleServer) -> Any:
         from local_eagle.serve.app import create_app
@@ -273,6 +300,10 @@ async def _error(send: Send, scope: Scope, status: int, message: str) -> None:
         payload: dict[str, Any] = {"error": {"message": message, "type": kind, "param": None, "code": None}}
     else:
         payload = {"error": message}
+    await _json(send, status, payload)
+
+
+async def _json(send: Send, status: int, payload: dict[str, Any]) -> None:
     data = json.dumps(payload).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": headers})

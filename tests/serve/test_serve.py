@@ -135,6 +135,10 @@ def test_ollama_errors(oll):
         list(oll.chat(model="cycle", messages=[{"role": "user", "content": "hi"}], stream=True, options={"top_p": 5}))
     assert e.value.status_code == 400 and "top_p" in e.value.error
     assert oll.chat(model="cycle", messages=[]).done_reason == "load"  # Ollama's way to preload a model
+    # and to unload one (ollama stop): serve -m keeps its one model, but answers as Ollama does
+    assert oll.chat(model="cycle", messages=[], keep_alive=0).done_reason == "unload"
+    assert oll.generate(model="cycle", keep_alive="0s").done_reason == "unload"
+    assert oll.generate(model="cycle", keep_alive="5m").done_reason == "load"
     base = str(oll._client.base_url)
     r = httpx.post(base + "/api/chat", content=b"{not json")
     assert r.status_code == 400 and "error" in r.json()

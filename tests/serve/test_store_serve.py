@@ -148,6 +148,26 @@ def test_keep_alive(served) -> None:
     assert client.ps().models[0].expires_at.year > 2100
 
 
+def test_keep_alive_zero_without_a_prompt_unloads(served) -> None:
+    """Ollama's ``ollama stop``: no prompt and keep_alive 0 unload the model, answered ``done_reason: "unload"``,
+    and a model that is not loaded is not loaded for it."""
+    front, client = served
+    assert client.generate(model="cyc", keep_alive=0).done_reason == "unload"
+    assert client.ps().models == [] and front.registry.loaded == {}
+    assert client.generate(model="cyc").done_reason == "load"
+    assert [m.model for m in client.ps().models] == ["cyc"]
+    r = client.generate(model="cyc:latest", prompt="", keep_alive="0s")
+    assert (r.done, r.done_reason, r.response) == (True, "unload", "")
+    assert client.ps().models == []
+    client.chat(model="cyc", messages=[])
+    c = client.chat(model="cyc", messages=[], keep_alive=0)
+    assert (c.done_reason, c.message.role, c.message.content) == ("unload", "assistant", "")
+    assert client.ps().models == []
+    with pytest.raises(ollama.ResponseError) as e:
+        client.generate(model="nope", keep_alive=0)
+    assert e.value.status_code == 404 and "not found" in e.value.error
+
+
 def test_answers_equal_a_lone_servers(served) -> None:
     front, client = served
     client.copy("cyc", "twin")
