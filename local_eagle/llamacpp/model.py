@@ -229,10 +229,13 @@ class Context:
         outputs: np.ndarray | bool = False,
         embd: np.ndarray | None = None,
         seqs: list[list[int]] | None = None,
+        seq: int = 0,
     ) -> None:
         """Decode rows (token, position[, embedding]); ``outputs`` marks rows whose logits are kept; ``seqs`` gives
-        each row's sequence ids (default: sequence 0), a row attending to its first sequence's cells."""
+        each row's sequence ids (default: every row on ``seq``), a row attending to its first sequence's cells."""
         n = len(tokens)
+        if seqs is None and seq:
+            seqs = [[seq]] * n
         if n > self.n_batch:
             raise LlamaError(f"batch of {n} rows exceeds n_batch={self.n_batch}")
         out = np.broadcast_to(np.asarray(outputs, dtype=bool), (n,))
@@ -295,9 +298,9 @@ class Context:
 
     # memory -------------------------------------------------------------------------------------
 
-    def remove_from(self, pos: int) -> None:
-        """Drop KV entries at positions >= pos."""
-        if not C.llama_memory_seq_rm(self.mem, 0, pos, -1):
+    def remove_from(self, pos: int, seq: int = 0) -> None:
+        """Drop ``seq``'s KV entries at positions >= pos."""
+        if not C.llama_memory_seq_rm(self.mem, seq, pos, -1):
             raise LlamaError(f"llama.cpp could not roll its cache back to position {pos}")
 
     def clear(self) -> None:

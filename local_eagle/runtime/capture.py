@@ -234,7 +234,7 @@ class LayerCapture:
         out = np.empty((n_rows, self.width), dtype=np.float32)
         e = self.n_embd
         if self.mode == "native":
-            if ctx.pos_max() < 0:
+            if all(ctx.pos_max(seq) < 0 for seq in range(ctx.n_seq_max)):
                 raise LocalEagleError("no decode has run since capturing was enabled")
             for j, k in enumerate(self.layers):
                 out[:, j * e : (j + 1) * e] = layer_input_view(ctx, k, n_rows, e)

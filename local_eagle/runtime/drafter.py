@@ -145,7 +145,9 @@ class Drafter:
             out[i : i + len(chunk)] = self.ctx.embeddings_nextn(len(chunk), self.n_embd)
         return out
 
-    def decode(self, tokens: np.ndarray, g: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def decode(
+        self, tokens: np.ndarray, g: np.ndarray, positions: np.ndarray, seq: int = 0
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Rows (token[P+1], g[P]) at positions P -> (logits [n, n_vocab], prenorm [n, H]).
 
         Every row is marked as an output and read by index: this llama.cpp's eagle3 decoder
@@ -157,7 +159,7 @@ class Drafter:
         step = self.ctx.n_batch
         for s in range(0, n, step):
             e = min(n, s + step)
-            self.ctx.decode(tokens[s:e], positions[s:e], True, g[s:e])
+            self.ctx.decode(tokens[s:e], positions[s:e], True, g[s:e], seq=seq)
             for i in range(e - s):
                 logits[s + i] = self.ctx.logits_view(i, self.n_vocab)
                 prenorm[s + i] = self.ctx.embeddings_nextn_ith(i, self.n_embd)
@@ -189,7 +191,9 @@ class Drafter:
                 prenorm[s + i] = self.ctx.embeddings_nextn_ith(i, self.n_embd)
         return logits, prenorm
 
-    def decode_last(self, tokens: np.ndarray, g: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def decode_last(
+        self, tokens: np.ndarray, g: np.ndarray, positions: np.ndarray, seq: int = 0
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Decode rows and return only the last row's (logits [1, n_vocab], prenorm [1, H]).
 
         Catching the drafter up after rounds it skipped needs the rows' cache entries and one next
@@ -200,17 +204,17 @@ class Drafter:
         n, step = len(tokens), self.ctx.n_batch
         last = (n - 1) // step * step
         if last:
-            self.decode_kv(tokens[:last], g[:last], positions[:last])
-        self.ctx.decode(tokens[last:], positions[last:], True, g[last:])
+            self.decode_kv(tokens[:last], g[:last], positions[:last], seq)
+        self.ctx.decode(tokens[last:], positions[last:], True, g[last:], seq=seq)
         i = n - 1 - last
         logits = self.ctx.logits(i, self.n_vocab)[None, :]
         return logits, self.ctx.embeddings_nextn_ith(i, self.n_embd)[None, :]
 
-    def decode_kv(self, tokens: np.ndarray, g: np.ndarray, positions: np.ndarray) -> None:
+    def decode_kv(self, tokens: np.ndarray, g: np.ndarray, positions: np.ndarray, seq: int = 0) -> None:
         """Decode real rows whose outputs nobody reads: only their cache entries matter."""
         step = self.ctx.n_batch
         for s in range(0, len(tokens), step):
-            self.ctx.decode(tokens[s : s + step], positions[s : s + step], False, g[s : s + step])
+            self.ctx.decode(tokens[s : s + step], positions[s : s + step], False, g[s : s + step], seq=seq)
 
     def feedback(self, prenorm: np.ndarray) -> np.ndarray:
         """The state the next draft step takes as g: post-norm under EAGLE 3.1's norm_output."""
@@ -218,8 +222,8 @@ class Drafter:
             return rms_norm(prenorm, self.spec.output_norm_weight, self.spec.eps)
         return prenorm
 
-    def remove_from(self, pos: int) -> None:
-        self.ctx.remove_from(pos)
+    def remove_from(self, pos: int, seq: int = 0) -> None:
+        self.ctx.remove_from(pos, seq)
 
     def close(self) -> None:
         self.ctx.close()

@@ -17,6 +17,7 @@ import numpy as np
 
 from local_eagle.errors import LocalEagleError
 from local_eagle.llamacpp.model import Context, ContextOptions, Model
+from local_eagle.runtime.batch import Batcher
 from local_eagle.runtime.drafter import Drafter, check_pair, read_spec
 from local_eagle.runtime.draftlen import DraftLengthPolicy
 from local_eagle.runtime.feed import DrafterFeed
@@ -66,6 +67,7 @@ class EngineOptions:
     tree_nodes: int = 0  # largest draft tree a call may verify (0: chains only; above, a unified multi-sequence cache,
     # and adaptive calls that name no tree may draft trees up to this size where the costs favour them)
     tree_width: int = 8  # widest frontier a tree may expand per drafter call
+    parallel: int = 1  # generations at once (runtime.batch): n_ctx tokens each, one target call a round for all
 
 
 class Stream:
@@ -116,8 +118,17 @@ class Engine:
         callback = self.capture.callback if self.capture is not None else None
         # trees need a sequence per leaf; a multi-sequence cache costs memory (a SWA model's window grows with the
         # sequences), so a context gets them only when trees may be asked for
+        self.parallel = parallel = options.parallel
+        if not 1 <= parallel <= MAX_SEQ:
+            raise LocalEagleError(f"parallel must be 1..{MAX_SEQ} sequences, got {parallel}")
+        if parallel > 1:  # each sequence may use n_ctx tokens of one unified cache, as Ollama's num_parallel does
+            refusal = self.model.branching_refusal()
+            if refusal is not None:
+                raise LocalEagleError(f"{self.model.path.name}: cannot hold {parallel} sequences ({refusal})")
+            context_options = replace(context_options, n_ctx=options.n_ctx * parallel, n_seq_max=parallel)
         self.tree_refusal = self.model.branching_refusal() if options.tree_nodes > 1 else None
-        self.trees = trees = options.tree_nodes > 1 and draft is not None and self.tree_refusal is None
+        # a parallel engine's sequences draft chains (trees would need a sequence per leaf of every sequence)
+        self.trees = trees = options.tree_nodes > 1 and draft is not None and self.tree_refusal is None and parallel == 1
         target_options = context_options
         if trees:
             target_options = replace(context_options, n_seq_max=min(MAX_SEQ, options.tree_nodes))
@@ -129,8 +140,9 @@ class Engine:
             )
             self.drafter = Drafter(draft, self.ctx, drafter_options, n_gpu_layers=options.n_gpu_layers)
             self.feed = DrafterFeed(self.drafter, self.capture.width)
-        self.n_ctx = self.ctx.n_ctx
+        self.n_ctx = self.ctx.n_ctx // parallel  # what one generation may use
         self.n_ubatch = self.ctx.n_ubatch
+        self.batcher: Batcher | None = None
         self.max_tree_nodes = CPU_TREE_NODES if self.model.attention_on_cpu else MAX_SEQ - 1
 
     @property
@@ -194,6 +206,8 @@ class Engine:
         if draft_max < 0:
             raise LocalEagleError(f"draft max must be >= 0, got {draft_max}")
         adaptive = self.options.adaptive if adaptive is None else adaptive
+        if tree is not None and self.parallel > 1:
+            tree, draft_max = None, draft_max if adaptive else tree.depth
         if tree is None and adaptive and self.trees and draft_max > 0:
             tree = self.default_tree(draft_max)
         if tree is not None and self.drafter is not None:
@@ -212,6 +226,10 @@ class Engine:
             adaptive, tree,
         )  # fmt: skip
         generation.cancelled = cancelled
+        if self.parallel > 1:
+            if self.batcher is None:
+                self.batcher = Batcher(self, self.parallel)
+            return Stream(self.batcher.run(generation))
         return Stream(generation.run())
 
     def default_tree(self, draft_max: int) -> TreeShape:
@@ -226,6 +244,8 @@ class Engine:
         return tree if tree.nodes <= self.max_tree_nodes else replace(tree, nodes=self.max_tree_nodes)
 
     def close(self) -> None:
+        if self.batcher is not None:
+            self.batcher.close()
         if self.drafter is not None:
             self.drafter.close()
         self.ctx.close()

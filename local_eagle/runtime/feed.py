@@ -30,9 +30,11 @@ the costs, so it records and catches up on fewer rows (each costs a share of a d
 class DrafterFeed:
     """Rows the drafter has not decoded yet, in a buffer reused across rounds (no per-round allocation)."""
 
-    def __init__(self, drafter: Drafter, width: int, window: int = IDLE_CONTEXT) -> None:
+    def __init__(self, drafter: Drafter, width: int, window: int = IDLE_CONTEXT, seq: int | None = None) -> None:
         self.drafter = drafter
         self.window = window
+        self.seq = seq or 0  # the drafter cache's sequence these rows go to
+        self._shared = seq is not None  # other sequences share the cache: clear only this one's cells
         self._tokens = np.empty(0, dtype=np.int32)
         self._features = np.empty((0, width), dtype=np.float32)
         self._head = self._tail = 0
@@ -45,7 +47,7 @@ class DrafterFeed:
 
     def reset(self) -> None:
         """An empty drafter cache and queue, for a new generation."""
-        self.drafter.ctx.clear()
+        self._clear()
         self._head = self._tail = self.first = 0
         self._restart = False
 
@@ -91,7 +93,7 @@ class DrafterFeed:
         h = self._head
         self._clear_if_restarted()
         g = self.drafter.encode(self._features[h : h + n])
-        self.drafter.decode_kv(self._tokens[h : h + n], g, np.arange(self.first, self.first + n))
+        self.drafter.decode_kv(self._tokens[h : h + n], g, np.arange(self.first, self.first + n), self.seq)
         self._head += n
         self.first += n
 
@@ -104,7 +106,7 @@ class DrafterFeed:
         self._clear_if_restarted()
         g = self.drafter.encode(self._features[h : self._tail])
         logits, prenorm = self.drafter.decode_last(
-            self._tokens[h : self._tail], g, np.arange(self.first, self.first + n)
+            self._tokens[h : self._tail], g, np.arange(self.first, self.first + n), self.seq
         )
         self._head = self._tail = 0
         self.first += n
@@ -112,8 +114,14 @@ class DrafterFeed:
 
     def _clear_if_restarted(self) -> None:
         if self._restart:
-            self.drafter.ctx.clear()
+            self._clear()
             self._restart = False
+
+    def _clear(self) -> None:
+        if self._shared:
+            self.drafter.ctx.seq_remove(self.seq)
+        else:
+            self.drafter.ctx.clear()
 
     def _make_room(self, n: int) -> None:
         """Move the queued rows to the front, growing the buffer when they would not fit."""

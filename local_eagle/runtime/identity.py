@@ -125,6 +125,34 @@ def check_identity(
     return IdentityCheck(NEAR_TIE if d.near_tie else DIVERGENT, d)
 
 
+def check_identity_batched(
+    engine: Engine, prompt: str | np.ndarray, baseline: GenerationResult, speculative: GenerationResult
+) -> IdentityCheck:
+    """:func:`check_identity` for a run that shared its verify calls with other sequences (``runtime.batch``).
+
+    Those calls' shapes depend on what else was in the batch, so they cannot be replayed: a divergence is a
+    near-tie when the two tokens are the target alone's top two there and their gap is within ``KERNEL_NOISE``
+    of the logits' range. ``engine`` must be a one-sequence engine of the same target (the replay clears it).
+    """
+    a, b = baseline.tokens, speculative.tokens
+    if a == b:
+        return IdentityCheck(IDENTICAL)
+    j = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+    tokens = engine.tokenize(prompt) if isinstance(prompt, str) else np.asarray(prompt, dtype=np.int32)
+    single = _replay_single(engine, tokens, a[:j])
+    ta = a[j] if j < len(a) else _stop_choice(engine, single)
+    tb = b[j] if j < len(b) else None
+    if ta is None or tb is None:
+        return IdentityCheck(DIVERGENT)
+    finite = single[np.isfinite(single)]
+    scale = float(finite.max() - finite.min())
+    top_two = {int(t) for t in np.argpartition(single, -2)[-2:]}
+    gap = top2_gap(single)
+    near_tie = top_two == {ta, tb} and int(np.argmax(single)) == ta and gap <= KERNEL_NOISE * scale
+    d = Divergence(j, len(tokens) + j, ta, tb, gap, float("nan"), float("nan"), scale, False, near_tie)
+    return IdentityCheck(NEAR_TIE if near_tie else DIVERGENT, d)
+
+
 def _stop_choice(engine: Engine, logits: np.ndarray) -> int | None:
     """The end-of-generation token a greedy run that stopped here picked, if its argmax is one."""
     top = int(np.argmax(logits))

@@ -54,7 +54,9 @@ class GenerationResult:
     spec_stats: SpecStats | None = None
 
 
-def decode_prompt(ctx: Context, prompt: np.ndarray, cancelled: Callable[[], bool] | None = None) -> Iterator[int]:
+def decode_prompt(
+    ctx: Context, prompt: np.ndarray, cancelled: Callable[[], bool] | None = None, seq: int = 0
+) -> Iterator[int]:
     """Decode ``prompt`` into an empty ``ctx`` in ubatch-sized chunks, only the last row with logits.
 
     Yields each chunk's row count (for reading its features). Speculative and plain decoding split a
@@ -69,7 +71,7 @@ def decode_prompt(ctx: Context, prompt: np.ndarray, cancelled: Callable[[], bool
         chunk = prompt[start : start + ubatch]
         outputs = np.zeros(len(chunk), dtype=bool)
         outputs[-1] = start + len(chunk) == n
-        ctx.decode(chunk, np.arange(start, start + len(chunk)), outputs)
+        ctx.decode(chunk, np.arange(start, start + len(chunk)), outputs, seq=seq)
         yield len(chunk)
 
 
@@ -133,39 +135,62 @@ class Generation:
         self.spec_stats = SpecStats.for_draft_max(max(draft_max, 0 if tree is None else tree.nodes))
         self.spec_stats.adaptive = self.adaptive
         self.n_past = 0
+        self.seq = 0  # the cache sequence this generation decodes on (a batch's seat, runtime.batch)
+        self.shared = False  # other generations share the caches: only this one's sequence is cleared
         self.cancelled: Callable[[], bool] | None = None
         self.trees = TreeRounds(self, tree) if tree is not None and self.speculative else None
 
     def run(self) -> Iterator[str]:
-        self._reset_caches()
+        self.reset_caches()
         started = clock()
         first = self.prefill()
         self.spec_stats.prefill_seconds = clock() - started
         if first is None:
-            stats = self.spec_stats.generation_stats(len(self.prompt), 0, STOP_CANCELLED)
-            return GenerationResult(text="", tokens=[], stats=stats, spec_stats=self.spec_stats)
+            return self.cancelled_result()
         pending = [first]  # tokens chosen but not yet emitted
         started = clock()
         try:
             while True:
                 yield from self.emit(pending)
-                if self.stop_reason:
-                    break
-                if self.n_past >= self.engine.n_ctx:
-                    self.stop_reason = STOP_CONTEXT
+                if self.ended():
                     break
                 pending = self.round(pending[-1])
         finally:
             self.spec_stats.decode_seconds = clock() - started
-        tail = self.text.finish()
+        tail, result = self.finish()
         if tail:
             yield tail
+        return result
+
+    def ended(self) -> bool:
+        """After emitting: has the generation stopped (``stop_reason``), the context being full included?"""
+        if not self.stop_reason and self.n_past >= self.engine.n_ctx:
+            self.stop_reason = STOP_CONTEXT
+        return bool(self.stop_reason)
+
+    def cancelled_result(self) -> GenerationResult:
+        """The result of a generation whose prefill was cancelled."""
+        stats = self.spec_stats.generation_stats(len(self.prompt), 0, STOP_CANCELLED)
+        return GenerationResult(text="", tokens=[], stats=stats, spec_stats=self.spec_stats)
+
+    def finish(self) -> tuple[str, GenerationResult]:
+        """The text held back for stop strings, and the result (once the generation has stopped)."""
+        tail = self.text.finish()
         if isinstance(self.lengths, DraftLengthPolicy):
             self.spec_stats.policy = state_dict(self.lengths.state())
         stats = self.spec_stats.generation_stats(len(self.prompt), len(self.output_tokens), self.stop_reason)
-        return GenerationResult(text=self.text.text, tokens=self.output_tokens, stats=stats, spec_stats=self.spec_stats)
+        return tail, GenerationResult(self.text.text, self.output_tokens, stats, self.spec_stats)
 
-    def _reset_caches(self) -> None:
+    def reset_caches(self) -> None:
+        if self.shared:  # other generations' cells stay; capturing stays on for all of them
+            self.target.seq_remove(self.seq)
+            if self.drafter is not None:
+                self.drafter.ctx.seq_remove(self.seq)
+            if self.feed is not None:
+                self.feed.reset()
+            if self.capture is not None and self.capture.paused:
+                self.capture.pause(False)
+            return
         self.target.clear()
         if self.feed is not None:
             self.feed.reset()
@@ -197,7 +222,17 @@ class Generation:
 
     def prefill(self) -> int | None:
         """Decode the prompt into the target and queue its rows for the drafter; the first token (None
-        when ``cancelled`` stopped the prompt's decoding between chunks: a server dropping a long prefill).
+        when ``cancelled`` stopped the prompt's decoding between chunks: a server dropping a long prefill)."""
+        chunks = self.prefill_chunks()
+        while True:
+            try:
+                next(chunks)
+            except StopIteration as done:
+                return done.value
+
+    def prefill_chunks(self) -> Iterator[None]:
+        """:meth:`prefill` one ubatch at a time (a batch runs other sequences' rounds between the chunks); returns
+        the first token, or None when cancelled.
 
         The drafter decodes the prompt's rows here too when drafting is likely to start at once (fixed
         drafting, or a policy that drafted lately); otherwise they wait, and only the last few are kept.
@@ -206,10 +241,12 @@ class Generation:
         n_prompt = len(prompt)
         features = []
         decoded = 0
-        for rows in decode_prompt(self.target, prompt, self.cancelled):
+        for rows in decode_prompt(self.target, prompt, self.cancelled, self.seq):
             decoded += rows
             if self.speculative:
                 features.append(self.capture.features(rows))
+            if decoded < n_prompt:  # the last chunk's logits are read before anything else decodes
+                yield
         if decoded < n_prompt:
             return None
         logits = prompt_logits(self.target, n_prompt, self.engine.n_vocab)
@@ -250,7 +287,7 @@ class Generation:
         return min(limit, self.engine.n_ctx - self.n_past - 1, remaining - 1, self.target.n_batch - 1)
 
     def draft(
-        self, last_token: int, observed: RoundStats
+        self, last_token: int, observed: RoundStats, limit: int | None = None
     ) -> tuple[list[int], list[np.ndarray], tuple[int, float] | None]:
         """A chain of drafter steps from ``last_token``, as long as ``self.lengths`` says.
 
@@ -267,7 +304,7 @@ class Generation:
             return drafts, distributions, None
         if isinstance(lengths, DraftLengthPolicy):  # where probes cannot pay, they mostly re-check the costs
             self.feed.window = PROBE_CONTEXT if lengths.hopeless else self.window
-        lengths.begin_round(max(0, self.draft_length()), ready=self.feed.ready(self.n_past))
+        lengths.begin_round(max(0, self.draft_length(limit)), ready=self.feed.ready(self.n_past))
         started = clock()
         drafter = self.drafter
         refused = None
@@ -278,7 +315,7 @@ class Generation:
                 logits, prenorm, observed.catch_up_rows = self.feed.catch_up()
             else:
                 position = np.array([self.n_past + n - 1])
-                logits, prenorm = drafter.decode(np.array([drafts[-1]]), drafter.feedback(prenorm), position)
+                logits, prenorm = drafter.decode(np.array([drafts[-1]]), drafter.feedback(prenorm), position, self.seq)
                 observed.draft_rows += 1
             observed.steps += 1
             row = logits[0]
@@ -317,7 +354,7 @@ class Generation:
         capture = self.capturing(len(drafts))
         if self.pausable:
             self.capture.pause(not capture)
-        self.target.decode(batch, np.arange(self.n_past, self.n_past + n_rows), True)
+        self.target.decode(batch, np.arange(self.n_past, self.n_past + n_rows), True, seq=self.seq)
         # one copy of each row's logits, straight from llama.cpp's buffer (an idle round reads one, as plain decoding)
         target_logits = np.stack([self.target.logits_view(row, self.engine.n_vocab) for row in range(n_rows)])
         features = self.capture.features(n_rows) if capture else None
@@ -374,12 +411,12 @@ class Generation:
         n_accepted = len(accepted) - 1
         n_past = self.n_past
         started = clock()
-        self.target.remove_from(n_past + 1 + n_accepted)
+        self.target.remove_from(n_past + 1 + n_accepted, self.seq)
         observed.rollback_seconds = clock() - started
         if self.speculative:
             started = clock()
             if observed.steps > 1:
-                self.drafter.remove_from(n_past)
+                self.drafter.remove_from(n_past, self.seq)
             if verified_features is None:
                 self.feed.skip(n_past, n_accepted + 1)
             else:

@@ -27,11 +27,11 @@ class _Drafter:
     def encode(self, features: np.ndarray) -> np.ndarray:
         return features[:, :2].copy()
 
-    def decode_kv(self, tokens: np.ndarray, g: np.ndarray, positions: np.ndarray) -> None:
+    def decode_kv(self, tokens: np.ndarray, g: np.ndarray, positions: np.ndarray, seq: int = 0) -> None:
         self.calls += 1
         self.rows += [(int(p), int(t), float(x[0])) for p, t, x in zip(positions, tokens, g, strict=True)]
 
-    def decode_last(self, tokens: np.ndarray, g: np.ndarray, positions: np.ndarray):
+    def decode_last(self, tokens: np.ndarray, g: np.ndarray, positions: np.ndarray, seq: int = 0):
         self.decode_kv(tokens, g, positions)
         return np.array([[float(tokens[-1])]]), g[-1:].copy()
 

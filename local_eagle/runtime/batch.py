@@ -1,0 +1,267 @@
+"""Many generations on one engine at once: they join and leave between rounds, and one target call verifies
+every sequence's drafts.
+
+An engine opened with ``EngineOptions.parallel`` N > 1 holds N sequences in one unified cache (the target's and
+the drafter's). Each :meth:`Engine.stream` call becomes a *seat*: a :class:`~local_eagle.runtime.rounds.Generation`
+on its own cache sequence and drafter feed, run by one scheduler thread. Each turn of that thread decodes one
+prompt chunk of every seat still in its prefill, then runs one round for every seat past it: each drafts (the
+length the :class:`~local_eagle.runtime.batchpolicy.BatchPolicy` chose for the batch, or its own fixed length),
+one target call decodes ``[last token, *drafts]`` of every seat, each on its sequence, and each seat accepts,
+commits and emits on its own, with its own sampling, stop strings and random stream, so that each output is the
+target's own whatever else shares the batch. A seat that ends frees its sequence's cells for the next request.
+The consumer of a stream reads pieces from its seat's queue in its own thread.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from local_eagle.errors import LocalEagleError
+from local_eagle.runtime.batchpolicy import PROBE_FIRST, BatchPolicy
+from local_eagle.runtime.feed import IDLE_CONTEXT, PROBE_CONTEXT, DrafterFeed
+from local_eagle.runtime.lengths import FixedLengths
+from local_eagle.runtime.rounds import STOP_CANCELLED, Generation, GenerationResult
+from local_eagle.runtime.stats import RoundStats
+
+if TYPE_CHECKING:
+    from local_eagle.runtime.engine import Engine
+
+clock = time.perf_counter
+
+
+@dataclass
+class Seat:
+    """One generation in the batch, and the queue its consumer reads."""
+
+    gen: Generation
+    out: queue.Queue[tuple[str, Any]] = field(default_factory=queue.Queue)
+    closed: bool = False  # the consumer has gone
+    prefill: Iterator[None] | None = None
+    last_token: int | None = None  # set once the prefill chose the first token
+    started: float = 0.0
+
+
+class Batcher:
+    """The scheduler thread of a parallel engine and the seats it runs."""
+
+    def __init__(self, engine: Engine, parallel: int) -> None:
+        self.engine = engine
+        self.cond = threading.Condition()
+        self.waiting: deque[Seat] = deque()
+        self.active: list[Seat] = []
+        self.free = list(range(parallel))
+        self.policy = BatchPolicy()
+        self.thread: threading.Thread | None = None
+        self.closing = False
+
+    # --- the consumer's side --------------------------------------------------------------------------
+
+    def run(self, gen: Generation) -> Iterator[str]:
+        """The generation's pieces as the scheduler produces them; returns its result."""
+        seat = Seat(gen)
+        with self.cond:
+            if self.closing:
+                raise LocalEagleError("the engine is closing")
+            self.waiting.append(seat)
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._loop, name="local-eagle-batch", daemon=True)
+                self.thread.start()
+            self.cond.notify_all()
+        try:
+            while True:
+                kind, value = seat.out.get()
+                if kind == "piece":
+                    yield value
+                elif kind == "end":
+                    return value
+                else:
+                    raise value
+        finally:
+            seat.closed = True
+            with self.cond:
+                self.cond.notify_all()
+
+    def close(self) -> None:
+        """Stop the scheduler (the seats still running end with an error) and wait for it."""
+        with self.cond:
+            self.closing = True
+            self.cond.notify_all()
+            thread = self.thread
+        if thread is not None:
+            thread.join(timeout=60)
+
+    # --- the scheduler ----------------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while True:
+            with self.cond:
+                while not self.closing and not self.waiting and not self.active:
+                    self.cond.wait()
+                if self.closing:
+                    for seat in [*self.active, *self.waiting]:
+                        seat.out.put(("error", LocalEagleError("the engine was closed")))
+                    return
+                while self.waiting and self.free:
+                    seat = self.waiting.popleft()
+                    if not seat.closed:
+                        self._admit(seat)
+            try:
+                self._turn()
+            except Exception as e:  # a failed call fails the seats it held, not the server
+                for seat in list(self.active):
+                    seat.out.put(("error", e))
+                    self._release(seat)
+
+    def _admit(self, seat: Seat) -> None:
+        gen, engine = seat.gen, self.engine
+        gen.seq = self.free.pop(0)
+        gen.shared = True
+        gen.pausable = False  # the batch decides when to record features, for every seat at once
+        if engine.drafter is not None and engine.capture is not None:
+            gen.feed = DrafterFeed(engine.drafter, engine.capture.width, gen.window, seq=gen.seq)
+        if gen.speculative:
+            gen.lengths = FixedLengths()
+        seat.started = clock()
+        self.active.append(seat)
+        gen.reset_caches()
+        seat.prefill = gen.prefill_chunks()
+
+    def _release(self, seat: Seat) -> None:
+        gen = seat.gen
+        if seat in self.active:
+            self.active.remove(seat)
+            gen.target.seq_remove(gen.seq)
+            if gen.drafter is not None:
+                gen.drafter.ctx.seq_remove(gen.seq)
+            with self.cond:
+                self.free.append(gen.seq)
+
+    def _end(self, seat: Seat, result: GenerationResult | None = None) -> None:
+        gen = seat.gen
+        if result is None:
+            gen.spec_stats.decode_seconds = clock() - seat.started
+            if gen.adaptive:
+                gen.spec_stats.policy = self.policy.state()
+            tail, result = gen.finish()
+            if tail:
+                seat.out.put(("piece", tail))
+        seat.out.put(("end", result))
+        self._release(seat)
+
+    def _turn(self) -> None:
+        """A prompt chunk for each seat in its prefill, then one round for the others."""
+        capture = self.engine.capture
+        for seat in list(self.active):
+            gen = seat.gen
+            if seat.closed or (seat.last_token is not None and gen.cancelled is not None and gen.cancelled()):
+                gen.stop_reason = gen.stop_reason or STOP_CANCELLED
+                self._end(seat)
+                continue
+            if seat.prefill is None:
+                continue
+            if gen.speculative and capture is not None and capture.paused:
+                capture.pause(False)
+            try:
+                next(seat.prefill)
+            except StopIteration as done:
+                seat.prefill = None
+                gen.spec_stats.prefill_seconds = clock() - seat.started
+                seat.started = clock()
+                if done.value is None:
+                    self._end(seat, gen.cancelled_result())
+                else:
+                    self._emit(seat, [int(done.value)])
+        ready = [seat for seat in self.active if seat.prefill is None and not seat.closed]
+        if ready:
+            self._round(ready)
+
+    def _emit(self, seat: Seat, tokens: list[int]) -> None:
+        gen = seat.gen
+        for piece in gen.emit(tokens):
+            seat.out.put(("piece", piece))
+        if gen.ended():
+            self._end(seat)
+        else:
+            seat.last_token = tokens[-1]
+
+    def _round(self, seats: list[Seat]) -> None:
+        """Draft for every seat, verify all of them in one target call, then accept, commit and emit each."""
+        engine, policy = self.engine, self.policy
+        target, capture = engine.ctx, engine.capture
+        n = len(seats)
+        started = clock()
+        adaptive = [s.gen for s in seats if s.gen.adaptive]
+        k = 0
+        if adaptive:
+            bound = min(max(g.draft_length() for g in adaptive), target.n_batch // n - 1)
+            k = policy.choose(n, max(0, bound))
+        window = PROBE_CONTEXT if policy.probe_every > PROBE_FIRST else IDLE_CONTEXT
+        rounds: list[tuple[Seat, RoundStats, list[int], list[np.ndarray]]] = []
+        for seat in seats:
+            gen, observed = seat.gen, RoundStats()
+            drafts: list[int] = []
+            dists: list[np.ndarray] = []
+            if gen.speculative:
+                if gen.adaptive:
+                    gen.feed.window = max(window, k + 1)
+                drafts, dists, _ = gen.draft(seat.last_token, observed, k if gen.adaptive else None)
+            rounds.append((seat, observed, drafts, dists))
+        drafted = any(d for _, _, d, _ in rounds)
+        features_wanted = capture is not None and any(s.gen.speculative for s in seats) and (
+            drafted or k > 0 or any(s.gen.speculative and not s.gen.adaptive for s in seats)
+            or policy.rounds_until_probe() <= window + 1
+        )  # fmt: skip
+        if capture is not None and capture.can_pause:
+            capture.pause(not features_wanted)
+        tokens: list[int] = []
+        positions: list[int] = []
+        seqs: list[list[int]] = []
+        for seat, _, drafts, _ in rounds:
+            gen = seat.gen
+            rows = [seat.last_token, *drafts]
+            tokens += rows
+            positions += range(gen.n_past, gen.n_past + len(rows))
+            seqs += [[gen.seq]] * len(rows)
+        verify_started = clock()
+        target.decode(np.array(tokens, dtype=np.int32), np.array(positions), True, seqs=seqs)
+        verify_seconds = clock() - verify_started
+        features = capture.features(len(tokens)) if features_wanted else None
+        n_vocab = engine.n_vocab
+        offset = 0
+        learnt: tuple[list[int], list[int]] = ([], [])
+        firsts, steps = [], []
+        for seat, observed, drafts, dists in rounds:
+            gen = seat.gen
+            last = seat.last_token
+            n_rows = 1 + len(drafts)
+            logits = np.stack([target.logits_view(offset + i, n_vocab) for i in range(n_rows)])
+            observed.verify_seconds = verify_seconds
+            observed.captured = features is not None
+            n_accepted, next_token = gen.accept(last, drafts, dists, logits, observed)
+            accepted = drafts[:n_accepted] + [next_token]
+            rows = None if features is None or not gen.speculative else features[offset : offset + n_rows]
+            gen.commit(last, accepted, rows, observed)
+            gen.spec_stats.observe(observed)
+            offset += n_rows
+            if gen.adaptive:
+                learnt[0].append(len(drafts))
+                learnt[1].append(n_accepted)
+                if observed.steps:
+                    firsts.append(observed.catch_up_seconds)
+                if observed.steps > 1:
+                    steps.append((observed.draft_seconds - observed.catch_up_seconds) / (observed.steps - 1))
+            self._emit(seat, accepted)
+        if adaptive:
+            host = max(0.0, clock() - started - verify_seconds - sum(r[1].draft_seconds for r in rounds))
+            policy.observe(
+                len(tokens), verify_seconds, *learnt, first=float(np.mean(firsts)) if firsts else None,
+                step=float(np.mean(steps)) if steps else None, host=host,
+            )  # fmt: skip

@@ -1,0 +1,157 @@
+"""One draft length for every sequence of a round, from what a target call costs by rows and how often drafts stay.
+
+With several sequences in a round, one target call verifies all their rows: n sequences drafting k tokens each
+make a call of n(k+1) rows. On a GPU that call costs about what n rows do until the rows fill it; on a CPU it
+grows with the rows. The batch is what pays, so the policy chooses k for the batch, the one that maximises the
+expected tokens a second::
+
+    rate(k) = n (1 + sum_{i<=k} prod_{j<=i} a_j) / (T(n(k+1)) + [k>0] n (d_1 + (k-1) d) + h)
+
+with T the measured cost of a call by rows, a_j the rate at which a draft at depth j is kept when the drafts
+before it were, d_1 and d the drafter's first and later step per sequence, h the host's share of a round. k = 0
+is batched decoding without drafts, so once the costs are known the policy is never slower than it. A row count
+never measured is estimated on the line through the measured ones (in proportion to the rows from a single one:
+cautious), and while k = 0 wins a probe drafts k = 1 every so often, because that line and the a_j change with
+the machine's load and the text. Only the drafter's past and the call's timings decide, never this round's
+target output, so every sequence's output stays the target's own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from local_eagle.runtime.draftcost import Window
+
+DECAY = 0.98
+"""Per round, the weight of what earlier rounds said about acceptance: the text changes."""
+PROBE_FIRST = 8
+"""Rounds between probes of k = 1 while the batch does not draft, at first ..."""
+PROBE_LAST = 64
+"""... and at most, after probes that did not pay (each costs about a call of twice the rows)."""
+MIN_SAMPLES = 2
+
+
+def expected_tokens(acceptance: np.ndarray, k: int) -> float:
+    """Tokens a sequence gains in a round with k drafts: the one the target adds, plus the kept prefix's mean."""
+    return 1.0 + float(np.sum(np.cumprod(acceptance[:k]))) if k > 0 else 1.0
+
+
+def best_length(
+    call: list[float], n: int, acceptance: np.ndarray, first: float, step: float, host: float, k_max: int
+) -> tuple[int, list[float]]:
+    """The k in 0..k_max with the highest rate (tokens a second for the batch), and every k's rate.
+
+    ``call[r]`` is the cost of a target call of r rows (index 0 unused), long enough for n(k_max+1) rows;
+    ``acceptance[j-1]`` is a_j for j = 1..k_max.
+    """
+    rates = []
+    for k in range(k_max + 1):
+        seconds = call[n * (k + 1)] + host + (n * (first + (k - 1) * step) if k > 0 else 0.0)
+        rates.append(n * expected_tokens(acceptance, k) / max(seconds, 1e-12))
+    return int(np.argmax(rates)), rates
+
+
+def line_costs(samples: dict[int, float], max_rows: int) -> list[float] | None:
+    """T[r] for r = 0..max_rows: measured where known, on the least-squares line through them elsewhere (through
+    the origin from a single count: in proportion to the rows), nondecreasing. None while nothing is measured."""
+    if not samples:
+        return None
+    rows = np.array(sorted(samples), dtype=float)
+    secs = np.array([samples[int(r)] for r in rows])
+    if len(rows) == 1:
+        slope, base = secs[0] / rows[0], 0.0
+    else:
+        slope, base = np.polyfit(rows, secs, 1)
+        slope = max(0.0, float(slope))
+        base = float(np.mean(secs) - slope * np.mean(rows))
+    out = [0.0] * (max_rows + 1)
+    for r in range(1, max_rows + 1):
+        out[r] = samples.get(r, max(base + slope * r, 1e-9))
+    out[1:] = np.maximum.accumulate(out[1:]).tolist()
+    return out
+
+
+@dataclass
+class BatchPolicy:
+    """The batch's draft length: what calls cost by rows, what depths are kept, when to probe again."""
+
+    k_cap: int = 8
+    calls: dict[int, Window] = field(default_factory=dict)
+    hits: np.ndarray = field(default_factory=lambda: np.zeros(8))
+    tries: np.ndarray = field(default_factory=lambda: np.zeros(8))
+    first: Window = field(default_factory=lambda: Window(16))
+    step: Window = field(default_factory=lambda: Window(16))
+    host: Window = field(default_factory=lambda: Window(16))
+    probe_every: int = PROBE_FIRST
+    since_draft: int = 0
+    rounds: int = 0
+    last_k: int = 0
+    probing: bool = False
+    last_rates: list[float] = field(default_factory=list)
+
+    def acceptance(self, k_max: int) -> np.ndarray:
+        """a_j for j = 1..k_max: kept over tried with a uniform prior; a depth never tried takes the deepest
+        tried one's rate (deeper drafts are seldom kept more often)."""
+        a = (self.hits[:k_max] + 1.0) / (self.tries[:k_max] + 2.0)
+        tried = np.nonzero(self.tries[:k_max] >= 1.0)[0]
+        if len(tried):
+            a[tried[-1] + 1 :] = a[tried[-1]]
+        return a
+
+    def costs(self, max_rows: int) -> list[float] | None:
+        known = {r: w.median(0.0) for r, w in self.calls.items() if len(w) >= MIN_SAMPLES}
+        return line_costs(known, max_rows)
+
+    def choose(self, n: int, k_max: int) -> int:
+        """The round's draft length for ``n`` sequences, at most ``k_max``."""
+        k_max = min(k_max, self.k_cap)
+        self.rounds += 1
+        k = 0
+        costs = self.costs(n * (k_max + 1)) if k_max > 0 else None
+        if costs is not None and len(self.calls.get(n, ())) >= MIN_SAMPLES:
+            k, self.last_rates = best_length(
+                costs, n, self.acceptance(k_max), self.first.median(0.0), self.step.median(0.0),
+                self.host.median(0.0), k_max,
+            )  # fmt: skip
+            if self.probing:  # judged with what the probe measured: one that still loses makes the next rarer
+                self.probe_every = PROBE_FIRST if k > 0 else min(PROBE_LAST, 2 * self.probe_every)
+            self.probing = k == 0 and self.rounds_until_probe() <= 0
+            if self.probing:
+                k = 1
+        self.since_draft = 0 if k > 0 else self.since_draft + 1
+        self.last_k = k
+        return k
+
+    def rounds_until_probe(self) -> int:
+        """Rounds before the next probe while the batch does not draft (the feeds want features that early)."""
+        return self.probe_every - self.since_draft
+
+    def observe(self, rows: int, seconds: float, drafted: list[int], accepted: list[int], *,
+                first: float | None = None, step: float | None = None, host: float | None = None) -> None:  # fmt: skip
+        """One round: its call's rows and seconds, each sequence's drafts and how many were kept, and the
+        drafter's first and later step per sequence where it ran."""
+        self.calls.setdefault(rows, Window(16)).add(seconds)
+        self.hits *= DECAY
+        self.tries *= DECAY
+        for d, a in zip(drafted, accepted, strict=True):
+            reached = min(d, a + 1)
+            self.tries[:reached] += 1.0
+            self.hits[:a] += 1.0
+        if first is not None:
+            self.first.add(first)
+        if step is not None:
+            self.step.add(step)
+        if host is not None:
+            self.host.add(host)
+
+    def state(self) -> dict:
+        """What the served statistics report of the batch policy."""
+        return {
+            "kind": "batch",
+            "draft_length": self.last_k,
+            "acceptance": [round(float(x), 3) for x in self.acceptance(self.k_cap)],
+            "call_ms": {str(r): round(1e3 * w.median(0.0), 3) for r, w in sorted(self.calls.items())},
+            "probe_every": self.probe_every,
+        }
