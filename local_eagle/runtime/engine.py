@@ -128,7 +128,8 @@ class Engine:
             context_options = replace(context_options, n_ctx=options.n_ctx * parallel, n_seq_max=parallel)
         self.tree_refusal = self.model.branching_refusal() if options.tree_nodes > 1 else None
         # a parallel engine's sequences draft chains (trees would need a sequence per leaf of every sequence)
-        self.trees = trees = options.tree_nodes > 1 and draft is not None and self.tree_refusal is None and parallel == 1
+        trees = options.tree_nodes > 1 and draft is not None and self.tree_refusal is None
+        self.trees = trees = trees and parallel == 1
         target_options = context_options
         if trees:
             target_options = replace(context_options, n_seq_max=min(MAX_SEQ, options.tree_nodes))

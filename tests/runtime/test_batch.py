@@ -83,7 +83,10 @@ def test_the_batch_policy_reports_itself(engines):
 def test_sampling_with_a_seed_matches_the_target_alone(engines):
     single, parallel = engines
     sampling = [SamplingParams(temperature=0.9, top_k=20, seed=s) for s in range(4)]
-    base = [single.generate(p, max_tokens=30, draft_max=0, sampling=s).tokens for p, s in zip(PROMPTS, sampling)]
+    base = [
+        single.generate(p, max_tokens=30, draft_max=0, sampling=s).tokens
+        for p, s in zip(PROMPTS[:4], sampling, strict=True)
+    ]
     out: list[list[int]] = [[] for _ in range(4)]
 
     def go(i: int) -> None:
@@ -101,7 +104,7 @@ def test_more_requests_than_sequences_queue_and_free_their_cells(engines):
     single, parallel = engines
     prompts = PROMPTS * 2  # 16 requests on 4 sequences
     lengths = [5 + 3 * i for i in range(len(prompts))]
-    base = [single.generate(p, max_tokens=n, draft_max=0).tokens for p, n in zip(prompts, lengths)]
+    base = [single.generate(p, max_tokens=n, draft_max=0).tokens for p, n in zip(prompts, lengths, strict=True)]
     out: list[GenerationResult | None] = [None] * len(prompts)
 
     def go(i: int) -> None:
