@@ -23,6 +23,20 @@ def _target_gguf(model: str) -> Path:
     return resolve_model(resolve_name(model))
 
 
+def _listed_under(model: str) -> list[Any]:
+    """The catalog's drafters whose target Ollama knows as ``model`` (``llama3.1:8b``), best first; matched as
+    Ollama matches names (case, ``:latest``, ``registry.ollama.ai/library/``), so that a model not pulled here
+    still finds the drafters listed for it."""
+    from local_eagle.catalog import catalog
+    from local_eagle.ollama.store import StoreError, check_name
+
+    try:
+        want = check_name(model)
+    except StoreError:
+        return []
+    return [d for d in catalog() if any(check_name(name).same(want) for name in d.target.ollama)]
+
+
 def _row(d: Any, best: bool = False) -> dict[str, Any]:
     return {
         "drafter": d.hub_name,
@@ -73,7 +87,17 @@ def drafters(
             return
         out.print(_table(rows, "public EAGLE drafters (3.1 in green)"))
         return
-    info = read_model_info(_target_gguf(model), "target GGUF")
+    from local_eagle.store.models import StoreEntryError
+
+    try:
+        target = _target_gguf(model)
+    except StoreEntryError as e:  # no store has it: the drafters the catalog lists under that name, if any
+        listed = _listed_under(model) if "not found" in str(e) else []
+        if not listed:
+            raise
+        _print_listed(model, listed, as_json)
+        return
+    info = read_model_info(target, "target GGUF")
     fits = fitting(info)
     first = next((d for d in fits if d.supported), None)
     rows = [_row(d, d is first) for d in fits]
@@ -88,3 +112,15 @@ def drafters(
     out.print(f"no drafter in the catalog fits {escape(model)} ({shape})", highlight=False)
     for d, why in misses:
         out.print(f"  {escape(d.hub_name)}: {escape(why)}", highlight=False)
+
+
+def _print_listed(model: str, listed: list[Any], as_json: bool) -> None:
+    """The catalog's rows for a model name no store has here: by the name, since there is no GGUF to read."""
+    first = next((d for d in listed if d.supported), None)
+    rows = [_row(d, d is first) for d in listed]
+    note = f"{model} is not pulled here: these drafters are listed for it by name (`ollama pull {model}` to use one)"
+    if as_json:
+        print(json.dumps({"model": model, "fits": rows, "near_misses": [], "by_name": True, "note": note}))
+        return
+    out.print(_table(rows, f"drafters listed for {model}"))
+    out.print(escape(note), highlight=False)

@@ -240,3 +240,23 @@ def test_drafters_for_an_ollama_model_name(tmp_path, monkeypatch):
     fits = json.loads(r.stdout)["fits"]
     assert fits[0]["drafter"] == "hf.co/yuhuili/EAGLE3-DeepSeek-R1-Distill-LLaMA-8B" and fits[0]["best"]
     assert "deepseek-r1:8b-llama-distill-q4_K_M" in fits[0]["ollama"]
+
+
+@pytest.mark.parametrize("name", ["llama3.1:8b", "LLAMA3.1:8B", "registry.ollama.ai/library/llama3.1:8b"])
+def test_drafters_for_a_name_no_store_has_lists_the_catalogs_rows(name):
+    """`drafters llama3.1:8b` before `ollama pull`: the catalog lists drafters under that name, so those are shown
+    (by name, there being no GGUF to read), best first; a name the catalog does not list is still "not found"."""
+    r = CliRunner().invoke(app, ["drafters", name, "--json"])
+    assert r.exit_code == 0, r.output
+    got = json.loads(r.stdout)
+    want = [d.hub_name for d in ROWS if "llama3.1:8b" in d.target.ollama]
+    assert [x["drafter"] for x in got["fits"]] == want and len(want) == 3
+    assert got["fits"][0]["drafter"] == "hf.co/RedHatAI/Llama-3.1-8B-Instruct-speculator.eagle3"
+    assert [x["best"] for x in got["fits"]] == [True, False, False] and got["by_name"]
+    r = CliRunner().invoke(app, ["drafters", name], env={"COLUMNS": "200"})
+    assert r.exit_code == 0 and "RedHatAI" in r.output and "not pulled here" in r.output
+
+
+def test_drafters_for_a_name_nobody_lists_is_not_found():
+    r = CliRunner().invoke(app, ["drafters", "mistral:7b"])
+    assert r.exit_code == 2 and "not found" in r.output and "Traceback" not in r.output
