@@ -54,13 +54,16 @@ class LoadOptions:
     """The largest draft tree a round may verify (``--tree``); above 1 the contexts get unified multi-sequence
     caches, priced by :func:`buffer_bytes`. 0: chains only."""
     tree_width: int = AUTO_TREE_WIDTH
+    parallel: int = 1
+    """Generations at once (``serve --parallel``), each up to ``ctx`` tokens of one shared cache; they draft chains."""
 
     def engine_options(self, n_ctx: int) -> EngineOptions:
         from local_eagle.runtime.engine import EngineOptions
 
         return EngineOptions(
             n_ctx=n_ctx, n_batch=N_BATCH, n_gpu_layers=self.gpu_layers, n_threads=self.threads,
-            tree_nodes=self.tree_nodes, tree_width=self.tree_width,
+            tree_nodes=self.tree_nodes if self.parallel == 1 else 0, tree_width=self.tree_width,
+            parallel=self.parallel,
         )  # fmt: skip
 
 

@@ -64,6 +64,16 @@ ModelfileOpt = Annotated[
 OptionalCtxOpt = Annotated[int | None, typer.Option("--ctx", help=table_help("num_ctx"))]
 GpuOpt = Annotated[int, typer.Option("--gpu-layers", help=PARAMETERS["num_gpu"].help)]
 ThreadsOpt = Annotated[int, typer.Option("--threads", help=PARAMETERS["num_thread"].help)]
+PARALLEL_ENV = "OLLAMA_NUM_PARALLEL"
+MAX_PARALLEL = 64  # runtime.tree.MAX_SEQ: the sequences one engine's caches hold
+ParallelOpt = Annotated[
+    int,
+    typer.Option(
+        "--parallel", envvar=PARALLEL_ENV, min=1, max=MAX_PARALLEL,
+        help="Requests a loaded model serves at once, each up to --ctx tokens, all verified in one target call a "
+        f"round; more wait their turn (Ollama's {PARALLEL_ENV}).",
+    ),
+]  # fmt: skip
 
 _DRAFT_MAX = PARAMETERS["draft_num_predict"]
 DraftMaxOpt = Annotated[

@@ -23,6 +23,7 @@ from local_eagle.cli.options import (
     GpuOpt,
     ModelfileOpt,
     OptionalModelOpt,
+    ParallelOpt,
     ThreadsOpt,
     TreeOpt,
     checked_options,
@@ -62,6 +63,7 @@ def serve(
     ] = 300.0,
     gpu_layers: GpuOpt = -1,
     threads: ThreadsOpt = 0,
+    parallel: ParallelOpt = 1,
     log_level: Annotated[str, typer.Option("--log-level", help="uvicorn's: warning, info, debug.")] = "info",
     ollama: Annotated[bool, typer.Option("--ollama", help="Without -m/-f: serve Ollama's models too.")] = False,
     max_memory: Annotated[
@@ -93,19 +95,22 @@ def serve(
 
     access = Access.configured(host, origins)  # a bad origin is refused before a model loads
     trees = parse_tree(tree)
+    if trees.explicit and trees.nodes > 1 and parallel > 1:
+        raise LocalEagleError("give --tree (one generation's draft trees) or --parallel (chains), not both")
 
     if model is None and modelfile is None:  # the store server: every model by name
         from local_eagle.cli.serve_store import serve_store
 
         return serve_store(host, port, log_level, ollama=ollama, ctx=ctx, gpu_layers=gpu_layers, threads=threads,
                            trees=trees, draft_max=parse_draft_max(draft_max), fixed=fixed, timeout=timeout,
-                           queue_timeout=queue_timeout, max_memory=max_memory, access=access)  # fmt: skip
+                           queue_timeout=queue_timeout, max_memory=max_memory, access=access,
+                           parallel=parallel)  # fmt: skip
     pair = resolve_models(model, draft, modelfile)
     if timeout < 0 or queue_timeout < 0:
         raise LocalEagleError("--timeout and --queue-timeout must be 0 (never) or positive")
     k = draft_bound(pair, draft_max, fixed)
     opts = LoadOptions(ctx or pair.parameters.get("num_ctx"), gpu_layers, threads, k, ctx_beyond_training,
-                       trees.engine_nodes(fixed), trees.engine_width(fixed))  # fmt: skip
+                       trees.engine_nodes(fixed), trees.engine_width(fixed), parallel)  # fmt: skip
     n_ctx = plan_context(pair.model, pair.draft, opts)
     name = name or pair.name or model_name(pair.model, modelfile)
     config = ServeConfig(
@@ -124,7 +129,9 @@ def serve(
         err.print(f"[yellow]warning:[/] listening on {host}: whoever reaches it can use the model", soft_wrap=True)
     pair_name = pair.model.name + (f" + {pair.draft.name}" if pair.draft else "")
     err.print(
-        f"serving [bold]{config.name}[/] ({pair_name}, ctx {server.engine.n_ctx}) "
+        f"serving [bold]{config.name}[/] ({pair_name}, ctx {server.engine.n_ctx}"
+        + (f", {parallel} requests at once" if parallel > 1 else "")
+        + ") "
         f"on http://{host}:{port}: Ollama API at /api, OpenAI API at /v1",
         highlight=False,
         soft_wrap=True,

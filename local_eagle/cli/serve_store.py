@@ -52,7 +52,7 @@ def pair_bytes(load: LoadOptions, gpu: bool) -> Callable[[Path, Path | None, int
 def store_config(
     host: str, port: int, log_level: str, *, ollama: bool, ctx: int | None, gpu_layers: int, threads: int,
     trees: TreeSetting, draft_max: int | None, fixed: bool, timeout: float, queue_timeout: float,
-    max_memory: int | None, access: Access,
+    max_memory: int | None, access: Access, parallel: int = 1,
 ) -> StoreConfig:  # fmt: skip
     """The store server's settings from ``serve``'s flags: the engine settings ``serve -m`` gives a pair (the
     cost-aware policy unless ``fixed``, trees as ``--tree`` says), each model's draft bound from ``--draft-max``,
@@ -63,7 +63,8 @@ def store_config(
     from local_eagle.serve.store_app import StoreConfig
     from local_eagle.store import LocalStore
 
-    load = LoadOptions(ctx, gpu_layers, threads, 4, False, trees.engine_nodes(fixed), trees.engine_width(fixed))
+    load = LoadOptions(ctx, gpu_layers, threads, 4, False, trees.engine_nodes(fixed), trees.engine_width(fixed),
+                       parallel)  # fmt: skip
     options = dataclasses.replace(load.engine_options(ctx or 4096), adaptive=not fixed)
     probe = ServeConfig(name="-", model=Path("-"), queue_timeout=queue_timeout or None, generation_timeout=timeout
                         or None, draft_max=4 if draft_max is None else draft_max)  # fmt: skip

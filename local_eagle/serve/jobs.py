@@ -1,6 +1,7 @@
 """The one model slot both APIs share: a queue of jobs, a worker thread each, and the pieces they hand back.
 
-One llama.cpp context can run one generation at a time, so requests queue on a lock; each generation runs in
+An engine runs as many generations at once as it has sequences (``serve --parallel``, one by default; they share
+its rounds, ``runtime.batch``), so further requests queue on a semaphore; each generation runs in
 its own worker thread and hands text pieces to the async response through an ``asyncio.Queue``. A client that
 goes away sets the job's cancel event; the worker then closes the engine's stream at the next piece, which stops
 llama.cpp and frees the lock for the next request.
@@ -110,7 +111,8 @@ class JobSlot:
         self.engine = engine
         self.config = config
         self.tree: TreeShape | None = None  # serve --fixed --tree N: the tree every round drafts
-        self.lock = threading.Lock()
+        self.parallel = max(1, int(getattr(getattr(engine, "options", None), "parallel", 1) or 1))
+        self.lock = threading.Semaphore(self.parallel)  # the engine's sequences: more jobs wait their turn
         self.records: deque[JobRecord] = deque(maxlen=64)
         self.closing = False
         self._users = 0

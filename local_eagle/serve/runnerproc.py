@@ -77,7 +77,7 @@ class Runner:
         self.write_lock = threading.Lock()
         self.engine: Any = None
         self.cancels: dict[int, threading.Event] = {}
-        self.generation: threading.Thread | None = None
+        self.generations: list[threading.Thread] = []  # a parallel engine runs several at once
 
     def send(self, message: dict[str, Any]) -> None:
         with self.write_lock:
@@ -110,13 +110,15 @@ class Runner:
             elif op in ("stream", "bench"):
                 self.cancels[rid] = threading.Event()
                 target = self._stream if op == "stream" else self._bench
-                self.generation = threading.Thread(target=target, args=(msg,), daemon=True)
-                self.generation.start()
+                self.generations = [t for t in self.generations if t.is_alive()]
+                self.generations.append(threading.Thread(target=target, args=(msg,), daemon=True))
+                self.generations[-1].start()
         for event in list(self.cancels.values()):
             event.set()
-        if self.generation is not None:
-            self.generation.join(timeout=30)
-        if self.engine is not None and (self.generation is None or not self.generation.is_alive()):
+        deadline = time.monotonic() + 30
+        for thread in self.generations:
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        if self.engine is not None and not any(t.is_alive() for t in self.generations):
             self.engine.close()
 
     def _tokenize(self, msg: dict[str, Any]) -> None:

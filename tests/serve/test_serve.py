@@ -537,6 +537,8 @@ def test_a_field_of_the_wrong_json_type_is_a_400(served, path, field, value):
         (["--threads", "100000"], "--threads: num_thread must be between 0 and 512"),
         (["--ctx", "5"], "--ctx: num_ctx must be between 16"),
         (["--host", "no.such.host.invalid"], "--host"),
+        (["--parallel", "0"], "--parallel"),
+        (["--parallel", "2", "--tree", "8"], "not both"),
     ],
 )
 def test_serve_refuses_bad_settings_before_loading(pair, monkeypatch, args, words):
