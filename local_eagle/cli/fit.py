@@ -56,7 +56,6 @@ def _settings(
             raise LocalEagleError(f"--gpu-layers {gpu_layers!r}: expected a number or auto") from None
     s = vram.Settings(
         n_ctx=ctx or 8192,
-        n_seq=parallel,
         n_batch=batch,
         n_ubatch=ubatch,
         type_k=kv_type_k or kv_type or "f16",
@@ -69,7 +68,7 @@ def _settings(
         draft_ubatch=draft_ubatch,
         draft_max=draft_max,
         swa_full=swa_full,
-    )
+    ).with_parallel(parallel)  # as the engine opens N requests: N x --ctx cells, N sequences, one unified cache
     s.validate()
     return s
 
@@ -80,6 +79,8 @@ class _Outcome:
 
     plan: Plan
     suggestion: Suggestion | None = None
+    refusal: str | None = None
+    """With --parallel N that does not fit: what it needs and the most requests (or the context) that fit."""
     backend: str = ""
     rows: list[Row] | None = None
 
@@ -90,6 +91,8 @@ class _Outcome:
 
     def to_dict(self) -> dict[str, Any]:
         result: dict[str, Any] = {"plan": self.plan.to_dict()}
+        if self.plan.settings.parallel > 1:
+            result["parallel_refusal"] = self.refusal
         if self.suggestion is not None:
             result["suggestion"] = self.suggestion.to_dict()
         if self.rows is not None:
@@ -103,6 +106,8 @@ class _Outcome:
         from local_eagle.vram import report as vram_report
 
         vram_report.print_plan(out, self.plan)
+        if self.refusal is not None:
+            out.print(self.refusal, highlight=False, markup=False, soft_wrap=True)
         if self.suggestion is not None:
             out.print()
             vram_report.print_suggestion(out, self.suggestion)
@@ -149,7 +154,10 @@ def fit(
     layers: Annotated[
         str, typer.Option("--gpu-layers", help="Target layers on the GPU (output layer counts), -1 = all, or auto.")
     ] = "auto",
-    parallel: Annotated[int, typer.Option(help="Parallel sequences (n_seq_max).")] = 1,
+    parallel: Annotated[
+        int,
+        typer.Option(help="Requests at once, each up to --ctx tokens: both contexts hold N x --ctx, one shared cache."),
+    ] = 1,
     batch: Annotated[int, typer.Option(help="n_batch of the target context.")] = 2048,
     ubatch: Annotated[int, typer.Option(help="n_ubatch of the target context.")] = 512,
     draft_ubatch: Annotated[int, typer.Option(help="n_ubatch (and at most n_batch) of the drafter.")] = 512,
@@ -191,6 +199,14 @@ def fit(
         s = replace(s, n_seq=min(MAX_SEQ, trees.nodes), kv_unified=True, draft_n_seq=drafter_sequences(width))
     budget = gpus.budget(gpu, vram_gb, overhead_mib)
     found = _Outcome(vram.make_plan(target, drafter, s, budget))
+    if parallel > 1 and not (found.plan.fits and (found.plan.full_offload or s.n_gpu_layers is not None)):
+        from local_eagle.vram.parallel import parallel_refusal
+
+        # at the layers asked for; with auto, fully offloaded (serve's default), said when the plan fits partially
+        at = s if s.n_gpu_layers is not None else replace(s, n_gpu_layers=-1)
+        found.refusal = parallel_refusal(target, drafter, at, budget)
+        if found.refusal is not None and at is not s:
+            found.refusal = f"with every layer on the GPU, {found.refusal}"
     if suggest:
         top = ctx or target.n_ctx_train or s.n_ctx
         found.suggestion = vram.suggest(target, drafter, replace(s, n_ctx=top), budget, max_ctx=top)

@@ -25,9 +25,13 @@ no GPU. The formulas follow the pinned llama.cpp (``vendor/llama.cpp`` of llama-
 What llama.cpp does not allocate through its buffers (the CUDA context, cuBLAS workspaces, the
 memory pool) is an ``overhead`` allowance. Host memory is reported apart from VRAM.
 
+* ``--parallel N``: both contexts at N x the per-request context, N sequences in one unified cache
+  (``Settings.with_parallel``), the logits buffer sized for a verify of ``draft_max`` + 1 rows per
+  request; ``parallel_refusal`` says in one line whether N fit and, if not, the most that would.
+
 Modules, lowest first: ``types`` (ggml cache types, backend rounding), ``shapes`` (GGUF headers),
 ``settings``, ``memory`` (placement, weights, KV cache), ``graph`` (compute buffers), ``plan``,
-``suggest``; beside them ``gpus`` (budgets), ``report`` (tables, JSON) and ``measure`` (llama.cpp's
+``parallel``, ``suggest``; beside them ``gpus`` (budgets), ``report`` (tables, JSON) and ``measure`` (llama.cpp's
 own numbers). The names below are the planner's API; import the side modules by name.
 """
 
@@ -42,6 +46,7 @@ from local_eagle.vram.memory import (
     tensor_on_gpu,
     weights,
 )
+from local_eagle.vram.parallel import parallel_bytes, parallel_refusal
 from local_eagle.vram.plan import (
     DEFAULT_OVERHEAD,
     Component,
@@ -87,6 +92,8 @@ __all__ = [
     "layer_on_gpu",
     "make_plan",
     "n_offloadable",
+    "parallel_bytes",
+    "parallel_refusal",
     "read_shape",
     "row_bytes",
     "suggest",

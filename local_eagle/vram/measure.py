@@ -150,7 +150,7 @@ class _DryContext:
     def __init__(self, model: _DryModel, s: Settings, draft: bool, other: _DryContext | None, what: str) -> None:
         C = bindings.C
         p = C.llama_context_default_params()
-        p.n_ctx = s.n_ctx
+        p.n_ctx = s.cells  # the per-request context times the parallel requests
         p.n_batch = s.draft_batch if draft else s.n_batch
         p.n_ubatch = s.draft_ubatch if draft else s.n_ubatch
         p.n_seq_max = s.drafter_seqs if draft else s.n_seq

@@ -92,6 +92,12 @@ class Plan:
             else {"path": str(self.draft.path), "arch": self.draft.arch, "name": self.draft.name},
             "gpu": asdict(self.budget),
             "settings": s,
+            # the context each request may use, the requests at once, and the context llama.cpp is asked for
+            "context": {
+                "per_request": self.settings.n_ctx,
+                "parallel": self.settings.parallel,
+                "n_ctx": self.settings.cells,
+            },
             "n_gpu_layers": self.n_gpu_layers,
             "n_layers_max": self.n_layers_max,
             "full_offload": self.full_offload,
@@ -114,11 +120,11 @@ class _Compute:
 
 def target_compute(target: ModelShape, s: Settings, backend: Backend = CUDA) -> int:
     """The target context's compute buffer (memoised on the shape: the suggest search asks often)."""
-    key = ("t", s.n_ctx, s.n_seq, s.n_batch, s.n_ubatch, s.type_k, s.type_v, s.flash_attn, s.swa_full, s.kv_unified)
+    key = ("t", s.cells, s.n_seq, s.n_batch, s.n_ubatch, s.type_k, s.type_v, s.flash_attn, s.swa_full, s.kv_unified)
     key += (backend,)
     hit = target.cache.get(key)
     if hit is None:
-        d = ctx_dims(s.n_ctx, s.n_seq, s.n_batch, s.n_ubatch, s.kv_unified)
+        d = ctx_dims(s.cells, s.n_seq, s.n_batch, s.n_ubatch, s.kv_unified)
         g, fa = target_graph(target, graph_dims(target, d, s, s.type_k, s.type_v, s.n_ubatch))
         hit = target.cache[key] = graph_bytes(g, backend, fa)
     return hit
@@ -130,11 +136,11 @@ def draft_compute(draft: ModelShape, s: Settings, backend: Backend = CUDA, encod
     llama.cpp reserves the decoder graph when the context is created; the first encode of a
     ubatch of target features grows the buffer if the encoder graph needs more.
     """
-    key = ("d", s.n_ctx, s.drafter_seqs, s.draft_batch, s.draft_ubatch, s.draft_type_k, s.draft_type_v, s.flash_attn)
+    key = ("d", s.cells, s.drafter_seqs, s.draft_batch, s.draft_ubatch, s.draft_type_k, s.draft_type_v, s.flash_attn)
     key += (s.kv_unified, backend, encoder)
     hit = draft.cache.get(key)
     if hit is None:
-        dd = ctx_dims(s.n_ctx, s.drafter_seqs, s.draft_batch, s.draft_ubatch, s.kv_unified)
+        dd = ctx_dims(s.cells, s.drafter_seqs, s.draft_batch, s.draft_ubatch, s.kv_unified)
         gdd = graph_dims(draft, dd, s, s.draft_type_k, s.draft_type_v, s.draft_ubatch)
         gg, fa = drafter_graph(draft, gdd, "norm_before_residual" in draft.flags)
         hit = graph_bytes(gg, backend, fa)
@@ -174,7 +180,7 @@ def breakdown(
 ) -> tuple[list[Component], list[str]]:
     """Every component's GPU and host bytes for ``ngl`` target layers on the GPU (drafter fully offloaded)."""
     notes: list[str] = []
-    d = ctx_dims(s.n_ctx, s.n_seq, s.n_batch, s.n_ubatch, s.kv_unified)
+    d = ctx_dims(s.cells, s.n_seq, s.n_batch, s.n_ubatch, s.kv_unified)
     n_max = n_offloadable(target)
     ngl = max(0, min(ngl, n_max))
     tw = weights(target, ngl, backend, host)
@@ -196,7 +202,9 @@ def breakdown(
             f"partial offload ({ngl}/{n_max} layers): each side's compute buffer is estimated from the "
             f"whole graph, plus the largest host weight the GPU borrows for large batches"
         )
-    n_out = max(s.n_seq, s.draft_max + 1)
+    # logits rows: llama.cpp keeps at least one per sequence and grows the buffer to the largest decode's
+    # outputs: a verify of draft_max + 1 rows for each of the parallel requests (at most a batch per decode)
+    n_out = max(s.n_seq, min(s.parallel * (s.draft_max + 1), d.n_batch))
     n_capture = 3 if draft is not None else 0
     out_target = (target.n_vocab * n_out + n_capture * target.n_embd * d.n_batch) * 4
     comps = [
@@ -207,7 +215,7 @@ def breakdown(
     if draft is not None:
         dn = n_offloadable(draft)
         dw = weights(draft, dn, backend, host)
-        dd = ctx_dims(s.n_ctx, s.drafter_seqs, s.draft_batch, s.draft_ubatch, s.kv_unified)
+        dd = ctx_dims(s.cells, s.drafter_seqs, s.draft_batch, s.draft_ubatch, s.kv_unified)
         dkv = kv_cache(draft, dd, s, dn, True, backend, host)
         n_dtok = min(dd.n_ctx, s.draft_ubatch, dd.n_batch)
         out_draft = (draft.n_vocab + draft.n_embd) * dd.n_batch * 4

@@ -19,15 +19,18 @@ from local_eagle.vram.types import CPU, CUDA
 
 def settings_line(p: Plan) -> str:
     s = p.settings
+    ctx = f"ctx {s.n_ctx}"
+    if s.parallel > 1:
+        ctx = f"{s.parallel} sequences x {s.n_ctx} tokens (--parallel: each context holds {s.cells}, one shared cache)"
     parts = [
-        f"ctx {s.n_ctx}",
+        ctx,
         f"ubatch {s.n_ubatch}",
         f"KV {s.type_k}/{s.type_v}",
         f"flash-attn {'on' if s.flash_attn else 'off'}",
         f"GPU layers {p.n_gpu_layers}/{p.n_layers_max}",
     ]
-    if s.n_seq > 1:
-        parts.append(f"{s.n_seq} sequences in one cache (draft trees)" if s.kv_unified else f"parallel {s.n_seq}")
+    if s.n_seq > 1 and s.parallel == 1:
+        parts.append(f"{s.n_seq} sequences in one cache (draft trees)" if s.kv_unified else f"{s.n_seq} streams")
     if p.draft is not None:
         parts.append(f"drafter KV {s.draft_type_k}/{s.draft_type_v}, ubatch {s.draft_ubatch}, max {s.draft_max}")
     return ", ".join(parts)
@@ -95,6 +98,8 @@ def print_suggestion(out: Console, sg: Suggestion) -> None:
 def cli_flags(p: Plan) -> list[str]:
     s = p.settings
     f = [f"--ctx {s.n_ctx}", f"--gpu-layers {p.n_gpu_layers}"]
+    if s.parallel > 1:
+        f.append(f"--parallel {s.parallel}")
     if s.type_k == s.type_v:
         f.append(f"--kv-type {s.type_k}")
     else:
@@ -132,7 +137,7 @@ def predict_for_backend(target: ModelShape, draft: ModelShape | None, s: Setting
     ngl = 0 if not gpu_build else (n_offloadable(target) if s.n_gpu_layers is None else s.n_gpu_layers)
     if ngl < 0:
         ngl = n_offloadable(target)
-    d = ctx_dims(s.n_ctx, s.n_seq, s.n_batch, s.n_ubatch, s.kv_unified)
+    d = ctx_dims(s.cells, s.n_seq, s.n_batch, s.n_ubatch, s.kv_unified)
     out = {
         "target weights": weights(target, ngl, gpu, CPU).total,
         "target KV cache": kv_cache(target, d, s, ngl, False, gpu, CPU).total,
@@ -140,7 +145,7 @@ def predict_for_backend(target: ModelShape, draft: ModelShape | None, s: Setting
     }
     if draft is not None:
         dn = n_offloadable(draft) if gpu_build else 0
-        dd = ctx_dims(s.n_ctx, s.drafter_seqs, s.draft_batch, s.draft_ubatch, s.kv_unified)
+        dd = ctx_dims(s.cells, s.drafter_seqs, s.draft_batch, s.draft_ubatch, s.kv_unified)
         out["draft weights"] = weights(draft, dn, gpu, CPU).total
         out["draft KV cache"] = kv_cache(draft, dd, s, dn, True, gpu, CPU).total
         out["draft compute"] = draft_compute(draft, s, gpu, encoder=False)

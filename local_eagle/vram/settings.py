@@ -6,11 +6,14 @@ copies of it, so everything here is a value with no reference to a model.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from local_eagle.gguf import pad
 from local_eagle.vram.types import KV_TYPES, PlanError
+
+MAX_SEQ = 256
+"""llama.cpp's LLAMA_MAX_SEQ: the most sequences one context holds."""
 
 
 @dataclass(frozen=True)
@@ -18,7 +21,12 @@ class Settings:
     """One llama.cpp configuration: the knobs that change memory.
 
     ``n_gpu_layers`` None means "auto": the most layers that fit. The drafter context is created
-    at the target's ``n_ctx`` (its KV cache covers the whole context) with its own batch sizes.
+    at the target's context (its KV cache covers the whole context) with its own batch sizes.
+
+    ``n_ctx`` is the context one request may use. With ``parallel`` N above 1 (``--parallel``) both contexts
+    are opened at N x ``n_ctx`` cells (:attr:`cells`), with N sequences in one unified cache, as the engine
+    opens them (and as Ollama multiplies ``num_ctx`` by ``OLLAMA_NUM_PARALLEL``); :meth:`with_parallel`
+    sets the sequence fields to match.
     """
 
     n_ctx: int = 8192
@@ -38,10 +46,23 @@ class Settings:
     kv_unified: bool = False
     draft_n_seq: int | None = None
     """Sequences of the drafter's context (None: as many as the target's); draft trees give it its own count."""
+    parallel: int = 1
+    """Requests decoded at once, each in its own sequence of up to ``n_ctx`` tokens (see :meth:`with_parallel`)."""
 
     @property
     def drafter_seqs(self) -> int:
         return self.n_seq if self.draft_n_seq is None else self.draft_n_seq
+
+    @property
+    def cells(self) -> int:
+        """The context llama.cpp is asked for (before padding): ``n_ctx`` for each of the ``parallel`` requests."""
+        return self.n_ctx * self.parallel
+
+    def with_parallel(self, n: int) -> Settings:
+        """These settings for ``n`` requests at once, as the engine opens them: both contexts at ``n`` x ``n_ctx``
+        cells, ``n`` sequences in one unified cache (``n_seq_max``, ``kv_unified``), no draft-tree sequences.
+        ``n`` = 1 is the plain one-sequence context."""
+        return replace(self, parallel=n, n_seq=n, kv_unified=n > 1, draft_n_seq=None)
 
     def validate(self) -> None:
         """Refuse what llama.cpp would refuse, naming the CLI flag, before anything is priced."""
@@ -66,6 +87,17 @@ class Settings:
                 raise PlanError(f"{flag} must be at least 1, got {getattr(self, k)}")
         if self.draft_max < 0:
             raise PlanError(f"--draft-max must be >= 0, got {self.draft_max}")
+        if self.parallel < 1:
+            raise PlanError(f"--parallel must be at least 1, got {self.parallel}")
+        seqs = max(self.n_seq, self.drafter_seqs)
+        if seqs > MAX_SEQ:
+            raise PlanError(f"--parallel {seqs}: a llama.cpp context holds at most {MAX_SEQ} sequences")
+        n = self.parallel
+        if n > 1 and (self.n_seq, self.drafter_seqs, self.kv_unified) != (n, n, True):
+            raise PlanError(
+                f"parallel {self.parallel} needs {self.parallel} sequences in unified caches "
+                f"(got n_seq {self.n_seq}, drafter {self.drafter_seqs}, unified {self.kv_unified}): use with_parallel"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

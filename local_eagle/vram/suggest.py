@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from local_eagle.vram.parallel import largest
 from local_eagle.vram.plan import GPUBudget, Plan, make_plan
 from local_eagle.vram.settings import Settings
 from local_eagle.vram.shapes import ModelShape
@@ -66,6 +67,8 @@ def _describe(req: Settings, plan: Plan, dropped: bool, req_draft: bool) -> list
     """What ``plan`` gave up against the request, one phrase per setting, for people to read."""
     got = plan.settings
     out = []
+    if got.parallel != req.parallel:
+        out.append(f"parallel {req.parallel} -> {got.parallel} (fewer requests at once)")
     if got.n_ctx != req.n_ctx:
         out.append(f"context {req.n_ctx} -> {got.n_ctx}")
     n_max = plan.n_layers_max
@@ -100,11 +103,29 @@ def suggest(
     (up to ``max_ctx`` or the request), the most layers on the GPU, the least KV quantisation (a
     window-sized cache for sliding-window layers comes before quantising), and the requested
     drafter settings. A plan needs at least one target layer on the GPU.
+
+    With ``requested.parallel`` N above 1 the context is each request's and the N requests are kept; only
+    when nothing fits with N is it looked for with the most requests that fit, and then without the drafter.
     """
     requested.validate()
     top = max_ctx or requested.n_ctx
     ctxs = [top] + [c for c in CTX_STEPS if c < top]
     res = _search(target, draft, requested, budget, ctxs, backend)
+    if res.plan is None and requested.parallel > 1:
+        evaluated = res.evaluated
+        found: dict[int, Suggestion] = {}
+
+        def fits(n: int) -> bool:
+            nonlocal evaluated
+            found[n] = _search(target, draft, requested.with_parallel(n), budget, ctxs, backend)
+            evaluated += found[n].evaluated
+            return found[n].plan is not None
+
+        best = largest(1, requested.parallel - 1, fits)  # memory grows with the requests
+        if best is not None:
+            res = found[best]
+            res.requested, res.traded = requested, _describe(requested, res.plan, False, draft is not None)
+        res.evaluated = evaluated
     if res.plan is None and draft is not None:
         alt = _search(target, None, requested, budget, ctxs, backend)
         alt.evaluated += res.evaluated
