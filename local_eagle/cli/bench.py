@@ -107,6 +107,16 @@ def bench(
         bool, typer.Option("--rounds", help="With --json: one record per round (rows verified, tokens accepted, "
                            "drafter calls, catch-up rows, later drafter rows).")  # fmt: skip
     ] = False,
+    concurrency: Annotated[
+        str | None,
+        typer.Option(
+            "--concurrency",
+            help="Many requests at once, e.g. 1,4,16: one engine of that many sequences runs each --draft-max "
+            "setting and no drafting with C requests in flight, and reports aggregate and per-request tok/s, the "
+            "speedup over no drafting at the same concurrency, acceptance, the batching gain over one at a time, "
+            "the cost of a target call by rows and each output's identity with the target alone's.",
+        ),
+    ] = None,
 ) -> None:
     """Greedy baseline vs speculative decoding in one process: speedup, acceptance, chosen draft lengths, costs.
 
@@ -143,6 +153,17 @@ def bench(
     pair = resolve_models(model, draft, None)  # a model name, hf.co/USER/REPO or a shipped name, as generate takes
     model, draft = pair.model, pair.draft or draft
     texts = read_prompts(prompts)[:limit]
+    if concurrency is not None:
+        refused = [f for f, given in [("--tree", tree), ("--plot", plot), ("--cost-profile", cost_profile),
+                                      ("--decide-on", decide_on), ("--rounds", keep_rounds)] if given]  # fmt: skip
+        if refused:
+            raise LocalEagleError(f"{', '.join(refused)}: not with --concurrency (parallel sequences draft chains)")
+        values = [parse_draft_max(v) for v in draft_max or [AUTO]]
+        chains = [DraftSetting(AUTO_DRAFT_MAX, True) if n is None else DraftSetting(n, not fixed) for n in values]
+        _bench_concurrency(model, draft, texts, concurrency, chains, max_tokens, measure_costs, as_json,
+                           LoadOptions(ctx, gpu_layers, threads, max(s.draft_max for s in chains),
+                                       ctx_beyond_training, tree_nodes=0))  # fmt: skip
+        return
     settings = []
     for value in draft_max or ([] if tree else [AUTO]):
         n = parse_draft_max(value)
@@ -234,6 +255,89 @@ def bench(
     if any(r.divergent for r in rows):  # a correctness bug, not a slow pair or a near-tie: exit status 1
         err.print("[red]speculative output diverged from the target's (not at a near-tie)[/]")
         raise typer.Exit(1)
+
+
+def _bench_concurrency(model: Path, draft: Path, texts: list[str], concurrency: str, settings: list, max_tokens: int,
+                       measure_costs: Path | None, as_json: bool, load: LoadOptions) -> None:  # fmt: skip
+    """``--concurrency``: every setting and no drafting at each concurrency on one parallel engine, the outputs
+    checked against a one-sequence engine's, then the cost of a target call by rows (bench.concurrency)."""
+    from local_eagle.bench.concurrency import cost_rows, parse_concurrency, run_concurrency
+    from local_eagle.bench.costs import DEFAULT_ROWS, measure_cost_curve
+
+    values = parse_concurrency(concurrency)
+    if max(values) > len(texts):
+        raise LocalEagleError(f"--concurrency {max(values)} needs at least {max(values)} prompts to keep that many "
+                              f"requests in flight; the prompts file has {len(texts)}")  # fmt: skip
+    with open_engine(model, draft, replace(load, parallel=max(values))) as engine:
+        with open_engine(model, draft, load) as single:
+            n_tokens = max_tokens if max_tokens > 0 else engine.n_ctx
+            report = run_concurrency(engine, single, texts, values, settings, n_tokens, progress=not as_json)
+    rows = cost_rows(values)
+    if measure_costs is not None:
+        rows = tuple(sorted(set(rows) | set(DEFAULT_ROWS)))
+    curve = measure_cost_curve(model, draft, rows=rows, gpu_layers=load.gpu_layers, threads=load.threads)
+    report.costs = curve.to_dict()
+    if measure_costs is not None:
+        from local_eagle.bench.project import write_profile
+
+        write_profile(measure_costs, curve.to_dict(), None, f"{model.stem} + {draft.stem}")
+        err.print(f"cost profile written to {measure_costs}", markup=False)
+    if as_json:
+        print(json.dumps(report.to_dict()))
+    else:
+        _print_concurrency(report, f"{model.name} + {draft.name}")
+    if report.divergent:
+        err.print("[red]an output diverged from the target alone's (not at a near-tie)[/]")
+        raise typer.Exit(1)
+
+
+def _print_concurrency(report, pair: str) -> None:
+    t = Table(title=f"{pair}: greedy, {report.prompts} prompts x {report.max_tokens} tokens at each concurrency")
+    for c in ("concurrency", "drafting", "aggregate tok/s", "per-request tok/s", "speedup", "accept len",
+              "batching gain", "identical"):  # fmt: skip
+        t.add_column(c)
+    for r in report.rows:
+        same = f"{r.identical}/{r.requests}"
+        if r.near_ties:
+            same += f" + {r.near_ties} near-tie"
+        if r.divergent:
+            same += f", {r.divergent} DIVERGENT"
+        gain = "-" if r.batching_gain is None else f"{r.batching_gain:.2f}x"
+        t.add_row(str(r.concurrency), r.setting, f"{r.aggregate_tps:.1f}", f"{r.per_request_tps:.1f}",
+                  f"{r.speedup:.2f}x", f"{r.acceptance_length:.2f}", gain, same)  # fmt: skip
+    out.print(t)
+    note = "speedup: over no drafting at the same concurrency; batching gain: over no drafting one request at a time"
+    out.print(note + "; per-request: each request's tokens over its own time, prompt included", highlight=False)
+    adaptive = [r for r in report.rows if r.adaptive and r.policy]
+    if adaptive:
+        a = Table(title="adaptive rows: the batch policy's draft length at the end, drafts per round (share of rounds)")
+        for col in ("concurrency", "drafting", "last draft length", "draft lengths"):
+            a.add_column(col)
+        for r in adaptive:
+            shares = " ".join(f"{k}:{x:.0%}" for k, x in enumerate(r.draft_lengths) if x >= 0.005)
+            a.add_row(str(r.concurrency), r.setting, str(r.policy.get("draft_length")), shares)
+        out.print(a)
+    costs = report.costs or {}
+    verify = {int(k): v for k, v in (costs.get("verify_ms") or {}).items()}
+    drafter = {int(k): v for k, v in (costs.get("drafter_ms") or {}).items()}
+    if verify:
+        one = verify.get(1, 0.0)
+        c = Table(title="cost of a call by rows, measured in this run (ms)")
+        for col in ("rows", "target call", "x 1 row", "batching allows", "drafter call"):
+            c.add_column(col)
+        for n, ms in sorted(verify.items()):
+            ratio = ms / one if one else 0.0
+            c.add_row(str(n), f"{ms:.2f}", f"{ratio:.2f}x", f"{n / ratio:.2f}x" if ratio else "-",
+                      f"{drafter[n]:.2f}" if n in drafter else "-")  # fmt: skip
+        out.print(c)
+        out.print("batching allows: rows x cost(1 row) / cost(rows), the most that many one-row sequences gain "
+                  "from sharing one call", highlight=False)  # fmt: skip
+    for r in report.rows:
+        for d in r.divergences:
+            x = d["divergence"]
+            if x is not None:
+                out.print(f"concurrency {r.concurrency}, {r.setting}: {d['verdict']} at token {x['index']}: top-2 gap "
+                          f"{x['gap_single']:.3f} (logit range {x['scale']:.1f})", highlight=False)  # fmt: skip
 
 
 def _project(rows: list, profiles: list) -> None:
