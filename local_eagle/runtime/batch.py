@@ -26,6 +26,7 @@ import numpy as np
 
 from local_eagle.errors import LocalEagleError
 from local_eagle.runtime.batchpolicy import PROBE_FIRST, BatchPolicy
+from local_eagle.runtime.draftlen import DraftLengthPolicy
 from local_eagle.runtime.feed import IDLE_CONTEXT, PROBE_CONTEXT, DrafterFeed
 from local_eagle.runtime.lengths import FixedLengths
 from local_eagle.runtime.rounds import STOP_CANCELLED, Generation, GenerationResult
@@ -127,8 +128,8 @@ class Batcher:
         gen.pausable = False  # the batch decides when to record features, for every seat at once
         if engine.drafter is not None and engine.capture is not None:
             gen.feed = DrafterFeed(engine.drafter, engine.capture.width, gen.window, seq=gen.seq)
-        if gen.speculative:
-            gen.lengths = FixedLengths()
+        # the drafter decodes a prompt at once only where drafting starts at once; else its last rows wait (feed)
+        gen.lengths = FixedLengths() if gen.speculative and (not gen.adaptive or self.policy.last_k > 0) else None
         seat.started = clock()
         self.active.append(seat)
         gen.reset_caches()
@@ -153,8 +154,8 @@ class Batcher:
             tail, result = gen.finish()
             if tail:
                 seat.out.put(("piece", tail))
+        self._release(seat)  # before the end is told: a consumer that goes on finds the sequence free
         seat.out.put(("end", result))
-        self._release(seat)
 
     def _turn(self) -> None:
         """A prompt chunk for each seat in its prefill, then one round for the others."""
@@ -173,6 +174,8 @@ class Batcher:
                 next(seat.prefill)
             except StopIteration as done:
                 seat.prefill = None
+                if gen.speculative:
+                    gen.lengths = FixedLengths()
                 gen.spec_stats.prefill_seconds = clock() - seat.started
                 seat.started = clock()
                 if done.value is None:
@@ -180,8 +183,19 @@ class Batcher:
                 else:
                     self._emit(seat, [int(done.value)])
         ready = [seat for seat in self.active if seat.prefill is None and not seat.closed]
-        if ready:
+        if len(ready) == 1 and ready[0].gen.adaptive:
+            self._alone(ready[0])
+        elif ready:
             self._round(ready)
+
+    def _alone(self, seat: Seat) -> None:
+        """A seat with the engine to itself: the one-sequence round and the engine's draft-length policy, which
+        judges a lone sequence's steady state (idle capture paused, probes, the drafter's catch-up) better."""
+        gen = seat.gen
+        if not isinstance(gen.lengths, DraftLengthPolicy):
+            gen.lengths = self.engine.lengths.for_bound(gen.draft_max)
+            gen.pausable = gen.capture is not None and gen.capture.can_pause
+        self._emit(seat, gen.round(seat.last_token))
 
     def _emit(self, seat: Seat, tokens: list[int]) -> None:
         gen = seat.gen
@@ -211,6 +225,7 @@ class Batcher:
             dists: list[np.ndarray] = []
             if gen.speculative:
                 if gen.adaptive:
+                    gen.lengths, gen.pausable = FixedLengths(), False  # the batch's length, not a lone policy's
                     gen.feed.window = max(window, k + 1)
                 drafts, dists, _ = gen.draft(seat.last_token, observed, k if gen.adaptive else None)
             rounds.append((seat, observed, drafts, dists))
