@@ -140,6 +140,10 @@ def check_memory(model: Path, draft: Path | None, n_ctx: int, load: LoadOptions)
     except (LocalEagleError, ArithmeticError, LookupError, TypeError, ValueError):
         return
     have = physical_memory()
+    if load.parallel > 1 and have is not None and need > have:
+        refusal = _parallel_refusal(model, draft, n_ctx, load, gpu, have)
+        if refusal is not None:
+            raise LocalEagleError(refusal)
     if have is None or need <= have:
         return
     where = "memory"
@@ -173,10 +177,10 @@ def buffer_bytes(model: Path, draft: Path | None, n_ctx: int, load: LoadOptions,
 
     target = vram.read_shape(model, "target GGUF")
     drafter = vram.read_shape(draft, "drafter GGUF") if draft is not None else None
-    s = vram.Settings(
-        n_ctx=n_ctx, n_batch=N_BATCH, n_ubatch=N_BATCH, n_gpu_layers=0, draft_batch=N_BATCH, draft_ubatch=N_BATCH,
-        draft_max=min(load.draft_max, N_BATCH - 1),
-    )  # fmt: skip
+    s = _settings(n_ctx, load)
+    if load.parallel > 1:  # N sequences of n_ctx in one unified cache each (Engine), no trees: the planner's line
+        backend = vram.CUDA if gpu else vram.CPU
+        return vram.parallel_bytes(target, drafter, s.with_parallel(load.parallel), 1 << 62, backend)[0]
     trees = load.tree_nodes > 1 and drafter is not None and not any(target.recurrent)
     ts = replace(s, n_seq=min(MAX_SEQ, load.tree_nodes), kv_unified=True) if trees else s
     backend = vram.CUDA if gpu else vram.CPU
@@ -188,6 +192,28 @@ def buffer_bytes(model: Path, draft: Path | None, n_ctx: int, load: LoadOptions,
         total += vram.kv_cache(drafter, dims, ds, 0, True).total
         total += vram.draft_compute(drafter, ds, backend)
     return total
+
+
+def _parallel_refusal(model: Path, draft: Path | None, n_ctx: int, load: LoadOptions, gpu: bool, have: int) -> str | None:
+    """The planner's line for a ``--parallel`` that does not fit ``have`` bytes: what would (``vram.parallel``)."""
+    from local_eagle import vram
+
+    try:
+        target = vram.read_shape(model, "target GGUF")
+        drafter = vram.read_shape(draft, "drafter GGUF") if draft is not None else None
+        return vram.parallel_refusal(target, drafter, _settings(n_ctx, load), have, parallel=load.parallel,
+                                     backend=vram.CUDA if gpu else vram.CPU)  # fmt: skip
+    except (LocalEagleError, ArithmeticError, LookupError, TypeError, ValueError):
+        return None
+
+
+def _settings(n_ctx: int, load: LoadOptions):  # noqa: ANN202 - vram is imported late
+    from local_eagle import vram
+
+    return vram.Settings(
+        n_ctx=n_ctx, n_batch=N_BATCH, n_ubatch=N_BATCH, n_gpu_layers=0, draft_batch=N_BATCH, draft_ubatch=N_BATCH,
+        draft_max=min(load.draft_max, N_BATCH - 1),
+    )  # fmt: skip
 
 
 def physical_memory() -> int | None:

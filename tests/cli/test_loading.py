@@ -137,3 +137,26 @@ def test_a_pair_the_planner_cannot_price_is_left_to_llama_cpp(pair, monkeypatch)
     monkeypatch.setattr(loading, "physical_memory", lambda: 1)
     r = runner.invoke(app, ["generate", "-m", str(target), "-d", str(draft), "-p", "hi", "-n", "3", "--threads", "1"])
     assert r.exit_code == 0, r.output
+
+
+def test_buffer_bytes_price_parallel_sequences(pair):
+    _, target, draft = pair
+    one = buffer_bytes(target, draft, 4096, LoadOptions(), gpu=False)
+    four = buffer_bytes(target, draft, 4096, LoadOptions(parallel=4), gpu=False)
+    kv_per_token = 2 * SPEC.n_layer * SPEC.n_head_kv * (SPEC.n_embd // SPEC.n_head) * 2  # K and V, f16
+    assert four - one >= kv_per_token * 3 * 4096  # three more requests' caches at least
+
+
+def test_a_parallel_this_machine_cannot_hold_names_what_would_fit(pair, monkeypatch):
+    _, target, draft = pair
+    have = buffer_bytes(target, draft, 65536, LoadOptions(parallel=3), gpu=False) + (1 << 20)
+    monkeypatch.setattr(loading, "physical_memory", lambda: have)
+    monkeypatch.setattr("local_eagle.llamacpp.backends.gpu_offload_supported", lambda: False)
+
+    def no_load(*a, **k):
+        raise AssertionError("llama.cpp was asked to load")
+
+    monkeypatch.setattr("local_eagle.runtime.engine.Engine.__init__", no_load)
+    args = ["serve", "-m", str(target), "-d", str(draft), "--ctx", "65536", "--ctx-beyond-training", "--parallel", "16"]
+    message = one_line_error(runner.invoke(app, args))
+    assert "--parallel 16" in message and "--parallel 3 fits" in message, message
