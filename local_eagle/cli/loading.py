@@ -194,7 +194,9 @@ def buffer_bytes(model: Path, draft: Path | None, n_ctx: int, load: LoadOptions,
     return total
 
 
-def _parallel_refusal(model: Path, draft: Path | None, n_ctx: int, load: LoadOptions, gpu: bool, have: int) -> str | None:
+def _parallel_refusal(
+    model: Path, draft: Path | None, n_ctx: int, load: LoadOptions, gpu: bool, have: int
+) -> str | None:
     """The planner's line for a ``--parallel`` that does not fit ``have`` bytes: what would (``vram.parallel``)."""
     from local_eagle import vram
 
