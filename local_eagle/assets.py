@@ -16,13 +16,14 @@ from local_eagle.errors import LocalEagleError
 ASSETS = Path(__file__).parent / "assets"
 DEMO_DRAFTER = ASSETS / "gemma3-270m-eagle31-q8_0.gguf"
 DEMO_PROMPT = (
-    "from typing import List\n\n\n"
-    "def running_max(numbers: List[int]) -> List[int]:\n"
-    '    """ Return the list of running maximums of the input list.\n'
-    "    >>> running_max([1, 3, 2, 5, 4])\n"
-    "    [1, 3, 3, 5, 5]\n"
+    "def celsius_to_fahrenheit(celsius: float) -> float:\n"
+    '    """ Convert a temperature from degrees Celsius to degrees Fahrenheit.\n'
+    "    >>> celsius_to_fahrenheit(100)\n"
+    "    212.0\n"
     '    """\n'
 )
+"""``demo``'s prompt: one whose answer reads well on the demo pair (the function, then its neighbours), where the
+earlier held-out task ended in a line repeated to the token limit."""
 
 
 def demo_target_cache() -> Path:

@@ -246,9 +246,7 @@ def identity_text(check: Any) -> str:
 @friendly
 @checked_options
 def demo(
-    prompt: Annotated[
-        str | None, typer.Option("--prompt", "-p", help="Prompt (default: a held-out coding task).")
-    ] = None,
+    prompt: Annotated[str | None, typer.Option("--prompt", "-p", help="Prompt (default: a short coding task).")] = None,
     max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", help=PARAMETERS["num_predict"].help)] = 128,
     draft_max: DraftLengthOpt = AUTO,
     fixed: FixedOpt = False,
