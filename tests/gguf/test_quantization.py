@@ -5,12 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-from gguf import GGUFReader, GGUFValueType, GGUFWriter
-
 from local_eagle.gguf import ModelInfo, read_model_info
 from local_eagle.serve.server import _model_info
 from local_eagle.store.summary import summarize
+from local_eagle.testing.gguf_edit import with_keys
 from local_eagle.testing.tiny import write_tiny_target
 
 Q4_K_M = 15  # llama_ftype LLAMA_FTYPE_MOSTLY_Q4_K_M
@@ -18,22 +16,9 @@ Q4_K_M = 15  # llama_ftype LLAMA_FTYPE_MOSTLY_Q4_K_M
 
 def with_file_type(src: Path, dst: Path, file_type: int | None) -> Path:
     """A copy of ``src`` whose ``general.file_type`` is ``file_type`` (None: without the key)."""
-    r = GGUFReader(src)
-    w = GGUFWriter(dst, arch=r.fields["general.architecture"].contents())
-    for name, f in r.fields.items():
-        if name.startswith("GGUF.") or name in ("general.architecture", "general.file_type"):
-            continue
-        sub_type = f.types[1] if f.types[0] == GGUFValueType.ARRAY else None
-        w.add_key_value(name, f.contents(), f.types[0], sub_type=sub_type)
-    if file_type is not None:
-        w.add_uint32("general.file_type", file_type)
-    for t in r.tensors:
-        w.add_tensor(t.name, np.array(t.data), raw_dtype=t.tensor_type)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return dst
+    if file_type is None:
+        return with_keys(src, dst, drop=["general.file_type"])
+    return with_keys(src, dst, {"general.file_type": file_type})
 
 
 def test_the_file_type_names_the_quantization(tmp_path: Path) -> None:

@@ -1,0 +1,34 @@
+"""A copy of a GGUF with some keys set or dropped, written with gguf-py's own writer (tests: a file type, a
+pooling type, on a tiny generated model)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from gguf import GGUFReader, GGUFValueType, GGUFWriter
+
+
+def with_keys(src: Path, dst: Path, uint32: dict[str, int] | None = None, drop: Iterable[str] = ()) -> Path:
+    """``src`` as ``dst``, its ``uint32`` keys set (replacing any of the same name) and ``drop`` left out."""
+    uint32 = uint32 or {}
+    skip = {"general.architecture", *uint32, *drop}
+    r = GGUFReader(src)
+    w = GGUFWriter(dst, arch=r.fields["general.architecture"].contents())
+    for name, f in r.fields.items():
+        if name.startswith("GGUF.") or name in skip:
+            continue
+        sub_type = f.types[1] if f.types[0] == GGUFValueType.ARRAY else None
+        value: Any = f.contents()
+        w.add_key_value(name, value, f.types[0], sub_type=sub_type)
+    for name, v in uint32.items():
+        w.add_uint32(name, v)
+    for t in r.tensors:
+        w.add_tensor(t.name, np.array(t.data), raw_dtype=t.tensor_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return dst
