@@ -12,7 +12,7 @@ import sys
 from fastapi import FastAPI
 
 from local_eagle import __version__
-from local_eagle.serve import ollama_api, openai_api, runner
+from local_eagle.serve import embed_api, ollama_api, openai_api, runner
 from local_eagle.serve.access import AccessGuard
 from local_eagle.serve.errors import install_error_handlers
 from local_eagle.serve.server import EagleServer, ServeConfig, load, model_name
@@ -31,6 +31,7 @@ def create_app(server: EagleServer, guarded: bool = True) -> FastAPI:
         app.add_middleware(AccessGuard, access=lambda: server.config.access)
     app.include_router(ollama_api.router)
     app.include_router(openai_api.router)
+    app.include_router(embed_api.router)
     return app
 
 

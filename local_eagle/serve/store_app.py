@@ -1,11 +1,12 @@
 """``local-eagle serve`` without ``-m``: every model of the store, each loaded when a request names it.
 
 A request that runs a model (``/api/generate``, ``/api/chat``, ``/v1/chat/completions``,
-``/v1/completions``) is read up to its size limit, its ``model`` looked up (local-eagle's store, then
-Ollama's when asked for), the model loaded through :class:`~local_eagle.serve.registry.ModelRegistry`,
-and the request handed, byte for byte, to that model's own single-model app: the very code that
-``serve -m`` runs, so the answer is the one a lone server gives. Everything else (listing, show,
-create, copy, delete) is :mod:`local_eagle.serve.store_api` on the store itself.
+``/v1/completions``, and the embeddings: ``/api/embed``, ``/api/embeddings``, ``/v1/embeddings``) is read up
+to its size limit, its ``model`` looked up (local-eagle's store, then Ollama's when asked for), the model
+loaded through :class:`~local_eagle.serve.registry.ModelRegistry`, and the request handed, byte for byte,
+to that model's own single-model app: the very code that ``serve -m`` runs, so the answer is the one a lone
+server gives. Everything else (listing, show, create, copy, delete) is :mod:`local_eagle.serve.store_api` on
+the store itself.
 """
 
 from __future__ import annotations
@@ -41,7 +42,15 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
 _log = logging.getLogger("uvicorn.error")
-RUN_PATHS = ("/api/generate", "/api/chat", "/v1/chat/completions", "/v1/completions")
+RUN_PATHS = (
+    "/api/generate",
+    "/api/chat",
+    "/v1/chat/completions",
+    "/v1/completions",
+    "/api/embed",
+    "/api/embeddings",
+    "/v1/embeddings",
+)
 
 
 class ModelNotFoundError(LocalEagleError):
