@@ -12,7 +12,8 @@ being pointed at stderr so that whatever llama.cpp prints cannot break a frame. 
 answers carry, so that tokenizations run beside a generation. The server's side: ``{"model", "draft",
 "options"}`` first, answered by ``{"ready": facts}`` or ``{"failed", "kind"}``; then ``tokenize``, ``count``,
 ``stream`` (answered ``started`` or ``error``, then one ``piece`` each, ``tick`` during long prefills, and
-``end``), ``cancel``, ``bench`` and ``close``. The end of stdin (the server gone, killed even) ends the runner.
+``end``), ``cancel``, ``embed`` (answered ``embeddings`` or ``error``), ``bench`` and ``close``. The end of
+stdin (the server gone, killed even) ends the runner.
 
 Test hook: where ``LOCAL_EAGLE_RUNNER_FAULT`` names a file, a generation that has sent its first piece while
 that file exists deletes it and does what it says: ``abort`` (``os.abort()``, as a GGML_ASSERT does), ``kill``
@@ -107,6 +108,8 @@ class Runner:
                     event.set()
             elif op in ("tokenize", "count"):
                 threading.Thread(target=self._tokenize, args=(msg,), daemon=True).start()
+            elif op == "embed":
+                threading.Thread(target=self._embed, args=(msg,), daemon=True).start()
             elif op in ("stream", "bench"):
                 self.cancels[rid] = threading.Event()
                 target = self._stream if op == "stream" else self._bench
@@ -128,6 +131,17 @@ class Runner:
             else:  # a text's own tokens, as the server counts a timed-out generation's
                 tokens = self.engine.model.tokenize(msg["text"], add_special=False, parse_special=False)
             self.send({"id": msg["id"], "tokens": [int(t) for t in tokens]})
+        except Exception as e:
+            self.send({"id": msg["id"], "failed": f"{type(e).__name__}: {e}"})
+
+    def _embed(self, msg: dict[str, Any]) -> None:
+        """A few texts' embeddings (``llamacpp.embed``), in a context of their own on the engine's model; the
+        server sends them one group at a time, under the model's lock."""
+        from local_eagle.llamacpp.embed import answer
+
+        try:
+            got = answer(self.engine.model, msg["request"], self.engine.n_ctx, self.engine.options.n_threads)
+            self.send({"id": msg["id"], **got})
         except Exception as e:
             self.send({"id": msg["id"], "failed": f"{type(e).__name__}: {e}"})
 

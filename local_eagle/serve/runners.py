@@ -312,6 +312,12 @@ class RunnerEngine:
         """The tokens of a generated text, without the BOS (a timed-out generation's count)."""
         return len(self._ask({"op": "count", "text": text})["tokens"])
 
+    def embed(self, request: dict[str, Any]) -> dict[str, Any]:
+        """``llamacpp.embed.answer`` in the runner: ``{"embeddings", "tokens", "pooling"}``, or ``{"error"}`` for
+        input it cannot take (``serve.embed_api`` makes that a 400)."""
+        msg = self._ask({"op": "embed", "request": request})
+        return {k: v for k, v in msg.items() if k != "id"}
+
     def stream(self, prompt: np.ndarray, cancelled: Callable[[], bool] | None = None, since: float | None = None,
                **kwargs: Any) -> RunnerStream:  # fmt: skip
         """Start a generation in the runner; raises what ``Engine.stream`` raises on a bad request."""
