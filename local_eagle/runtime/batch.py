@@ -30,7 +30,7 @@ from local_eagle.runtime.draftlen import DraftLengthPolicy
 from local_eagle.runtime.feed import IDLE_CONTEXT, PROBE_CONTEXT, DrafterFeed
 from local_eagle.runtime.lengths import FixedLengths
 from local_eagle.runtime.rounds import STOP_CANCELLED, Generation, GenerationResult
-from local_eagle.runtime.stats import RoundStats
+from local_eagle.runtime.verify import Drafted, verify
 
 if TYPE_CHECKING:
     from local_eagle.runtime.engine import Engine
@@ -218,65 +218,42 @@ class Batcher:
             bound = min(max(g.draft_length() for g in adaptive), target.n_batch // n - 1)
             k = policy.choose(n, max(0, bound))
         window = PROBE_CONTEXT if policy.probe_every > PROBE_FIRST else IDLE_CONTEXT
-        rounds: list[tuple[Seat, RoundStats, list[int], list[np.ndarray]]] = []
+        rounds: list[tuple[Generation, Drafted]] = []
         for seat in seats:
-            gen, observed = seat.gen, RoundStats()
-            drafts: list[int] = []
-            dists: list[np.ndarray] = []
-            if gen.speculative:
-                if gen.adaptive:
-                    gen.lengths, gen.pausable = FixedLengths(), False  # the batch's length, not a lone policy's
-                    gen.feed.window = max(window, k + 1)
-                drafts, dists, _ = gen.draft(seat.last_token, observed, k if gen.adaptive else None)
-            rounds.append((seat, observed, drafts, dists))
-        drafted = any(d for _, _, d, _ in rounds)
+            gen = seat.gen
+            limit = None
+            if gen.speculative and gen.adaptive:
+                gen.lengths, gen.pausable = FixedLengths(), False  # the batch's length, not a lone policy's
+                gen.feed.window = max(window, k + 1)
+                limit = k
+            rounds.append((gen, gen.begin_round(seat.last_token, limit)))
+        drafted = any(d.tree.drafted for _, d in rounds)
         features_wanted = capture is not None and any(s.gen.speculative for s in seats) and (
             drafted or k > 0 or any(s.gen.speculative and not s.gen.adaptive for s in seats)
             or policy.rounds_until_probe() <= window + 1
         )  # fmt: skip
         if capture is not None and capture.can_pause:
             capture.pause(not features_wanted)
-        tokens: list[int] = []
-        positions: list[int] = []
-        seqs: list[list[int]] = []
-        for seat, _, drafts, _ in rounds:
-            gen = seat.gen
-            rows = [seat.last_token, *drafts]
-            tokens += rows
-            positions += range(gen.n_past, gen.n_past + len(rows))
-            seqs += [[gen.seq]] * len(rows)
-        verify_started = clock()
-        target.decode(np.array(tokens, dtype=np.int32), np.array(positions), True, seqs=seqs)
-        verify_seconds = clock() - verify_started
-        features = capture.features(len(tokens)) if features_wanted else None
-        n_vocab = engine.n_vocab
+        batches, features = verify(rounds, features_wanted)
         offset = 0
         learnt: tuple[list[int], list[int]] = ([], [])
         firsts, steps = [], []
-        for seat, observed, drafts, dists in rounds:
-            gen = seat.gen
-            last = seat.last_token
-            n_rows = 1 + len(drafts)
-            logits = np.stack([target.logits_view(offset + i, n_vocab) for i in range(n_rows)])
-            observed.verify_seconds = verify_seconds
-            observed.captured = features is not None
-            n_accepted, next_token = gen.accept(last, drafts, dists, logits, observed)
-            accepted = drafts[:n_accepted] + [next_token]
-            rows = None if features is None or not gen.speculative else features[offset : offset + n_rows]
-            gen.commit(last, accepted, rows, observed)
-            gen.spec_stats.observe(observed)
-            offset += n_rows
+        for seat, (gen, d), batch in zip(seats, rounds, batches, strict=True):
+            observed = d.observed
+            accepted = gen.settle(d, batch, features if gen.speculative else None, offset)
+            offset += len(d.tree)
             if gen.adaptive:
-                learnt[0].append(len(drafts))
-                learnt[1].append(n_accepted)
+                learnt[0].append(d.tree.drafted)
+                learnt[1].append(observed.accepted)
                 if observed.steps:
                     firsts.append(observed.catch_up_seconds)
                 if observed.steps > 1:
                     steps.append((observed.draft_seconds - observed.catch_up_seconds) / (observed.steps - 1))
             self._emit(seat, accepted)
         if adaptive:
-            host = max(0.0, clock() - started - verify_seconds - sum(r[1].draft_seconds for r in rounds))
+            verify_seconds = rounds[0][1].observed.verify_seconds
+            host = max(0.0, clock() - started - verify_seconds - sum(d.observed.draft_seconds for _, d in rounds))
             policy.observe(
-                len(tokens), verify_seconds, *learnt, first=float(np.mean(firsts)) if firsts else None,
+                offset, verify_seconds, *learnt, first=float(np.mean(firsts)) if firsts else None,
                 step=float(np.mean(steps)) if steps else None, host=host,
             )  # fmt: skip

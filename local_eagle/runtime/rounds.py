@@ -22,17 +22,16 @@ from local_eagle.runtime.feed import IDLE_CONTEXT, PROBE_CONTEXT
 from local_eagle.runtime.lengths import DraftLengths, FixedLengths, state_dict
 from local_eagle.runtime.sampling import (
     SamplingParams,
-    apply_repeat_penalty,
     choose,
     probabilities,
     top_probability,
-    verify_greedy,
-    verify_stochastic,
 )
 from local_eagle.runtime.stats import GenerationStats, RoundStats, SpecStats
 from local_eagle.runtime.textstream import TextStream
-from local_eagle.runtime.tree import TreeShape
+from local_eagle.runtime.tree import TreeShape, VerifyTree, walk_greedy, walk_sampling
 from local_eagle.runtime.treeround import TreeRounds
+from local_eagle.runtime.treeverify import TreeBatch
+from local_eagle.runtime.verify import Drafted, TargetChoices, verify
 
 if TYPE_CHECKING:
     from local_eagle.runtime.engine import Engine
@@ -263,17 +262,40 @@ class Generation:
 
     def round(self, last_token: int) -> list[int]:
         """One draft-verify round after ``last_token``; the tokens it adds (accepted drafts, then one more)."""
+        drafted = self.begin_round(last_token)
+        capture = self.capturing(drafted.tree.drafted)
+        if self.pausable:
+            self.capture.pause(not capture)
+        batches, features = verify([(self, drafted)], capture)
+        return self.settle(drafted, batches[0], features, 0)
+
+    def begin_round(self, last_token: int, limit: int | None = None) -> Drafted:
+        """The round's draft phase: a tree where the tree rounds want one (``runtime.treeround``), else a chain of
+        at most ``limit`` drafts (default ``draft_max``), the tree with one branch."""
         if self.trees is not None and self.trees.wanted():
-            return self.trees.round(last_token)
+            return self.trees.draft_round(last_token)
         started = clock()
         observed = RoundStats()
-        drafts, draft_distributions, refused = self.draft(last_token, observed)
-        target_logits, verified_features = self.verify(last_token, drafts, observed)
-        n_accepted, next_token = self.accept(last_token, drafts, draft_distributions, target_logits, observed)
-        accepted = drafts[:n_accepted] + [next_token]
-        self.commit(last_token, accepted, verified_features, observed)
-        self.learn(observed, refused, next_token, clock() - started)
-        self.spec_stats.observe(observed)
+        drafts, dists, refused = self.draft(last_token, observed, limit)
+        return Drafted(last_token, VerifyTree.chain(last_token, drafts), observed, dists.__getitem__, refused,
+                       started=started)  # fmt: skip
+
+    def settle(self, drafted: Drafted, batch: TreeBatch, features: np.ndarray | None, offset: int) -> list[int]:
+        """Accept, commit and learn once the round's target call has run (this sequence's rows from ``offset``);
+        the tokens the round adds."""
+        observed, tree = drafted.observed, drafted.tree
+        path, next_token = self.accept(drafted, offset)
+        accepted = [int(tree.tokens[r]) for r in path] + [next_token]
+        started = clock()
+        batch.keep(self.target, path[-1] if path else 0)
+        observed.rollback_seconds = clock() - started
+        rows = None if features is None else features[offset + np.array([0, *path])]
+        self.commit(drafted.last_token, accepted, rows, observed)
+        if drafted.tree_round:
+            self.trees.learn(drafted, path, accepted)
+        else:
+            self.learn(observed, drafted.refused, next_token, clock() - drafted.started)
+            self.spec_stats.observe(observed)
         return accepted
 
     def draft_length(self, limit: int | None = None) -> int:
@@ -345,74 +367,39 @@ class Generation:
             return True
         return self.lengths.rounds_until_draft() <= self.feed.window
 
-    def verify(self, last_token: int, drafts: list[int], observed: RoundStats) -> tuple[np.ndarray, np.ndarray | None]:
-        """One target decode of [last_token, *drafts], every row with logits; those and the rows' features
-        (None when this round does not capture them)."""
-        started = clock()
-        batch = np.array([last_token, *drafts], dtype=np.int32)
-        n_rows = len(batch)
-        capture = self.capturing(len(drafts))
-        if self.pausable:
-            self.capture.pause(not capture)
-        self.target.decode(batch, np.arange(self.n_past, self.n_past + n_rows), True, seq=self.seq)
-        # one copy of each row's logits, straight from llama.cpp's buffer (an idle round reads one, as plain decoding)
-        target_logits = np.stack([self.target.logits_view(row, self.engine.n_vocab) for row in range(n_rows)])
-        features = self.capture.features(n_rows) if capture else None
-        observed.captured = capture
-        observed.verify_seconds = clock() - started
-        return target_logits, features
+    def accept(self, drafted: Drafted, offset: int = 0) -> tuple[list[int], int]:
+        """The rows of the tree the target keeps (root excluded) and the token it adds after them.
 
-    def accept(
-        self,
-        last_token: int,
-        drafts: list[int],
-        draft_distributions: list[np.ndarray],
-        target_logits: np.ndarray,
-        observed: RoundStats,
-    ) -> tuple[int, int]:
-        """How many drafts the target keeps, and the token it adds after them.
-
-        Every row's logits go through the same processing the target alone would apply at that
-        position, so the output is the target's own: token-identical greedy, same distribution
-        when sampling.
+        Every row's logits go through the same processing the target alone would apply at that position, so the
+        output is the target's own: token-identical greedy, same distribution when sampling (recursive rejection
+        sampling over siblings; on a chain, the classic rejection sampling of each draft in turn).
         """
         started = clock()
-        sampling = self.sampling
-        history = self.recent_history(last_token, drafts)
-        n_history = len(self.history) + 1
-        penalty, last_n = sampling.repeat_penalty, sampling.repeat_last_n
-
-        def processed(row: int) -> np.ndarray:
-            return apply_repeat_penalty(target_logits[row], history[: n_history + row], penalty, last_n)
-
-        draft_tokens = np.array(drafts, dtype=np.int64)
-        if sampling.greedy:
-            if self.penalized:
-                target_choices = np.array([int(np.argmax(processed(row))) for row in range(len(target_logits))])
-            else:
-                target_choices = np.argmax(target_logits, axis=1)
-            n_accepted = verify_greedy(draft_tokens, target_choices)
-            next_token = int(target_choices[n_accepted])
+        tree, observed = drafted.tree, drafted.observed
+        choices = TargetChoices(self, tree, drafted.last_token, offset)
+        if self.sampling.greedy:
+            path, next_token = walk_greedy(tree, choices)
         else:
-            targets = [probabilities(processed(row), sampling) for row in range(len(target_logits))]
-            n_accepted, next_token = verify_stochastic(draft_tokens, draft_distributions, targets, self.rng)
-        observed.accepted = n_accepted
+
+            def target(row: int) -> np.ndarray:
+                return probabilities(choices.row_logits(row), self.sampling)
+
+            path, next_token = walk_sampling(tree, target, drafted.dists, self.rng)
+        observed.accepted = len(path)
         observed.accept_seconds = clock() - started
-        return n_accepted, next_token
+        return path, next_token
 
     def commit(
         self, last_token: int, accepted: list[int], verified_features: np.ndarray | None, observed: RoundStats
     ) -> None:
-        """Keep the accepted prefix: roll the target's cache back to it and queue its rows for the drafter.
+        """Keep the accepted path (the target's cache already holds only it: ``TreeBatch.keep``) and queue its rows
+        for the drafter.
 
         The drafter's own rows past ``n_past`` (its chain, fed its own feedback) are dropped: the queued
         rows carry the target's features instead. The queue keeps at most ``feed.window`` rows.
         """
         n_accepted = len(accepted) - 1
         n_past = self.n_past
-        started = clock()
-        self.target.remove_from(n_past + 1 + n_accepted, self.seq)
-        observed.rollback_seconds = clock() - started
         if self.speculative:
             started = clock()
             if observed.steps > 1:

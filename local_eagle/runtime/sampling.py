@@ -96,30 +96,3 @@ def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
     """Draw one token; inverse-CDF on the cumulative sum (no per-call allocation of the vocab)."""
     cum = np.cumsum(probs)
     return int(min(np.searchsorted(cum, rng.random() * cum[-1], side="right"), len(probs) - 1))
-
-
-def verify_greedy(draft: np.ndarray, target_argmax: np.ndarray) -> int:
-    """Number of leading drafted tokens equal to the target's argmax at their positions."""
-    mismatch = np.nonzero(np.asarray(draft) != np.asarray(target_argmax[: len(draft)]))[0]
-    return int(mismatch[0]) if len(mismatch) else len(draft)
-
-
-def verify_stochastic(
-    draft: np.ndarray, q: list[np.ndarray], p: list[np.ndarray], rng: np.random.Generator
-) -> tuple[int, int]:
-    """Rejection sampling over a drafted chain.
-
-    draft[i] was sampled from q[i]; p[i] is the target distribution at the same position and
-    p[len(draft)] the one after the last drafted token. Returns (number accepted, next token):
-    the residual sample after a rejection, or a bonus sample from p after a full accept.
-    """
-    for i, x in enumerate(draft):
-        px, qx = p[i][x], q[i][x]
-        if qx > 0 and rng.random() * qx < px:
-            continue
-        residual = np.maximum(p[i] - q[i], 0.0)
-        total = residual.sum()
-        if total <= 0:  # p == q where it matters: any draw from p is exact
-            return i, sample(p[i], rng)
-        return i, sample(residual / total, rng)
-    return len(draft), sample(p[len(draft)], rng)

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from local_eagle.errors import LocalEagleError
+from local_eagle.runtime.sampling import sample
 
 MAX_SEQ = 256
 """llama.cpp's ``LLAMA_MAX_SEQ``: a tree verify uses one sequence per leaf."""
@@ -393,7 +394,7 @@ def walk_sampling(
         p = target(row)
         kids = tree.children[row]
         if not kids:
-            return path, _sample(p, rng)
+            return path, sample(p, rng)
         q = np.array(draft(row), dtype=np.float64)
         accepted = None
         for child in kids:
@@ -413,11 +414,6 @@ def walk_sampling(
                 break
             q /= mass
         if accepted is None:
-            return path, _sample(p, rng)
+            return path, sample(p, rng)
         path.append(accepted)
         row = accepted
-
-
-def _sample(p: np.ndarray, rng: np.random.Generator) -> int:
-    cum = np.cumsum(p)
-    return int(min(np.searchsorted(cum, rng.random() * cum[-1], side="right"), len(p) - 1))

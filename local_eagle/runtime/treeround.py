@@ -21,8 +21,8 @@ from local_eagle.runtime.draftlen import DraftLengthPolicy
 from local_eagle.runtime.sampling import apply_repeat_penalty, probabilities
 from local_eagle.runtime.shapes import TreeChoice, grow, prior_quotas
 from local_eagle.runtime.stats import RoundStats
-from local_eagle.runtime.tree import DraftTree, TreeShape, VerifyTree, children_slots, walk_greedy, walk_sampling
-from local_eagle.runtime.treeverify import TreeBatch
+from local_eagle.runtime.tree import DraftTree, TreeShape, VerifyTree, children_slots
+from local_eagle.runtime.verify import Drafted
 
 if TYPE_CHECKING:
     from local_eagle.runtime.rounds import Generation
@@ -43,24 +43,6 @@ def _capped(quotas: list[int], n: int) -> list[int]:
         out.append(min(q, left))
         left -= out[-1]
     return out
-
-
-class _Choices:
-    """The target's greedy token after each row, computed only for the rows the walk reaches."""
-
-    def __init__(self, gen: Generation, tree: VerifyTree, last_token: int) -> None:
-        self.gen, self.tree, self.last_token = gen, tree, last_token
-
-    def __getitem__(self, row: int) -> int:
-        return int(np.argmax(self.row_logits(row)))
-
-    def row_logits(self, row: int) -> np.ndarray:
-        gen = self.gen
-        logits = gen.target.logits_view(row, gen.engine.n_vocab)
-        if not gen.penalized:
-            return logits
-        history = gen.recent_history(self.last_token, self.tree.path_tokens(row))
-        return apply_repeat_penalty(logits, history, gen.sampling.repeat_penalty, gen.sampling.repeat_last_n)
 
 
 class TreeRounds:
@@ -94,30 +76,37 @@ class TreeRounds:
         self.choice.chose_chain()
         return False
 
-    def round(self, last_token: int) -> list[int]:
-        gen = self.gen
+    def draft_round(self, last_token: int) -> Drafted:
+        """The round's draft phase as a tree (``Generation.begin_round``)."""
         started = clock()
         observed = RoundStats()
         tree, dists = self.draft(last_token, observed)
-        batch, features = self.verify(tree, observed)
-        path, next_token = self.accept(batch, dists, last_token, observed)
+        n_vocab = self.gen.engine.n_vocab
+
+        def draft(row: int) -> np.ndarray:
+            q = dists[tree.nodes[row]]
+            if self.columns is None:
+                return q
+            full = np.zeros(n_vocab)
+            full[self.columns] = q
+            return full
+
+        return Drafted(last_token, tree, observed, draft, tree_round=True, started=started)
+
+    def learn(self, drafted: Drafted, path: list[int], accepted: list[int]) -> None:
+        """After the shared accept and commit: drop the drafter's branches, and let the calibration, the tree
+        choice and the policy learn from the tree's outcome."""
+        gen, tree, observed = self.gen, drafted.tree, drafted.observed
         judged = tree.outcomes(path)
         if self.calibration is not None:
             self.calibration.observe(*judged)
-        accepted = [int(tree.tokens[r]) for r in path] + [next_token]
-        kept = clock()
-        batch.keep(gen.target, path[-1] if path else 0)
-        keep_seconds = clock() - kept
         self._drop_branches()
-        rows = [0, *path]
-        gen.commit(last_token, accepted, None if features is None else features[rows], observed)
-        observed.rollback_seconds += keep_seconds
         if self.choice is None:
-            gen.learn(observed, None, next_token, clock() - started)
+            gen.learn(observed, None, accepted[-1], clock() - drafted.started)
         else:  # the policy learns the target's cost at these rows and its calibration, not a chain it did not draft
             policy = gen.lengths
             assert isinstance(policy, DraftLengthPolicy)
-            host = max(0.0, clock() - started - observed.verify_seconds - observed.draft_seconds)
+            host = max(0.0, clock() - drafted.started - observed.verify_seconds - observed.draft_seconds)
             calls = observed.steps - 1
             call = (observed.draft_seconds - observed.catch_up_seconds) / calls if calls > 0 else None
             expected = len(accepted) if self.expected is None else self.expected
@@ -126,7 +115,6 @@ class TreeRounds:
         gen.spec_stats.observe(observed)
         gen.spec_stats.trace_trees.append((tree, path))
         gen.spec_stats.trace_tree_rounds.append(gen.spec_stats.rounds - 1)
-        return accepted
 
     # --- draft ---------------------------------------------------------------------------------
 
@@ -221,46 +209,3 @@ class TreeRounds:
         for seq in range(1, self.branched):
             self.drafter.ctx.seq_remove(seq)
         self.branched = 0
-
-    # --- verify, accept ----------------------------------------------------------------------------
-
-    def verify(self, tree: VerifyTree, observed: RoundStats) -> tuple[TreeBatch, np.ndarray | None]:
-        gen = self.gen
-        started = clock()
-        batch = TreeBatch(tree, gen.n_past)
-        capture = gen.capturing(tree.drafted)
-        if gen.pausable:
-            gen.capture.pause(not capture)
-        batch.decode(gen.target)
-        features = gen.capture.features(len(tree)) if capture else None
-        observed.captured = capture
-        observed.verify_seconds = clock() - started
-        return batch, features
-
-    def accept(
-        self, batch: TreeBatch, dists: dict[int, np.ndarray], last_token: int, observed: RoundStats
-    ) -> tuple[list[int], int]:
-        gen = self.gen
-        started = clock()
-        tree = batch.tree
-        choices = _Choices(gen, tree, last_token)
-        if gen.sampling.greedy:
-            path, next_token = walk_greedy(tree, choices)
-        else:
-            n_vocab = gen.engine.n_vocab
-
-            def target(row: int) -> np.ndarray:
-                return probabilities(choices.row_logits(row), gen.sampling)
-
-            def draft(row: int) -> np.ndarray:
-                q = dists[tree.nodes[row]]
-                if self.columns is None:
-                    return q
-                full = np.zeros(n_vocab)
-                full[self.columns] = q
-                return full
-
-            path, next_token = walk_sampling(tree, target, draft, gen.rng)
-        observed.accepted = len(path)
-        observed.accept_seconds = clock() - started
-        return path, next_token

@@ -5,7 +5,8 @@ hold the row's *first* sequence id at positions not after its own; a row may car
 then belongs to all of them; sequences coupled in one batch must hold the same cached range and need a unified
 cache (``src/llama-batch.cpp``). So: one sequence per leaf, the cached prefix (sequence 0) copied to every
 leaf's sequence, every row tagged with the leaves below it (:meth:`VerifyTree.seq_ids`); afterwards only the
-accepted path stays, as sequence 0. A chain (one leaf) is plain sequence-0 decoding, with no copies.
+accepted path stays, as sequence 0. A chain (one leaf) is plain decoding on its sequence, with no copies, and the
+chains of a parallel engine's sequences share one call (:func:`decode_together`).
 """
 
 from __future__ import annotations
@@ -18,13 +19,20 @@ from local_eagle.runtime.tree import VerifyTree
 
 
 class TreeBatch:
-    """One verify: the tree, its rows' sequence ids and where it starts."""
+    """One sequence's verify: the tree, its rows' sequence ids and where it starts.
 
-    def __init__(self, tree: VerifyTree, n_past: int) -> None:
+    A chain (one leaf) decodes on the sequence ``seq``; a tree with several leaves uses sequences 0..leaves-1,
+    sequence 0 holding the cached prefix, so it has the context to itself (an engine of one generation).
+    """
+
+    def __init__(self, tree: VerifyTree, n_past: int, seq: int = 0) -> None:
         self.tree = tree
         self.n_past = n_past
-        self.seqs = tree.seq_ids()
         self.n_leaves = len(tree.leaves())
+        self.seq = seq
+        if self.n_leaves > 1 and seq != 0:
+            raise LocalEagleError("a draft tree verifies on sequence 0 of a context of its own")
+        self.seqs = tree.seq_ids() if self.n_leaves > 1 else [[seq]] * len(tree)
 
     @property
     def positions(self) -> np.ndarray:
@@ -32,21 +40,13 @@ class TreeBatch:
 
     def decode(self, ctx: Context) -> None:
         """Decode every row with logits, the prefix first shared with every leaf's sequence."""
-        if self.n_leaves > ctx.n_seq_max:
-            raise LocalEagleError(
-                f"a draft tree with {self.n_leaves} leaves needs a context of that many sequences (it has "
-                f"{ctx.n_seq_max})"
-            )
-        branched = self.n_leaves > 1
-        for seq in range(1, self.n_leaves):
-            ctx.seq_copy(0, seq)
-        ctx.decode(self.tree.tokens, self.positions, True, seqs=self.seqs if branched else None)
+        decode_together(ctx, [self])
 
     def keep(self, ctx: Context, last_row: int) -> None:
-        """Keep the prefix and the rows from the root down to ``last_row`` as sequence 0; drop the rest."""
+        """Keep the prefix and the rows from the root down to ``last_row`` as the sequence; drop the rest."""
         end = self.n_past + 1 + int(self.tree.depths[last_row])
         if self.n_leaves == 1:
-            ctx.remove_from(end)
+            ctx.remove_from(end, self.seq)
             return
         seq = self.seqs[last_row][0]
         ctx.seq_keep(seq)
@@ -54,3 +54,29 @@ class TreeBatch:
         if seq != 0:
             ctx.seq_copy(seq, 0)
             ctx.seq_remove(seq)
+
+
+def decode_together(ctx: Context, batches: list[TreeBatch]) -> None:
+    """One target call for every batch's rows, each batch's after the one before (the verify phase of a round,
+    for one sequence or for every sequence of a parallel engine); row i of batch b is output
+    ``sum(len(earlier batches)) + i``."""
+    branched = [b for b in batches if b.n_leaves > 1]
+    if branched and len(batches) > 1:
+        raise LocalEagleError("a draft tree is verified alone")
+    if branched:
+        b = branched[0]
+        if b.n_leaves > ctx.n_seq_max:
+            raise LocalEagleError(
+                f"a draft tree with {b.n_leaves} leaves needs a context of that many sequences (it has {ctx.n_seq_max})"
+            )
+        for seq in range(1, b.n_leaves):
+            ctx.seq_copy(0, seq)
+        ctx.decode(b.tree.tokens, b.positions, True, seqs=b.seqs)
+        return
+    if len(batches) == 1:
+        b = batches[0]
+        ctx.decode(b.tree.tokens, b.positions, True, seq=b.seq)
+        return
+    tokens = np.concatenate([b.tree.tokens for b in batches])
+    positions = np.concatenate([b.positions for b in batches])
+    ctx.decode(tokens, positions, True, seqs=[s for b in batches for s in b.seqs])

@@ -12,9 +12,8 @@ from local_eagle.runtime.sampling import (
     apply_repeat_penalty,
     probabilities,
     sample,
-    verify_greedy,
-    verify_stochastic,
 )
+from local_eagle.runtime.tree import VerifyTree, walk_greedy, walk_sampling
 from local_eagle.testing.costs import FrozenCosts
 
 
@@ -47,6 +46,19 @@ def test_repeat_penalty_matches_llama_cpp_rule():
     out = apply_repeat_penalty(logits, np.array([0, 1, 1]), 2.0, 64)
     np.testing.assert_allclose(out, [1.0, -4.0, 1.0, 0.5])
     assert apply_repeat_penalty(logits, np.array([0, 1]), 2.0, 1)[0] == 2.0  # only the last token counts
+
+
+def verify_greedy(drafts: np.ndarray, target_argmax: np.ndarray) -> int:
+    """A chain's greedy accept: the walk over the tree with one branch."""
+    path, nxt = walk_greedy(VerifyTree.chain(0, [int(x) for x in drafts]), target_argmax)
+    assert nxt == target_argmax[len(path)]
+    return len(path)
+
+
+def verify_stochastic(drafts: np.ndarray, q: list, p: list, rng: np.random.Generator) -> tuple[int, int]:
+    """A chain's rejection sampling: the walk over the tree with one branch (q[r], p[r]: at row r)."""
+    path, nxt = walk_sampling(VerifyTree.chain(0, [int(x) for x in drafts]), p.__getitem__, q.__getitem__, rng)
+    return len(path), nxt
 
 
 def test_verify_greedy():

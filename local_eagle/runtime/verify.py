@@ -1,0 +1,74 @@
+"""The verify phase every round shares, whatever was drafted and for however many sequences.
+
+A round's draft phase leaves one :class:`Drafted` per sequence: a tree to verify (a chain is the tree with one
+branch, ``VerifyTree.chain``) with the draft distributions and the round's statistics. :func:`verify` decodes
+all of them in one target call (``treeverify.decode_together``: a tree has the context to itself, the chains of
+a parallel engine's sequences share it) and reads the captured features; each sequence then accepts against
+:class:`TargetChoices`, its rows' logits read in place from that call's outputs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from local_eagle.runtime.sampling import apply_repeat_penalty
+from local_eagle.runtime.stats import RoundStats
+from local_eagle.runtime.tree import VerifyTree
+from local_eagle.runtime.treeverify import TreeBatch, decode_together
+
+if TYPE_CHECKING:
+    from local_eagle.runtime.rounds import Generation
+
+clock = time.perf_counter
+
+
+@dataclass
+class Drafted:
+    """One sequence's draft for a round, as the verify and accept phases take it."""
+
+    last_token: int
+    tree: VerifyTree
+    observed: RoundStats
+    dists: Callable[[int], np.ndarray]  # sampling: the draft distribution at a row (its children were drawn from)
+    refused: tuple[int, float] | None = None  # a chain's draft computed but not verified, with its confidence
+    tree_round: bool = False  # drafted by the tree rounds, which learn from it their own way
+    started: float = 0.0
+
+
+class TargetChoices:
+    """The target's token after each row (greedy), computed only for the rows the walk reaches, and each row's
+    processed logits (sampling): the rows of one sequence from ``offset`` in the round's call."""
+
+    def __init__(self, gen: Generation, tree: VerifyTree, last_token: int, offset: int = 0) -> None:
+        self.gen, self.tree, self.last_token, self.offset = gen, tree, last_token, offset
+
+    def __getitem__(self, row: int) -> int:
+        return int(np.argmax(self.row_logits(row)))
+
+    def row_logits(self, row: int) -> np.ndarray:
+        gen = self.gen
+        logits = gen.target.logits_view(self.offset + row, gen.engine.n_vocab)
+        if not gen.penalized:
+            return logits
+        history = gen.recent_history(self.last_token, self.tree.path_tokens(row))
+        return apply_repeat_penalty(logits, history, gen.sampling.repeat_penalty, gen.sampling.repeat_last_n)
+
+
+def verify(drafts: list[tuple[Generation, Drafted]], capture: bool) -> tuple[list[TreeBatch], np.ndarray | None]:
+    """Decode every sequence's tree in one target call; the batches (for keeping the accepted paths) and, when
+    ``capture``, the features of every row of the call (a sequence's from its offset)."""
+    started = clock()
+    gen = drafts[0][0]
+    batches = [TreeBatch(d.tree, g.n_past, g.seq) for g, d in drafts]
+    decode_together(gen.target, batches)
+    features = gen.capture.features(sum(len(b.tree) for b in batches)) if capture else None
+    seconds = clock() - started
+    for _, d in drafts:
+        d.observed.verify_seconds = seconds
+        d.observed.captured = capture
+    return batches, features
