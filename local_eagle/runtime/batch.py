@@ -26,6 +26,7 @@ import numpy as np
 
 from local_eagle.errors import LocalEagleError
 from local_eagle.runtime.batchpolicy import PROBE_FIRST, BatchPolicy
+from local_eagle.runtime.chain import draft_together
 from local_eagle.runtime.draftlen import DraftLengthPolicy
 from local_eagle.runtime.feed import IDLE_CONTEXT, PROBE_CONTEXT, DrafterFeed
 from local_eagle.runtime.lengths import FixedLengths
@@ -218,7 +219,7 @@ class Batcher:
             bound = min(max(g.draft_length() for g in adaptive), target.n_batch // n - 1)
             k = policy.choose(n, max(0, bound))
         window = PROBE_CONTEXT if policy.probe_every > PROBE_FIRST else IDLE_CONTEXT
-        rounds: list[tuple[Generation, Drafted]] = []
+        chains = []
         for seat in seats:
             gen = seat.gen
             limit = None
@@ -226,7 +227,9 @@ class Batcher:
                 gen.lengths, gen.pausable = FixedLengths(), False  # the batch's length, not a lone policy's
                 gen.feed.window = max(window, k + 1)
                 limit = k
-            rounds.append((gen, gen.begin_round(seat.last_token, limit)))
+            chains.append(gen.chain(seat.last_token, limit))
+        calls = draft_together(chains)
+        rounds: list[tuple[Generation, Drafted]] = [(c.gen, c.gen.drafted(c)) for c in chains]
         drafted = any(d.tree.drafted for _, d in rounds)
         features_wanted = capture is not None and any(s.gen.speculative for s in seats) and (
             drafted or k > 0 or any(s.gen.speculative and not s.gen.adaptive for s in seats)
@@ -237,23 +240,17 @@ class Batcher:
         batches, features = verify(rounds, features_wanted)
         offset = 0
         learnt: tuple[list[int], list[int]] = ([], [])
-        firsts, steps = [], []
         for seat, (gen, d), batch in zip(seats, rounds, batches, strict=True):
-            observed = d.observed
             accepted = gen.settle(d, batch, features if gen.speculative else None, offset)
             offset += len(d.tree)
             if gen.adaptive:
                 learnt[0].append(d.tree.drafted)
-                learnt[1].append(observed.accepted)
-                if observed.steps:
-                    firsts.append(observed.catch_up_seconds)
-                if observed.steps > 1:
-                    steps.append((observed.draft_seconds - observed.catch_up_seconds) / (observed.steps - 1))
+                learnt[1].append(d.observed.accepted)
             self._emit(seat, accepted)
         if adaptive:
             verify_seconds = rounds[0][1].observed.verify_seconds
-            host = max(0.0, clock() - started - verify_seconds - sum(d.observed.draft_seconds for _, d in rounds))
+            host = max(0.0, clock() - started - verify_seconds - sum(calls))
             policy.observe(
-                offset, verify_seconds, *learnt, first=float(np.mean(firsts)) if firsts else None,
-                step=float(np.mean(steps)) if steps else None, host=host,
+                offset, verify_seconds, *learnt, first=calls[0] if calls else None,
+                step=float(np.mean(calls[1:])) if len(calls) > 1 else None, host=host,
             )  # fmt: skip

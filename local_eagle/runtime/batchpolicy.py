@@ -5,10 +5,11 @@ make a call of n(k+1) rows. On a GPU that call costs about what n rows do until 
 grows with the rows. The batch is what pays, so the policy chooses k for the batch, the one that maximises the
 expected tokens a second::
 
-    rate(k) = n (1 + sum_{i<=k} prod_{j<=i} a_j) / (T(n(k+1)) + [k>0] n (d_1 + (k-1) d) + h)
+    rate(k) = n (1 + sum_{i<=k} prod_{j<=i} a_j) / (T(n(k+1)) + [k>0] (d_1 + (k-1) d) + h)
 
 with T the measured cost of a call by rows, a_j the rate at which a draft at depth j is kept when the drafts
-before it were, d_1 and d the drafter's first and later step per sequence, h the host's share of a round. k = 0
+before it were, d_1 and d the drafter's first call (every sequence's catch-up) and a later one (a row per
+sequence: the drafter runs each step for the whole batch at once, ``runtime.chain``), h the host's share. k = 0
 is batched decoding without drafts, so once the costs are known the policy is never slower than it. A row count
 never measured is estimated on the line through the measured ones (in proportion to the rows from a single one:
 cautious), and while k = 0 wins a probe drafts k = 1 every so often, because that line and the a_j change with
@@ -48,7 +49,7 @@ def best_length(
     """
     rates = []
     for k in range(k_max + 1):
-        seconds = call[n * (k + 1)] + host + (n * (first + (k - 1) * step) if k > 0 else 0.0)
+        seconds = call[n * (k + 1)] + host + (first + (k - 1) * step if k > 0 else 0.0)
         rates.append(n * expected_tokens(acceptance, k) / max(seconds, 1e-12))
     return int(np.argmax(rates)), rates
 
@@ -131,7 +132,7 @@ class BatchPolicy:
     def observe(self, rows: int, seconds: float, drafted: list[int], accepted: list[int], *,
                 first: float | None = None, step: float | None = None, host: float | None = None) -> None:  # fmt: skip
         """One round: its call's rows and seconds, each sequence's drafts and how many were kept, and the
-        drafter's first and later step per sequence where it ran."""
+        seconds of the drafter's first and later calls where they ran."""
         self.calls.setdefault(rows, Window(16)).add(seconds)
         self.hits *= DECAY
         self.tries *= DECAY

@@ -191,6 +191,24 @@ class Drafter:
                 prenorm[s + i] = self.ctx.embeddings_nextn_ith(i, self.n_embd)
         return logits, prenorm
 
+    def decode_rows(
+        self, tokens: np.ndarray, g: np.ndarray, positions: np.ndarray, seqs: list[int], wanted: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Rows of several sequences (row i on sequence ``seqs[i]``) in as few calls as the batch allows; the
+        logits [len(wanted), n_vocab] and prenorm [len(wanted), H] of the rows ``wanted`` (ascending)."""
+        n, step = len(tokens), self.ctx.n_batch
+        logits = np.empty((len(wanted), self.n_vocab), dtype=np.float32)
+        prenorm = np.empty((len(wanted), self.n_embd), dtype=np.float32)
+        j = 0
+        for s in range(0, n, step):
+            e = min(n, s + step)
+            self.ctx.decode(tokens[s:e], positions[s:e], True, g[s:e], [[q] for q in seqs[s:e]])
+            while j < len(wanted) and wanted[j] < e:
+                logits[j] = self.ctx.logits_view(int(wanted[j]) - s, self.n_vocab)
+                prenorm[j] = self.ctx.embeddings_nextn_ith(int(wanted[j]) - s, self.n_embd)
+                j += 1
+        return logits, prenorm
+
     def decode_last(
         self, tokens: np.ndarray, g: np.ndarray, positions: np.ndarray, seq: int = 0
     ) -> tuple[np.ndarray, np.ndarray]:

@@ -100,17 +100,21 @@ class DrafterFeed:
     def catch_up(self) -> tuple[np.ndarray, np.ndarray, int]:
         """Decode every queued row in one call: the last row's (logits, prenorm), the round's first draft step,
         and how many rows it took. The queue must hold at least the row of the round's last token."""
+        tokens, features, positions = self.take_rows()
+        logits, prenorm = self.drafter.decode_last(tokens, self.drafter.encode(features), positions, self.seq)
+        return logits, prenorm, len(tokens)
+
+    def take_rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every queued row (tokens, features, positions), for a catch-up the caller decodes now (several
+        sequences' in one call, ``runtime.chain``); the queue is then empty, the drafter's cache ready for them."""
         h, n = self._head, self.pending
         if n <= 0:
             raise AssertionError("no drafter row to catch up on")
         self._clear_if_restarted()
-        g = self.drafter.encode(self._features[h : self._tail])
-        logits, prenorm = self.drafter.decode_last(
-            self._tokens[h : self._tail], g, np.arange(self.first, self.first + n), self.seq
-        )
+        rows = self._tokens[h : self._tail], self._features[h : self._tail], np.arange(self.first, self.first + n)
         self._head = self._tail = 0
         self.first += n
-        return logits, prenorm, n
+        return rows
 
     def _clear_if_restarted(self) -> None:
         if self._restart:

@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from local_eagle.llamacpp.model import Context
+from local_eagle.runtime.chain import ChainDraft, draft_alone
 from local_eagle.runtime.draftlen import DraftLengthPolicy
-from local_eagle.runtime.feed import IDLE_CONTEXT, PROBE_CONTEXT
+from local_eagle.runtime.feed import IDLE_CONTEXT
 from local_eagle.runtime.lengths import DraftLengths, FixedLengths, state_dict
 from local_eagle.runtime.sampling import (
     SamplingParams,
@@ -274,11 +275,20 @@ class Generation:
         at most ``limit`` drafts (default ``draft_max``), the tree with one branch."""
         if self.trees is not None and self.trees.wanted():
             return self.trees.draft_round(last_token)
-        started = clock()
-        observed = RoundStats()
-        drafts, dists, refused = self.draft(last_token, observed, limit)
-        return Drafted(last_token, VerifyTree.chain(last_token, drafts), observed, dists.__getitem__, refused,
-                       started=started)  # fmt: skip
+        chain = self.chain(last_token, limit)
+        draft_alone(chain)
+        return self.drafted(chain)
+
+    def chain(self, last_token: int, limit: int | None = None) -> ChainDraft:
+        """A chain from ``last_token`` of at most ``limit`` drafts (default ``draft_max``), as long as
+        ``self.lengths`` says and the drafter's confidence stays above ``draft_p_min``; its steps still to run."""
+        return ChainDraft(self, last_token, RoundStats(), limit)
+
+    def drafted(self, chain: ChainDraft) -> Drafted:
+        """A chain whose steps have run, as the verify phase takes it: the tree with one branch."""
+        drafts, dists, refused = chain.finish()
+        tree = VerifyTree.chain(chain.last_token, drafts)
+        return Drafted(chain.last_token, tree, chain.observed, dists.__getitem__, refused, started=chain.started)
 
     def settle(self, drafted: Drafted, batch: TreeBatch, features: np.ndarray | None, offset: int) -> list[int]:
         """Accept, commit and learn once the round's target call has run (this sequence's rows from ``offset``);
@@ -307,54 +317,6 @@ class Generation:
         remaining = self.max_tokens - len(self.output_tokens)
         limit = self.draft_max if limit is None else limit
         return min(limit, self.engine.n_ctx - self.n_past - 1, remaining - 1, self.target.n_batch - 1)
-
-    def draft(
-        self, last_token: int, observed: RoundStats, limit: int | None = None
-    ) -> tuple[list[int], list[np.ndarray], tuple[int, float] | None]:
-        """A chain of drafter steps from ``last_token``, as long as ``self.lengths`` says.
-
-        Returns the drafts, their distributions when sampling, and the draft computed last but not
-        put in the batch with its confidence (None when the chain ended otherwise). The first step
-        catches the drafter up on the rows queued since it last ran. The chain also stops once the
-        drafter's confidence falls under ``draft_p_min``. Every decision reads only the drafter's
-        output, never the target's, so the verified output stays the target's own.
-        """
-        drafts: list[int] = []
-        distributions: list[np.ndarray] = []
-        lengths = self.lengths
-        if lengths is None:
-            return drafts, distributions, None
-        if isinstance(lengths, DraftLengthPolicy):  # where probes cannot pay, they mostly re-check the costs
-            self.feed.window = PROBE_CONTEXT if lengths.hopeless else self.window
-        lengths.begin_round(max(0, self.draft_length(limit)), ready=self.feed.ready(self.n_past))
-        started = clock()
-        drafter = self.drafter
-        refused = None
-        prenorm = None
-        while lengths.extend():
-            n = len(drafts)
-            if n == 0:
-                logits, prenorm, observed.catch_up_rows = self.feed.catch_up()
-            else:
-                position = np.array([self.n_past + n - 1])
-                logits, prenorm = drafter.decode(np.array([drafts[-1]]), drafter.feedback(prenorm), position, self.seq)
-                observed.draft_rows += 1
-            observed.steps += 1
-            row = logits[0]
-            token, distribution = choose(row, self.recent_history(last_token, drafts), self.sampling, self.rng)
-            confidence = self.confidence(row, distribution)
-            if n == 0:
-                observed.catch_up_seconds = clock() - started
-            if confidence < self.draft_p_min or not lengths.take(confidence):
-                refused = (token, confidence)
-                break
-            drafts.append(token)
-            if distribution is not None:
-                distributions.append(distribution)
-        observed.drafted = len(drafts)
-        observed.probe = lengths.probing and observed.drafted > 0
-        observed.draft_seconds = clock() - started
-        return drafts, distributions, refused
 
     def capturing(self, drafted: int) -> bool:
         """Must this round's verify capture the target's features? Yes while drafting, or when the policy may

@@ -1,0 +1,129 @@
+"""A chain's draft phase one drafter step at a time, so that a round of many sequences drafts them all together.
+
+A chain is drafted step by step: the first step catches the drafter up on the rows queued for it
+(``runtime.feed``) and its last row gives the first draft; each later step decodes the previous draft with the
+drafter's own post-norm state. :class:`ChainDraft` holds one sequence's chain between steps and decides, from the
+drafter's output only, whether it goes on (the draft lengths, ``draft_p_min``), so the verified output stays the
+target's own. :meth:`Generation.draft` runs one alone; ``runtime.batch`` runs one drafter call a step for every
+sequence of the round (:func:`draft_together`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from local_eagle.runtime.draftlen import DraftLengthPolicy
+from local_eagle.runtime.feed import PROBE_CONTEXT
+from local_eagle.runtime.sampling import choose
+from local_eagle.runtime.stats import RoundStats
+
+if TYPE_CHECKING:
+    from local_eagle.runtime.rounds import Generation
+
+clock = time.perf_counter
+
+
+class ChainDraft:
+    """One sequence's chain in the making: its drafts, their distributions (sampling), the drafter's last state."""
+
+    def __init__(self, gen: Generation, last_token: int, observed: RoundStats, limit: int | None = None) -> None:
+        self.gen, self.last_token, self.observed = gen, last_token, observed
+        self.drafts: list[int] = []
+        self.distributions: list[np.ndarray] = []
+        self.refused: tuple[int, float] | None = None
+        self.prenorm: np.ndarray | None = None
+        self.started = clock()
+        lengths = gen.lengths
+        self.active = False
+        if lengths is None:
+            return
+        if isinstance(lengths, DraftLengthPolicy):  # where probes cannot pay, they mostly re-check the costs
+            gen.feed.window = PROBE_CONTEXT if lengths.hopeless else gen.window
+        lengths.begin_round(max(0, gen.draft_length(limit)), ready=gen.feed.ready(gen.n_past))
+        self.active = lengths.extend()
+
+    @property
+    def position(self) -> int:
+        """The position the next later step decodes its row at (the previous draft's)."""
+        return self.gen.n_past + len(self.drafts) - 1
+
+    def take(self, row: np.ndarray, prenorm: np.ndarray) -> None:
+        """A step's output (its logits row and post-step state): draft from it, or end the chain."""
+        gen, observed = self.gen, self.observed
+        first = not self.drafts
+        observed.steps += 1
+        if first:
+            observed.catch_up_seconds = clock() - self.started
+        else:
+            observed.draft_rows += 1
+        self.prenorm = prenorm
+        token, distribution = choose(row, gen.recent_history(self.last_token, self.drafts), gen.sampling, gen.rng)
+        confidence = gen.confidence(row, distribution)
+        if confidence < gen.draft_p_min or not gen.lengths.take(confidence):
+            self.refused = (token, confidence)
+            self.active = False
+            return
+        self.drafts.append(token)
+        if distribution is not None:
+            self.distributions.append(distribution)
+        self.active = gen.lengths.extend()
+
+    def finish(self) -> tuple[list[int], list[np.ndarray], tuple[int, float] | None]:
+        observed = self.observed
+        observed.drafted = len(self.drafts)
+        lengths = self.gen.lengths
+        observed.probe = lengths is not None and lengths.probing and observed.drafted > 0
+        observed.draft_seconds = clock() - self.started
+        return self.drafts, self.distributions, self.refused
+
+
+def draft_alone(chain: ChainDraft) -> None:
+    """Run a chain's steps on its own: the catch-up, then one drafter row a step."""
+    gen = chain.gen
+    while chain.active:
+        if not chain.drafts:
+            logits, prenorm, chain.observed.catch_up_rows = gen.feed.catch_up()
+        else:
+            drafter = gen.drafter
+            logits, prenorm = drafter.decode(
+                np.array([chain.drafts[-1]]), drafter.feedback(chain.prenorm), np.array([chain.position]), gen.seq
+            )
+        chain.take(logits[0], prenorm)
+
+
+def draft_together(chains: list[ChainDraft]) -> list[float]:
+    """Run several sequences' chains, one drafter call a step for all that go on: every catch-up in one call, then
+    one row per chain a step, each on its own sequence. Returns each call's seconds (the first the catch-up)."""
+    calls: list[float] = []
+    active = [c for c in chains if c.active]
+    if not active:
+        return calls
+    drafter = active[0].gen.drafter
+    started = clock()
+    queued = [c.gen.feed.take_rows() for c in active]
+    tokens = np.concatenate([q[0] for q in queued])
+    g = drafter.encode(np.concatenate([q[1] for q in queued]))
+    positions = np.concatenate([q[2] for q in queued])
+    seqs = [c.gen.seq for c, q in zip(active, queued, strict=True) for _ in range(len(q[0]))]
+    last = np.cumsum([len(q[0]) for q in queued]) - 1
+    logits, prenorm = drafter.decode_rows(tokens, g, positions, seqs, last)
+    for i, (c, q) in enumerate(zip(active, queued, strict=True)):
+        c.observed.catch_up_rows = len(q[0])
+        c.take(logits[i], prenorm[i : i + 1])
+    calls.append(clock() - started)
+    while True:
+        active = [c for c in chains if c.active]
+        if not active:
+            return calls
+        started = clock()
+        g = drafter.feedback(np.concatenate([c.prenorm for c in active]))
+        logits, prenorm = drafter.decode_rows(
+            np.array([c.drafts[-1] for c in active], dtype=np.int32), g, np.array([c.position for c in active]),
+            [c.gen.seq for c in active], np.arange(len(active)),
+        )  # fmt: skip
+        for i, c in enumerate(active):
+            c.take(logits[i], prenorm[i : i + 1])
+        calls.append(clock() - started)
