@@ -1,0 +1,497 @@
+"""Constrained output: JSON, JSON schemas, Lark grammars and regexes over the GGUF's own vocabulary (llguidance).
+
+Three objects, from the request to the token loop (docs/structured.md):
+
+- :class:`GrammarSpec`, what a request asks for (Ollama's ``format``, OpenAI's ``response_format``, the CLI's
+  ``--format json`` / ``--json-schema`` / ``--grammar`` / ``--regex``): plain data, checked without a model, sent
+  over the runner's JSON wire as :meth:`GrammarSpec.to_dict`;
+- :class:`Grammar`, a spec compiled against one model's vocabulary by :func:`compile_grammar` (the vocabulary's
+  llguidance tokenizer is built once per model and kept; that takes about 2.5 s on a 262K vocabulary);
+- :class:`Constraint`, one generation's place in the grammar (:meth:`Grammar.matcher`): the tokens allowed next
+  as a bit mask, consuming, validating and rolling back tokens, copies for tree branches, the tokens the grammar
+  forces, and whether it is complete.
+
+Masks are over the target's ``n_vocab``: token ``t`` is allowed when bit ``t % 32`` of word ``t // 32`` of
+:meth:`Constraint.bitmask` is set. llguidance drops the GIL while it computes one, so a mask can be computed in
+another thread while llama.cpp decodes.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import weakref
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from local_eagle.errors import LocalEagleError
+
+if TYPE_CHECKING:
+    import llguidance
+
+    from local_eagle.llamacpp.model import Model
+
+KINDS = ("json", "json_schema", "lark", "regex")
+"""json: any JSON object (Ollama's ``format: "json"``, OpenAI's ``json_object``); json_schema: a JSON schema;
+lark: a grammar in llguidance's Lark syntax; regex: a regular expression the whole output matches."""
+
+JSON_STYLE = {"item_separator": ", ", "key_separator": ": ", "whitespace_flexible": False}
+"""How JSON is written under a constraint: on one line, as Python's ``json.dumps`` writes it (``{"a": 1, "b": [2,
+3]}``). Fixed separators make a schema's keys and punctuation forced tokens (drafted without a drafter call, certain
+to be accepted), and a small model cannot write whitespace for ever, as it can where any run of it is allowed
+(llguidance's default)."""
+
+_JSON_OPTIONS: Any = JSON_STYLE
+_MAX_REASON = 300
+
+
+class GrammarError(LocalEagleError):
+    """A grammar or schema llguidance refuses, or a token the grammar does not allow; one line."""
+
+
+def _one_line(text: str) -> str:
+    line = " ".join(str(text).split())
+    return line if len(line) <= _MAX_REASON else line[: _MAX_REASON - 3] + "..."
+
+
+def _llg() -> Any:
+    try:
+        import llguidance
+    except ImportError as e:  # pragma: no cover - a core dependency
+        raise GrammarError(f"constrained output needs the package llguidance ({e}); pip install llguidance") from None
+    return llguidance
+
+
+@dataclass(frozen=True)
+class GrammarSpec:
+    """A request's constraint: ``kind`` (one of :data:`KINDS`) and ``source`` (the schema as JSON text, the Lark
+    grammar, the regex; empty for ``json``). Hashable, so compiled grammars can be kept by spec."""
+
+    kind: str
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise GrammarError(f"grammar kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+        if not isinstance(self.source, str):
+            raise GrammarError(f"grammar source must be text, got {type(self.source).__name__}")
+
+    # constructors ---------------------------------------------------------------------------------------------
+
+    @classmethod
+    def json_object(cls) -> GrammarSpec:
+        return cls("json")
+
+    @classmethod
+    def json_schema(cls, schema: Any, field: str = "schema") -> GrammarSpec:
+        """A JSON schema (a dict, or its JSON text), checked by llguidance without a vocabulary."""
+        if isinstance(schema, str):
+            try:
+                schema = json.loads(schema)
+            except json.JSONDecodeError as e:
+                raise GrammarError(f"{field} is not valid JSON: {e}") from None
+        if isinstance(schema, bool):  # JSON Schema's true/false
+            raise GrammarError(f"{field} must be a JSON schema object, got {json.dumps(schema)}")
+        if not isinstance(schema, dict):
+            raise GrammarError(f"{field} must be a JSON schema object, got {type(schema).__name__}")
+        spec = cls("json_schema", json.dumps(schema, ensure_ascii=False))
+        spec.check(field)
+        return spec
+
+    @classmethod
+    def lark(cls, source: str, field: str = "grammar") -> GrammarSpec:
+        spec = cls("lark", source)
+        spec.check(field)
+        return spec
+
+    @classmethod
+    def regex(cls, source: str, field: str = "regex") -> GrammarSpec:
+        spec = cls("regex", source)
+        spec.check(field)
+        return spec
+
+    @classmethod
+    def from_ollama_format(cls, value: Any, field: str = "format") -> GrammarSpec | None:
+        """Ollama's ``format``: ``"json"``, a JSON schema object, or nothing (null, ``""``)."""
+        if value is None or value == "":
+            return None
+        if value == "json":
+            return cls.json_object()
+        if isinstance(value, dict):
+            return cls.json_schema(value, field)
+        shown = json.dumps(value)[:60]
+        raise GrammarError(f'{field} must be "json" or a JSON schema object, got {shown}')
+
+    @classmethod
+    def from_openai_response_format(cls, value: Any, field: str = "response_format") -> GrammarSpec | None:
+        """OpenAI's ``response_format``: ``{"type": "text"}`` (None), ``{"type": "json_object"}``, or
+        ``{"type": "json_schema", "json_schema": {"name", "schema", "strict", "description"}}``. The output
+        follows the schema whether ``strict`` is true or not (OpenAI keeps to it only when it is)."""
+        if value is None:
+            return None
+        if not isinstance(value, dict):
+            raise GrammarError(f"{field} must be an object with a type")
+        kind = value.get("type")
+        if kind == "text":
+            return None
+        if kind == "json_object":
+            return cls.json_object()
+        if kind != "json_schema":
+            raise GrammarError(f"{field}.type must be 'text', 'json_object' or 'json_schema', got {json.dumps(kind)}")
+        js = value.get("json_schema")
+        if not isinstance(js, dict):
+            raise GrammarError(f"{field}.json_schema must be an object with a name and a schema")
+        name = js.get("name")
+        if name is not None and not isinstance(name, str):
+            raise GrammarError(f"{field}.json_schema.name must be a string")
+        strict = js.get("strict")
+        if strict is not None and not isinstance(strict, bool):
+            raise GrammarError(f"{field}.json_schema.strict must be true or false")
+        if js.get("schema") is None:  # OpenAI: the schema is optional; without one, any JSON object
+            return cls.json_object()
+        return cls.json_schema(js["schema"], f"{field}.json_schema.schema")
+
+    # the grammar ----------------------------------------------------------------------------------------------
+
+    @property
+    def schema(self) -> dict[str, Any] | None:
+        """The JSON schema (``{"type": "object"}`` for ``json``); None for Lark and regex."""
+        if self.kind == "json":
+            return {"type": "object"}
+        if self.kind == "json_schema":
+            return json.loads(self.source)
+        return None
+
+    def llguidance_grammar(self) -> str:
+        """The grammar in llguidance's own serialised form."""
+        m = _llg().LLMatcher
+        if self.kind in ("json", "json_schema"):
+            try:
+                return m.grammar_from_json_schema(self.schema, defaults=_JSON_OPTIONS)
+            except ValueError as e:
+                raise GrammarError(f"schema: {_one_line(str(e))}") from None
+        if self.kind == "lark":
+            return m.grammar_from_lark(self.source)
+        return m.grammar_from_regex(self.source)
+
+    def check(self, field: str | None = None) -> None:
+        """llguidance's validation without a vocabulary: a bad schema, grammar or regex raises, naming ``field``."""
+        reason = _llg().LLMatcher.validate_grammar(self.llguidance_grammar())
+        if reason:
+            raise GrammarError(f"{field or self.kind}: {_one_line(reason)}")
+
+    # the runner's wire ----------------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, str]:
+        return {"kind": self.kind, "source": self.source}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> GrammarSpec:
+        return cls(str(d["kind"]), str(d.get("source", "")))
+
+    def describe(self) -> str:
+        """A few words for logs and stats: ``json``, ``json_schema``, ``lark``, ``regex``."""
+        return self.kind
+
+
+# the vocabulary, once per model ---------------------------------------------------------------------------------
+
+_tokenizers: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+_tokenizers_lock = threading.Lock()
+
+
+def end_tokens(model: Model) -> list[int]:
+    """The model's end-of-generation tokens (EOS, Gemma's ``<end_of_turn>``, ...): the grammar allows any of them
+    once it is complete."""
+    from local_eagle.llamacpp.lib import C
+
+    ids = [t for t in range(model.n_vocab) if C.llama_vocab_is_eog(model.vocab, t)]
+    if not ids:
+        eos = int(C.llama_vocab_eos(model.vocab))
+        ids = [eos] if 0 <= eos < model.n_vocab else []
+    return ids
+
+
+def tokenizer_for(model: Model) -> llguidance.LLTokenizer:
+    """The llguidance tokenizer over ``model``'s vocabulary (every piece, special ones marked, llama.cpp's own
+    tokenize for strings the grammar names), built on first use and kept as long as the model lives. Calling it
+    when a model is loaded (in a thread: it is ctypes work, one call a token) takes the cost off the first request."""
+    with _tokenizers_lock:
+        tok = _tokenizers.get(model)
+        if tok is None:
+            ends = end_tokens(model)
+            if not ends:
+                raise GrammarError(f"{model.path.name}: the vocabulary has no end-of-generation token")
+            tok = _build_tokenizer(model, ends)
+            _tokenizers[model] = tok
+        return tok
+
+
+def _build_tokenizer(model: Model, ends: list[int]) -> llguidance.LLTokenizer:
+    """``llguidance.llamacpp.lltokenizer_from_vocab`` over the project's bindings: each token's piece (special
+    ones included), control tokens (and user-defined ones written ``<...>``) marked special by a leading 0xFF, and
+    llama.cpp's own ``llama_tokenize`` for the text a grammar names."""
+    import ctypes
+
+    from local_eagle.llamacpp.lib import C
+
+    control, user_defined = 1 << 3, 1 << 4  # LLAMA_TOKEN_ATTR_CONTROL, LLAMA_TOKEN_ATTR_USER_DEFINED
+    size = 16 * 1024
+    buffer = ctypes.create_string_buffer(size + 1)
+    to_piece, get_attr, vocab = C.llama_token_to_piece, C.llama_vocab_get_attr, model.vocab
+    pieces: list[bytes] = []
+    for t in range(model.n_vocab):
+        n = to_piece(vocab, t, buffer, size, 0, True)
+        if n < 0:
+            raise GrammarError(f"{model.path.name}: token {t}'s piece is longer than {size} bytes")
+        piece = ctypes.string_at(buffer, n)
+        attr = get_attr(vocab, t)
+        if attr & control or (attr & user_defined and piece.startswith(b"<") and piece.endswith(b">")):
+            piece = b"\xff" + piece
+        pieces.append(piece)
+    tokenize = ctypes.cast(C._lib.llama_tokenize, ctypes.c_void_p).value
+    return _llg().LLTokenizer.from_llamacpp(
+        tokens=pieces, vocab_ptr=vocab, tokenize_fptr=tokenize, eos_token=ends, slices=None
+    )
+
+
+# a compiled grammar -----------------------------------------------------------------------------------------------
+
+
+class Grammar:
+    """A spec compiled against one model's vocabulary; :meth:`matcher` starts a generation's constraint."""
+
+    def __init__(self, spec: GrammarSpec, tokenizer: llguidance.LLTokenizer, grammar: str, n_vocab: int) -> None:
+        self.spec = spec
+        self.tokenizer = tokenizer
+        self.grammar = grammar
+        self.n_vocab = n_vocab
+        self.n_words = (n_vocab + 31) // 32
+        self.end_tokens: list[int] = list(tokenizer.eos_tokens)
+
+    def matcher(self) -> Constraint:
+        llg = _llg()
+        m = llg.LLMatcher(self.tokenizer, self.grammar, log_level=0, limits=llg.LLParserLimits(verbose_errors=False))
+        if m.is_error():
+            raise GrammarError(f"{self.spec.kind}: {_one_line(m.get_error())}")
+        return Constraint(self, m)
+
+
+def compile_grammar(model: Model, spec: GrammarSpec) -> Grammar:
+    """``spec`` over ``model``'s vocabulary, checked: a schema or grammar llguidance refuses, or one that no
+    sequence of this vocabulary's tokens can start, raises :class:`GrammarError` with llguidance's reason."""
+    tok = tokenizer_for(model)
+    text = spec.llguidance_grammar()
+    reason = _llg().LLMatcher.validate_grammar(text, tok)
+    if reason:
+        raise GrammarError(f"{spec.kind}: {_one_line(reason)}")
+    grammar = Grammar(spec, tok, text, model.n_vocab)
+    first = grammar.matcher()
+    try:
+        startable = first.accepting() or bool(first.bitmask().any())
+    except GrammarError:
+        startable = False
+    if not startable:
+        raise GrammarError(f"{spec.kind}: no sequence of {model.path.name}'s tokens satisfies it")
+    return grammar
+
+
+# one generation's constraint --------------------------------------------------------------------------------------
+
+
+class Constraint:
+    """One generation's place in a grammar. Not thread safe; :meth:`copy` gives a branch its own.
+
+    ``bitmask`` is computed for the current state on demand and kept until the state changes (``consume``,
+    ``rollback``), so ``allows``, ``mask`` and ``apply`` after it cost no grammar work.
+    """
+
+    def __init__(self, grammar: Grammar, matcher: llguidance.LLMatcher) -> None:
+        self.grammar = grammar
+        self._m = matcher
+        self._bits = np.zeros(grammar.n_words, dtype=np.int32)
+        self._fresh = False
+        self._ends = frozenset(grammar.end_tokens)
+        self._steps = 0  # tokens llguidance consumed and not rolled back
+        self.ended = False  # an end token was consumed: the output is complete
+
+    # masks ---------------------------------------------------------------------------------------------------
+
+    def bitmask(self, out: np.ndarray | None = None) -> np.ndarray:
+        """The tokens allowed next, one bit each: int32 words, ``(n_vocab + 31) // 32`` of them. With ``out``
+        (C-contiguous int32 of that length, e.g. a row of a batch's mask array) written there and returned;
+        otherwise the constraint's own buffer (valid until the state changes). After an end token, no bit is set."""
+        if not self._fresh:
+            if self.ended:
+                self._bits[...] = 0
+            else:
+                self._m.unsafe_compute_mask_ptr(self._bits.ctypes.data, self._bits.nbytes)
+                self._check()
+            self._fresh = True
+        if out is None:
+            return self._bits
+        out[...] = self._bits
+        return out
+
+    def allows(self, token: int) -> bool:
+        """Whether ``token`` is allowed next (one bit of the mask: greedy decoding can check the unconstrained
+        argmax first and mask the row only when the grammar refuses it)."""
+        t = int(token)
+        if not 0 <= t < self.grammar.n_vocab:
+            return False
+        return bool((int(self.bitmask()[t >> 5]) >> (t & 31)) & 1)
+
+    def mask(self, out: np.ndarray | None = None) -> np.ndarray:
+        """The tokens allowed next as a bool array over the target's vocabulary (``out``: bool, n_vocab)."""
+        bits = np.unpackbits(self.bitmask().view(np.uint8), bitorder="little", count=self.grammar.n_vocab)
+        if out is None:
+            return bits.view(bool)
+        out[...] = bits.view(bool)
+        return out
+
+    def allowed(self) -> np.ndarray:
+        """The allowed tokens' ids, ascending (int64)."""
+        return np.flatnonzero(self.mask())
+
+    def apply(self, logits: np.ndarray) -> np.ndarray:
+        """``logits`` (float32, n_vocab, or a longer row: tokens past the vocabulary are refused too) with -inf
+        wherever the grammar refuses the token; in place, and returned. Touches only the smaller of the allowed
+        and refused sets (a JSON key allows a few tokens, a string's content most of them)."""
+        n = self.grammar.n_vocab
+        ok = self.mask()
+        allowed = np.flatnonzero(ok)
+        if len(logits) > n:
+            logits[n:] = -np.inf
+        if 2 * len(allowed) < n:
+            kept = logits[allowed]
+            logits[:n] = -np.inf
+            logits[allowed] = kept
+        else:
+            logits[np.flatnonzero(~ok)] = -np.inf
+        return logits
+
+    # moving through the grammar -----------------------------------------------------------------------------
+
+    def _split(self, ids: list[int]) -> tuple[list[int], bool]:
+        """``ids`` up to the first end token, and whether one follows them (what comes after it never counts)."""
+        ends = self._ends
+        for i, t in enumerate(ids):
+            if t in ends:
+                return ids[:i], True
+        return ids, False
+
+    def validate(self, tokens: Any) -> int:
+        """How many of ``tokens``, from the first, the grammar allows in a row from here (an end token counts
+        where the grammar is complete; nothing after it does). The state does not change."""
+        ids = [int(t) for t in tokens]
+        if not ids or self.ended:
+            return 0
+        body, end = self._split(ids)
+        n = int(self._m.validate_tokens(body)) if body else 0
+        if n == len(body) and end:
+            if body:
+                self._m.consume_tokens(body)
+            n += int(self._m.is_accepting() and not self._m.is_error())
+            if body:
+                self._m.rollback(len(body))
+        return n
+
+    def consume(self, tokens: Any) -> None:
+        """Move past ``tokens`` (one id or several; an end token ends the constraint: nothing is allowed after it);
+        a token the grammar does not allow raises :class:`GrammarError` and leaves the state where it was."""
+        ids = [int(tokens)] if np.isscalar(tokens) else [int(t) for t in tokens]
+        if not ids:
+            return
+        n = self.validate(ids)
+        if n < len(ids):
+            shown = self.grammar.tokenizer.dbg_tokens([ids[n]]) if 0 <= ids[n] < self.grammar.n_vocab else "?"
+            raise GrammarError(f"token {ids[n]} ({shown}) is not allowed by the {self.grammar.spec.kind} grammar here")
+        body, end = self._split(ids)
+        if body and not self._m.consume_tokens(body):
+            self._check()
+        self._steps += len(body)
+        self.ended = end
+        self._fresh = False
+
+    @property
+    def consumed(self) -> int:
+        """Tokens consumed and not rolled back (an end token included)."""
+        return self._steps + int(self.ended)
+
+    def rollback(self, n: int) -> None:
+        """Undo the last ``n`` consumed tokens."""
+        if n <= 0:
+            return
+        if n > self.consumed:
+            raise GrammarError(f"cannot roll back {n} tokens: only {self.consumed} consumed")
+        if self.ended:
+            self.ended = False
+            n -= 1
+        if n and not self._m.rollback(n):
+            self._check()
+        self._steps -= n
+        self._fresh = False
+
+    def copy(self) -> Constraint:
+        """An independent constraint at the same place (a draft tree's branch)."""
+        c = Constraint(self.grammar, self._m.deep_copy())
+        c._steps, c.ended = self._steps, self.ended
+        if self._fresh:
+            c._bits[...] = self._bits
+            c._fresh = True
+        return c
+
+    def forced(self) -> list[int]:
+        """The tokens the grammar forces next, in order (a schema's fixed keys and punctuation); often empty.
+        Consuming them is the only way on, so they can join a draft without a drafter call. When only an end
+        token is left (:meth:`stopped`) it is not listed: the caller ends the generation with its own."""
+        if self.ended or self._m.is_stopped():
+            return []
+        return [int(t) for t in self._m.compute_ff_tokens()]
+
+    def masks_along(self, tokens: Any, out: np.ndarray | None = None) -> tuple[np.ndarray, int]:
+        """The bit masks a chain's verification needs: row 0 here, row ``i`` after ``tokens[:i]``, as far as the
+        grammar allows them. Returns ``(masks, n_valid)``: ``masks`` is int32 ``(len(tokens) + 1, n_words)``
+        (``out`` if given); rows ``0 .. n_valid`` are written (a row after an end token allows nothing), later
+        rows are left as they were. The state does not change."""
+        ids = [int(t) for t in tokens]
+        rows = len(ids) + 1
+        if out is None:
+            out = np.zeros((rows, self.grammar.n_words), dtype=np.int32)
+        if out.shape[0] < rows or out.shape[1] != self.grammar.n_words or out.dtype != np.int32:
+            raise ValueError(f"masks_along needs an int32 array of at least {rows} rows of {self.grammar.n_words}")
+        self.bitmask(out[0])
+        n_valid = self.validate(ids)
+        body, _ = self._split(ids[:n_valid])
+        done = 0
+        try:
+            for i, t in enumerate(body):
+                if not self._m.consume_token(t):
+                    self._check()
+                done += 1
+                self._m.unsafe_compute_mask_ptr(out[i + 1].ctypes.data, out[i + 1].nbytes)
+        finally:
+            if done:
+                self._m.rollback(done)
+        if n_valid > len(body):
+            out[n_valid] = 0
+        return out, n_valid
+
+    # where the generation stands ------------------------------------------------------------------------------
+
+    def accepting(self) -> bool:
+        """The output so far is complete as it is: an end token is allowed (the generation may end here)."""
+        return self.ended or bool(self._m.is_accepting())
+
+    def stopped(self) -> bool:
+        """The grammar allows nothing more but an end token (or one was consumed): the generation must end."""
+        return self.ended or bool(self._m.is_stopped())
+
+    def error(self) -> str | None:
+        return self._m.get_error() or None
+
+    def _check(self) -> None:
+        if self._m.is_error():
+            raise GrammarError(f"{self.grammar.spec.kind} grammar: {_one_line(self._m.get_error())}")
