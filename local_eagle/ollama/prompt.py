@@ -108,8 +108,10 @@ def render_jinja(
     messages: Sequence[MessageLike],
     tools: Sequence[Mapping[str, Any]] | None = None,
     source: str = "chat template",
+    think: bool | str | None = None,
 ) -> str:
-    """Render a Hugging Face chat template with a generation prompt, as ``apply_chat_template``."""
+    """Render a Hugging Face chat template with a generation prompt, as ``apply_chat_template``; a ``think``
+    that is set becomes ``enable_thinking`` (Qwen 3's switch; templates without one ignore it)."""
     import jinja2
     from jinja2.ext import loopcontrols
     from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -134,6 +136,7 @@ def render_jinja(
             add_generation_prompt=True,
             bos_token=ct.bos_token,
             eos_token=ct.eos_token,
+            **({} if think is None else {"enable_thinking": bool(think)}),
         )
     except jinja2.TemplateSyntaxError as e:
         raise LocalEagleError(f"{source}: tokenizer.chat_template line {e.lineno}: {e.message}") from None
@@ -154,17 +157,21 @@ def render_prompt(
     *,
     history: Sequence[Any] = (),
     tools: Sequence[Mapping[str, Any]] | None = None,
+    think: bool | str | None = None,
 ) -> str:
     """The prompt for ``messages`` (dicts with ``role`` and ``content``; the last is usually the
     user's), with ``system`` and ``history`` from the Modelfile: TEMPLATE if given, else the GGUF's
-    chat template, else plain text."""
+    chat template, else plain text. ``think`` (a request's: true, false, a level, or None when not
+    given) is the TEMPLATE's ``.Think``, ``.ThinkLevel`` and ``.IsThinkSet``, a Jinja template's
+    ``enable_thinking``."""
     msgs = chat_messages(messages, system, history)
     if template is not None:
-        return render_ollama(template, msgs, tools)
+        level = think if isinstance(think, str) else ""
+        return render_ollama(template, msgs, tools, think=bool(think), think_set=think is not None, think_level=level)
     if gguf_path is not None:
         ct = read_chat_template(gguf_path)
         if ct.template is not None:
-            return render_jinja(ct, msgs, tools, source=str(gguf_path))
+            return render_jinja(ct, msgs, tools, source=str(gguf_path), think=think)
     return render_ollama(DEFAULT_TEMPLATE, msgs)
 
 

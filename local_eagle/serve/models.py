@@ -16,14 +16,15 @@ from typing import Any, NamedTuple
 
 import numpy as np
 from fastapi import Request
-
 from local_eagle.errors import LocalEagleError
-from local_eagle.ollama import parameters
 from local_eagle.ollama.parameters import ParameterError
 from local_eagle.runtime.sampling import SamplingParams
 from local_eagle.serve.errors import ApiError
 from local_eagle.serve.jobs import Job, off_loop
 from local_eagle.serve.server import EagleServer
+from local_eagle.serve.toolcalls import message_extras
+
+from local_eagle.ollama import parameters
 
 
 async def json_body(request: Request, limit: int) -> dict[str, Any]:
@@ -206,7 +207,7 @@ def parse_messages(raw: Any) -> list[dict[str, Any]]:
         check_fields(m, {"images": list, "tool_calls": list})
         if m.get("images"):
             raise ApiError(400, "images are not supported: local-eagle runs text models")
-        out.append({"role": m["role"], "content": content})
+        out.append({"role": m["role"], "content": content, **message_extras(m, i)})
     return out
 
 
@@ -224,6 +225,7 @@ def render(
     system: str | None,
     template: str | None,
     tools: list[Any] | None = None,
+    think: bool | str | None = None,
 ) -> str:
     """The prompt as Ollama builds it: the request's system/template over the Modelfile's."""
     from local_eagle.ollama.prompt import render_prompt
@@ -237,6 +239,7 @@ def render(
             gguf_path=server.config.model,
             history=[m.to_dict() for m in mf.messages] if mf else (),
             tools=tools,
+            think=think,
         )
     except LocalEagleError as e:
         raise ApiError(400, str(e)) from None

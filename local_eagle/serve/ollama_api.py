@@ -10,28 +10,31 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
-
-from local_eagle import __version__
+from local_eagle.serve.chatoutput import ChatOutput, Part, chat_output, ollama_fields
 from local_eagle.serve.errors import ApiError
 from local_eagle.serve.jobs import Job, Outcome, done_reason, off_loop, stream_response
+from local_eagle.serve.server import EagleServer, Server
+from local_eagle.serve.thinking import think_value
+
+from local_eagle import __version__
 from local_eagle.serve.models import (
     Kind,
-    chat_tokens,
     check_fields,
     check_keep_alive,
     json_body,
     parse_messages,
     parse_tools,
     prompt_tokens,
+    render,
     settings,
     stream_flag,
     unloads,
 )
-from local_eagle.serve.server import EagleServer, Server
 
 router = APIRouter()
 
@@ -62,20 +65,21 @@ class OllamaReply:
 
     model: str
     chat: bool
+    output: ChatOutput | None = None  # the thinking and tool-call parsers, where the request needs them
     media_type = "application/x-ndjson"
 
-    def _text(self, text: str) -> dict[str, Any]:
-        return {"message": {"role": "assistant", "content": text}} if self.chat else {"response": text}
+    def _text(self, text: str | Part) -> dict[str, Any]:
+        return ollama_fields(text if isinstance(text, Part) else Part(text), self.chat)
 
     def loaded(self, reason: str = "load") -> dict[str, Any]:
         """What Ollama answers a request without a prompt: it only loads the model, or with ``keep_alive`` 0
         unloads it (``reason`` "unload")."""
         return {"model": self.model, "created_at": _now_iso(), **self._text(""), "done": True, "done_reason": reason}
 
-    def piece(self, text: str) -> dict[str, Any]:
+    def piece(self, text: str | Part) -> dict[str, Any]:
         return {"model": self.model, "created_at": _now_iso(), **self._text(text), "done": False}
 
-    def final(self, out: Outcome, text: str) -> dict[str, Any]:
+    def final(self, out: Outcome, text: str | Part) -> dict[str, Any]:
         """The last message; a stream's carries no text, since its pieces did."""
         return {
             "model": self.model,
@@ -94,9 +98,11 @@ class OllamaReply:
 
     def event(self, event: tuple) -> Iterator[bytes]:
         if event[0] == "piece":
-            yield _ndjson(self.piece(event[1]))
+            part = self.output.add(event[1]) if self.output else Part(event[1])
+            if part:  # a piece held back as a possible tag or call sends nothing yet
+                yield _ndjson(self.piece(part))
         elif event[0] == "end":
-            yield _ndjson(self.final(event[1], ""))
+            yield _ndjson(self.final(event[1], self.output.finish() if self.output else ""))
 
     def error(self, e: ApiError) -> bytes:
         return _ndjson({"error": e.message})
@@ -104,7 +110,7 @@ class OllamaReply:
     async def respond(self, server: EagleServer, job: Job, request: Request, stream: Any) -> Response:
         if not stream_flag(stream, True):
             out = await server.complete(job, request)
-            return JSONResponse(self.final(out, out.text))
+            return JSONResponse(self.final(out, self.output.whole(out.text) if self.output else out.text))
         return await stream_response(server, job, request, self)
 
 
@@ -188,10 +194,13 @@ async def generate(request: Request, server: Server) -> Response:
     if not prompt:  # Ollama: an empty prompt only loads the model (unloads it with keep_alive 0)
         return JSONResponse(reply.loaded("unload" if unloads(body) else "load"))
     system, template = body.get("system"), body.get("template")
+    reply.output = chat_output(server, think_value(body.get("think")), None, template or None)
     if body.get("raw"):
         tokens = await prompt_tokens(server, request, prompt)
     else:
-        tokens = await chat_tokens(server, request, [{"role": "user", "content": prompt}], system, template or None)
+        user = [{"role": "user", "content": prompt}]
+        render_it = partial(render, server, user, system, template or None, None, reply.output.think)
+        tokens = await prompt_tokens(server, request, reply.output.watch(render_it))
     return await reply.respond(server, s.job(tokens), request, body.get("stream"))
 
 
@@ -212,5 +221,7 @@ async def chat(request: Request, server: Server) -> Response:
         return JSONResponse(reply.loaded())
     messages = parse_messages(body.get("messages"))
     tools = parse_tools(body.get("tools"))
-    tokens = await chat_tokens(server, request, messages, tools=tools)
+    reply.output = chat_output(server, think_value(body.get("think")), tools)
+    render_it = partial(render, server, messages, None, None, tools, reply.output.think)
+    tokens = await prompt_tokens(server, request, reply.output.watch(render_it))
     return await reply.respond(server, s.job(tokens), request, body.get("stream"))

@@ -12,25 +12,28 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from fastapi import APIRouter, Request
-
+from local_eagle.serve.chatoutput import ChatOutput, Part, chat_output, finish_reason, openai_fields
 from local_eagle.serve.errors import ApiError
 from local_eagle.serve.jobs import Job, Outcome, done_reason, stream_response
+from local_eagle.serve.server import EagleServer, Server
+from local_eagle.serve.thinking import openai_think
+
 from local_eagle.serve.models import (
     Kind,
-    chat_tokens,
     check_fields,
     json_body,
     parse_messages,
     parse_tools,
     prompt_tokens,
+    render,
     settings,
     stream_flag,
     typed,
 )
-from local_eagle.serve.server import EagleServer, Server
 
 router = APIRouter(prefix="/v1")
 
@@ -86,6 +89,7 @@ class OpenAIReply:
     id: str = field(init=False)
     created: int = field(init=False)
     first: bool = field(init=False, default=True)  # a chat stream names the role in its first delta only
+    output: ChatOutput | None = None  # the thinking and tool-call parsers, where the request needs them
     media_type = "text/event-stream"
 
     def __post_init__(self) -> None:
@@ -95,21 +99,26 @@ class OpenAIReply:
     def whole(self, out: Outcome) -> dict[str, Any]:
         finish = done_reason(out.stop_reason)
         if self.chat:
-            ch = {"index": 0, "message": {"role": "assistant", "content": out.text}, "finish_reason": finish,
-                  "logprobs": None}  # fmt: skip
+            part = self.output.whole(out.text) if self.output else Part(out.text)
+            msg = {"role": "assistant", "content": part.content or (None if part.calls else ""), **openai_fields(part)}
+            finish = finish_reason(finish, self.output)
+            ch = {"index": 0, "message": msg, "finish_reason": finish, "logprobs": None}
         else:
             ch = {"index": 0, "text": out.text, "finish_reason": finish, "logprobs": None}
         obj = "chat.completion" if self.chat else "text_completion"
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model, "choices": [ch],
                 "usage": _usage(out), "speculative": out.stats}  # fmt: skip
 
-    def _choice(self, text: str | None, finish: str | None) -> dict[str, Any]:
+    def _choice(self, text: str | Part | None, finish: str | None) -> dict[str, Any]:
         if self.chat:
-            delta: dict[str, Any] = {} if text is None else {"content": text}
+            part = Part(text) if isinstance(text, str) else text
+            delta: dict[str, Any] = {}
+            if part is not None:  # a piece with only thinking or calls has no content, as Ollama's
+                delta = ({"content": part.content} if part.content or not part else {}) | openai_fields(part)
             if self.first:
                 delta["role"] = "assistant"
             return {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
-        return {"index": 0, "text": text or "", "finish_reason": finish, "logprobs": None}
+        return {"index": 0, "text": text if isinstance(text, str) else "", "finish_reason": finish, "logprobs": None}
 
     def _chunk(self, ch: dict[str, Any] | None, **extra: Any) -> bytes:
         obj = "chat.completion.chunk" if self.chat else "text_completion"
@@ -119,11 +128,17 @@ class OpenAIReply:
 
     def event(self, event: tuple) -> Iterator[bytes]:
         if event[0] == "piece":
-            yield self._chunk(self._choice(event[1], None))
-            self.first = False
+            part = self.output.add(event[1]) if self.output else event[1]
+            if part:  # a piece held back as a possible tag or call sends nothing yet
+                yield self._chunk(self._choice(part, None))
+                self.first = False
         elif event[0] == "end":
             out: Outcome = event[1]
-            yield self._chunk(self._choice(None, done_reason(out.stop_reason)), speculative=out.stats)
+            if self.output and (rest := self.output.finish()):
+                yield self._chunk(self._choice(rest, None))
+                self.first = False
+            finish = finish_reason(done_reason(out.stop_reason), self.output)
+            yield self._chunk(self._choice(None, finish), speculative=out.stats)
             if self.include_usage:
                 yield self._chunk(None, usage=_usage(out))
             yield b"data: [DONE]\n\n"
@@ -171,7 +186,9 @@ async def chat_completions(request: Request, server: Server) -> Any:
     reply = _reply(body, server, chat=True)
     tools = parse_tools(body.get("tools"))
     messages = parse_messages(body.get("messages"))
-    tokens = await chat_tokens(server, request, messages, tools=tools)
+    reply.output = chat_output(server, openai_think(body), tools)
+    render_it = partial(render, server, messages, None, None, tools, reply.output.think)
+    tokens = await prompt_tokens(server, request, reply.output.watch(render_it))
     return await _respond(request, body, server, s.job(tokens), reply)
 
 

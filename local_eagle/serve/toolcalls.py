@@ -1,0 +1,359 @@
+"""Tool calls read out of a model's output, as Ollama's ``tools`` package reads them.
+
+The call's prefix (its *tag*) comes from the chat template: for an Ollama (Go) TEMPLATE, the first text written
+inside its ``{{ if .ToolCalls }}`` block, cut before any ``{`` (``<tool_call>`` for Qwen, ``[TOOL_CALLS]`` for
+Mistral; ``{`` for Llama 3.1, which writes bare JSON), as ``tools.parseTag`` finds it; for a GGUF's Jinja
+template, the first of the tags known to be written by such templates that it contains, else ``{``. The output is
+then read as ``tools.Parser`` reads it: text before the tag is content, text that may be the start of the tag is
+held back until it is known, and after the tag each JSON object that names one of the request's tools and carries
+its ``arguments`` (or ``parameters``) is a call. With the tag ``{`` or ``[`` only an output that *starts* with a
+JSON object (after whitespace) is read for calls; any other is plain content.
+
+Where this differs from Ollama: a chunk that brings both the text before the tag and a call keeps both (Ollama's
+chat handler drops the call then), and an output that ends on a held-back partial tag, or on a tag followed by
+no call, gives that text back as content instead of dropping it.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import string
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
+from typing import Any
+
+from local_eagle.serve.errors import ApiError
+
+# tags that chat templates write before a call, in the order they are looked for in a Jinja template
+JINJA_TAGS = ("<tool_call>", "[TOOL_CALLS]", "<|tool_call|>", "<|tool_call_start|>", "<tool_calls>", "<function_call>")
+
+_LOOKING, _CALLING, _DONE = range(3)
+
+
+class ToolParser:
+    """Ollama's ``tools.Parser``: feed it the output a piece at a time; each :meth:`add` answers the calls
+    completed and the content that is surely not part of a call."""
+
+    def __init__(self, tag: str, tool_names: Sequence[str]) -> None:
+        self.tag = tag
+        self.names = [n for n in tool_names if n]
+        self.state = _LOOKING
+        self.buffer = ""
+        self.n = 0  # calls found so far: each call's index
+
+    def add(self, s: str) -> tuple[list[dict[str, Any]], str]:
+        if self.state == _DONE:
+            return [], s
+        self.buffer += s
+        content = ""
+        if self.state == _LOOKING:
+            i, found = self._find_tag()
+            if i == -1:
+                content, self.buffer = self.buffer, ""
+            else:
+                content, self.buffer = self.buffer[:i], self.buffer[i:]
+            if self.tag in ("{", "[") and content.strip():  # bare JSON calls only at the very start
+                self.state = _DONE
+                rest, self.buffer = content + self.buffer, ""
+                return [], rest
+            if not found:
+                return [], content
+            self.state = _CALLING
+        calls = []
+        while (call := self._parse_call()) is not None:
+            calls.append(call)
+        if self._done():
+            self.state = _DONE
+            content += self.buffer
+            self.buffer = ""
+        return calls, content
+
+    def finish(self) -> str:
+        """What is left to show once the output ends: a bare-JSON output that held no call, or text that was
+        held back as a possible call and turned out not to be one."""
+        if self.n > 0:
+            return ""
+        rest, self.buffer = self.buffer, ""
+        return rest
+
+    def _find_tag(self) -> tuple[int, bool]:
+        i = self.buffer.find(self.tag)
+        if i > -1:
+            return i, True
+        for k in range(min(len(self.buffer), len(self.tag)), 0, -1):  # the buffer ends with the tag's start
+            if self.buffer.endswith(self.tag[:k]):
+                return len(self.buffer) - k, False
+        return -1, False
+
+    def _parse_call(self) -> dict[str, Any] | None:
+        name, end = find_tool(self.names, self.buffer)
+        if name is None:
+            return None
+        found = find_arguments(name, self.buffer)
+        if found is None:
+            return None
+        args, i = found
+        call = {"function": {"index": self.n, "name": name, "arguments": args}}
+        self.n += 1
+        self.buffer = self.buffer[max(end, i) :]
+        return call
+
+    def _done(self) -> bool:
+        """Ollama's ``done``: with a ``{`` or ``[`` tag, the first object or list has closed."""
+        pairs = {"{": ("{", "}"), "[": ("[", "]")}
+        if self.tag not in pairs:
+            return False
+        open_, close = pairs[self.tag]
+        count, in_string, escaped = 0, False, False
+        for c in self.buffer:
+            if escaped:
+                escaped = False
+            elif c == "\\":
+                escaped = True
+            elif c == '"':
+                in_string = not in_string
+            elif in_string:
+                continue
+            elif c == open_:
+                count += 1
+            elif c == close:
+                count -= 1
+                if count == 0:
+                    return True
+        return False
+
+
+def find_tool(names: Sequence[str], buf: str) -> tuple[str | None, int]:
+    """The tool whose name occurs first in ``buf`` (the longest at one place) and where its name ends; none
+    while ``buf`` ends with what may be the start of a longer name (``get`` of ``get_weather``)."""
+    if not buf:
+        return None, 0
+    longest = max((len(n) for n in names), default=0)
+    for i in range(1, min(len(buf), longest) + 1):
+        tail = buf[-i:]
+        if any(len(tail) < len(n) and n.startswith(tail) for n in names):
+            return None, 0
+    found, start, end = None, -1, -1
+    for n in names:
+        pos = buf.find(n)
+        if pos == -1:
+            continue
+        if start != -1 and (pos > start or (pos == start and len(n) <= len(found or ""))):
+            continue
+        found, start, end = n, pos, pos + len(n)
+    return (found, end) if found is not None else (None, 0)
+
+
+def _find_map(name: str, obj: Mapping[str, Any]) -> dict[str, Any] | None:
+    v = obj.get(name)
+    if isinstance(v, dict):
+        return v
+    if isinstance(v, str):
+        try:
+            parsed = json.loads(v)
+        except ValueError:
+            return None
+        return parsed if isinstance(parsed, dict) else None
+    return None
+
+
+_NO_ARGS = object()  # an object that names a call but carries no arguments
+
+
+def _find_object(tool: str, obj: dict[str, Any]) -> Any:
+    """Ollama's ``findObject``: the arguments in ``obj``, or nested in it; None where there are none."""
+    if "name" in obj:
+        for key in ("arguments", "parameters"):
+            if (args := _find_map(key, obj)) is not None:
+                return args
+        return _NO_ARGS
+    if (args := _find_map(tool, obj)) is not None:
+        return args
+    for v in obj.values():
+        for child in v if isinstance(v, list) else [v]:
+            if isinstance(child, dict) and (r := _find_object(tool, child)) is not None:
+                return r
+    return None
+
+
+def find_arguments(tool: str, buf: str) -> tuple[dict[str, Any], int] | None:
+    """Ollama's ``findArguments``: the first JSON object in ``buf`` that parses, read for ``tool``'s arguments
+    (``{"name": ..., "arguments": {...}}``, ``"parameters"``, ``{tool: {...}}``, or nested), else the object
+    itself; with where it ends (its closing brace). None while no object is complete."""
+    start, braces, in_string, escaped = -1, 0, False, False
+    for i, c in enumerate(buf):
+        if escaped:
+            escaped = False
+            continue
+        if c == "\\":
+            escaped = True
+            continue
+        if c == '"':
+            in_string = not in_string
+            continue
+        if in_string:
+            continue
+        if c == "{":
+            if braces == 0:
+                start = i
+            braces += 1
+        elif c == "}":
+            braces -= 1
+            if braces == 0 and start != -1:
+                try:
+                    data = json.loads(buf[start : i + 1])
+                except (ValueError, RecursionError):
+                    start = -1
+                    continue
+                if not isinstance(data, dict):
+                    start = -1
+                    continue
+                found = _find_object(tool, data)
+                if found is _NO_ARGS:
+                    return None
+                return (found if found is not None else data), i
+            braces = max(braces, 0)
+    return None
+
+
+def go_tool_tag(template: Any) -> str:
+    """Ollama's ``parseTag`` on a parsed Go template (``ollama.template.Template``)."""
+    from local_eagle.ollama.template.nodes import Field, If
+
+    def is_tool_calls(n: If) -> bool:
+        return any(isinstance(a, Field) and "ToolCalls" in a.idents for c in n.pipe.cmds for a in c.args)
+
+    node = _find_tool_call_node(template.root, is_tool_calls)
+    if node is None:
+        return "{"
+    text = _find_text(node.body)
+    if text is None:
+        return "{"
+    tag = text.replace("\r\n", "\n").split("{", 1)[0].strip()
+    return tag or "{"
+
+
+def _find_tool_call_node(nodes: list[Any], is_tool_calls: Any) -> Any:
+    from local_eagle.ollama.template.nodes import If, Range, With
+
+    for n in nodes:
+        if isinstance(n, If) and is_tool_calls(n):
+            return n
+        if isinstance(n, If | Range | With):
+            for body in (n.body, n.else_ or []):
+                if (r := _find_tool_call_node(body, is_tool_calls)) is not None:
+                    return r
+    return None
+
+
+def _find_text(nodes: list[Any]) -> str | None:
+    """Ollama's ``findTextNode``: the first text that is not only whitespace, not looking past an action."""
+    from local_eagle.ollama.template.nodes import Action, If, Range, TextNode, With
+
+    for n in nodes:
+        if isinstance(n, TextNode):
+            if n.text.strip():
+                return n.text
+        elif isinstance(n, If | Range | With):
+            for body in (n.body, n.else_ or []):
+                if (t := _find_text(body)) is not None:
+                    return t
+            return None
+        elif isinstance(n, Action):
+            return None
+    return None
+
+
+def jinja_tool_tag(source: str) -> str:
+    """A Jinja chat template's call tag: the known tag it writes first, else ``{`` (Llama 3.1's bare JSON)."""
+    hits = [(source.find(t), t) for t in JINJA_TAGS if t in source]
+    return min(hits)[1] if hits else "{"
+
+
+@lru_cache(maxsize=64)
+def template_tool_tag(kind: str, source: str) -> str:
+    """The tag for a template: ``kind`` is ``"go"`` (an Ollama TEMPLATE) or ``"jinja"`` (a GGUF's)."""
+    if kind == "go":
+        from local_eagle.ollama.template import parse_ollama
+
+        try:
+            return go_tool_tag(parse_ollama(source))
+        except Exception:  # a template that does not parse fails its render with a 400 of its own
+            return "{"
+    return jinja_tool_tag(source)
+
+
+def tool_names(tools: Sequence[Mapping[str, Any]] | None) -> list[str]:
+    return [str((t.get("function") or {}).get("name") or "") for t in tools or []]
+
+
+def call_id() -> str:
+    """Ollama's ``toolCallId``: ``call_`` and eight lower-case letters or digits."""
+    alphabet = string.ascii_lowercase + string.digits
+    return "call_" + "".join(secrets.choice(alphabet) for _ in range(8))
+
+
+def ollama_calls(calls: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """/api/chat's ``message.tool_calls`` (``api.ToolCall``: id, function with index, name and arguments)."""
+    return [{"id": c["id"], "function": dict(c["function"])} for c in calls]
+
+
+def openai_calls(calls: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """OpenAI's ``tool_calls``: arguments as a JSON string, as Ollama's ``openai.ToToolCalls`` writes them."""
+    return [
+        {
+            "id": c["id"],
+            "index": c["function"]["index"],
+            "type": "function",
+            "function": {"name": c["function"]["name"], "arguments": json.dumps(c["function"]["arguments"])},
+        }
+        for c in calls
+    ]
+
+
+def _call_arguments(raw: Any, where: str) -> dict[str, Any]:
+    if raw is None or raw == "":
+        return {}
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            raise ApiError(400, f"{where}.arguments is not a JSON object: {raw[:80]!r}") from None
+    if not isinstance(raw, dict):
+        raise ApiError(400, f"{where}.arguments must be a JSON object")
+    return raw
+
+
+def message_extras(m: Mapping[str, Any], i: int) -> dict[str, Any]:
+    """What a request's message carries besides role and content that the chat template reads: an assistant's
+    ``tool_calls`` (arguments as an object, as templates print them, whether the client sent an object or
+    OpenAI's JSON string) and ``thinking`` (OpenAI's ``reasoning`` / ``reasoning_content``), a tool result's
+    ``tool_call_id`` and ``tool_name`` (OpenAI's ``name``)."""
+    out: dict[str, Any] = {}
+    raw_calls = m.get("tool_calls")
+    if raw_calls:
+        if not isinstance(raw_calls, list):
+            raise ApiError(400, f"messages[{i}].tool_calls must be a list")
+        calls = []
+        for j, tc in enumerate(raw_calls):
+            where = f"messages[{i}].tool_calls[{j}]"
+            fn = tc.get("function") if isinstance(tc, dict) else None
+            if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+                raise ApiError(400, f"{where} must be an object with a function and its name")
+            call: dict[str, Any] = {"type": "function", "function": {"name": fn["name"]}}
+            call["function"]["arguments"] = _call_arguments(fn.get("arguments"), where)
+            if isinstance(fn.get("index"), int):
+                call["function"]["index"] = fn["index"]
+            if isinstance(tc.get("id"), str):
+                call["id"] = tc["id"]
+            calls.append(call)
+        out["tool_calls"] = calls
+    fields = {"thinking": ("thinking", "reasoning_content", "reasoning"), "tool_call_id": ("tool_call_id",),
+              "tool_name": ("tool_name", "name")}  # fmt: skip
+    for key, names in fields.items():
+        for name in names:
+            if isinstance(m.get(name), str) and m[name]:
+                out[key] = m[name]
+                break
+    return out
