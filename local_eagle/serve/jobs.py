@@ -24,6 +24,7 @@ from fastapi.responses import StreamingResponse
 
 from local_eagle.errors import LocalEagleError
 from local_eagle.runtime.engine import STOP_CANCELLED, STOP_CONTEXT, STOP_LENGTH, Engine
+from local_eagle.runtime.grammar import GrammarSpec
 from local_eagle.runtime.sampling import SamplingParams
 from local_eagle.runtime.tree import TreeShape
 from local_eagle.serve.errors import ApiError
@@ -45,6 +46,7 @@ class Job:
     sampling: SamplingParams
     draft_max: int
     stop: list[str]
+    grammar: GrammarSpec | None = None  # Ollama's format, OpenAI's response_format: the output's constraint
     cancel: threading.Event = field(default_factory=threading.Event)
     received: float = field(default_factory=time.perf_counter)
 
@@ -204,7 +206,9 @@ class JobSlot:
     def _generate(self, job: Job, put: Callable[[tuple], None], started: float, run: _Run) -> None:
         """One generation under the lock and a use of the engine; what happened is left in ``run``."""
         # a runner that died since the job arrived fails it rather than restart under it
-        since = {"since": job.received} if self.runner else {}
+        since: dict[str, Any] = {"since": job.received} if self.runner else {}
+        if job.grammar is not None:  # only then: an engine without constraints keeps its signature
+            since["grammar"] = job.grammar
         try:
             stream = self.engine.stream(
                 job.prompt, max_tokens=job.max_tokens, sampling=job.sampling, draft_max=job.draft_max,

@@ -16,15 +16,16 @@ from typing import Any, NamedTuple
 
 import numpy as np
 from fastapi import Request
+
 from local_eagle.errors import LocalEagleError
+from local_eagle.ollama import parameters
 from local_eagle.ollama.parameters import ParameterError
+from local_eagle.runtime.grammar import GrammarSpec
 from local_eagle.runtime.sampling import SamplingParams
 from local_eagle.serve.errors import ApiError
 from local_eagle.serve.jobs import Job, off_loop
 from local_eagle.serve.server import EagleServer
 from local_eagle.serve.toolcalls import message_extras
-
-from local_eagle.ollama import parameters
 
 
 async def json_body(request: Request, limit: int) -> dict[str, Any]:
@@ -143,8 +144,19 @@ class Settings(NamedTuple):
     draft_max: int
     stop: list[str]
 
-    def job(self, prompt: np.ndarray) -> Job:
-        return Job(prompt, self.max_tokens, self.sampling, self.draft_max, self.stop)
+    def job(self, prompt: np.ndarray, grammar: GrammarSpec | None = None) -> Job:
+        return Job(prompt, self.max_tokens, self.sampling, self.draft_max, self.stop, grammar)
+
+
+def output_format(value: Any, field: str, openai: bool = False) -> GrammarSpec | None:
+    """Ollama's ``format`` or OpenAI's ``response_format`` as the constraint the engine applies (None: free text);
+    a value either API refuses, or a schema llguidance cannot compile, is a 400 naming the field."""
+    try:
+        if openai:
+            return GrammarSpec.from_openai_response_format(value, field)
+        return GrammarSpec.from_ollama_format(value, field)
+    except LocalEagleError as e:
+        raise ApiError(400, str(e)) from None
 
 
 def option(name: str, value: Any, prefix: str = "") -> Any:

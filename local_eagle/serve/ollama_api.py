@@ -15,18 +15,17 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
+
+from local_eagle import __version__
 from local_eagle.serve.chatoutput import ChatOutput, Part, chat_output, ollama_fields
 from local_eagle.serve.errors import ApiError
 from local_eagle.serve.jobs import Job, Outcome, done_reason, off_loop, stream_response
-from local_eagle.serve.server import EagleServer, Server
-from local_eagle.serve.thinking import think_value
-
-from local_eagle import __version__
 from local_eagle.serve.models import (
     Kind,
     check_fields,
     check_keep_alive,
     json_body,
+    output_format,
     parse_messages,
     parse_tools,
     prompt_tokens,
@@ -35,6 +34,8 @@ from local_eagle.serve.models import (
     stream_flag,
     unloads,
 )
+from local_eagle.serve.server import EagleServer, Server
+from local_eagle.serve.thinking import think_value
 
 router = APIRouter()
 
@@ -186,9 +187,10 @@ async def generate(request: Request, server: Server) -> Response:
     model = body.get("model")
     server.check_model(model)
     prompt = body.get("prompt") or ""
-    for key in ("images", "format", "suffix", "context"):
+    for key in ("images", "suffix", "context"):
         if body.get(key):
             raise ApiError(400, f"'{key}' is not supported by local-eagle serve")
+    grammar = output_format(body.get("format"), "format")
     s = settings(server, body.get("options") or {}, "options.")
     reply = OllamaReply(model, chat=False)
     if not prompt:  # Ollama: an empty prompt only loads the model (unloads it with keep_alive 0)
@@ -201,7 +203,7 @@ async def generate(request: Request, server: Server) -> Response:
         user = [{"role": "user", "content": prompt}]
         render_it = partial(render, server, user, system, template or None, None, reply.output.think)
         tokens = await prompt_tokens(server, request, reply.output.watch(render_it))
-    return await reply.respond(server, s.job(tokens), request, body.get("stream"))
+    return await reply.respond(server, s.job(tokens, grammar), request, body.get("stream"))
 
 
 @router.post("/api/chat")
@@ -211,8 +213,7 @@ async def chat(request: Request, server: Server) -> Response:
     check_keep_alive(body.get("keep_alive"))
     model = body.get("model")
     server.check_model(model)
-    if body.get("format"):
-        raise ApiError(400, "'format' is not supported by local-eagle serve")
+    grammar = output_format(body.get("format"), "format")
     s = settings(server, body.get("options") or {}, "options.")
     reply = OllamaReply(model, chat=True)
     if unloads(body):  # Ollama: no messages and keep_alive 0 unload the model (serve -m keeps its one)
@@ -224,4 +225,4 @@ async def chat(request: Request, server: Server) -> Response:
     reply.output = chat_output(server, think_value(body.get("think")), tools)
     render_it = partial(render, server, messages, None, None, tools, reply.output.think)
     tokens = await prompt_tokens(server, request, reply.output.watch(render_it))
-    return await reply.respond(server, s.job(tokens), request, body.get("stream"))
+    return await reply.respond(server, s.job(tokens, grammar), request, body.get("stream"))

@@ -16,16 +16,15 @@ from functools import partial
 from typing import Any
 
 from fastapi import APIRouter, Request
+
 from local_eagle.serve.chatoutput import ChatOutput, Part, chat_output, finish_reason, openai_fields
 from local_eagle.serve.errors import ApiError
 from local_eagle.serve.jobs import Job, Outcome, done_reason, stream_response
-from local_eagle.serve.server import EagleServer, Server
-from local_eagle.serve.thinking import openai_think
-
 from local_eagle.serve.models import (
     Kind,
     check_fields,
     json_body,
+    output_format,
     parse_messages,
     parse_tools,
     prompt_tokens,
@@ -34,6 +33,8 @@ from local_eagle.serve.models import (
     stream_flag,
     typed,
 )
+from local_eagle.serve.server import EagleServer, Server
+from local_eagle.serve.thinking import openai_think
 
 router = APIRouter(prefix="/v1")
 
@@ -179,9 +180,9 @@ async def chat_completions(request: Request, server: Server) -> Any:
     body = await json_body(request, server.config.max_request_bytes)
     check_fields(body, _CHAT)
     server.check_model(body.get("model"))
-    fmt = body.get("response_format")
-    if body.get("logprobs") or (fmt is not None and fmt.get("type") != "text"):
-        raise ApiError(400, "logprobs and response_format other than text are not supported by local-eagle serve")
+    if body.get("logprobs"):
+        raise ApiError(400, "logprobs is not supported by local-eagle serve")
+    grammar = output_format(body.get("response_format"), "response_format", openai=True)
     s = settings(server, openai_options(body))
     reply = _reply(body, server, chat=True)
     tools = parse_tools(body.get("tools"))
@@ -189,7 +190,7 @@ async def chat_completions(request: Request, server: Server) -> Any:
     reply.output = chat_output(server, openai_think(body), tools)
     render_it = partial(render, server, messages, None, None, tools, reply.output.think)
     tokens = await prompt_tokens(server, request, reply.output.watch(render_it))
-    return await _respond(request, body, server, s.job(tokens), reply)
+    return await _respond(request, body, server, s.job(tokens, grammar), reply)
 
 
 @router.post("/completions")

@@ -148,6 +148,7 @@ class Runner:
     def _stream(self, msg: dict[str, Any]) -> None:
         """One generation: pieces as they come, a tick at most each second of a prefill, then the end."""
         from local_eagle.errors import LocalEagleError
+        from local_eagle.runtime.grammar import GrammarSpec
         from local_eagle.runtime.sampling import SamplingParams
         from local_eagle.runtime.tree import TreeShape
 
@@ -166,6 +167,8 @@ class Runner:
             kw["sampling"] = SamplingParams(**kw["sampling"])
         if kw.get("tree") is not None:
             kw["tree"] = TreeShape(**kw["tree"])
+        if kw.get("grammar") is not None:
+            kw["grammar"] = GrammarSpec.from_dict(kw["grammar"])
         try:
             try:
                 stream = self.engine.stream(msg["prompt"], cancelled=cancelled, **kw)

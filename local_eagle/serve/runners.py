@@ -325,6 +325,8 @@ class RunnerEngine:
         for key in ("sampling", "tree"):
             if kw.get(key) is not None:
                 kw[key] = asdict(kw[key])
+        if kw.get("grammar") is not None:
+            kw["grammar"] = kw["grammar"].to_dict()
         tokens = [int(t) for t in np.asarray(prompt).reshape(-1)]
         return self._open({"op": "stream", "prompt": tokens, "kwargs": kw}, cancelled, since)
 

@@ -1,0 +1,212 @@
+"""Constrained output requests (issue 36): Ollama's ``format`` and OpenAI's ``response_format`` through the official
+clients, parsed into a GrammarSpec the engine receives as ``grammar=``, and bad values refused with a 400 that names
+the field. The engine's half (masking the target's rows and the drafts) is tested with the loop; here the engine's
+``stream`` is wrapped to record the keyword and run without it."""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+import time
+from typing import Any
+
+import httpx
+import ollama
+import openai
+import pytest
+import uvicorn
+
+from local_eagle.runtime.engine import Engine, EngineOptions
+from local_eagle.runtime.grammar import GrammarSpec
+from local_eagle.serve import runner
+from local_eagle.serve.app import EagleServer, ServeConfig, create_app
+from local_eagle.testing.tiny_pair import write_cycle_target
+
+PERSON = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+    "required": ["name", "age"],
+}
+HI = [{"role": "user", "content": "hi"}]
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    target = write_cycle_target(tmp_path_factory.mktemp("format") / "target.gguf")
+    engine = Engine(target, None, EngineOptions(n_ctx=1024, n_threads=1))
+    server = EagleServer(engine, ServeConfig(name="cycle", model=target, draft=None))
+    port = _free_port()
+    uv = uvicorn.Server(runner.config(create_app(server), port=port, log_level="warning"))
+    thread = threading.Thread(target=uv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not uv.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
+        time.sleep(0.05)
+    try:
+        yield server, f"http://127.0.0.1:{port}"
+    finally:
+        uv.should_exit = True
+        thread.join(timeout=30)
+        assert server.close(timeout=60)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def seen(served, monkeypatch) -> list[Any]:
+    """The ``grammar`` each generation was started with (absent: the keyword was not passed)."""
+    server, _ = served
+    real = server.engine.stream
+    got: list[Any] = []
+
+    def stream(*args: Any, **kwargs: Any) -> Any:
+        got.append(kwargs.pop("grammar", "absent"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(server.engine, "stream", stream)
+    return got
+
+
+@pytest.fixture
+def oll(served):
+    return ollama.Client(host=served[1])
+
+
+@pytest.fixture
+def oai(served):
+    return openai.OpenAI(base_url=served[1] + "/v1", api_key="x", max_retries=0)
+
+
+def test_ollama_format_reaches_the_engine(oll, seen):
+    opts = {"temperature": 0, "num_predict": 3}
+    oll.generate(model="cycle", prompt="hi", options=opts)
+    oll.generate(model="cycle", prompt="hi", format="json", options=opts)
+    oll.chat(model="cycle", messages=HI, format=PERSON, options=opts)
+    list(oll.chat(model="cycle", messages=HI, format="json", options=opts, stream=True))
+    oll.chat(model="cycle", messages=HI, format="", options=opts)  # Ollama's "no format"
+    assert seen == ["absent", GrammarSpec("json"), GrammarSpec.json_schema(PERSON), GrammarSpec("json"), "absent"]
+
+
+def test_openai_response_format_reaches_the_engine(oai, seen):
+    def ask(fmt: Any) -> None:
+        oai.chat.completions.create(model="cycle", messages=HI, max_tokens=3, temperature=0, response_format=fmt)
+
+    ask({"type": "text"})
+    ask({"type": "json_object"})
+    ask({"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON, "strict": True}})
+    assert seen == ["absent", GrammarSpec("json"), GrammarSpec.json_schema(PERSON)]
+
+
+def test_openai_parse_with_a_pydantic_model(oai, seen):
+    """The openai client's own ``parse`` sends a pydantic model's strict schema ($defs, titles, refs)."""
+    pydantic = pytest.importorskip("pydantic")
+
+    class Pet(pydantic.BaseModel):
+        kind: str
+
+    class Owner(pydantic.BaseModel):
+        name: str
+        pets: list[Pet]
+
+    with pytest.raises(Exception):  # noqa: B017 - the cycle model's text is no Owner; the request itself went through
+        oai.chat.completions.parse(model="cycle", messages=HI, max_tokens=3, temperature=0, response_format=Owner)
+    assert len(seen) == 1 and seen[0].kind == "json_schema"
+    assert set(json.loads(seen[0].source)["properties"]) == {"name", "pets"}
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "words"),
+    [
+        ("/api/generate", {"prompt": "hi", "format": "xml"}, 'format must be "json" or a JSON schema object'),
+        ("/api/generate", {"prompt": "hi", "format": 7}, 'format must be "json" or a JSON schema object'),
+        ("/api/chat", {"messages": HI, "format": {"type": "objectx"}}, "format: Invalid type: objectx"),
+        ("/api/chat", {"messages": HI, "format": {"not": {}}}, 'format: Unimplemented keys: ["not"]'),
+        ("/api/chat", {"messages": HI, "format": {"type": "integer", "minimum": 2, "maximum": 1}},
+         "format: Unsatisfiable schema"),
+    ],
+)  # fmt: skip
+def test_a_bad_ollama_format_is_a_400(served, path, body, words):
+    r = httpx.post(served[1] + path, json={"model": "cycle", **body})
+    assert r.status_code == 400, r.text
+    assert words in r.json()["error"] and "\n" not in r.json()["error"]
+
+
+def test_bad_formats_through_the_official_clients(oll, oai, seen):
+    with pytest.raises(ollama.ResponseError) as e:
+        oll.chat(model="cycle", messages=HI, format={"properties": {"a": {"$ref": "#/nope"}}})
+    assert e.value.status_code == 400 and "format: Pointer '/nope' does not exist" in e.value.error
+    with pytest.raises(ollama.ResponseError) as e:
+        list(oll.generate(model="cycle", prompt="hi", format={"type": "nope"}, stream=True))
+    assert e.value.status_code == 400 and "format: Invalid type" in e.value.error
+    bad = [
+        ({"type": "yaml"}, "response_format.type must be 'text', 'json_object' or 'json_schema'"),
+        ({"type": "json_schema"}, "response_format.json_schema must be an object"),
+        ({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "objectx"}}},
+         "response_format.json_schema.schema: Invalid type: objectx"),
+        ({"type": "json_schema", "json_schema": {"name": "x", "schema": PERSON, "strict": "yes"}},
+         "response_format.json_schema.strict must be true or false"),
+    ]  # fmt: skip
+    for fmt, words in bad:
+        for stream in (False, True):
+            with pytest.raises(openai.BadRequestError) as e:
+                oai.chat.completions.create(model="cycle", messages=HI, response_format=fmt, stream=stream)
+            assert e.value.body["type"] == "invalid_request_error" and words in e.value.body["message"], fmt
+    assert seen == []  # refused before a generation started
+
+
+def test_an_engine_refusing_the_grammar_is_a_400(served, oll, monkeypatch):
+    """compile_grammar's refusals (a grammar the vocabulary cannot satisfy) come from the engine as a
+    LocalEagleError before the first piece, as a prompt too long for the context does."""
+    from local_eagle.runtime.grammar import GrammarError
+
+    server, _ = served
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise GrammarError("json_schema: no sequence of target.gguf's tokens satisfies it")
+
+    monkeypatch.setattr(server.engine, "stream", refuse)
+    for stream in (False, True):
+        with pytest.raises(ollama.ResponseError) as e:
+            r = oll.chat(model="cycle", messages=HI, format=PERSON, stream=stream)
+            if stream:
+                list(r)
+        assert e.value.status_code == 400 and "no sequence of target.gguf's tokens" in e.value.error
+
+
+def test_the_runner_wire_carries_the_grammar(monkeypatch):
+    """serve's model runners: RunnerEngine.stream sends the spec as a dict, the runner rebuilds it."""
+    from local_eagle.serve.runnerproc import Runner
+    from local_eagle.serve.runners import RunnerEngine
+
+    sent: list[dict[str, Any]] = []
+    remote = RunnerEngine.__new__(RunnerEngine)
+    monkeypatch.setattr(remote, "_open", lambda message, cancelled, since: sent.append(message), raising=False)
+    spec = GrammarSpec.json_schema(PERSON)
+    remote.stream([1, 2], max_tokens=3, grammar=spec)
+    message = json.loads(json.dumps(sent[0]))  # as the wire carries it
+    assert message["kwargs"]["grammar"] == {"kind": "json_schema", "source": spec.source}
+
+    got: dict[str, Any] = {}
+
+    class Engine:
+        def stream(self, prompt: Any, cancelled: Any = None, **kw: Any) -> Any:
+            got.update(kw)
+            raise GrammarError("refused")
+
+    from local_eagle.runtime.grammar import GrammarError
+
+    r = Runner(io.BytesIO())
+    r.engine = Engine()
+    r.cancels[message.get("id", 1)] = threading.Event()
+    out: list[dict[str, Any]] = []
+    monkeypatch.setattr(r, "send", out.append)
+    r._stream({"id": message.get("id", 1), **message})
+    assert got["grammar"] == spec and out == [{"id": message.get("id", 1), "error": "refused"}]
