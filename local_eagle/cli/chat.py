@@ -156,6 +156,7 @@ class ChatSession:
         self.draft_p_min = draft_p_min
         self.adaptive = adaptive  # draft_num_predict bounds the cost-aware policy rather than fixing the length
         self.tree: TreeShape | None = None  # chat --fixed --tree N: the tree drafted every round
+        self.grammar: Any = None  # run --format json: a runtime.grammar.GrammarSpec every answer follows
         self.history: list[dict[str, str]] = []
         self.stats = SessionStats()
         self.reload_needed = False
@@ -199,7 +200,7 @@ class ChatSession:
             "adaptive": self.adaptive,
             "tree": self.tree,
             "stop": list(self.parameters.get("stop", [])),
-        }
+        } | ({"grammar": self.grammar} if self.grammar is not None else {})
 
     def conversation(self, user: str, skip: int = 0) -> list[dict[str, str]]:
         return [*self.history[2 * skip :], {"role": "user", "content": user}]

@@ -84,6 +84,37 @@ DraftMaxOpt = Annotated[
 ]
 DraftPMinOpt = Annotated[float, typer.Option("--draft-p-min", help="Stop drafting below this probability.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+FormatOpt = Annotated[
+    str | None, typer.Option("--format", help='Constrain the output: "json", any JSON object (as `ollama run`).')
+]
+JsonSchemaOpt = Annotated[
+    Path | None, typer.Option("--json-schema", help="Constrain the output to this JSON schema (a .json file).")
+]
+GrammarOpt = Annotated[
+    Path | None, typer.Option("--grammar", help="Constrain the output to this grammar (llguidance's Lark syntax).")
+]
+
+
+def grammar_option(output_format: str | None, json_schema: Path | None = None, grammar: Path | None = None) -> Any:
+    """The one constraint --format, --json-schema and --grammar ask for (a runtime.grammar.GrammarSpec), or None;
+    a bad value, file, schema or grammar is a one-line error naming the option."""
+    from local_eagle.files import read_text_input
+    from local_eagle.runtime.grammar import GrammarSpec
+
+    given = [name for name, v in (("--format", output_format), ("--json-schema", json_schema), ("--grammar", grammar))
+             if v is not None]  # fmt: skip
+    if len(given) > 1:
+        raise LocalEagleError(f"give one of {' and '.join(given)}, not both")
+    if output_format is not None:
+        if output_format != "json":
+            raise LocalEagleError(f'--format must be "json", got {output_format!r}')
+        return GrammarSpec.from_ollama_format("json", "--format")
+    if json_schema is not None:
+        return GrammarSpec.json_schema(read_text_input(json_schema, "JSON schema file"), f"--json-schema {json_schema}")
+    if grammar is not None:
+        return GrammarSpec.lark(read_text_input(grammar, "grammar file"), f"--grammar {grammar}")
+    return None
+
 
 # Ollama parameter name -> option; the names are SamplingParams' fields (and --stop).
 _SAMPLING_OPTIONS: dict[str, Any] = {

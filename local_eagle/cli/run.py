@@ -24,8 +24,11 @@ from local_eagle.cli.options import (
     DraftOpt,
     DraftPMinOpt,
     FixedOpt,
+    FormatOpt,
     GpuOpt,
+    GrammarOpt,
     JsonOpt,
+    JsonSchemaOpt,
     ModelfileOpt,
     OptionalCtxOpt,
     OptionalModelOpt,
@@ -34,6 +37,7 @@ from local_eagle.cli.options import (
     TreeOpt,
     checked_options,
     draft_bound,
+    grammar_option,
     parse_draft_max,
     parse_tree,
     resolve_models,
@@ -108,6 +112,9 @@ def generate(
     threads: ThreadsOpt = 0,
     raw: Annotated[bool, typer.Option("--raw", help="With -f: send the prompt without the template.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object with text, tokens, stats.")] = False,
+    output_format: FormatOpt = None,
+    json_schema: JsonSchemaOpt = None,
+    grammar: GrammarOpt = None,
 ) -> None:
     """Generate text with the target, speculatively when a drafter is given; output equals the target's.
 
@@ -115,6 +122,7 @@ def generate(
     flags given on the command line override it.
     """
     text = _read_prompt(prompt, prompt_file)
+    constraint = grammar_option(output_format, json_schema, grammar)
     trees = parse_tree(tree)
     pair = resolve_models(model, draft, modelfile)
     params = pair.parameters
@@ -131,8 +139,9 @@ def generate(
     with open_engine(pair.model, pair.draft, load) as engine:
         note_tree_refusal(engine, trees.explicit and trees.nodes > 1)
         n_predict = n_predict if n_predict > 0 else engine.n_ctx  # Ollama: -1 = until the context is full
+        more = {"grammar": constraint} if constraint is not None else {}
         s = engine.stream(text, max_tokens=n_predict, sampling=sp, draft_max=k, draft_p_min=draft_p_min, stop=stops,
-                          adaptive=not fixed, tree=trees.shape(fixed))  # fmt: skip
+                          adaptive=not fixed, tree=trees.shape(fixed), **more)  # fmt: skip
         _echo(s, as_json)
         res = s.result
     if as_json:

@@ -161,9 +161,13 @@ def run(
     prompt: Annotated[list[str] | None, typer.Argument(help="Answer this once and exit.", show_default=False)] = None,
     verbose: Annotated[bool, typer.Option("--verbose", help="Print timings and acceptance after each answer.")] = False,
     ctx_beyond_training: BeyondTrainingOpt = False,
+    output_format: Annotated[
+        str | None, typer.Option("--format", help='Answer in this format: "json" (as `ollama run --format json`).')
+    ] = None,
 ) -> None:
     """Run a model by name: the chat (as `ollama run`), or one answer when a prompt is given or piped in."""
     from local_eagle.cli.chat import ChatSession, run_repl
+    from local_eagle.cli.options import grammar_option
 
     text = " ".join(prompt) if prompt else None
     if text is None and not sys.stdin.isatty():
@@ -171,6 +175,7 @@ def run(
     pair = named_pair(name, None)
     assert pair.modelfile is not None
     session = ChatSession.from_modelfile(pair.modelfile, pair.model, pair.draft, verbose=verbose)
+    session.grammar = grammar_option(output_format)
     warn_if_cpu_only()
 
     def load(s: ChatSession) -> Engine:
