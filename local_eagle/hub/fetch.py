@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,14 +71,22 @@ class Pulled:
     from_cache: bool  # answered from the cache without asking the Hub
 
 
-def pull(name: str, progress: bool = False, settings: HubSettings | None = None) -> Pulled:
+def pull(
+    name: str,
+    progress: bool = False,
+    settings: HubSettings | None = None,
+    on_status: Callable[[dict[str, Any]], None] | None = None,
+) -> Pulled:
     """Fetch what ``name`` (``hf.co/USER/REPO[:QUANT][@REV]``) stands for; files already in the cache stay.
 
     A GGUF repository gives the GGUF its tag picks; a drafter checkpoint repository (config.json and
     safetensors or .bin weights) gives its directory, which a DRAFT converts against its target.
+    ``on_status`` is told the progress as Ollama's pull streams it (:func:`status_bars`) instead of bars.
     """
     ref = parse_hub_name(name)
     s = settings or HubSettings.from_env()
+    if on_status is not None:
+        on_status({"status": "pulling manifest"})
     commit, listing, from_cache = _listing(ref, s)
     if is_checkpoint(listing) and (ref.tag is None or not any(f.lower().endswith(".gguf") for f in listing)):
         kind, wanted = "checkpoint", checkpoint_files(listing)
@@ -95,7 +103,7 @@ def pull(name: str, progress: bool = False, settings: HubSettings | None = None)
             raise HubError(
                 f"{ref.name}: the repository lists {f!r}, a path that leaves the repository ({why}); not fetched"
             )
-    with progress_bars(progress) as bar:
+    with progress_bars(progress) if on_status is None else status_bars(on_status) as bar:
         paths = tuple(_download(ref, f, commit, s, from_cache, bar) for f in wanted)
     _remember_ref(s, ref, commit)
     path = paths[0].parent if kind == "checkpoint" else paths[0]
@@ -254,6 +262,51 @@ def hub_error(ref: HubRef, e: Exception, s: HubSettings, filename: str | None = 
         return HubError(f"{ref.name}: no such repository ({s.endpoint}/{ref.repo_id})")
     first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     return HubError(f"{ref.name}: {s.endpoint} answered {status}: {first}")
+
+
+@contextmanager
+def status_bars(on_status: Callable[[dict[str, Any]], None]) -> Iterator[Any]:
+    """The tqdm-like class for huggingface_hub that reports each file as Ollama's pull reports a layer:
+    ``{"status": "pulling NAME", "digest": NAME, "total": bytes, "completed": bytes}`` (the Hub's file name stands
+    for the digest, which is not known before the download)."""
+
+    def bar_for(label: str) -> type:
+        class Bar:
+            def __init__(self, *args: Any, total: float | None = None, initial: float = 0, **kw: Any) -> None:
+                self.total, self.completed = int(total or 0), int(initial or 0)
+                self._tell()
+
+            def _tell(self) -> None:
+                total = max(self.total, self.completed)
+                on_status({"status": f"pulling {label}", "digest": label, "total": total, "completed": self.completed})
+
+            def update(self, n: float | None = 1) -> None:
+                self.completed += int(n or 0)
+                self._tell()
+
+            def update_transfer(self, n: float | None = 1) -> None:
+                pass
+
+            def set_postfix_str(self, *args: Any, **kwargs: Any) -> None:
+                pass
+
+            set_transfer_postfix_str = set_postfix_str
+
+            def refresh(self) -> None:
+                pass
+
+            def close(self) -> None:
+                pass
+
+            def __enter__(self) -> Bar:
+                return self
+
+            def __exit__(self, *exc: object) -> None:
+                pass
+
+        return Bar
+
+    yield bar_for
 
 
 @contextmanager

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 _CREATE = {"model": str, "name": str, "from": str, "modelfile": str, "draft": str, "template": str, "system": str,
            "parameters": dict, "messages": list, "license": (str, list), "stream": bool}  # fmt: skip
 _SHOW = {"model": str, "name": str, "verbose": bool}
+_PULL = {"model": str, "name": str, "insecure": bool, "stream": bool}
 _log = logging.getLogger("uvicorn.error")  # a line in the server's log, in its format
 
 
@@ -269,6 +270,12 @@ def create_store_api(front: StoreFront) -> FastAPI:
             return JSONResponse({"status": "success"})
         return StreamingResponse(_progress(run), media_type="application/x-ndjson")
 
+    @app.post("/api/pull")
+    async def pull(request: Request) -> Response:
+        body = await json_body(request, limit)
+        check_fields(body, _PULL)
+        return await _pull(request, _model_ref(body), body.get("stream") is not False)
+
     @app.post("/api/copy")
     async def copy(request: Request) -> Response:
         body = await json_body(request, limit)
@@ -297,6 +304,32 @@ def create_store_api(front: StoreFront) -> FastAPI:
         return Response(status_code=200)
 
     return app
+
+
+async def _pull(request: Request, ref: str, stream: bool) -> Response:
+    """``/api/pull`` for the names ``local-eagle pull`` takes (``hf.co/USER/REPO[:QUANT][@REV]``): fetched into the
+    Hub's cache with Ollama's streamed progress ("pulling manifest", a "pulling FILE" line per file with ``total``
+    and ``completed``, "success"), or one object with ``stream`` false; an error is a 400, or a stream's last line."""
+    from local_eagle.hub import is_hub_name
+    from local_eagle.hub.fetch import pull as fetch
+
+    if not is_hub_name(ref):
+        raise ApiError(400, f"pull takes a Hugging Face name such as hf.co/USER/REPO:Q4_K_M, got {ref!r}; models of "
+                            "Ollama's registry come with `ollama pull`, and `serve --ollama` serves them")  # fmt: skip
+
+    def run(on_status: Callable[[dict], None] | None = None) -> None:
+        got = fetch(ref, on_status=on_status)
+        _log.info("pulled %s into %s", ref, got.path)
+        if on_status is not None:
+            on_status({"status": "success"})
+
+    if not stream:
+        try:
+            await off_loop(request, run)
+        except (LocalEagleError, OSError) as e:
+            raise ApiError(400, _os_error_line(e) if isinstance(e, OSError) else str(e)) from None
+        return JSONResponse({"status": "success"})
+    return StreamingResponse(_progress(run), media_type="application/x-ndjson")
 
 
 def _ps(front: StoreFront) -> dict[str, Any]:
