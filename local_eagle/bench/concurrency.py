@@ -89,7 +89,7 @@ class ConcurrencyRow:
     divergent: int = 0  # outputs that parted from it otherwise: a bug
     divergences: list[dict] = field(default_factory=list)  # the finding for each output that differed
     draft_lengths: list[float] = field(default_factory=list)  # share of a request's rounds by tokens drafted
-    policy: dict | None = None  # the batch policy's state at the end of the row (call_ms by rows, draft length)
+    policy: dict | None = None  # the last adaptive request's policy state (the batch's, or a lone seat's)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -310,12 +310,14 @@ def _print_concurrency(report, pair: str) -> None:
     out.print(note + "; per-request: each request's tokens over its own time, prompt included", highlight=False)
     adaptive = [r for r in report.rows if r.adaptive and r.policy]
     if adaptive:
-        a = Table(title="adaptive rows: the batch policy's draft length at the end, drafts per round (share of rounds)")
-        for col in ("concurrency", "drafting", "last draft length", "draft lengths"):
+        a = Table(title="adaptive rows: the policy that decided last, drafts per round (share of rounds)")
+        for col in ("concurrency", "drafting", "policy", "draft lengths"):
             a.add_column(col)
         for r in adaptive:
             shares = " ".join(f"{k}:{x:.0%}" for k, x in enumerate(r.draft_lengths) if x >= 0.005)
-            a.add_row(str(r.concurrency), r.setting, str(r.policy.get("draft_length")), shares)
+            kind = r.policy.get("kind")
+            kind = f"batch, last k={r.policy.get('draft_length')}" if kind == "batch" else kind or "one sequence"
+            a.add_row(str(r.concurrency), r.setting, kind, shares)
         out.print(a)
     costs = report.costs or {}
     verify = {int(k): v for k, v in (costs.get("verify_ms") or {}).items()}

@@ -56,7 +56,7 @@ def test_concurrency_json(pair):
     fixed = [row for row in rows if row["setting"] == "2"]
     assert all(row["acceptance_length"] > 2 and not row["adaptive"] for row in fixed)  # the cycle pair drafts right
     auto = [row for row in rows if row["setting"] == "auto<=8"]
-    assert all(row["adaptive"] and row["policy"]["kind"] == "batch" for row in auto)
+    assert all(row["adaptive"] and row["policy"] for row in auto)  # the batch's policy, or a lone seat's
     costs = report["costs"]
     assert {"1", "2", "3", "4", "5", "6", "8", "10"} <= set(map(str, costs["verify_ms"]))
     assert costs["verify_ratio"]["1"] == 1.0 and costs["drafter_ms"]
