@@ -36,14 +36,17 @@ class ChainDraft:
         self.refused: tuple[int, float] | None = None
         self.prenorm: np.ndarray | None = None
         self.started = clock()
+        self.bound = max(0, gen.draft_length(limit)) if gen.speculative else 0
+        self.state = None if gen.constraint is None else gen.constraint.copy()  # the grammar along the drafts
         lengths = gen.lengths
         self.active = False
-        if lengths is None:
-            return
-        if isinstance(lengths, DraftLengthPolicy):  # where probes cannot pay, they mostly re-check the costs
-            gen.feed.window = PROBE_CONTEXT if lengths.hopeless else gen.window
-        lengths.begin_round(max(0, gen.draft_length(limit)), ready=gen.feed.ready(gen.n_past))
-        self.active = lengths.extend()
+        if lengths is not None:
+            if isinstance(lengths, DraftLengthPolicy):  # where probes cannot pay, they mostly re-check the costs
+                gen.feed.window = PROBE_CONTEXT if lengths.hopeless else gen.window
+            lengths.begin_round(self.bound, ready=gen.feed.ready(gen.n_past))
+            self.active = lengths.extend()
+        if not self.active:
+            self._force()
 
     @property
     def position(self) -> int:
@@ -60,16 +63,40 @@ class ChainDraft:
         else:
             observed.draft_rows += 1
         self.prenorm = prenorm
+        if self.state is not None and not np.isfinite(self.state.apply(row)).any():
+            self.active = False  # the drafter has no token the grammar allows here
+            return
         token, distribution = choose(row, gen.recent_history(self.last_token, self.drafts), gen.sampling, gen.rng)
         confidence = gen.confidence(row, distribution)
         if confidence < gen.draft_p_min or not gen.lengths.take(confidence):
             self.refused = (token, confidence)
             self.active = False
             return
+        self._add(token, distribution)
+        self.active = gen.lengths.extend() and not gen.engine.model.is_eog(token)
+        if self.state is not None and self.state.forced():
+            self.active = False  # the grammar's forced tokens end the chain: the drafter has no state past them
+            self._force()
+
+    def _add(self, token: int, distribution: np.ndarray | None) -> None:
         self.drafts.append(token)
         if distribution is not None:
             self.distributions.append(distribution)
-        self.active = gen.lengths.extend()
+        if self.state is not None:
+            self.state.consume(token)
+
+    def _force(self) -> None:
+        """Append the tokens the grammar forces next (a schema's keys and punctuation), up to the round's bound:
+        no drafter call, and the target keeps them (a one-hot draft distribution where sampling)."""
+        if self.state is None or self.state.stopped():
+            return
+        n_vocab = self.gen.engine.n_vocab
+        for token in self.state.forced()[: self.bound - len(self.drafts)]:
+            one_hot = None
+            if not self.gen.sampling.greedy:
+                one_hot = np.zeros(n_vocab)
+                one_hot[token] = 1.0
+            self._add(token, one_hot)
 
     def finish(self) -> tuple[list[int], list[np.ndarray], tuple[int, float] | None]:
         observed = self.observed

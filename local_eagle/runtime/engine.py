@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -38,6 +39,9 @@ from local_eagle.runtime.shapes import TreeChoice
 from local_eagle.runtime.stats import GenerationStats
 from local_eagle.runtime.tree import CPU_TREE_NODES, MAX_SEQ, SlotCalibration, TreeShape
 from local_eagle.runtime.treeround import drafter_sequences
+
+if TYPE_CHECKING:
+    from local_eagle.runtime.grammar import Grammar, GrammarSpec
 
 __all__ = [
     "STOP_CANCELLED",
@@ -144,6 +148,7 @@ class Engine:
         self.n_ctx = self.ctx.n_ctx // parallel  # what one generation may use
         self.n_ubatch = self.ctx.n_ubatch
         self.batcher: Batcher | None = None
+        self._grammars: dict[GrammarSpec, Grammar] = {}
         self.max_tree_nodes = CPU_TREE_NODES if self.model.attention_on_cpu else MAX_SEQ - 1
 
     @property
@@ -176,6 +181,7 @@ class Engine:
         adaptive: bool | None = None,
         cancelled: Callable[[], bool] | None = None,
         tree: TreeShape | None = None,
+        grammar: GrammarSpec | None = None,
     ) -> Stream:
         """Generate from ``prompt``; iterate the stream for text pieces.
 
@@ -194,6 +200,10 @@ class Engine:
         whose calls cost in proportion to their rows), and verifies as many of its nodes as pay for their rows.
         An adaptive call that names no tree on an engine opened for trees may draft :meth:`default_tree`. A
         target that cannot branch its cache (recurrent, hybrid: ``tree_refusal`` says why) drafts chains instead.
+
+        ``grammar`` constrains the output (``runtime.grammar``): the target's every choice is masked by it, as the
+        target alone under it would be, and so are the drafts, with the tokens it forces drafted for free (such a
+        generation drafts chains). An invalid grammar raises :class:`~local_eagle.runtime.grammar.GrammarError`.
         """
         tokens = self.tokenize(prompt) if isinstance(prompt, str) else np.asarray(prompt, dtype=np.int32)
         if len(tokens) == 0:
@@ -207,9 +217,10 @@ class Engine:
         if draft_max < 0:
             raise LocalEagleError(f"draft max must be >= 0, got {draft_max}")
         adaptive = self.options.adaptive if adaptive is None else adaptive
-        if tree is not None and self.parallel > 1:
+        constraint = self.grammar(grammar).matcher() if grammar is not None else None
+        if tree is not None and (self.parallel > 1 or constraint is not None):
             tree, draft_max = None, draft_max if adaptive else tree.depth
-        if tree is None and adaptive and self.trees and draft_max > 0:
+        if tree is None and adaptive and self.trees and draft_max > 0 and constraint is None:
             tree = self.default_tree(draft_max)
         if tree is not None and self.drafter is not None:
             tree = self.fit_tree(tree)
@@ -227,11 +238,23 @@ class Engine:
             adaptive, tree,
         )  # fmt: skip
         generation.cancelled = cancelled
+        generation.constraint = constraint
         if self.parallel > 1:
             if self.batcher is None:
                 self.batcher = Batcher(self, self.parallel)
             return Stream(self.batcher.run(generation))
         return Stream(generation.run())
+
+    def grammar(self, spec: GrammarSpec) -> Grammar:
+        """``spec`` compiled over this target's vocabulary, once per spec (a server sees the same schema often)."""
+        from local_eagle.runtime.grammar import compile_grammar
+
+        found = self._grammars.get(spec)
+        if found is None:
+            if len(self._grammars) >= 64:
+                self._grammars.pop(next(iter(self._grammars)))
+            found = self._grammars[spec] = compile_grammar(self.model, spec)
+        return found
 
     def default_tree(self, draft_max: int) -> TreeShape:
         """The tree an adaptive call may draft when it names none: as many nodes and as wide a frontier as the

@@ -36,6 +36,7 @@ from local_eagle.runtime.verify import Drafted, TargetChoices, verify
 
 if TYPE_CHECKING:
     from local_eagle.runtime.engine import Engine
+    from local_eagle.runtime.grammar import Constraint
 
 STOP_EOS = "eos"
 STOP_STRING = "stop"
@@ -136,6 +137,7 @@ class Generation:
         self.spec_stats.adaptive = self.adaptive
         self.n_past = 0
         self.seq = 0  # the cache sequence this generation decodes on (a batch's seat, runtime.batch)
+        self.constraint: Constraint | None = None  # a grammar the output follows: every choice masked by it
         self.shared = False  # other generations share the caches: only this one's sequence is cleared
         self.cancelled: Callable[[], bool] | None = None
         self.trees = TreeRounds(self, tree) if tree is not None and self.speculative else None
@@ -250,7 +252,11 @@ class Generation:
         if decoded < n_prompt:
             return None
         logits = prompt_logits(self.target, n_prompt, self.engine.n_vocab)
+        if self.constraint is not None:
+            self.constraint.apply(logits)
         token, _ = choose(logits, np.asarray(self.history), self.sampling, self.rng)
+        if self.constraint is not None:
+            self.constraint.consume(token)
         if self.speculative:
             self.feed.push(0, np.append(prompt[1:], token), np.concatenate(features))
             policy = self.lengths if isinstance(self.lengths, DraftLengthPolicy) else None
@@ -296,6 +302,9 @@ class Generation:
         observed, tree = drafted.observed, drafted.tree
         path, next_token = self.accept(drafted, offset)
         accepted = [int(tree.tokens[r]) for r in path] + [next_token]
+        if self.constraint is not None:  # up to an end token: the generation stops there
+            model = self.engine.model
+            self.constraint.consume(accepted[: next((i + 1 for i, t in enumerate(accepted) if model.is_eog(t)), None)])
         started = clock()
         batch.keep(self.target, path[-1] if path else 0)
         observed.rollback_seconds = clock() - started

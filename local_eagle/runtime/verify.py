@@ -22,6 +22,7 @@ from local_eagle.runtime.tree import VerifyTree
 from local_eagle.runtime.treeverify import TreeBatch, decode_together
 
 if TYPE_CHECKING:
+    from local_eagle.runtime.grammar import Constraint
     from local_eagle.runtime.rounds import Generation
 
 clock = time.perf_counter
@@ -42,15 +43,39 @@ class Drafted:
 
 class TargetChoices:
     """The target's token after each row (greedy), computed only for the rows the walk reaches, and each row's
-    processed logits (sampling): the rows of one sequence from ``offset`` in the round's call."""
+    processed logits (sampling): the rows of one sequence from ``offset`` in the round's call.
+
+    Under a grammar (``Generation.constraint``) each row is masked as the target alone would mask it there: with
+    the grammar's state after the tokens on the row's path, followed only along the rows the walk reaches (their
+    tokens were accepted, so the grammar allowed them)."""
 
     def __init__(self, gen: Generation, tree: VerifyTree, last_token: int, offset: int = 0) -> None:
         self.gen, self.tree, self.last_token, self.offset = gen, tree, last_token, offset
+        self.states = None if gen.constraint is None else {0: gen.constraint}
 
     def __getitem__(self, row: int) -> int:
-        return int(np.argmax(self.row_logits(row)))
+        logits = self._processed(row)
+        best = int(np.argmax(logits))
+        if self.states is None or self.state(row).ended or self.state(row).allows(best):
+            return best  # the grammar's mask only lowers others: the argmax it allows is the masked argmax
+        return int(np.argmax(self.state(row).apply(np.array(logits, dtype=np.float32))))
 
     def row_logits(self, row: int) -> np.ndarray:
+        logits = self._processed(row)
+        if self.states is None or self.state(row).ended:  # past an end token: nothing is emitted from here
+            return logits
+        return self.state(row).apply(np.array(logits, dtype=np.float32))
+
+    def state(self, row: int) -> Constraint:
+        """The grammar after the tokens on ``row``'s path."""
+        assert self.states is not None
+        if row not in self.states:
+            state = self.state(int(self.tree.parents[row])).copy()
+            state.consume(int(self.tree.tokens[row]))
+            self.states[row] = state
+        return self.states[row]
+
+    def _processed(self, row: int) -> np.ndarray:
         gen = self.gen
         logits = gen.target.logits_view(self.offset + row, gen.engine.n_vocab)
         if not gen.penalized:
