@@ -37,7 +37,8 @@ class ChainDraft:
         self.prenorm: np.ndarray | None = None
         self.started = clock()
         self.bound = max(0, gen.draft_length(limit)) if gen.speculative else 0
-        self.state = None if gen.constraint is None else gen.constraint.copy()  # the grammar along the drafts
+        # the grammar along the drafts (unless the drafts are left unconstrained, as llama-server drafts)
+        self.state = None if gen.constraint is None or not gen.draft_grammar else gen.constraint.copy()
         lengths = gen.lengths
         self.active = False
         if lengths is not None:

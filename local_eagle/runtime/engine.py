@@ -182,6 +182,9 @@ class Engine:
         cancelled: Callable[[], bool] | None = None,
         tree: TreeShape | None = None,
         grammar: GrammarSpec | None = None,
+        draft_grammar: bool = True,
+        logprobs: int | None = None,
+        special: bool = False,
     ) -> Stream:
         """Generate from ``prompt``; iterate the stream for text pieces.
 
@@ -204,6 +207,11 @@ class Engine:
         ``grammar`` constrains the output (``runtime.grammar``): the target's every choice is masked by it, as the
         target alone under it would be, and so are the drafts, with the tokens it forces drafted for free (such a
         generation drafts chains). An invalid grammar raises :class:`~local_eagle.runtime.grammar.GrammarError`.
+        ``draft_grammar=False`` drafts as if unconstrained (llama-server's way; benchmarks compare the two).
+
+        ``logprobs`` (a number of alternatives, 0 for none) gives each token's log-probability in the result, from
+        the target's own logits in the call that verified it, whatever was drafted. ``special`` renders control
+        tokens as their text (a tool-call tag that is a special token), end-of-generation tokens excepted.
         """
         tokens = self.tokenize(prompt) if isinstance(prompt, str) else np.asarray(prompt, dtype=np.int32)
         if len(tokens) == 0:
@@ -237,8 +245,13 @@ class Engine:
             self, tokens, max_tokens, sampling, draft_max if self.drafter is not None else 0, draft_p_min, stop or [],
             adaptive, tree,
         )  # fmt: skip
+        if logprobs is not None and not 0 <= logprobs <= 20:
+            raise LocalEagleError(f"top logprobs must be 0..20, got {logprobs}")
         generation.cancelled = cancelled
         generation.constraint = constraint
+        generation.draft_grammar = draft_grammar
+        generation.logprobs = logprobs
+        generation.special = special
         if self.parallel > 1:
             if self.batcher is None:
                 self.batcher = Batcher(self, self.parallel)

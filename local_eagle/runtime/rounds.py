@@ -23,6 +23,7 @@ from local_eagle.runtime.feed import IDLE_CONTEXT
 from local_eagle.runtime.lengths import DraftLengths, FixedLengths, state_dict
 from local_eagle.runtime.sampling import (
     SamplingParams,
+    apply_repeat_penalty,
     choose,
     probabilities,
     top_probability,
@@ -53,6 +54,31 @@ class GenerationResult:
     tokens: list[int]
     stats: GenerationStats
     spec_stats: SpecStats | None = None
+    logprobs: list[TokenLogprob] | None = None  # one per token, when asked for (``Engine.stream(logprobs=)``)
+
+
+@dataclass
+class TokenLogprob:
+    """A generated token's log-probability under the target (its processed logits: repeat penalty and grammar, not
+    temperature), from the call that verified it, with the most likely alternatives there when asked for."""
+
+    token: int
+    logprob: float
+    top: list[tuple[int, float]]
+
+
+def token_logprob(logits: np.ndarray, token: int, top: int) -> TokenLogprob:
+    """``token``'s log-softmax in ``logits``, and the ``top`` most likely tokens' (most likely first)."""
+    finite = np.isfinite(logits)
+    row = logits[finite] if not finite.all() else logits
+    peak = float(row.max())
+    norm = peak + float(np.log(np.exp(row - peak).sum()))
+    best: list[tuple[int, float]] = []
+    if top > 0:
+        ids = np.argpartition(logits, -top)[-top:]
+        ids = ids[np.argsort(-logits[ids])]
+        best = [(int(i), float(logits[i]) - norm) for i in ids if np.isfinite(logits[i])]
+    return TokenLogprob(int(token), float(logits[token]) - norm, best)
 
 
 def decode_prompt(
@@ -138,6 +164,10 @@ class Generation:
         self.n_past = 0
         self.seq = 0  # the cache sequence this generation decodes on (a batch's seat, runtime.batch)
         self.constraint: Constraint | None = None  # a grammar the output follows: every choice masked by it
+        self.draft_grammar = True  # mask the drafts by the grammar too (False: drafts as if unconstrained)
+        self.special = False  # render control tokens (a template's [TOOL_CALLS]) as text, not as nothing
+        self.logprobs: int | None = None  # None: none; n: each token's log-probability and the n likeliest
+        self.token_logprobs: list[TokenLogprob] = []
         self.shared = False  # other generations share the caches: only this one's sequence is cleared
         self.cancelled: Callable[[], bool] | None = None
         self.trees = TreeRounds(self, tree) if tree is not None and self.speculative else None
@@ -181,7 +211,8 @@ class Generation:
         if isinstance(self.lengths, DraftLengthPolicy):
             self.spec_stats.policy = state_dict(self.lengths.state())
         stats = self.spec_stats.generation_stats(len(self.prompt), len(self.output_tokens), self.stop_reason)
-        return tail, GenerationResult(self.text.text, self.output_tokens, stats, self.spec_stats)
+        logprobs = self.token_logprobs[: len(self.output_tokens)] if self.logprobs is not None else None
+        return tail, GenerationResult(self.text.text, self.output_tokens, stats, self.spec_stats, logprobs)
 
     def reset_caches(self) -> None:
         if self.shared:  # other generations' cells stay; capturing stays on for all of them
@@ -255,6 +286,10 @@ class Generation:
         if self.constraint is not None:
             self.constraint.apply(logits)
         token, _ = choose(logits, np.asarray(self.history), self.sampling, self.rng)
+        if self.logprobs is not None:
+            processed = apply_repeat_penalty(logits, np.asarray(self.history), self.sampling.repeat_penalty,
+                                             self.sampling.repeat_last_n)  # fmt: skip
+            self.token_logprobs.append(token_logprob(processed, token, self.logprobs))
         if self.constraint is not None:
             self.constraint.consume(token)
         if self.speculative:
@@ -356,6 +391,10 @@ class Generation:
                 return probabilities(choices.row_logits(row), self.sampling)
 
             path, next_token = walk_sampling(tree, target, drafted.dists, self.rng)
+        if self.logprobs is not None:  # the target's own, from the rows that verified each token
+            tokens = [int(tree.tokens[r]) for r in path] + [next_token]
+            for row, token in zip([0, *path], tokens, strict=True):
+                self.token_logprobs.append(token_logprob(choices.row_logits(row), token, self.logprobs))
         observed.accepted = len(path)
         observed.accept_seconds = clock() - started
         return path, next_token
@@ -415,7 +454,7 @@ class Generation:
                 self.stop_reason = STOP_EOS
                 return
             self.output_tokens.append(token)
-            piece = self.text.push(model.token_to_piece(token))
+            piece = self.text.push(model.token_to_piece(token, self.special))
             if piece:
                 yield piece
             if self.text.stopped:
