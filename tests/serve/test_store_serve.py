@@ -276,3 +276,31 @@ def test_serve_without_a_model_passes_its_drafting_flags_on(monkeypatch) -> None
     r = CliRunner().invoke(app, ["serve", "--draft-max", "8", "--fixed", "--tree", "off"])
     assert r.exit_code == 0, r.output
     assert seen["draft_max"] == 8 and seen["fixed"] is True and seen["trees"].nodes == 0
+
+
+def test_the_store_server_serves_parallel_requests_per_model(store, monkeypatch) -> None:
+    """``serve --parallel 2`` without ``-m``: each loaded model's engine holds two sequences, its slot admits two
+    requests at once, and the answers are the target alone's."""
+    config = _store_config(store, monkeypatch, parallel=2)
+    assert config.options.parallel == 2 and config.options.tree_nodes == 0
+    front, uv, thread, client = start(config)
+    try:
+        body = {"model": "cyc", "prompt": "hi", "stream": False, "options": {"temperature": 0, "num_predict": 24}}
+        base = f"{client._client.base_url}/api/generate"
+        out: list = [None, None]
+
+        def go(i: int) -> None:
+            out[i] = httpx.post(base, json=body, timeout=120)
+
+        threads = [threading.Thread(target=go, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert [r.json()["response"] for r in out] == [("P" + "ABCDEFGHIJKLMNOP" * 2)[:24]] * 2
+        (loaded,) = front.registry.snapshot()
+        assert loaded.server.parallel == 2 and loaded.server.engine.options.parallel == 2
+    finally:
+        uv.should_exit = True
+        thread.join(timeout=30)
+        front.close()
