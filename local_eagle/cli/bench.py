@@ -15,7 +15,10 @@ from local_eagle.cli.loading import BeyondTrainingOpt, LoadOptions, open_engine
 from local_eagle.cli.options import (
     AUTO,
     FixedOpt,
+    FormatOpt,
     GpuOpt,
+    GrammarOpt,
+    JsonSchemaOpt,
     ModelOpt,
     OptionalCtxOpt,
     RequiredDraftOpt,
@@ -117,10 +120,17 @@ def bench(
             "the cost of a target call by rows and each output's identity with the target alone's.",
         ),
     ] = None,
+    json_schema: JsonSchemaOpt = None,
+    grammar: GrammarOpt = None,
+    output_format: FormatOpt = None,
 ) -> None:
     """Greedy baseline vs speculative decoding in one process: speedup, acceptance, chosen draft lengths, costs.
 
     ``--draft-max auto --draft-max 1 --draft-max 4 --fixed`` compares the adaptive policy with fixed k = 1 and 4.
+
+    Under a constraint (``--json-schema FILE``, ``--grammar FILE``, ``--format json``, or prompts whose lines carry
+    their own ``schema``) it runs the target alone under it, grammar-aware drafting and unconstrained drafting
+    (llama-server's way) at each setting, and checks every output against its schema (docs/structured.md).
     """
     from local_eagle.bench.run import DraftSetting, read_prompts, run_bench
     from local_eagle.cli.run import draft_lengths_text
@@ -152,6 +162,23 @@ def bench(
 
     pair = resolve_models(model, draft, None)  # a model name, hf.co/USER/REPO or a shipped name, as generate takes
     model, draft = pair.model, pair.draft or draft
+    from local_eagle.bench.structured import has_schemas
+    from local_eagle.cli.options import grammar_option
+
+    constraint = grammar_option(output_format, json_schema, grammar)
+    if constraint is not None or has_schemas(prompts):
+        others = [("--tree", tree), ("--plot", plot), ("--cost-profile", cost_profile), ("--decide-on", decide_on),
+                  ("--rounds", keep_rounds), ("--concurrency", concurrency), ("--measure-costs", measure_costs)]
+        refused = [f for f, given in others if given]
+        if refused:
+            raise LocalEagleError(f"{', '.join(refused)}: not under a constraint (--json-schema, --grammar, --format "
+                                  "or prompts with a schema: a constrained generation drafts chains)")  # fmt: skip
+        values = [parse_draft_max(v) for v in draft_max or [AUTO]]
+        chains = [DraftSetting(AUTO_DRAFT_MAX, True) if n is None else DraftSetting(n, not fixed) for n in values]
+        _bench_structured(model, draft, prompts, constraint, limit, chains, max_tokens, draft_p_min, as_json,
+                          LoadOptions(ctx, gpu_layers, threads, max(s.draft_max for s in chains),
+                                      ctx_beyond_training, tree_nodes=0))  # fmt: skip
+        return
     texts = read_prompts(prompts)[:limit]
     if concurrency is not None:
         refused = [f for f, given in [("--tree", tree), ("--plot", plot), ("--cost-profile", cost_profile),
@@ -255,6 +282,72 @@ def bench(
     if any(r.divergent for r in rows):  # a correctness bug, not a slow pair or a near-tie: exit status 1
         err.print("[red]speculative output diverged from the target's (not at a near-tie)[/]")
         raise typer.Exit(1)
+
+
+def _bench_structured(model: Path, draft: Path, prompts: Path, constraint, limit: int | None, settings: list,
+                      max_tokens: int, draft_p_min: float, as_json: bool, load: LoadOptions) -> None:  # fmt: skip
+    """Under a constraint: the target alone, grammar-aware and unconstrained drafting on the same prompts, every
+    output checked against its schema and against the target alone's (bench.structured)."""
+    from local_eagle.bench.structured import read_structured_tasks, run_structured, schema_validation
+
+    tasks = read_structured_tasks(prompts, constraint)[:limit]
+    with open_engine(model, draft, load) as engine:
+        n_tokens = max_tokens if max_tokens > 0 else engine.n_ctx
+        rows = run_structured(engine, tasks, settings, max_tokens=n_tokens, draft_p_min=draft_p_min,
+                              progress=not as_json)  # fmt: skip
+    if as_json:
+        print(json.dumps([r.to_dict() for r in rows]))
+    else:
+        _print_structured(rows, f"{model.name} + {draft.name}: greedy under constraints, {len(tasks)} prompts x "
+                                f"{max_tokens} tokens")  # fmt: skip
+        if not schema_validation() and any(t.spec.kind == "json_schema" for t in tasks):
+            out.print("valid: JSON outputs were parsed, not validated against their schemas (pip install "
+                      "jsonschema)", highlight=False)  # fmt: skip
+    if any(r.divergent for r in rows):
+        err.print("[red]an output diverged from the target alone's under the same constraint (not at a near-tie)[/]")
+        raise typer.Exit(1)
+
+
+def _print_structured(rows: list, title: str) -> None:
+    t = Table(title=title)
+    for c in ("drafting", "k", "tok/s", "speedup", "accept len", "drafter calls/call", "valid", "identical"):
+        t.add_column(c)
+    for r in rows:
+        same = f"{r.identical}/{r.prompts}"
+        if r.near_ties:
+            same += f" + {r.near_ties} near-tie"
+        if r.divergent:
+            same += f", {r.divergent} DIVERGENT"
+        valid = f"{r.valid}/{r.prompts}" + (f" ({r.cut} cut)" if r.cut else "")
+        alone = r.drafting == "target alone"
+        t.add_row(
+            r.drafting, r.setting, f"{r.tokens_per_second:.1f}", "1.00x" if alone else f"{r.speedup:.2f}x",
+            "-" if alone else f"{r.acceptance_length:.2f}", "-" if alone else f"{r.drafter_calls_per_call:.2f}",
+            valid, same,
+        )  # fmt: skip
+    out.print(t)
+    c = Table(title="acceptance per draft position")
+    for col in ("drafting", "k", "per-position acceptance", "rows/call"):
+        c.add_column(col)
+    for r in rows:
+        if r.drafting != "target alone":
+            c.add_row(r.drafting, r.setting, " ".join(f"{a:.2f}" for a in r.acceptance_per_position) or "-",
+                      f"{r.mean_verify_rows:.1f}")  # fmt: skip
+    out.print(c)
+    out.print("speedup: over the target alone under the same constraints; accept len: tokens per target call; "
+              "grammar-aware: drafts masked by the grammar, forced tokens drafted without a drafter call; "
+              "unconstrained: the drafter drafts as if there were no constraint (llama-server's way); identical: "
+              "outputs token for token the target alone's; cut: stopped by the token limit",
+              highlight=False)  # fmt: skip
+    for r in rows:
+        for bad in r.invalid:
+            out.print(f"{r.label}: task {bad['task']}: {bad['reason']} (stop: {bad['stop_reason']})", highlight=False)
+        for d in r.divergences:
+            x = d["divergence"]
+            if x is not None:
+                out.print(f"{r.label}: {d['verdict']} at token {x['index']}: top-2 gap among allowed tokens "
+                          f"{x['gap_single']:.3f} (1-row) / {x['gap_batched']:.3f} (batched), the two computations "
+                          f"differ by {x['noise']:.3f} (logit range {x['scale']:.1f})", highlight=False)  # fmt: skip
 
 
 def _bench_concurrency(model: Path, draft: Path, texts: list[str], concurrency: str, settings: list, max_tokens: int,
