@@ -135,7 +135,7 @@ def generate(
     stops = sampling.stop or list(params.get("stop", []))
     k = draft_bound(pair, draft_max, fixed)
     load = LoadOptions(ctx if ctx is not None else params.get("num_ctx"), gpu_layers, threads, k, ctx_beyond_training,
-                       trees.engine_nodes(fixed), trees.engine_width(fixed))  # fmt: skip
+                       trees.engine_nodes(fixed, gpu_layers), trees.engine_width(fixed))  # fmt: skip
     with open_engine(pair.model, pair.draft, load) as engine:
         note_tree_refusal(engine, trees.explicit and trees.nodes > 1)
         n_predict = n_predict if n_predict > 0 else engine.n_ctx  # Ollama: -1 = until the context is full
@@ -208,7 +208,7 @@ def chat(
     def load(s: ChatSession) -> Engine:
         k = s.stream_options()["draft_max"]
         opts = LoadOptions(s.parameters.get("num_ctx"), s.n_gpu_layers, s.n_threads, k, ctx_beyond_training,
-                           trees.engine_nodes(fixed), trees.engine_width(fixed))  # fmt: skip
+                           trees.engine_nodes(fixed, s.n_gpu_layers), trees.engine_width(fixed))  # fmt: skip
         engine = open_engine(s.model, s.draft, opts)
         note_tree_refusal(engine, trees.nodes > 1 and (trees.explicit or s.verbose))
         return engine

@@ -110,7 +110,7 @@ def serve(
         raise LocalEagleError("--timeout and --queue-timeout must be 0 (never) or positive")
     k = draft_bound(pair, draft_max, fixed)
     opts = LoadOptions(ctx or pair.parameters.get("num_ctx"), gpu_layers, threads, k, ctx_beyond_training,
-                       trees.engine_nodes(fixed), trees.engine_width(fixed), parallel)  # fmt: skip
+                       trees.engine_nodes(fixed, gpu_layers), trees.engine_width(fixed), parallel)  # fmt: skip
     n_ctx = plan_context(pair.model, pair.draft, opts)
     name = name or pair.name or model_name(pair.model, modelfile)
     config = ServeConfig(

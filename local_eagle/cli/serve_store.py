@@ -63,8 +63,8 @@ def store_config(
     from local_eagle.serve.store_app import StoreConfig
     from local_eagle.store import LocalStore
 
-    load = LoadOptions(ctx, gpu_layers, threads, 4, False, trees.engine_nodes(fixed), trees.engine_width(fixed),
-                       parallel)  # fmt: skip
+    nodes = trees.engine_nodes(fixed, gpu_layers)
+    load = LoadOptions(ctx, gpu_layers, threads, 4, False, nodes, trees.engine_width(fixed), parallel)
     options = dataclasses.replace(load.engine_options(ctx or 4096), adaptive=not fixed)
     probe = ServeConfig(name="-", model=Path("-"), queue_timeout=queue_timeout or None, generation_timeout=timeout
                         or None, draft_max=4 if draft_max is None else draft_max)  # fmt: skip

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from local_eagle.cli import options
 from local_eagle.cli.app import app
 from local_eagle.cli.loading import LoadOptions, buffer_bytes
 from local_eagle.cli.options import TreeSetting, parse_tree
@@ -40,12 +41,30 @@ def test_a_bad_tree_is_one_line_naming_the_flag(value):
         parse_tree(value)
 
 
-def test_what_a_tree_setting_opens_and_drafts():
+@pytest.fixture(autouse=True)
+def _a_gpu(monkeypatch):
+    """These tests are about what ``--tree auto`` opens where layers go to a GPU (on the CPU alone it opens no
+    tree caches: ``test_auto_opens_no_tree_caches_on_the_cpu``)."""
+    monkeypatch.setattr(options, "offloads", lambda gpu_layers: gpu_layers != 0)
+
+
+def test_auto_opens_no_tree_caches_on_the_cpu(pair, opened, monkeypatch):
+    monkeypatch.setattr(options, "offloads", lambda gpu_layers: False)
+    assert parse_tree("auto").engine_nodes(False) == 0 and parse_tree("5").engine_nodes(False) == 5
+    _generate(pair)
+    assert [e.options.tree_nodes for e in opened] == [0]
+
+
+def test_what_a_tree_setting_opens_and_drafts(monkeypatch):
     auto, seven, off = parse_tree("auto"), parse_tree("7"), parse_tree("off")
-    # adaptive: the engine is opened for trees, the policy chooses each round's shape
+    # adaptive, with layers on a GPU: the engine is opened for trees, the policy chooses each round's shape
     assert (auto.engine_nodes(False), auto.engine_width(False), auto.shape(False)) == (
         AUTO_TREE_NODES, AUTO_TREE_WIDTH, None
     )  # fmt: skip
+    # every layer on the CPU: auto opens no tree caches (63 sequences' windows held 1.47 GB for a 260 MB pair)
+    assert auto.engine_nodes(False, gpu_layers=0) == 0 and seven.engine_nodes(False, gpu_layers=0) == 7
+    monkeypatch.setattr(options, "offloads", lambda gpu_layers: False)
+    assert auto.engine_nodes(False) == 0
     assert (seven.engine_nodes(False), seven.shape(False)) == (7, None)
     # --fixed: chains as always, unless --tree N asks for that tree every round
     assert (auto.engine_nodes(True), auto.shape(True)) == (0, None)
