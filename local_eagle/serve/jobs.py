@@ -28,7 +28,8 @@ from local_eagle.runtime.grammar import GrammarSpec
 from local_eagle.runtime.sampling import SamplingParams
 from local_eagle.runtime.tree import TreeShape
 from local_eagle.serve.errors import ApiError
-from local_eagle.serve.runnerproc import max_prompt_bytes
+from local_eagle.serve.logprobs import TokenEntry, resolve
+from local_eagle.serve.runnerproc import max_prompt_bytes, tag_tokens, token_pieces
 from local_eagle.serve.runners import RemoteFailure, RunnerEngine, RunnerError
 
 CANCELLED = STOP_CANCELLED
@@ -47,6 +48,8 @@ class Job:
     draft_max: int
     stop: list[str]
     grammar: GrammarSpec | None = None  # Ollama's format, OpenAI's response_format: the output's constraint
+    logprobs: int | None = None  # None: none; n: each token's logprob and the n likeliest alternatives
+    special: bool = False  # control tokens written as text (a tool-call tag that is one: Mistral's [TOOL_CALLS])
     cancel: threading.Event = field(default_factory=threading.Event)
     received: float = field(default_factory=time.perf_counter)
 
@@ -87,6 +90,7 @@ class Outcome:
     decode_seconds: float
     total_seconds: float
     stats: dict[str, Any]
+    logprobs: list[TokenEntry] | None = None  # asked for: the tokens' logprobs, with their texts
 
 
 def done_reason(reason: str) -> str:
@@ -121,6 +125,7 @@ class JobSlot:
         self._idle = threading.Condition()
         self.runner = engine if isinstance(engine, RunnerEngine) else None  # the model runs in its own process
         self.max_prompt_bytes = self.runner.max_prompt_bytes if self.runner else max_prompt_bytes(engine)
+        self._tags: dict[str, tuple[list[int], list[bool]]] = {}
 
     @contextmanager
     def using_engine(self) -> Iterator[Engine | RunnerEngine]:
@@ -209,6 +214,10 @@ class JobSlot:
         since: dict[str, Any] = {"since": job.received} if self.runner else {}
         if job.grammar is not None:  # only then: an engine without constraints keeps its signature
             since["grammar"] = job.grammar
+        if job.logprobs is not None:
+            since["logprobs"] = job.logprobs
+        if job.special:
+            since["special"] = True
         try:
             stream = self.engine.stream(
                 job.prompt, max_tokens=job.max_tokens, sampling=job.sampling, draft_max=job.draft_max,
@@ -257,6 +266,7 @@ class JobSlot:
                 text=result.text, stop_reason=reason or st.stop_reason, prompt_tokens=st.prompt_tokens,
                 generated_tokens=st.generated_tokens, queue_seconds=queue_seconds, prefill_seconds=st.prefill_seconds,
                 decode_seconds=st.decode_seconds, total_seconds=total, stats=st.to_dict(),
+                logprobs=self._logprobs(job, result),
             )  # fmt: skip
         # stopped by the server's timeout: the engine's stats ended with its stream, so count the
         # text and take the first piece's arrival as the end of the prefill
@@ -267,7 +277,31 @@ class JobSlot:
             text=text, stop_reason=reason, prompt_tokens=n_prompt, generated_tokens=n_out,
             queue_seconds=queue_seconds, prefill_seconds=first - started, decode_seconds=now - first,
             total_seconds=total, stats={"stop_reason": reason, "generated_tokens": n_out},
+            logprobs=None if job.logprobs is None else [],  # the engine's result, and its logprobs, never came
         )  # fmt: skip
+
+    def _logprobs(self, job: Job, result: Any) -> list[TokenEntry] | None:
+        if job.logprobs is None:
+            return None
+        return resolve(getattr(result, "logprobs", None) or [], self.pieces, result.text)
+
+    def pieces(self, tokens: list[int]) -> list[bytes]:
+        """Tokens' texts as the model writes them (control tokens too), for logprobs."""
+        if self.runner is not None:
+            return self.runner.pieces(tokens)
+        return token_pieces(self.engine.model, tokens)
+
+    def tag_tokens(self, text: str) -> tuple[list[int], list[bool]]:
+        """A tool-call tag's tokens and which are special (``runnerproc.tag_tokens``); kept per tag."""
+        cache = self._tags
+        if text not in cache:
+            with self.using_engine() as engine:
+                try:
+                    got = self.runner.tag_tokens(text) if self.runner is not None else tag_tokens(engine.model, text)
+                except RunnerError as e:
+                    raise ApiError(500, str(e)) from None
+            cache[text] = got
+        return cache[text]
 
     def _count(self, text: str) -> int:
         """A generated text's tokens, without the BOS."""

@@ -20,6 +20,7 @@ from local_eagle import __version__
 from local_eagle.serve.chatoutput import ChatOutput, Part, chat_output, ollama_fields
 from local_eagle.serve.errors import ApiError
 from local_eagle.serve.jobs import Job, Outcome, done_reason, off_loop, stream_response
+from local_eagle.serve.logprobs import ollama_logprobs, top_count
 from local_eagle.serve.models import (
     Kind,
     check_fields,
@@ -41,11 +42,18 @@ router = APIRouter()
 
 # the JSON types of the request fields, as Ollama's api.GenerateRequest / ChatRequest / ShowRequest declare them
 _COMMON: dict[str, Kind] = {"model": str, "stream": bool, "options": dict, "keep_alive": (str, int, float),
-                            "think": (bool, str)}  # fmt: skip
+                            "think": (bool, str), "logprobs": bool, "top_logprobs": int}  # fmt: skip
 _GENERATE = _COMMON | {"prompt": str, "suffix": str, "system": str, "template": str, "context": list, "raw": bool,
                        "images": list}  # fmt: skip
 _CHAT = _COMMON | {"messages": list, "tools": list}
 _SHOW: dict[str, Kind] = {"model": str, "name": str, "verbose": bool}
+
+
+def ollama_logprobs_request(body: dict[str, Any]) -> int | None:
+    """Ollama's ``logprobs: true`` and ``top_logprobs: n`` (0..20, checked whether or not logprobs is on, as
+    Ollama checks it): the alternatives a token gets; None: off."""
+    top = 0 if body.get("top_logprobs") is None else top_count(body["top_logprobs"], "top_logprobs")
+    return top if body.get("logprobs") else None
 
 
 def _ns(seconds: float) -> int:
@@ -95,6 +103,7 @@ class OllamaReply:
             "eval_duration": _ns(out.decode_seconds),
             "speculative": out.stats,
             **self._text(text),
+            **({"logprobs": ollama_logprobs(out.logprobs)} if out.logprobs is not None else {}),
         }
 
     def event(self, event: tuple) -> Iterator[bytes]:
@@ -191,6 +200,7 @@ async def generate(request: Request, server: Server) -> Response:
         if body.get(key):
             raise ApiError(400, f"'{key}' is not supported by local-eagle serve")
     grammar = output_format(body.get("format"), "format")
+    logprobs = ollama_logprobs_request(body)
     s = settings(server, body.get("options") or {}, "options.")
     reply = OllamaReply(model, chat=False)
     if not prompt:  # Ollama: an empty prompt only loads the model (unloads it with keep_alive 0)
@@ -203,7 +213,9 @@ async def generate(request: Request, server: Server) -> Response:
         user = [{"role": "user", "content": prompt}]
         render_it = partial(render, server, user, system, template or None, None, reply.output.think)
         tokens = await prompt_tokens(server, request, reply.output.watch(render_it))
-    return await reply.respond(server, s.job(tokens, grammar), request, body.get("stream"))
+    job = s.job(tokens, grammar)
+    job.logprobs = logprobs
+    return await reply.respond(server, job, request, body.get("stream"))
 
 
 @router.post("/api/chat")
@@ -214,6 +226,7 @@ async def chat(request: Request, server: Server) -> Response:
     model = body.get("model")
     server.check_model(model)
     grammar = output_format(body.get("format"), "format")
+    logprobs = ollama_logprobs_request(body)
     s = settings(server, body.get("options") or {}, "options.")
     reply = OllamaReply(model, chat=True)
     if unloads(body):  # Ollama: no messages and keep_alive 0 unload the model (serve -m keeps its one)
@@ -225,4 +238,6 @@ async def chat(request: Request, server: Server) -> Response:
     reply.output = chat_output(server, think_value(body.get("think")), tools)
     render_it = partial(render, server, messages, None, None, tools, reply.output.think)
     tokens = await prompt_tokens(server, request, reply.output.watch(render_it))
-    return await reply.respond(server, s.job(tokens, grammar), request, body.get("stream"))
+    job = s.job(tokens, grammar)
+    job.logprobs = logprobs
+    return await reply.respond(server, job, request, body.get("stream"))

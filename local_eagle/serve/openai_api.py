@@ -20,6 +20,7 @@ from fastapi import APIRouter, Request
 from local_eagle.serve.chatoutput import ChatOutput, Part, chat_output, finish_reason, openai_fields
 from local_eagle.serve.errors import ApiError
 from local_eagle.serve.jobs import Job, Outcome, done_reason, stream_response
+from local_eagle.serve.logprobs import openai_chat_logprobs, openai_legacy_logprobs, top_count
 from local_eagle.serve.models import (
     Kind,
     check_fields,
@@ -47,7 +48,7 @@ _SAME_NAME += ("frequency_penalty", "presence_penalty")  # checked, as Ollama's,
 _COMMON: dict[str, Kind] = {"model": str, "stream": bool, "stream_options": dict, "max_tokens": int, "n": int,
                             "stop": (str, list), "user": str}  # fmt: skip
 _CHAT = _COMMON | {"messages": list, "tools": list, "response_format": dict, "logprobs": bool,
-                   "max_completion_tokens": int}  # fmt: skip
+                   "top_logprobs": int, "max_completion_tokens": int, "tool_choice": (str, dict)}  # fmt: skip
 _COMPLETIONS = _COMMON | {"prompt": (str, list), "suffix": str, "echo": bool, "logprobs": int}
 
 
@@ -68,6 +69,16 @@ def openai_options(body: dict[str, Any]) -> dict[str, Any]:
     if body.get("n", 1) != 1:
         raise ApiError(400, "only n=1 is supported")
     return opts
+
+
+def chat_logprobs(body: dict[str, Any]) -> int | None:
+    """``logprobs: true`` with ``top_logprobs: n`` (0..20): how many alternatives each token gets; None: off."""
+    top = body.get("top_logprobs")
+    if not body.get("logprobs"):
+        if top is not None:
+            raise ApiError(400, "top_logprobs requires logprobs: true")
+        return None
+    return 0 if top is None else top_count(top, "top_logprobs")
 
 
 def _usage(out: Outcome) -> dict[str, int]:
@@ -103,12 +114,18 @@ class OpenAIReply:
             part = self.output.whole(out.text) if self.output else Part(out.text)
             msg = {"role": "assistant", "content": part.content or (None if part.calls else ""), **openai_fields(part)}
             finish = finish_reason(finish, self.output)
-            ch = {"index": 0, "message": msg, "finish_reason": finish, "logprobs": None}
+            ch = {"index": 0, "message": msg, "finish_reason": finish, "logprobs": self._logprobs(out)}
         else:
-            ch = {"index": 0, "text": out.text, "finish_reason": finish, "logprobs": None}
+            ch = {"index": 0, "text": out.text, "finish_reason": finish, "logprobs": self._logprobs(out)}
         obj = "chat.completion" if self.chat else "text_completion"
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model, "choices": [ch],
                 "usage": _usage(out), "speculative": out.stats}  # fmt: skip
+
+    def _logprobs(self, out: Outcome) -> dict[str, Any] | None:
+        """The choice's ``logprobs`` (None unless asked for): a stream sends them all with its last choice."""
+        if out.logprobs is None:
+            return None
+        return openai_chat_logprobs(out.logprobs) if self.chat else openai_legacy_logprobs(out.logprobs)
 
     def _choice(self, text: str | Part | None, finish: str | None) -> dict[str, Any]:
         if self.chat:
@@ -139,7 +156,9 @@ class OpenAIReply:
                 yield self._chunk(self._choice(rest, None))
                 self.first = False
             finish = finish_reason(done_reason(out.stop_reason), self.output)
-            yield self._chunk(self._choice(None, finish), speculative=out.stats)
+            last = self._choice(None, finish)
+            last["logprobs"] = self._logprobs(out)
+            yield self._chunk(last, speculative=out.stats)
             if self.include_usage:
                 yield self._chunk(None, usage=_usage(out))
             yield b"data: [DONE]\n\n"
@@ -180,8 +199,7 @@ async def chat_completions(request: Request, server: Server) -> Any:
     body = await json_body(request, server.config.max_request_bytes)
     check_fields(body, _CHAT)
     server.check_model(body.get("model"))
-    if body.get("logprobs"):
-        raise ApiError(400, "logprobs is not supported by local-eagle serve")
+    logprobs = chat_logprobs(body)
     grammar = output_format(body.get("response_format"), "response_format", openai=True)
     s = settings(server, openai_options(body))
     reply = _reply(body, server, chat=True)
@@ -190,7 +208,9 @@ async def chat_completions(request: Request, server: Server) -> Any:
     reply.output = chat_output(server, openai_think(body), tools)
     render_it = partial(render, server, messages, None, None, tools, reply.output.think)
     tokens = await prompt_tokens(server, request, reply.output.watch(render_it))
-    return await _respond(request, body, server, s.job(tokens, grammar), reply)
+    job = s.job(tokens, grammar)
+    job.logprobs = logprobs
+    return await _respond(request, body, server, job, reply)
 
 
 @router.post("/completions")
@@ -203,9 +223,12 @@ async def completions(request: Request, server: Server) -> Any:
         prompt = prompt[0]
     if not isinstance(prompt, str) or not prompt:
         raise ApiError(400, "prompt must be a non-empty string")
-    if body.get("suffix") or body.get("echo") or body.get("logprobs"):
-        raise ApiError(400, "suffix, echo and logprobs are not supported by local-eagle serve")
+    if body.get("suffix") or body.get("echo"):
+        raise ApiError(400, "suffix and echo are not supported by local-eagle serve")
+    logprobs = None if body.get("logprobs") is None else top_count(body["logprobs"], "logprobs")
     s = settings(server, openai_options(body))
     reply = _reply(body, server, chat=False)
     tokens = await prompt_tokens(server, request, prompt)  # a completion's prompt is raw
-    return await _respond(request, body, server, s.job(tokens), reply)
+    job = s.job(tokens)
+    job.logprobs = logprobs
+    return await _respond(request, body, server, job, reply)

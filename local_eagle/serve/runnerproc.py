@@ -11,9 +11,10 @@ runner sends). The server writes on the runner's stdin; the runner answers on a 
 being pointed at stderr so that whatever llama.cpp prints cannot break a frame. Each request has an ``id`` its
 answers carry, so that tokenizations run beside a generation. The server's side: ``{"model", "draft",
 "options"}`` first, answered by ``{"ready": facts}`` or ``{"failed", "kind"}``; then ``tokenize``, ``count``,
-``stream`` (answered ``started`` or ``error``, then one ``piece`` each, ``tick`` during long prefills, and
-``end``), ``cancel``, ``embed`` (answered ``embeddings`` or ``error``), ``bench`` and ``close``. The end of
-stdin (the server gone, killed even) ends the runner.
+``pieces`` (tokens' texts), ``tag`` (a tool-call tag's tokens), ``stream`` (answered ``started`` or ``error``,
+then one ``piece`` each, ``tick`` during long prefills, and ``end``: the text, the stats and, when asked for, the
+logprobs as ``[[token, logprob, [[token, logprob], ...]], ...]``), ``cancel``, ``embed`` (answered ``embeddings``
+or ``error``), ``bench`` and ``close``. The end of stdin (the server gone, killed even) ends the runner.
 
 Test hook: where ``LOCAL_EAGLE_RUNNER_FAULT`` names a file, a generation that has sent its first piece while
 that file exists deletes it and does what it says: ``abort`` (``os.abort()``, as a GGML_ASSERT does), ``kill``
@@ -106,7 +107,7 @@ class Runner:
                 event = self.cancels.get(rid)
                 if event is not None:
                     event.set()
-            elif op in ("tokenize", "count"):
+            elif op in ("tokenize", "count", "pieces", "tag"):
                 threading.Thread(target=self._tokenize, args=(msg,), daemon=True).start()
             elif op == "embed":
                 threading.Thread(target=self._embed, args=(msg,), daemon=True).start()
@@ -126,6 +127,14 @@ class Runner:
 
     def _tokenize(self, msg: dict[str, Any]) -> None:
         try:
+            if msg["op"] == "pieces":  # tokens' texts (logprobs), bytes as latin-1 so that JSON carries them
+                got = token_pieces(self.engine.model, msg["tokens"])
+                self.send({"id": msg["id"], "pieces": [p.decode("latin-1") for p in got]})
+                return
+            if msg["op"] == "tag":  # a tool-call tag's tokens, and which of them are special
+                tokens, special = tag_tokens(self.engine.model, msg["text"])
+                self.send({"id": msg["id"], "tokens": tokens, "special": special})
+                return
             if msg["op"] == "tokenize":
                 tokens = self.engine.tokenize(msg["text"])
             else:  # a text's own tokens, as the server counts a timed-out generation's
@@ -187,6 +196,8 @@ class Runner:
             it.close()
             result = stream.result
             end = None if result is None else {"text": result.text, "stats": result.stats.to_dict()}
+            if end is not None and getattr(result, "logprobs", None) is not None:
+                end["logprobs"] = logprobs_wire(result.logprobs)
             self.send({"id": rid, "end": end})
         except Exception as e:
             self.send({"id": rid, "failed": f"{type(e).__name__}: {e}"})
@@ -215,6 +226,35 @@ def max_prompt_bytes(engine: Any) -> int | None:
         return None
     longest = max(len(model.token_to_piece(t, special=True)) for t in range(model.n_vocab))
     return engine.n_ctx * max(longest, 4)  # an unknown character, up to 4 bytes, becomes one token
+
+
+def logprobs_wire(logprobs: Any) -> list[list[Any]]:
+    """``GenerationResult.logprobs`` on the wire: ``[[token, logprob, [[token, logprob], ...]], ...]``."""
+    return [[int(lp.token), float(lp.logprob), [[int(t), float(v)] for t, v in lp.top]] for lp in logprobs]
+
+
+def token_pieces(model: Any, tokens: Any) -> list[bytes]:
+    """Each token's text as the model writes it, control tokens included (``<eos>``, ``[TOOL_CALLS]``)."""
+    n = model.n_vocab
+    return [model.token_to_piece(int(t), special=True) if 0 <= int(t) < n else b"" for t in tokens]
+
+
+def tag_tokens(model: Any, text: str) -> tuple[list[int], list[bool]]:
+    """``text`` tokenized with its special tokens parsed (``[TOOL_CALLS]`` as the one control token it is), and
+    for each token whether it is special as the grammar's tokenizer marks them (``runtime.grammar``: control
+    tokens, and user-defined ones written ``<...>``), so that a grammar names it by id and the output must be
+    rendered with ``special`` for the text to show it."""
+    from local_eagle.llamacpp.lib import C
+
+    control, user_defined = 1 << 3, 1 << 4  # LLAMA_TOKEN_ATTR_CONTROL, LLAMA_TOKEN_ATTR_USER_DEFINED
+    tokens = [int(t) for t in model.tokenize(text, add_special=False, parse_special=True)]
+    special = []
+    for t in tokens:
+        attr = int(C.llama_vocab_get_attr(model.vocab, t))
+        piece = model.token_to_piece(t, special=True)
+        written = piece.startswith(b"<") and piece.endswith(b">")
+        special.append(bool(attr & control or (attr & user_defined and written)))
+    return tokens, special
 
 
 def _fault() -> None:

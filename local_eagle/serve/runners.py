@@ -1,12 +1,13 @@
 """The server's side of a model's runner process (:mod:`~local_eagle.serve.runnerproc`): start, talk, watch.
 
 :class:`RunnerEngine` has the surface of :class:`~local_eagle.runtime.engine.Engine` that the serve code uses
-(``stream``, ``tokenize``, ``n_ctx``, ``options``, ``tree_refusal``, ``close``), so that the job slot and both
-servers run a model the same way in or out of process. The engine lives in a child process, in a process group
-of its own and with ``GGML_NO_BACKTRACE=1`` (ggml's fork of gdb on an abort deadlocked, and its children kept
-the port bound). When the runner exits, is killed or stops answering, the requests it was running or that were
-queued for it fail with one line (the model, the exit status or signal, the runner's last line on stderr), its
-whole group is killed and reaped, and the next request starts it afresh; the server and its other models go on.
+(``stream``, ``tokenize``, ``n_ctx``, ``options``, ``tree_refusal``, ``close``; ``pieces`` and ``tag_tokens`` read
+its vocabulary), so that the job slot and both servers run a model the same way in or out of process. The engine
+lives in a child process, in a process group of its own and with ``GGML_NO_BACKTRACE=1`` (ggml's fork of gdb on
+an abort deadlocked, and its children kept the port bound). When the runner exits, is killed or stops answering,
+the requests it was running or that were queued for it fail with one line (the model, the exit status or signal,
+the runner's last line on stderr), its whole group is killed and reaped, and the next request starts it afresh;
+the server and its other models go on.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import numpy as np
 
 from local_eagle.errors import CheckpointError, GGUFError, LlamaError, LocalEagleError
 from local_eagle.runtime.engine import EngineOptions
+from local_eagle.runtime.rounds import TokenLogprob
 from local_eagle.serve.runnerproc import read_frame, write_frame
 
 _log = logging.getLogger("uvicorn.error")
@@ -72,10 +74,18 @@ class RemoteStats:
 
 @dataclass
 class RemoteResult:
-    """``Stream.result`` out of process: the text and the stats."""
+    """``Stream.result`` out of process: the text, the stats, and the tokens' logprobs when asked for."""
 
     text: str
     stats: RemoteStats = field(default_factory=lambda: RemoteStats({}))
+    logprobs: list[TokenLogprob] | None = None
+
+
+def logprobs_from_wire(raw: list[list[Any]] | None) -> list[TokenLogprob] | None:
+    """``runnerproc.logprobs_wire`` read back."""
+    if raw is None:
+        return None
+    return [TokenLogprob(int(t), float(lp), [(int(a), float(b)) for a, b in top]) for t, lp, top in raw]
 
 
 class _Process:
@@ -312,6 +322,16 @@ class RunnerEngine:
         """The tokens of a generated text, without the BOS (a timed-out generation's count)."""
         return len(self._ask({"op": "count", "text": text})["tokens"])
 
+    def pieces(self, tokens: list[int]) -> list[bytes]:
+        """Each token's text as the model writes it, control tokens included (``runnerproc.token_pieces``)."""
+        got = self._ask({"op": "pieces", "tokens": [int(t) for t in tokens]})["pieces"]
+        return [p.encode("latin-1") for p in got]
+
+    def tag_tokens(self, text: str) -> tuple[list[int], list[bool]]:
+        """A tool-call tag's tokens and which are special (``runnerproc.tag_tokens``)."""
+        msg = self._ask({"op": "tag", "text": text})
+        return [int(t) for t in msg["tokens"]], [bool(x) for x in msg["special"]]
+
     def embed(self, request: dict[str, Any]) -> dict[str, Any]:
         """``llamacpp.embed.answer`` in the runner: ``{"embeddings", "tokens", "pooling"}``, or ``{"error"}`` for
         input it cannot take (``serve.embed_api`` makes that a 400)."""
@@ -409,7 +429,7 @@ class RunnerStream:
                 if end is not None:
                     st = end["stats"]
                     stats = RemoteStats(st, **{k: st[k] for k in _STATS if k in st})
-                    self.result = RemoteResult(end["text"], stats)
+                    self.result = RemoteResult(end["text"], stats, logprobs_from_wire(end.get("logprobs")))
                 return
         finally:
             self.close()
