@@ -37,6 +37,7 @@ from local_eagle.serve.models import (
 )
 from local_eagle.serve.server import EagleServer, Server
 from local_eagle.serve.thinking import think_value
+from local_eagle.serve.toolchoice import tool_settings
 
 router = APIRouter()
 
@@ -236,8 +237,9 @@ async def chat(request: Request, server: Server) -> Response:
     messages = parse_messages(body.get("messages"))
     tools = parse_tools(body.get("tools"))
     reply.output = chat_output(server, think_value(body.get("think")), tools)
+    special, _ = await off_loop(request, partial(tool_settings, server, reply.output, tools, None))
     render_it = partial(render, server, messages, None, None, tools, reply.output.think)
     tokens = await prompt_tokens(server, request, reply.output.watch(render_it))
     job = s.job(tokens, grammar)
-    job.logprobs = logprobs
+    job.logprobs, job.special = logprobs, special
     return await reply.respond(server, job, request, body.get("stream"))

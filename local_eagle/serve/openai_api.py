@@ -19,7 +19,7 @@ from fastapi import APIRouter, Request
 
 from local_eagle.serve.chatoutput import ChatOutput, Part, chat_output, finish_reason, openai_fields
 from local_eagle.serve.errors import ApiError
-from local_eagle.serve.jobs import Job, Outcome, done_reason, stream_response
+from local_eagle.serve.jobs import Job, Outcome, done_reason, off_loop, stream_response
 from local_eagle.serve.logprobs import openai_chat_logprobs, openai_legacy_logprobs, top_count
 from local_eagle.serve.models import (
     Kind,
@@ -36,6 +36,7 @@ from local_eagle.serve.models import (
 )
 from local_eagle.serve.server import EagleServer, Server
 from local_eagle.serve.thinking import openai_think
+from local_eagle.serve.toolchoice import forced_tools, tool_settings
 
 router = APIRouter(prefix="/v1")
 
@@ -204,12 +205,19 @@ async def chat_completions(request: Request, server: Server) -> Any:
     s = settings(server, openai_options(body))
     reply = _reply(body, server, chat=True)
     tools = parse_tools(body.get("tools"))
+    forced = forced_tools(body.get("tool_choice"), tools)
+    if forced is not None and grammar is not None:
+        raise ApiError(400, "tool_choice forces a tool call, which response_format cannot constrain as well")
     messages = parse_messages(body.get("messages"))
-    reply.output = chat_output(server, openai_think(body), tools)
+    think = openai_think(body)
+    reply.output = chat_output(server, False if forced is not None and think is None else think, tools)
+    if forced is not None and reply.output.thinking is not None:
+        raise ApiError(400, "tool_choice forces a tool call, which leaves no room for thinking: ask with think off")
+    special, call_grammar = await off_loop(request, partial(tool_settings, server, reply.output, tools, forced))
     render_it = partial(render, server, messages, None, None, tools, reply.output.think)
     tokens = await prompt_tokens(server, request, reply.output.watch(render_it))
-    job = s.job(tokens, grammar)
-    job.logprobs = logprobs
+    job = s.job(tokens, grammar or call_grammar)
+    job.logprobs, job.special = logprobs, special
     return await _respond(request, body, server, job, reply)
 
 
