@@ -156,3 +156,52 @@ def openai_fields(part: Part) -> dict[str, Any]:
 def finish_reason(reason: str, output: ChatOutput | None) -> str:
     """OpenAI's ``tool_calls`` where the answer stopped on its own after calling a tool."""
     return "tool_calls" if reason == "stop" and output is not None and output.any_calls else reason
+
+
+@lru_cache(maxsize=64)
+def _pools(path: str, mtime_ns: int) -> bool:
+    from local_eagle.gguf.reader import read_header
+
+    kv = read_header(path).kv
+    arch = kv.get("general.architecture")
+    return f"{arch}.pooling_type" in kv
+
+
+def capabilities(model: os.PathLike[str] | str, template: str | None) -> list[str]:
+    """``/api/show``'s ``capabilities`` as Ollama's ``Model.Capabilities`` works them out: ``embedding`` for a GGUF
+    that names a pooling, else ``completion``; ``tools`` where the template reads ``.Tools`` (a Jinja template:
+    ``tools``); ``thinking`` where it has thinking tags. ``template`` is the Modelfile's TEMPLATE (None: the GGUF's
+    own). Not ``insert``: /api/generate refuses ``suffix``."""
+    path = Path(model)
+    try:
+        embedding = _pools(str(path), os.stat(path).st_mtime_ns)
+    except Exception:  # an unreadable GGUF: what its loading would say is said there
+        embedding = False
+    caps = ["embedding" if embedding else "completion"]
+    if template is not None:
+        src: tuple[str, str] | None = ("go", template)
+    else:
+        try:
+            jinja = _jinja_source(str(path), os.stat(path).st_mtime_ns)
+        except Exception:
+            jinja = None
+        src = ("jinja", jinja) if jinja else None
+    if src is None:
+        return caps
+    kind, source = src
+    if kind == "go":
+        from local_eagle.ollama.template import parse_ollama
+
+        try:
+            names = parse_ollama(source).identifiers()
+        except Exception:  # a template that does not parse fails its render with a 400 of its own
+            names = set()
+        tools = "tools" in names
+    else:
+        tools = "tools" in source
+    if tools:
+        caps.append("tools")
+    opening, closing = template_thinking_tags(kind, source)
+    if opening and closing:
+        caps.append("thinking")
+    return caps

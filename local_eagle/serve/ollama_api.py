@@ -17,7 +17,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from local_eagle import __version__
-from local_eagle.serve.chatoutput import ChatOutput, Part, chat_output, ollama_fields
+from local_eagle.serve.chatoutput import ChatOutput, Part, capabilities, chat_output, ollama_fields
 from local_eagle.serve.errors import ApiError
 from local_eagle.serve.jobs import Job, Outcome, done_reason, off_loop, stream_response
 from local_eagle.serve.logprobs import ollama_logprobs, top_count
@@ -184,7 +184,7 @@ def _show(server: EagleServer) -> dict[str, Any]:
         "license": "\n".join(mf.license),
         "details": server.details(),
         "model_info": model_info,
-        "capabilities": ["completion"],
+        "capabilities": capabilities(server.config.model, mf.template),
         "modified_at": server.model_entry()["modified_at"],
     }
 

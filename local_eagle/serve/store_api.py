@@ -28,6 +28,7 @@ from local_eagle.files import sha256_file
 from local_eagle.ollama.modelfile import Modelfile, encode_value, format_modelfile, format_parameter, parse
 from local_eagle.ollama.modelfile_syntax import MAX_MODELFILE
 from local_eagle.ollama.store import StoreError, read_manifest
+from local_eagle.serve.chatoutput import capabilities
 from local_eagle.serve.errors import ApiError, install_error_handlers
 from local_eagle.serve.jobs import in_thread, off_loop
 from local_eagle.serve.models import check_fields, json_body
@@ -391,7 +392,8 @@ def _show(front: StoreFront, ref: str, m: Modelfile) -> dict[str, Any]:
         "modelfile": head + format_modelfile(m), "parameters": params, "template": m.template or "",
         "system": m.system or "", "license": "\n".join(m.license),
         "details": _details_or_blank(front, m.model, m.draft),
-        "model_info": info, "capabilities": ["completion"], "modified_at": _iso(m.model.stat().st_mtime),
+        "model_info": info, "capabilities": capabilities(m.model, m.template),
+        "modified_at": _iso(m.model.stat().st_mtime),
     }  # fmt: skip
 
 

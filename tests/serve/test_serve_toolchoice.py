@@ -221,3 +221,27 @@ def test_a_control_token_tag_makes_the_engine_write_it(served, monkeypatch):
     seen = _answer(server, monkeypatch, QWEN25, '<tool_call>\n{"name": "get_time", "arguments": {"zone": "UTC"}}')
     ollama.Client(host=base).chat(model="m", messages=MSGS, tools=TOOLS)
     assert "special" not in seen[-1]  # a tag of plain text needs no special
+
+
+def test_show_capabilities(served, monkeypatch, tmp_path):
+    """/api/show's capabilities as Ollama works them out: completion (or embedding for a GGUF with a pooling),
+    tools where the template reads .Tools, thinking where it has thinking tags."""
+    from chat_templates import QWEN3_JINJA
+
+    from local_eagle.serve.chatoutput import capabilities
+    from local_eagle.testing.gguf_edit import with_keys
+
+    server, base = served
+    target = server.config.model
+    assert capabilities(target, "{{ .Prompt }}") == ["completion"]
+    assert capabilities(target, QWEN25) == ["completion", "tools"]
+    assert capabilities(target, QWEN3) == ["completion", "tools", "thinking"]
+    assert capabilities(target, None) == ["completion"]  # the tiny GGUF has no chat template
+    embedder = with_keys(target, tmp_path / "embed.gguf", uint32={"llama.pooling_type": 1})
+    assert capabilities(embedder, "{{ .Prompt }}") == ["embedding"]
+    from local_eagle.serve import chatoutput
+
+    monkeypatch.setattr(chatoutput, "_jinja_source", lambda path, mtime: QWEN3_JINJA)
+    assert capabilities(target, None) == ["completion", "thinking"]  # the part of Qwen 3's writes no tools
+    monkeypatch.setattr(server.config, "modelfile", Modelfile(model=target, template=QWEN3))
+    assert ollama.Client(host=base).show("m").capabilities == ["completion", "tools", "thinking"]
