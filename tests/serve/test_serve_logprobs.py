@@ -112,3 +112,12 @@ def test_bad_logprobs_are_400s(served, path, body, words):
     r = httpx.post(base + path, json=base_body | body)
     assert r.status_code == 400, r.text
     assert words in json.dumps(r.json())
+
+
+def test_the_vocabulary_in_process_and_through_a_runner(served):
+    """Token texts (logprobs) and a call tag's tokens (tool calls) read the model's vocabulary, in either place."""
+    server, _ = served
+    assert server.pieces([2, 68, 264]) == [b"</s>", b"A", b" and"]
+    assert server.tag_tokens("</s>") == ([2], [True])  # a control token: a grammar names it by id
+    tokens, special = server.tag_tokens("<x>")
+    assert tokens and not any(special)  # text the byte vocabulary spells
