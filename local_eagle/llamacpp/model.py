@@ -39,7 +39,9 @@ class Model:
     server must answer those with an error, not die.
     """
 
-    def __init__(self, path: str | os.PathLike[str], n_gpu_layers: int = -1, what: str = "model") -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], n_gpu_layers: int = -1, what: str = "model", load_mtp: bool = False
+    ) -> None:
         init_backend()
         file = Path(path)
         if not file.is_file():
@@ -49,6 +51,7 @@ class Model:
         params.n_gpu_layers = n_gpu_layers if gpu_offload_supported() else 0
         if not gpu_offload_supported():
             params.use_extra_bufts = False
+        params.load_mtp = load_mtp  # also load the NextN (MTP) blocks, for a context of type MTP
         self._params = params
         ptr = C.llama_model_load_from_file(str(file).encode(), params)
         if not ptr:
@@ -60,6 +63,7 @@ class Model:
         self.n_embd = int(C.llama_model_n_embd(ptr))
         self.n_layer = int(C.llama_model_n_layer(ptr))
         self.n_vocab = int(C.llama_vocab_n_tokens(self.vocab))
+        self.n_layer_nextn = int(C.llama_model_n_layer_nextn(ptr))  # NextN (MTP) blocks after the n_layer trunk
 
     def arch(self) -> str:
         buffer = ctypes.create_string_buffer(128)
@@ -135,6 +139,7 @@ class ContextOptions:
     type_k: int = GGML_TYPE_F16  # KV cache element types (ggml_type)
     type_v: int = GGML_TYPE_F16
     n_seq_max: int = 1  # sequences the cache holds; above 1 the cache is unified (one buffer, shared prefixes)
+    mtp: bool = False  # LLAMA_CONTEXT_TYPE_MTP: the model's NextN block(s) only (a model loaded with load_mtp)
 
 
 class Context:
@@ -164,6 +169,8 @@ class Context:
             params.flash_attn_type = FLASH_ATTN_ENABLED if opts.flash_attn else FLASH_ATTN_DISABLED
         params.type_k = opts.type_k
         params.type_v = opts.type_v
+        if opts.mtp:
+            params.ctx_type = C.LLAMA_CONTEXT_TYPE_MTP
         if ctx_other is not None:
             params.ctx_other = ctx_other.ptr
         if cb_eval is not None:

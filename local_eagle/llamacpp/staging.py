@@ -41,6 +41,13 @@ STAGING: dict[str, tuple[str, list, object]] = {
         [_context, ctypes.c_uint32],
         _f32_pointer,
     ),
+    # MTP (NextN) drafting: which appended NextN block an MTP context's graph runs (il = n_layer + offset)
+    "set_nextn_layer_offset": (
+        "_Z28llama_set_nextn_layer_offsetP13llama_contexti",
+        [_context, ctypes.c_int32],
+        None,
+    ),
+    "get_ctx_other": ("_Z19llama_get_ctx_otherP13llama_context", [_context], ctypes.c_void_p),
     "model_target_layer_ids": ("_Z28llama_model_target_layer_idsPK11llama_model", [_model], _i32_pointer),
     "model_target_layer_ids_n": (
         "_Z30llama_model_target_layer_ids_nPK11llama_model",

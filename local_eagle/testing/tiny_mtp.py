@@ -1,0 +1,136 @@
+"""Tiny generated targets that carry MTP (NextN) layers, for the MTP drafter's tests.
+
+The family is ``glm4moe`` (GLM-4.5 / 4.6 / 4.7): the simplest one the pinned llama.cpp builds an MTP
+graph for with plain attention everywhere (``src/models/glm4-moe.cpp``): a dense first layer, MoE layers
+after it (routed experts with a sigmoid router and a selection bias, plus one shared expert), and one NextN
+block appended after the trunk (``block_count`` counts it, ``nextn_predict_layers`` says how many of the
+last blocks are NextN). The NextN block is a MoE decoder block with ``nextn.{eh_proj,enorm,hnorm}`` in
+front of it and, optionally, its own head (``nextn.shared_head_{norm,head}``); without them it uses the
+trunk's ``output_norm`` and ``output``.
+
+Weights are random; ``mtp_copy_of`` lets a test make the MTP head predict something known.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from gguf import ExpertGatingFuncType, GGUFWriter, LlamaFileType
+
+from local_eagle.testing.tiny import add_byte_tokenizer, byte_vocab
+
+
+@dataclass(frozen=True)
+class TinyGlm4MoeSpec:
+    n_layer: int = 3  # trunk blocks (the first dense, the rest MoE)
+    n_nextn: int = 1  # NextN blocks after the trunk; the pinned glm4moe MTP graph asserts exactly 1
+    n_embd: int = 64
+    n_head: int = 4
+    n_head_kv: int = 2
+    n_ff: int = 128  # the dense layer's FFN
+    n_expert: int = 4
+    n_expert_used: int = 2
+    n_ff_exp: int = 32
+    n_expert_shared: int = 1
+    n_ctx: int = 1024
+    rope_theta: float = 10000.0
+    eps: float = 1e-5
+    own_head: bool = True  # write nextn.shared_head_{norm,head}; False: the MTP block uses the trunk's head
+    extra_tokens: tuple[str, ...] = ("\u2581", "\u2581the", "\u2581a", "e", "t", "\u2581and")
+
+
+def write_tiny_glm4moe_mtp(
+    path: str | os.PathLike[str],
+    spec: TinyGlm4MoeSpec | None = None,
+    seed: int = 0,
+    mtp: bool = True,
+) -> Path:
+    """A random-weight f32 ``glm4moe`` GGUF whose last ``n_nextn`` blocks are NextN (MTP) blocks.
+
+    ``mtp=False`` writes the same trunk without the NextN blocks (``nextn_predict_layers`` absent), a
+    target with no built-in head.
+    """
+    spec = spec or TinyGlm4MoeSpec()
+    rng = np.random.default_rng(seed)
+    tokens, scores, types = byte_vocab(spec.extra_tokens)
+    n_vocab, h, hd = len(tokens), spec.n_embd, spec.n_embd // spec.n_head
+    n_nextn = spec.n_nextn if mtp else 0
+    n_all = spec.n_layer + n_nextn
+
+    def mat(rows: int, cols: int, scale: float = 1.0) -> np.ndarray:
+        return (rng.standard_normal((rows, cols)) * scale / np.sqrt(cols)).astype(np.float32)
+
+    def experts(rows: int, cols: int) -> np.ndarray:  # ggml {cols, rows, n_expert}
+        return (rng.standard_normal((spec.n_expert, rows, cols)) / np.sqrt(cols)).astype(np.float32)
+
+    def norm(n: int) -> np.ndarray:
+        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+
+    p = Path(path)
+    w = GGUFWriter(p, "glm4moe")
+    w.add_name("tiny-glm4moe-mtp" if mtp else "tiny-glm4moe")
+    w.add_file_type(LlamaFileType.ALL_F32)
+    w.add_context_length(spec.n_ctx)
+    w.add_embedding_length(h)
+    w.add_block_count(n_all)
+    w.add_feed_forward_length(spec.n_ff)
+    w.add_head_count(spec.n_head)
+    w.add_head_count_kv(spec.n_head_kv)
+    w.add_rope_dimension_count(hd)
+    w.add_rope_freq_base(spec.rope_theta)
+    w.add_layer_norm_rms_eps(spec.eps)
+    w.add_expert_count(spec.n_expert)
+    w.add_expert_used_count(spec.n_expert_used)
+    w.add_expert_shared_count(spec.n_expert_shared)
+    w.add_expert_feed_forward_length(spec.n_ff_exp)
+    w.add_leading_dense_block_count(1)
+    w.add_expert_weights_norm(True)
+    w.add_expert_weights_scale(1.0)
+    w.add_expert_gating_func(ExpertGatingFuncType.SIGMOID)  # as GLM-4.5
+    if n_nextn:
+        w.add_nextn_predict_layers(n_nextn)
+    w.add_vocab_size(n_vocab)
+    add_byte_tokenizer(w, tokens, scores, types)
+
+    w.add_tensor("token_embd.weight", (rng.standard_normal((n_vocab, h)) * 0.5).astype(np.float32))
+    w.add_tensor("output_norm.weight", norm(h))
+    w.add_tensor("output.weight", mat(n_vocab, h, 4.0))
+    n_ff_shexp = spec.n_ff_exp * spec.n_expert_shared
+    for i in range(n_all):
+        w.add_tensor(f"blk.{i}.attn_norm.weight", norm(h))
+        w.add_tensor(f"blk.{i}.attn_q.weight", mat(spec.n_head * hd, h))
+        w.add_tensor(f"blk.{i}.attn_k.weight", mat(spec.n_head_kv * hd, h))
+        w.add_tensor(f"blk.{i}.attn_v.weight", mat(spec.n_head_kv * hd, h))
+        w.add_tensor(f"blk.{i}.attn_q.bias", (0.1 * rng.standard_normal(spec.n_head * hd)).astype(np.float32))
+        w.add_tensor(f"blk.{i}.attn_k.bias", (0.1 * rng.standard_normal(spec.n_head_kv * hd)).astype(np.float32))
+        w.add_tensor(f"blk.{i}.attn_v.bias", (0.1 * rng.standard_normal(spec.n_head_kv * hd)).astype(np.float32))
+        w.add_tensor(f"blk.{i}.attn_output.weight", mat(h, spec.n_head * hd))
+        w.add_tensor(f"blk.{i}.post_attention_norm.weight", norm(h))
+        if i == 0:
+            w.add_tensor(f"blk.{i}.ffn_gate.weight", mat(spec.n_ff, h))
+            w.add_tensor(f"blk.{i}.ffn_up.weight", mat(spec.n_ff, h))
+            w.add_tensor(f"blk.{i}.ffn_down.weight", mat(h, spec.n_ff))
+        else:
+            w.add_tensor(f"blk.{i}.ffn_gate_inp.weight", mat(spec.n_expert, h))
+            w.add_tensor(f"blk.{i}.exp_probs_b.bias", (0.1 * rng.standard_normal(spec.n_expert)).astype(np.float32))
+            w.add_tensor(f"blk.{i}.ffn_gate_exps.weight", experts(spec.n_ff_exp, h))
+            w.add_tensor(f"blk.{i}.ffn_up_exps.weight", experts(spec.n_ff_exp, h))
+            w.add_tensor(f"blk.{i}.ffn_down_exps.weight", experts(h, spec.n_ff_exp))
+            w.add_tensor(f"blk.{i}.ffn_gate_shexp.weight", mat(n_ff_shexp, h))
+            w.add_tensor(f"blk.{i}.ffn_up_shexp.weight", mat(n_ff_shexp, h))
+            w.add_tensor(f"blk.{i}.ffn_down_shexp.weight", mat(h, n_ff_shexp))
+        if i >= spec.n_layer:
+            w.add_tensor(f"blk.{i}.nextn.eh_proj.weight", mat(h, 2 * h))  # ggml {2h, h}: [enorm(e); hnorm(h)]
+            w.add_tensor(f"blk.{i}.nextn.enorm.weight", norm(h))
+            w.add_tensor(f"blk.{i}.nextn.hnorm.weight", norm(h))
+            if spec.own_head:
+                w.add_tensor(f"blk.{i}.nextn.shared_head_norm.weight", norm(h))
+                w.add_tensor(f"blk.{i}.nextn.shared_head_head.weight", mat(n_vocab, h, 4.0))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return p
