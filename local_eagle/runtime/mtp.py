@@ -1,0 +1,209 @@
+"""A model's own MTP (NextN) head as a drafter, on llama.cpp's ``LLAMA_CONTEXT_TYPE_MTP`` context.
+
+What the pinned llama.cpp does, and this module mirrors (docs/mtp.md has the references):
+
+- The target model is loaded with ``load_mtp`` so its NextN block(s) are read; the MTP context is a second
+  context on that same model, of type ``LLAMA_CONTEXT_TYPE_MTP``: its graph is the NextN block alone
+  (``graph_mtp``), its KV cache holds only the NextN layer(s).
+- The target context stages its last hidden state for every row (``llama_set_embeddings_nextn(ctx_tgt, true,
+  false)``: unmasked); that state ``h`` is what the head reads, not EAGLE's three layer captures.
+- The head's row at position ``q`` is (token ``x_q``, ``h[q-1]``): ``h[q-1]`` is the target state that predicted
+  ``x_q``, the row's logits predict ``x_{q+1}``, and its own staged output (``llama_get_embeddings_nextn_ith`` on
+  the MTP context, masked) is the ``h`` the next draft step pairs with its draft.
+
+So the row the EAGLE loop queues at position ``P`` (``token[P+1]``, features at ``P``) is the head's row at
+``P + 1``: :class:`MtpDrafter` takes the loop's positions and shifts them by one, so ``runtime.feed`` and
+``runtime.chain`` drive it as they drive :class:`~local_eagle.runtime.drafter.Drafter`, and :class:`MtpCapture`
+stands in for the layer capture (its features are ``h``, ``n_embd`` wide). llama.cpp also decodes the prompt's
+first token at position 0 with a zero state; :meth:`MtpDrafter.prime` does the same.
+
+One head only: a model with several chained heads (``step35``) needs each draft step on its own head with that
+head's cache rebuilt over the draft (``llama_set_nextn_layer_offset``); that is refused here for now.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from local_eagle.errors import LocalEagleError
+from local_eagle.llamacpp.model import GGML_TYPE_F16, Context, ContextOptions, Model
+from local_eagle.llamacpp.staging import staging
+
+
+def mtp_refusal(model: Model) -> str | None:
+    """Why ``model`` cannot draft with its own MTP head (None when it can)."""
+    if model.n_layer_nextn <= 0:
+        return f"{model.path.name} has no NextN (MTP) layers"
+    if not model._params.load_mtp:
+        return f"{model.path.name} was loaded without its MTP layers (Model(..., load_mtp=True))"
+    if model.n_layer_nextn > 1:
+        return (
+            f"{model.path.name} has {model.n_layer_nextn} chained MTP heads; local-eagle drafts with a single head "
+            "for now"
+        )
+    return None
+
+
+class MtpCapture:
+    """The target's last hidden state per row (``h_nextn``), in the interface of ``runtime.capture.LayerCapture``.
+
+    llama.cpp stages it where the graph sets ``t_h_nextn`` (every family with an MTP graph does), unmasked: one
+    row per batch row, whatever the output marks.
+    """
+
+    mode = "native"
+    can_pause = False
+    paused = False
+
+    def __init__(self, model: Model) -> None:
+        self.model = model
+        self.n_embd = model.n_embd
+        self.width = model.n_embd
+        self._ctx: Context | None = None
+        self._enabled = False
+
+    def attach(self, ctx: Context) -> None:
+        if self._ctx is not None:
+            raise LocalEagleError("this MtpCapture is already attached to a context")
+        if ctx.model.ptr != self.model.ptr:
+            raise LocalEagleError("the context belongs to another model than the MtpCapture")
+        self._ctx = ctx
+        self.set_enabled(True)
+
+    def set_enabled(self, on: bool) -> None:
+        if self._ctx is None:
+            raise LocalEagleError("MtpCapture.set_enabled() before attach()")
+        on = bool(on)
+        if on != self._enabled:
+            self._ctx.set_embeddings_nextn(on, False)
+            self._enabled = on
+
+    def pause(self, paused: bool) -> None:
+        if paused:
+            raise LocalEagleError("the target's MTP state is staged by its graph and cannot be paused")
+
+    @property
+    def enabled(self) -> bool:
+        return self._enabled
+
+    def features(self, n_rows: int) -> np.ndarray:
+        """The staged rows of the last decode call, ``[n_rows, n_embd]`` float32, a copy the caller owns."""
+        ctx = self._ctx
+        if ctx is None or not self._enabled:
+            raise LocalEagleError("MtpCapture.features() while capturing is not enabled")
+        if not 1 <= n_rows <= ctx.n_batch:
+            raise LocalEagleError(f"cannot read features of {n_rows} rows: a decode holds 1..{ctx.n_batch} rows")
+        if all(ctx.pos_max(seq) < 0 for seq in range(ctx.n_seq_max)):
+            raise LocalEagleError("no decode has run since capturing was enabled")
+        return ctx.embeddings_nextn(n_rows, self.n_embd)
+
+
+@dataclass
+class MtpSpec:
+    """The few facts the loop reads from ``drafter.spec``."""
+
+    n_embd: int
+    n_vocab: int
+    n_layer_nextn: int
+    draft_ids: np.ndarray | None = None  # the head predicts the whole vocabulary
+    norm_output: bool = False
+
+
+class MtpDrafter:
+    """The MTP context of a target model loaded with ``load_mtp``, in :class:`Drafter`'s interface.
+
+    Positions in and out are the loop's (a row at ``P`` holds ``token[P+1]`` and the target's state at ``P``); the
+    MTP context holds that row at ``P + 1``, as llama.cpp's ``draft-mtp`` does.
+    """
+
+    def __init__(self, target: Context, opts: ContextOptions | None = None) -> None:
+        model = target.model
+        refusal = mtp_refusal(model)
+        if refusal is not None:
+            raise LocalEagleError(refusal)
+        self.model = model  # shared with the target: close() leaves it open
+        opts = replace(opts or ContextOptions(n_ctx=target.n_ctx), type_k=GGML_TYPE_F16, type_v=GGML_TYPE_F16)
+        self.ctx = Context(model, replace(opts, mtp=True), ctx_other=target)
+        self.ctx.set_embeddings_nextn(True, True)  # the head's own state, for the rows marked as outputs
+        self.n_embd = model.n_embd
+        self.n_vocab = model.n_vocab
+        self.spec = MtpSpec(self.n_embd, self.n_vocab, model.n_layer_nextn)
+
+    # the loop's drafter interface --------------------------------------------------------------------------
+
+    def encode(self, features: np.ndarray) -> np.ndarray:
+        """The head takes the target's state as it is: no encoder."""
+        return np.ascontiguousarray(features, dtype=np.float32)
+
+    def feedback(self, prenorm: np.ndarray) -> np.ndarray:
+        """The state the next step pairs with its draft: the head's staged output, as llama.cpp feeds it."""
+        return prenorm
+
+    def prime(self, token: int, seq: int = 0) -> None:
+        """The prompt's first token at MTP position 0 with a zero state, as llama.cpp's catch-up decodes it.
+
+        Call it on an empty sequence before the prompt's rows (loop position 0 onwards) are decoded.
+        """
+        self.ctx.decode(np.array([token]), np.array([0]), False, np.zeros((1, self.n_embd), np.float32), seq=seq)
+
+    def decode(
+        self, tokens: np.ndarray, g: np.ndarray, positions: np.ndarray, seq: int = 0
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Rows (token[P+1], h[P]) at loop positions P -> (logits [n, n_vocab], state [n, n_embd])."""
+        n = len(tokens)
+        return self.decode_rows(tokens, g, positions, [seq] * n, np.arange(n))
+
+    def decode_rows(
+        self, tokens: np.ndarray, g: np.ndarray, positions: np.ndarray, seqs: list[int], wanted: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Rows of several sequences in as few calls as the batch allows; the (logits, state) of rows ``wanted``."""
+        n, step = len(tokens), self.ctx.n_batch
+        wanted = np.asarray(wanted)
+        logits = np.empty((len(wanted), self.n_vocab), dtype=np.float32)
+        state = np.empty((len(wanted), self.n_embd), dtype=np.float32)
+        positions = np.asarray(positions) + 1
+        j = 0
+        for s in range(0, n, step):
+            e = min(n, s + step)
+            # every row of a chunk with a wanted row is an output: most families' graph_mtp set t_h_nextn before
+            # selecting the output rows, and the masked copy then takes the first n_outputs rows of the batch
+            # (docs/mtp.md), so a state is only right where the outputs are all the rows
+            out = bool(((wanted >= s) & (wanted < e)).any())
+            self.ctx.decode(tokens[s:e], positions[s:e], out, g[s:e], [[q] for q in seqs[s:e]])
+            while j < len(wanted) and wanted[j] < e:
+                i = int(wanted[j]) - s
+                logits[j] = self.ctx.logits_view(i, self.n_vocab)
+                state[j] = self.ctx.embeddings_nextn_ith(i, self.n_embd)
+                j += 1
+        return logits, state
+
+    def decode_last(
+        self, tokens: np.ndarray, g: np.ndarray, positions: np.ndarray, seq: int = 0
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Decode rows (a catch-up) and return only the last row's (logits [1, n_vocab], state [1, n_embd])."""
+        n = len(tokens)
+        return self.decode_rows(tokens, g, positions, [seq] * n, np.array([n - 1]))
+
+    def decode_kv(self, tokens: np.ndarray, g: np.ndarray, positions: np.ndarray, seq: int = 0) -> None:
+        """Decode rows whose outputs nobody reads: only their cache entries matter."""
+        step = self.ctx.n_batch
+        positions = np.asarray(positions) + 1
+        for s in range(0, len(tokens), step):
+            self.ctx.decode(tokens[s : s + step], positions[s : s + step], False, g[s : s + step], seq=seq)
+
+    def decode_branches(self, *args: object, **kwargs: object) -> tuple[np.ndarray, np.ndarray]:
+        raise LocalEagleError("draft trees with an MTP head are not supported yet: draft chains")
+
+    def remove_from(self, pos: int, seq: int = 0) -> None:
+        """Drop the rows at loop positions >= ``pos`` (MTP positions >= ``pos + 1``)."""
+        self.ctx.remove_from(pos + 1, seq)
+
+    def close(self) -> None:
+        self.ctx.close()
+
+
+def head_offset(ctx: Context, offset: int) -> None:
+    """Select which NextN block an MTP context's graph runs (``il = n_layer + offset``), for chained heads."""
+    staging.set_nextn_layer_offset(ctx.ptr, int(offset))
