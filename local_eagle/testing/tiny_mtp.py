@@ -1,14 +1,16 @@
 """Tiny generated targets that carry MTP (NextN) layers, for the MTP drafter's tests.
 
-The family is ``glm4moe`` (GLM-4.5 / 4.6 / 4.7): the simplest one the pinned llama.cpp builds an MTP
-graph for with plain attention everywhere (``src/models/glm4-moe.cpp``): a dense first layer, MoE layers
-after it (routed experts with a sigmoid router and a selection bias, plus one shared expert), and one NextN
-block appended after the trunk (``block_count`` counts it, ``nextn_predict_layers`` says how many of the
-last blocks are NextN). The NextN block is a MoE decoder block with ``nextn.{eh_proj,enorm,hnorm}`` in
-front of it and, optionally, its own head (``nextn.shared_head_{norm,head}``); without them it uses the
-trunk's ``output_norm`` and ``output``.
+Two families of the pinned llama.cpp, random f32 weights, the byte vocabulary of ``testing.tiny``:
 
-Weights are random; ``mtp_copy_of`` lets a test make the MTP head predict something known.
+- ``glm4moe`` (GLM-4.5 / 4.6 / 4.7, ``src/models/glm4-moe.cpp``), the simplest with plain attention everywhere:
+  a dense first layer, MoE layers after it (routed experts with a sigmoid router and a selection bias, one shared
+  expert), and one NextN block after the trunk: a MoE decoder block with ``nextn.{eh_proj,enorm,hnorm}`` in front
+  and, optionally, its own head (``nextn.shared_head_{norm,head}``; without them the trunk's ``output_norm`` and
+  ``output``);
+- ``qwen35`` (Qwen3.5 / 3.6 dense, ``src/models/qwen35.cpp``), a hybrid target: gated-delta-net layers, gated
+  attention every ``full_attention_interval``-th layer, and a full-attention NextN block.
+
+``block_count`` counts the NextN block; ``nextn_predict_layers`` says how many of the last blocks are NextN.
 """
 
 from __future__ import annotations
@@ -129,6 +131,113 @@ def write_tiny_glm4moe_mtp(
             if spec.own_head:
                 w.add_tensor(f"blk.{i}.nextn.shared_head_norm.weight", norm(h))
                 w.add_tensor(f"blk.{i}.nextn.shared_head_head.weight", mat(n_vocab, h, 4.0))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return p
+
+
+@dataclass(frozen=True)
+class TinyQwen35Spec:
+    """A tiny ``qwen35`` (Qwen3.5 / 3.6 dense): gated-delta-net layers and, every ``full_attention_interval``-th
+    layer, gated attention with q/k norms; one NextN block after the trunk (a full-attention block)."""
+
+    n_layer: int = 4
+    full_attention_interval: int = 2
+    n_embd: int = 64
+    n_head: int = 4
+    n_head_kv: int = 2
+    n_ff: int = 128
+    ssm_d_conv: int = 4
+    ssm_d_state: int = 16  # head size of the linear attention's keys and values
+    ssm_n_group: int = 2  # key heads
+    ssm_dt_rank: int = 4  # value heads
+    rope_sections: tuple[int, int, int, int] = (3, 3, 2, 0)
+    n_ctx: int = 1024
+    rope_theta: float = 10000.0
+    eps: float = 1e-6
+    extra_tokens: tuple[str, ...] = ("\u2581", "\u2581the", "\u2581a", "e", "t", "\u2581and")
+
+
+def write_tiny_qwen35_mtp(
+    path: str | os.PathLike[str], spec: TinyQwen35Spec | None = None, seed: int = 0, mtp: bool = True
+) -> Path:
+    """A random-weight f32 ``qwen35`` GGUF (a hybrid target) whose last block is a NextN (MTP) block."""
+    spec = spec or TinyQwen35Spec()
+    rng = np.random.default_rng(seed)
+    tokens, scores, types = byte_vocab(spec.extra_tokens)
+    n_vocab, h, hd = len(tokens), spec.n_embd, spec.n_embd // spec.n_head
+    n_all = spec.n_layer + (1 if mtp else 0)
+    key_dim = spec.ssm_d_state * spec.ssm_n_group
+    value_dim = spec.ssm_d_state * spec.ssm_dt_rank
+    conv_dim = 2 * key_dim + value_dim
+
+    def mat(rows: int, cols: int, scale: float = 1.0) -> np.ndarray:
+        return (rng.standard_normal((rows, cols)) * scale / np.sqrt(cols)).astype(np.float32)
+
+    def norm(n: int) -> np.ndarray:
+        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+
+    p = Path(path)
+    w = GGUFWriter(p, "qwen35")
+    w.add_name("tiny-qwen35-mtp" if mtp else "tiny-qwen35")
+    w.add_file_type(LlamaFileType.ALL_F32)
+    w.add_context_length(spec.n_ctx)
+    w.add_embedding_length(h)
+    w.add_block_count(n_all)
+    w.add_feed_forward_length(spec.n_ff)
+    w.add_head_count(spec.n_head)
+    w.add_head_count_kv(spec.n_head_kv)
+    w.add_key_length(hd)
+    w.add_value_length(hd)
+    w.add_rope_dimension_count(2 * sum(spec.rope_sections))
+    w.add_rope_dimension_sections(list(spec.rope_sections))
+    w.add_rope_freq_base(spec.rope_theta)
+    w.add_layer_norm_rms_eps(spec.eps)
+    w.add_ssm_conv_kernel(spec.ssm_d_conv)
+    w.add_ssm_inner_size(value_dim)
+    w.add_ssm_state_size(spec.ssm_d_state)
+    w.add_ssm_time_step_rank(spec.ssm_dt_rank)
+    w.add_ssm_group_count(spec.ssm_n_group)
+    w.add_full_attention_interval(spec.full_attention_interval)
+    if mtp:
+        w.add_nextn_predict_layers(1)
+    w.add_vocab_size(n_vocab)
+    add_byte_tokenizer(w, tokens, scores, types)
+
+    w.add_tensor("token_embd.weight", (rng.standard_normal((n_vocab, h)) * 0.5).astype(np.float32))
+    w.add_tensor("output_norm.weight", norm(h))
+    w.add_tensor("output.weight", mat(n_vocab, h, 4.0))
+    for i in range(n_all):
+        recurrent = i < spec.n_layer and (i + 1) % spec.full_attention_interval != 0
+        w.add_tensor(f"blk.{i}.attn_norm.weight", norm(h))
+        w.add_tensor(f"blk.{i}.post_attention_norm.weight", norm(h))
+        if recurrent:
+            w.add_tensor(f"blk.{i}.attn_qkv.weight", mat(conv_dim, h))
+            w.add_tensor(f"blk.{i}.attn_gate.weight", mat(value_dim, h))
+            w.add_tensor(f"blk.{i}.ssm_conv1d.weight", mat(conv_dim, spec.ssm_d_conv))
+            w.add_tensor(f"blk.{i}.ssm_dt.bias", (0.1 * rng.standard_normal(spec.ssm_dt_rank)).astype(np.float32))
+            w.add_tensor(f"blk.{i}.ssm_a", (-np.exp(0.3 * rng.standard_normal(spec.ssm_dt_rank))).astype(np.float32))
+            w.add_tensor(f"blk.{i}.ssm_beta.weight", mat(spec.ssm_dt_rank, h))
+            w.add_tensor(f"blk.{i}.ssm_alpha.weight", mat(spec.ssm_dt_rank, h))
+            w.add_tensor(f"blk.{i}.ssm_norm.weight", norm(spec.ssm_d_state))
+            w.add_tensor(f"blk.{i}.ssm_out.weight", mat(h, value_dim))
+        else:
+            w.add_tensor(f"blk.{i}.attn_q.weight", mat(2 * spec.n_head * hd, h))  # queries and their gates
+            w.add_tensor(f"blk.{i}.attn_k.weight", mat(spec.n_head_kv * hd, h))
+            w.add_tensor(f"blk.{i}.attn_v.weight", mat(spec.n_head_kv * hd, h))
+            w.add_tensor(f"blk.{i}.attn_output.weight", mat(h, spec.n_head * hd))
+            w.add_tensor(f"blk.{i}.attn_q_norm.weight", norm(hd))
+            w.add_tensor(f"blk.{i}.attn_k_norm.weight", norm(hd))
+        w.add_tensor(f"blk.{i}.ffn_gate.weight", mat(spec.n_ff, h))
+        w.add_tensor(f"blk.{i}.ffn_up.weight", mat(spec.n_ff, h))
+        w.add_tensor(f"blk.{i}.ffn_down.weight", mat(h, spec.n_ff))
+        if i >= spec.n_layer:
+            w.add_tensor(f"blk.{i}.nextn.eh_proj.weight", mat(h, 2 * h))
+            w.add_tensor(f"blk.{i}.nextn.enorm.weight", norm(h))
+            w.add_tensor(f"blk.{i}.nextn.hnorm.weight", norm(h))
+            w.add_tensor(f"blk.{i}.nextn.shared_head_norm.weight", norm(h))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 from gguf import GGUFReader
 
-from local_eagle.errors import LocalEagleError
+from local_eagle.errors import LlamaError, LocalEagleError
 from local_eagle.llamacpp.model import Context, ContextOptions, Model
 from local_eagle.runtime.feed import DrafterFeed
 from local_eagle.runtime.mtp import MtpCapture, MtpDrafter, mtp_refusal
-from local_eagle.testing.tiny_mtp import TinyGlm4MoeSpec, write_tiny_glm4moe_mtp
+from local_eagle.testing.tiny_mtp import TinyGlm4MoeSpec, write_tiny_glm4moe_mtp, write_tiny_qwen35_mtp
 
 SPEC = TinyGlm4MoeSpec()
 OPTS = ContextOptions(n_ctx=256, n_batch=32, n_ubatch=32, n_threads=2)
@@ -32,6 +32,20 @@ def mtp_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def model(mtp_gguf: Path):
     m = Model(mtp_gguf, n_gpu_layers=0, load_mtp=True)
+    yield m
+    m.close()
+
+
+@pytest.fixture(scope="module", params=["glm4moe", "qwen35"])
+def any_model(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    """A tiny target of each family tested: glm4moe (attention) and qwen35 (hybrid: gated delta net + attention)."""
+    d = tmp_path_factory.mktemp(request.param)
+    if request.param == "glm4moe":
+        path = write_tiny_glm4moe_mtp(d / "glm4moe.gguf", SPEC, seed=3)
+    else:
+        path = write_tiny_qwen35_mtp(d / "qwen35.gguf", seed=3)
+    m = Model(path, n_gpu_layers=0, load_mtp=True)
+    assert m.arch() == request.param and m.n_layer_nextn == 1
     yield m
     m.close()
 
@@ -148,6 +162,16 @@ class _ReferenceMtp:
         self.pending = self.verify_h[min(n_accepted, len(self.verify_h) - 1)].copy()
 
 
+def _roll_back(target: Context, history: list[int], n_past: int) -> None:
+    """The target's cache cut back to ``history``: a suffix dropped, or (a hybrid target, whose recurrent state cannot
+    drop one without snapshots) cleared and decoded again."""
+    try:
+        target.remove_from(n_past)
+    except LlamaError:
+        target.clear()
+        target.decode(np.array(history, dtype=np.int32), np.arange(n_past), False)
+
+
 def _run(model: Model, prompt: np.ndarray, n_rounds: int, n_max: int, accept_rule) -> tuple[list, list]:
     """Both drafters side by side on one target: each round's drafts from the reference and from MtpDrafter (fed
     as runtime.rounds feeds a drafter), then one verification of the reference's drafts that both see."""
@@ -167,7 +191,7 @@ def _run(model: Model, prompt: np.ndarray, n_rounds: int, n_max: int, accept_rul
         drafter.prime(int(prompt[0]))
         feed.push(0, np.append(prompt[1:], last), features)
         feed.flush()
-        n_past = n
+        n_past, history = n, [int(x) for x in prompt]
         for r in range(n_rounds):
             # reference: draft, then the server drops the draft rows from the MTP cache before verifying
             want = ref.draft(last, n_past, n_max)
@@ -191,7 +215,8 @@ def _run(model: Model, prompt: np.ndarray, n_rounds: int, n_max: int, accept_rul
             accepted = [*want[:n_acc], greedy[n_acc]]
             ref.accept(n_acc)
             new_past = n_past + 1 + n_acc
-            target.remove_from(new_past)
+            history += [last, *want[:n_acc]]
+            _roll_back(target, history, new_past)
             ref.ctx.remove_from(new_past)
             drafter.remove_from(n_past)  # the loop's drafter rows past n_past (runtime.rounds commit)
             feed.push(n_past, accepted, verified[: n_acc + 1])
@@ -210,17 +235,17 @@ def _greedy(r: int, drafts: list[int], greedy: list[int]) -> int:
     return n
 
 
-def test_greedy_drafts_match_llamacpp_draft_mtp(model: Model) -> None:
-    prompt = model.tokenize("the a and the tea eat")
-    ours, theirs = _run(model, prompt, n_rounds=6, n_max=3, accept_rule=_greedy)
+def test_greedy_drafts_match_llamacpp_draft_mtp(any_model: Model) -> None:
+    prompt = any_model.tokenize("the a and the tea eat")
+    ours, theirs = _run(any_model, prompt, n_rounds=6, n_max=3, accept_rule=_greedy)
     assert ours == theirs
 
 
-def test_drafts_match_across_partial_acceptance(model: Model) -> None:
+def test_drafts_match_across_partial_acceptance(any_model: Model) -> None:
     """Accepting 0, 1, 2 or all 3 drafts by fiat (the target's cache holds them, the next token is the target's at
     that row): the head's cache and carried state roll back alike on both sides."""
-    prompt = model.tokenize("and the a tea")
-    ours, theirs = _run(model, prompt, n_rounds=8, n_max=3, accept_rule=lambda r, d, g: r % 4)
+    prompt = any_model.tokenize("and the a tea")
+    ours, theirs = _run(any_model, prompt, n_rounds=8, n_max=3, accept_rule=lambda r, d, g: r % 4)
     assert ours == theirs
     assert len({tuple(x) for x in ours}) > 1
 
