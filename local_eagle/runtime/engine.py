@@ -72,6 +72,7 @@ class EngineOptions:
     # and adaptive calls that name no tree may draft trees up to this size where the costs favour them)
     tree_width: int = 8  # widest frontier a tree may expand per drafter call
     parallel: int = 1  # generations at once (runtime.batch): n_ctx tokens each, one target call a round for all
+    mtp: bool = True  # with no drafter given, draft with the target's own MTP (NextN) head where it has one
 
 
 class Stream:
@@ -100,7 +101,9 @@ class Engine:
         from local_eagle.runtime.capture import LayerCapture
 
         self.options = options = options or EngineOptions()
-        self.model = Model(model, n_gpu_layers=options.n_gpu_layers, what="target")
+        # NextN blocks are loaded only where they will draft: no drafter named (a named one drafts instead)
+        self.model = Model(model, n_gpu_layers=options.n_gpu_layers, what="target",
+                           load_mtp=draft is None and options.mtp)  # fmt: skip
         self.n_vocab = self.model.n_vocab
         context_options = ContextOptions(
             n_ctx=options.n_ctx, n_batch=options.n_batch, n_ubatch=options.n_batch, n_threads=options.n_threads,
@@ -115,11 +118,21 @@ class Engine:
         self.tree_calibration: SlotCalibration | None = None
         self.tree_choices: dict[TreeShape, TreeChoice] = {}  # adaptive trees: what each shape yielded, per shape
         self.tree_quotas: dict[TreeShape, list[int]] = {}  # sampling trees: nodes per depth the last round chose
+        self.mtp_refusal: str | None = None  # why a model with MTP layers does not draft with them
+        mtp = False
         if draft is not None:
             spec = read_spec(draft)
             check_pair(spec, self.model)
             self.capture = LayerCapture.create(self.model, spec.target_layers, options.capture)
-        callback = self.capture.callback if self.capture is not None else None
+        elif options.mtp and self.model.n_layer_nextn > 0:
+            from local_eagle.runtime.mtp import MtpCapture, mtp_refusal
+
+            # rejected drafts are rolled back in the target's cache: a recurrent or hybrid one cannot drop them yet
+            self.mtp_refusal = mtp_refusal(self.model) or self.model.branching_refusal()
+            mtp = self.mtp_refusal is None
+            if mtp:
+                self.capture = MtpCapture(self.model)
+        callback = getattr(self.capture, "callback", None)
         # trees need a sequence per leaf; a multi-sequence cache costs memory (a SWA model's window grows with the
         # sequences), so a context gets them only when trees may be asked for
         self.parallel = parallel = options.parallel
@@ -143,7 +156,12 @@ class Engine:
             drafter_options = (
                 replace(context_options, n_seq_max=drafter_sequences(options.tree_width)) if trees else context_options
             )
-            self.drafter = Drafter(draft, self.ctx, drafter_options, n_gpu_layers=options.n_gpu_layers)
+            if mtp:
+                from local_eagle.runtime.mtp import MtpDrafter
+
+                self.drafter = MtpDrafter(self.ctx, context_options)
+            else:
+                self.drafter = Drafter(draft, self.ctx, drafter_options, n_gpu_layers=options.n_gpu_layers)
             self.feed = DrafterFeed(self.drafter, self.capture.width)
         self.n_ctx = self.ctx.n_ctx // parallel  # what one generation may use
         self.n_ubatch = self.ctx.n_ubatch

@@ -223,12 +223,14 @@ class Generation:
                 self.feed.reset()
             if self.capture is not None and self.capture.paused:
                 self.capture.pause(False)
-            return
-        self.target.clear()
-        if self.feed is not None:
-            self.feed.reset()
-        if self.capture is not None:
-            self.capture.set_enabled(self.speculative)
+        else:
+            self.target.clear()
+            if self.feed is not None:
+                self.feed.reset()
+            if self.capture is not None:
+                self.capture.set_enabled(self.speculative)
+        if self.speculative and hasattr(self.drafter, "prime"):  # an MTP head's row at its position 0
+            self.drafter.prime(int(self.prompt[0]), self.seq)
 
     def recent_history(self, last_token: int, drafts: list[int]) -> np.ndarray:
         """The tokens before the next position, for the repeat penalty (empty when it is off)."""
