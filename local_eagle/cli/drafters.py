@@ -37,6 +37,18 @@ def _listed_under(model: str) -> list[Any]:
     return [d for d in catalog() if any(check_name(name).same(want) for name in d.target.ollama)]
 
 
+def builtin_heads(target: Path, arch: str) -> int:
+    """The MTP (NextN) heads a target GGUF carries (``<arch>.nextn_predict_layers``), 0 for none."""
+    from local_eagle.errors import GGUFError
+    from local_eagle.gguf import read_header
+
+    try:
+        n = read_header(target, "target GGUF").kv.get(f"{arch}.nextn_predict_layers", 0)
+    except GGUFError:
+        return 0
+    return int(n) if isinstance(n, int) and n > 0 else 0
+
+
 def _row(d: Any, best: bool = False) -> dict[str, Any]:
     return {
         "drafter": d.hub_name,
@@ -102,12 +114,19 @@ def drafters(
     first = next((d for d in fits if d.supported), None)
     rows = [_row(d, d is first) for d in fits]
     misses = near_misses(info)
+    heads = builtin_heads(target, info.arch)
     if as_json:
-        print(json.dumps({"model": model, "fits": rows, "near_misses": [{**_row(d), "why": w} for d, w in misses]}))
+        print(json.dumps({"model": model, "fits": rows, "near_misses": [{**_row(d), "why": w} for d, w in misses],
+                          "builtin": {"kind": "mtp", "heads": heads} if heads else None}))  # fmt: skip
         return
     shape = f"{info.arch}, hidden size {info.n_embd}, {info.n_layer} layers, {info.n_vocab} tokens"
+    if heads:
+        out.print(f"built-in: {heads} MTP (NextN) head{'s' if heads > 1 else ''} in {escape(target.name)}; it drafts "
+                  "when no drafter is named (DRAFT in a Modelfile, or --draft, names one instead)", highlight=False)
     if rows:
         out.print(_table(rows, f"drafters for {model} ({shape})"))
+        return
+    if heads:
         return
     out.print(f"no drafter in the catalog fits {escape(model)} ({shape})", highlight=False)
     for d, why in misses:

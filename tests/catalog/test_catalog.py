@@ -260,3 +260,20 @@ def test_drafters_for_a_name_no_store_has_lists_the_catalogs_rows(name):
 def test_drafters_for_a_name_nobody_lists_is_not_found():
     r = CliRunner().invoke(app, ["drafters", "mistral:7b"])
     assert r.exit_code == 2 and "not found" in r.output and "Traceback" not in r.output
+
+
+def test_drafters_lists_a_models_own_mtp_head(tmp_path):
+    """A GGUF with NextN layers drafts with them by default: ``drafters`` says so, in the table and in JSON."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from local_eagle.cli.app import app
+    from local_eagle.testing.tiny_mtp import TinyGlm4MoeSpec, write_tiny_glm4moe_mtp
+
+    gguf = write_tiny_glm4moe_mtp(tmp_path / "glm.gguf", TinyGlm4MoeSpec(), seed=1)
+    r = CliRunner().invoke(app, ["drafters", str(gguf), "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["builtin"] == {"kind": "mtp", "heads": 1}
+    r = CliRunner().invoke(app, ["drafters", str(gguf)])
+    assert r.exit_code == 0 and "1 MTP (NextN) head" in " ".join(r.output.split())
