@@ -7,9 +7,10 @@ llama.cpp vs the torch reference) on a CPU in seconds, with nothing downloaded.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 from gguf import GGUFWriter, LlamaFileType, TokenType
@@ -41,7 +42,8 @@ def byte_vocab(extra: tuple[str, ...]) -> tuple[list[str], list[float], list[int
 
 
 def add_byte_tokenizer(w: GGUFWriter, tokens: list[str], scores: list[float], types: list[int]) -> None:
-    """The SentencePiece-style tokenizer keys of the byte vocabulary (BOS added, no EOS)."""
+    """The vocabulary size and the SentencePiece-style tokenizer keys of the byte vocabulary (BOS added, no EOS)."""
+    w.add_vocab_size(len(tokens))
     w.add_tokenizer_model("llama")
     w.add_tokenizer_pre("default")
     w.add_token_list(tokens)
@@ -52,6 +54,57 @@ def add_byte_tokenizer(w: GGUFWriter, tokens: list[str], scores: list[float], ty
     w.add_unk_token_id(0)
     w.add_add_bos_token(True)
     w.add_add_eos_token(False)
+
+
+class TinyShape(Protocol):
+    """What every tiny family's spec says of its shape (the block count aside: some add NextN blocks)."""
+
+    @property
+    def n_ctx(self) -> int: ...
+    @property
+    def n_embd(self) -> int: ...
+    @property
+    def n_ff(self) -> int: ...
+    @property
+    def n_head(self) -> int: ...
+    @property
+    def n_head_kv(self) -> int: ...
+
+
+def random_f32(rng: np.random.Generator) -> tuple[Callable[..., np.ndarray], Callable[[int], np.ndarray]]:
+    """The tiny writers' random f32 weights drawn from ``rng``: ``mat(rows, cols, scale=1.0)``, a matrix scaled by
+    ``scale / sqrt(cols)``, and ``norm(n)``, a norm weight near 1."""
+
+    def mat(rows: int, cols: int, scale: float = 1.0) -> np.ndarray:
+        return (rng.standard_normal((rows, cols)) * scale / np.sqrt(cols)).astype(np.float32)
+
+    def norm(n: int) -> np.ndarray:
+        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+
+    return mat, norm
+
+
+def tiny_gguf_writer(path: Path, arch: str, name: str, spec: TinyShape, n_layer: int) -> GGUFWriter:
+    """A writer for an all-f32 tiny ``arch`` GGUF with the keys every tiny family starts with: name, file type,
+    context length, widths, ``n_layer`` blocks and the head counts."""
+    w = GGUFWriter(path, arch)
+    w.add_name(name)
+    w.add_file_type(LlamaFileType.ALL_F32)
+    w.add_context_length(spec.n_ctx)
+    w.add_embedding_length(spec.n_embd)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(spec.n_ff)
+    w.add_head_count(spec.n_head)
+    w.add_head_count_kv(spec.n_head_kv)
+    return w
+
+
+def finish_gguf(w: GGUFWriter) -> None:
+    """Write the header, the keys and the tensors added to ``w``, and close it."""
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
 
 
 def write_tiny_target(
@@ -68,28 +121,14 @@ def write_tiny_target(
     rng = np.random.default_rng(seed)
     tokens, scores, types = byte_vocab(spec.extra_tokens)
     n_vocab, h, hd = len(tokens), spec.n_embd, spec.n_embd // spec.n_head
-
-    def mat(rows: int, cols: int, scale: float = 1.0) -> np.ndarray:
-        return (rng.standard_normal((rows, cols)) * scale / np.sqrt(cols)).astype(np.float32)
-
-    def norm(n: int) -> np.ndarray:
-        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+    mat, norm = random_f32(rng)
 
     p = Path(path)
     overrides = overrides or {}
-    w = GGUFWriter(p, "llama")
-    w.add_name("tiny-llama")
-    w.add_file_type(LlamaFileType.ALL_F32)
-    w.add_context_length(spec.n_ctx)
-    w.add_embedding_length(h)
-    w.add_block_count(spec.n_layer)
-    w.add_feed_forward_length(spec.n_ff)
-    w.add_head_count(spec.n_head)
-    w.add_head_count_kv(spec.n_head_kv)
+    w = tiny_gguf_writer(p, "llama", "tiny-llama", spec, spec.n_layer)
     w.add_rope_dimension_count(hd)
     w.add_rope_freq_base(spec.rope_theta)
     w.add_layer_norm_rms_eps(spec.eps)
-    w.add_vocab_size(n_vocab)
     add_byte_tokenizer(w, tokens, scores, types)
 
     def put(name: str, value: np.ndarray) -> None:
@@ -108,10 +147,7 @@ def write_tiny_target(
         put(f"blk.{i}.ffn_gate.weight", mat(spec.n_ff, h))
         put(f"blk.{i}.ffn_up.weight", mat(spec.n_ff, h))
         put(f"blk.{i}.ffn_down.weight", mat(h, spec.n_ff))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish_gguf(w)
     return p
 
 
@@ -213,30 +249,15 @@ def write_tiny_gemma3_target(path: str | os.PathLike[str], spec: TinyGemma3Spec 
     rng = np.random.default_rng(seed)
     tokens, scores, types = byte_vocab(spec.extra_tokens)
     n_vocab, h, hd = len(tokens), spec.n_embd, spec.head_dim
-
-    def mat(rows: int, cols: int, scale: float = 1.0) -> np.ndarray:
-        return (rng.standard_normal((rows, cols)) * scale / np.sqrt(cols)).astype(np.float32)
-
-    def norm(n: int) -> np.ndarray:
-        # GGUF holds Gemma's norm weights already shifted by +1 (see the upstream converter)
-        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+    mat, norm = random_f32(rng)  # GGUF holds Gemma's norm weights already shifted by +1 (see the upstream converter)
 
     p = Path(path)
-    w = GGUFWriter(p, "gemma3")
-    w.add_name("tiny-gemma3")
-    w.add_file_type(LlamaFileType.ALL_F32)
-    w.add_context_length(spec.n_ctx)
-    w.add_embedding_length(h)
-    w.add_block_count(spec.n_layer)
-    w.add_feed_forward_length(spec.n_ff)
-    w.add_head_count(spec.n_head)
-    w.add_head_count_kv(spec.n_head_kv)
+    w = tiny_gguf_writer(p, "gemma3", "tiny-gemma3", spec, spec.n_layer)
     w.add_key_length(hd)
     w.add_value_length(hd)
     w.add_rope_freq_base(spec.rope_theta)
     w.add_layer_norm_rms_eps(spec.eps)
     w.add_sliding_window(spec.sliding_window)
-    w.add_vocab_size(n_vocab)
     add_byte_tokenizer(w, tokens, scores, types)
     w.add_add_space_prefix(False)
     # the graph multiplies embeddings by sqrt(n_embd)
@@ -256,8 +277,5 @@ def write_tiny_gemma3_target(path: str | os.PathLike[str], spec: TinyGemma3Spec 
         w.add_tensor(f"blk.{i}.ffn_up.weight", mat(spec.n_ff, h))
         w.add_tensor(f"blk.{i}.ffn_down.weight", mat(h, spec.n_ff))
         w.add_tensor(f"blk.{i}.post_ffw_norm.weight", norm(h))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish_gguf(w)
     return p

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from gguf import ExpertGatingFuncType, GGUFWriter, LlamaFileType
+from gguf import ExpertGatingFuncType
 
-from local_eagle.testing.tiny import add_byte_tokenizer, byte_vocab
+from local_eagle.testing.tiny import add_byte_tokenizer, byte_vocab, finish_gguf, random_f32, tiny_gguf_writer
 
 
 @dataclass(frozen=True)
@@ -61,26 +61,13 @@ def write_tiny_glm4moe_mtp(
     n_vocab, h, hd = len(tokens), spec.n_embd, spec.n_embd // spec.n_head
     n_nextn = spec.n_nextn if mtp else 0
     n_all = spec.n_layer + n_nextn
-
-    def mat(rows: int, cols: int, scale: float = 1.0) -> np.ndarray:
-        return (rng.standard_normal((rows, cols)) * scale / np.sqrt(cols)).astype(np.float32)
+    mat, norm = random_f32(rng)
 
     def experts(rows: int, cols: int) -> np.ndarray:  # ggml {cols, rows, n_expert}
         return (rng.standard_normal((spec.n_expert, rows, cols)) / np.sqrt(cols)).astype(np.float32)
 
-    def norm(n: int) -> np.ndarray:
-        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
-
     p = Path(path)
-    w = GGUFWriter(p, "glm4moe")
-    w.add_name("tiny-glm4moe-mtp" if mtp else "tiny-glm4moe")
-    w.add_file_type(LlamaFileType.ALL_F32)
-    w.add_context_length(spec.n_ctx)
-    w.add_embedding_length(h)
-    w.add_block_count(n_all)
-    w.add_feed_forward_length(spec.n_ff)
-    w.add_head_count(spec.n_head)
-    w.add_head_count_kv(spec.n_head_kv)
+    w = tiny_gguf_writer(p, "glm4moe", "tiny-glm4moe-mtp" if mtp else "tiny-glm4moe", spec, n_all)
     w.add_rope_dimension_count(hd)
     w.add_rope_freq_base(spec.rope_theta)
     w.add_layer_norm_rms_eps(spec.eps)
@@ -94,7 +81,6 @@ def write_tiny_glm4moe_mtp(
     w.add_expert_gating_func(ExpertGatingFuncType.SIGMOID)  # as GLM-4.5
     if n_nextn:
         w.add_nextn_predict_layers(n_nextn)
-    w.add_vocab_size(n_vocab)
     add_byte_tokenizer(w, tokens, scores, types)
 
     w.add_tensor("token_embd.weight", (rng.standard_normal((n_vocab, h)) * 0.5).astype(np.float32))
@@ -131,10 +117,7 @@ def write_tiny_glm4moe_mtp(
             if spec.own_head:
                 w.add_tensor(f"blk.{i}.nextn.shared_head_norm.weight", norm(h))
                 w.add_tensor(f"blk.{i}.nextn.shared_head_head.weight", mat(n_vocab, h, 4.0))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish_gguf(w)
     return p
 
 
@@ -172,23 +155,10 @@ def write_tiny_qwen35_mtp(
     key_dim = spec.ssm_d_state * spec.ssm_n_group
     value_dim = spec.ssm_d_state * spec.ssm_dt_rank
     conv_dim = 2 * key_dim + value_dim
-
-    def mat(rows: int, cols: int, scale: float = 1.0) -> np.ndarray:
-        return (rng.standard_normal((rows, cols)) * scale / np.sqrt(cols)).astype(np.float32)
-
-    def norm(n: int) -> np.ndarray:
-        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+    mat, norm = random_f32(rng)
 
     p = Path(path)
-    w = GGUFWriter(p, "qwen35")
-    w.add_name("tiny-qwen35-mtp" if mtp else "tiny-qwen35")
-    w.add_file_type(LlamaFileType.ALL_F32)
-    w.add_context_length(spec.n_ctx)
-    w.add_embedding_length(h)
-    w.add_block_count(n_all)
-    w.add_feed_forward_length(spec.n_ff)
-    w.add_head_count(spec.n_head)
-    w.add_head_count_kv(spec.n_head_kv)
+    w = tiny_gguf_writer(p, "qwen35", "tiny-qwen35-mtp" if mtp else "tiny-qwen35", spec, n_all)
     w.add_key_length(hd)
     w.add_value_length(hd)
     w.add_rope_dimension_count(2 * sum(spec.rope_sections))
@@ -203,7 +173,6 @@ def write_tiny_qwen35_mtp(
     w.add_full_attention_interval(spec.full_attention_interval)
     if mtp:
         w.add_nextn_predict_layers(1)
-    w.add_vocab_size(n_vocab)
     add_byte_tokenizer(w, tokens, scores, types)
 
     w.add_tensor("token_embd.weight", (rng.standard_normal((n_vocab, h)) * 0.5).astype(np.float32))
@@ -238,8 +207,5 @@ def write_tiny_qwen35_mtp(
             w.add_tensor(f"blk.{i}.nextn.enorm.weight", norm(h))
             w.add_tensor(f"blk.{i}.nextn.hnorm.weight", norm(h))
             w.add_tensor(f"blk.{i}.nextn.shared_head_norm.weight", norm(h))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish_gguf(w)
     return p
