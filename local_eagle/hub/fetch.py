@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from local_eagle.hub.names import (
     HubError,
@@ -264,6 +264,33 @@ def hub_error(ref: HubRef, e: Exception, s: HubSettings, filename: str | None = 
     return HubError(f"{ref.name}: {s.endpoint} answered {status}: {first}")
 
 
+class _TqdmLike:
+    """What huggingface_hub calls on a tqdm bar besides making and updating it, as no-ops; the bars of
+    :func:`status_bars` and :func:`progress_bars` add the making and the updating.
+
+    With ``update_transfer`` a no-op, a Xet download draws one bar (bytes written) rather than two."""
+
+    def update_transfer(self, n: float | None = 1) -> None:
+        pass
+
+    def set_postfix_str(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    set_transfer_postfix_str = set_postfix_str
+
+    def refresh(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
 @contextmanager
 def status_bars(on_status: Callable[[dict[str, Any]], None]) -> Iterator[Any]:
     """The tqdm-like class for huggingface_hub that reports each file as Ollama's pull reports a layer:
@@ -271,7 +298,7 @@ def status_bars(on_status: Callable[[dict[str, Any]], None]) -> Iterator[Any]:
     for the digest, which is not known before the download)."""
 
     def bar_for(label: str) -> type:
-        class Bar:
+        class Bar(_TqdmLike):
             def __init__(self, *args: Any, total: float | None = None, initial: float = 0, **kw: Any) -> None:
                 self.total, self.completed = int(total or 0), int(initial or 0)
                 self._tell()
@@ -283,26 +310,6 @@ def status_bars(on_status: Callable[[dict[str, Any]], None]) -> Iterator[Any]:
             def update(self, n: float | None = 1) -> None:
                 self.completed += int(n or 0)
                 self._tell()
-
-            def update_transfer(self, n: float | None = 1) -> None:
-                pass
-
-            def set_postfix_str(self, *args: Any, **kwargs: Any) -> None:
-                pass
-
-            set_transfer_postfix_str = set_postfix_str
-
-            def refresh(self) -> None:
-                pass
-
-            def close(self) -> None:
-                pass
-
-            def __enter__(self) -> Bar:
-                return self
-
-            def __exit__(self, *exc: object) -> None:
-                pass
 
         return Bar
 
@@ -335,10 +342,8 @@ def progress_bars(enabled: bool) -> Iterator[Any]:
     )
 
     def bar_for(label: str) -> type:
-        class Bar:
-            """What huggingface_hub calls on a tqdm bar: made with total and initial, updated, used as a context.
-
-            ``update_transfer`` makes its Xet downloads draw one bar (bytes written) rather than two."""
+        class Bar(_TqdmLike):
+            """A rich task for each bar huggingface_hub makes (with total and initial) and updates."""
 
             def __init__(self, *args: Any, total: float | None = None, initial: float = 0, **kw: Any) -> None:
                 self.task = progress.add_task(label, total=total, completed=initial)
@@ -353,26 +358,6 @@ def progress_bars(enabled: bool) -> Iterator[Any]:
 
             def update(self, n: float | None = 1) -> None:
                 progress.advance(self.task, n or 0)
-
-            def update_transfer(self, n: float | None = 1) -> None:
-                pass
-
-            def set_postfix_str(self, *args: Any, **kwargs: Any) -> None:
-                pass
-
-            set_transfer_postfix_str = set_postfix_str
-
-            def refresh(self) -> None:
-                pass
-
-            def close(self) -> None:
-                pass
-
-            def __enter__(self) -> Bar:
-                return self
-
-            def __exit__(self, *exc: object) -> None:
-                pass
 
         return Bar
 
