@@ -207,28 +207,8 @@ class StoreFront:
         try:
             key = await asyncio.wait_for(in_thread(lambda: self.key_of(ref)), self.config.queue_timeout)
             got = await self.registry.acquire(ref, key)
-        except TimeoutError:
-            await _error(send, scope, 503, f"the server is busy: the store did not answer within "
-                                           f"{self.config.queue_timeout:g}s")  # fmt: skip
-            return
-        except ModelNotFoundError as e:
-            await _error(send, scope, 404, str(e))
-            return
-        except ServerBusy as e:
-            await _error(send, scope, 503, str(e))
-            return
-        except (LlamaError, RunnerError) as e:
-            await _error(send, scope, 500, str(e))
-            return
-        except LocalEagleError as e:  # a store entry or Modelfile that cannot be used
-            await _error(send, scope, 404 if "not found" in str(e) else 400, str(e))
-            return
-        except OSError as e:  # a file of the model gone or unreadable since the entry was written
-            await _error(send, scope, 400, f"model '{ref}' cannot be loaded: {e}")
-            return
-        except Exception as e:  # a bug: still an answer in the API's shape, not uvicorn's plain text
-            _log.exception("loading %s failed", ref)
-            await _error(send, scope, 500, f"internal error: {type(e).__name__}: {e}")
+        except Exception as e:
+            await _error(send, scope, *self._load_failure(ref, e))
             return
         try:
             await self._app(got.key, got.server)(scope, _replay(body, receive), send)
@@ -246,17 +226,28 @@ class StoreFront:
 
         try:
             await asyncio.wait_for(in_thread(expire), self.config.queue_timeout)
-        except TimeoutError:
-            await _error(send, scope, 503, f"the server is busy: the store did not answer within "
-                                           f"{self.config.queue_timeout:g}s")  # fmt: skip
-            return
-        except ModelNotFoundError as e:
-            await _error(send, scope, 404, str(e))
-            return
-        except LocalEagleError as e:
-            await _error(send, scope, 404 if "not found" in str(e) else 400, str(e))
+        except (TimeoutError, LocalEagleError) as e:
+            await _error(send, scope, *self._load_failure(ref, e))
             return
         await _json(send, 200, OllamaReply(ref, chat=chat).loaded("unload"))
+
+    def _load_failure(self, ref: str, e: Exception) -> tuple[int, str]:
+        """The status and message that answer what looking ``ref`` up in the store (and loading it) raised."""
+        if isinstance(e, TimeoutError):
+            return 503, f"the server is busy: the store did not answer within {self.config.queue_timeout:g}s"
+        if isinstance(e, ModelNotFoundError):
+            return 404, str(e)
+        if isinstance(e, ServerBusy):
+            return 503, str(e)
+        if isinstance(e, (LlamaError, RunnerError)):
+            return 500, str(e)
+        if isinstance(e, LocalEagleError):  # a store entry or Modelfile that cannot be used
+            return 404 if "not found" in str(e) else 400, str(e)
+        if isinstance(e, OSError):  # a file of the model gone or unreadable since the entry was written
+            return 400, f"model '{ref}' cannot be loaded: {e}"
+        # a bug: still an answer in the API's shape, not uvicorn's plain text
+        _log.error("loading %s failed", ref, exc_info=e)
+        return 500, f"internal error: {type(e).__name__}: {e}"
 
     def _app(self, key: str, server: EagleServer) -> Any:
         from local_eagle.serve.app import create_app
