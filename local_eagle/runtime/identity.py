@@ -131,8 +131,10 @@ def check_identity_batched(
     """:func:`check_identity` for a run that shared its verify calls with other sequences (``runtime.batch``).
 
     Those calls' shapes depend on what else was in the batch, so they cannot be replayed: a divergence is a
-    near-tie when the two tokens are the target alone's top two there and their gap is within ``KERNEL_NOISE``
-    of the logits' range. ``engine`` must be a one-sequence engine of the same target (the replay clears it).
+    near-tie when the target alone's choice is its top there and the batch's choice is within ``KERNEL_NOISE`` of
+    the logits' range below it (on the demo pair at 4 sequences, with or without drafts, the batch's choices were
+    the target alone's 2nd to 7th, 0.2-1.2 logits below the top of a range of 35-50: the kernels' rounding by
+    batch shape, which the one-sequence replay measures at 0.5-1.8). ``engine`` must be a one-sequence engine of the same target (the replay clears it).
     """
     a, b = baseline.tokens, speculative.tokens
     if a == b:
@@ -146,9 +148,9 @@ def check_identity_batched(
         return IdentityCheck(DIVERGENT)
     finite = single[np.isfinite(single)]
     scale = float(finite.max() - finite.min())
-    top_two = {int(t) for t in np.argpartition(single, -2)[-2:]}
-    gap = top2_gap(single)
-    near_tie = top_two == {ta, tb} and int(np.argmax(single)) == ta and gap <= KERNEL_NOISE * scale
+    # several tokens may tie within the kernels' noise: the emitted one need only be within it of the top
+    gap = float(single[ta] - single[tb])
+    near_tie = int(np.argmax(single)) == ta and 0.0 <= gap <= KERNEL_NOISE * scale
     d = Divergence(j, len(tokens) + j, ta, tb, gap, float("nan"), float("nan"), scale, False, near_tie)
     return IdentityCheck(NEAR_TIE if near_tie else DIVERGENT, d)
 
