@@ -1,9 +1,12 @@
-"""Fixtures the serve tests share: one model served directly, and a local store holding it."""
+"""Fixtures the serve tests share: one model served directly, a local store holding it, and the official clients
+of a module's ``served`` fixture (``(server, base URL)``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import ollama
+import openai
 import pytest
 
 from local_eagle.runtime.engine import Engine, EngineOptions
@@ -28,3 +31,13 @@ def store(pair, tmp_path: Path) -> LocalStore:
     mf.write_text(f"FROM {target}\nDRAFT {draft}\nPARAMETER num_thread 1\nTEMPLATE {{{{ .Prompt }}}}\n")
     local.create("cyc", mf)
     return local
+
+
+@pytest.fixture
+def oll(served) -> ollama.Client:
+    return ollama.Client(host=served[1])
+
+
+@pytest.fixture
+def oai(served) -> openai.OpenAI:
+    return openai.OpenAI(base_url=served[1] + "/v1", api_key="x", max_retries=0)

@@ -18,14 +18,13 @@ import httpx
 import ollama
 import openai
 import pytest
-import uvicorn
 from typer.testing import CliRunner
 
 from converters import convert, write_checkpoint
 from local_eagle.cli.app import app
 from local_eagle.runtime.engine import Engine, EngineOptions
-from local_eagle.serve import runner
 from local_eagle.serve.app import EagleServer, ServeConfig, create_app
+from local_eagle.serve.harness import running
 from local_eagle.serve.harness import serve_process as serve_on_free_port
 from local_eagle.serve.server import MAX_REQUEST_BYTES
 from local_eagle.testing.tiny_pair import make_cycle_drafter, write_cycle_target
@@ -59,30 +58,9 @@ def served(pair):
     _, target, draft = pair
     engine = Engine(target, draft, EngineOptions(n_ctx=4096, n_threads=1))
     server = EagleServer(engine, ServeConfig(name="cycle", model=target, draft=draft))
-    port = _free_port()
-    uv = uvicorn.Server(runner.config(create_app(server), port=port, log_level="warning"))  # as serve runs it
-    thread = threading.Thread(target=uv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not uv.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
-        time.sleep(0.05)
-    try:
-        yield server, f"http://127.0.0.1:{port}"
-    finally:
-        uv.should_exit = True
-        thread.join(timeout=30)
-        assert server.close(timeout=60)
-
-
-@pytest.fixture
-def oll(served):
-    return ollama.Client(host=served[1])
-
-
-@pytest.fixture
-def oai(served):
-    return openai.OpenAI(base_url=served[1] + "/v1", api_key="x", max_retries=0)
+    with running(create_app(server)) as base:  # as serve runs it
+        yield server, base
+    assert server.close(timeout=60)
 
 
 def test_ollama_generate_and_chat(oll):

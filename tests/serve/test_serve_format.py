@@ -8,19 +8,17 @@ from __future__ import annotations
 import io
 import json
 import threading
-import time
 from typing import Any
 
 import httpx
 import ollama
 import openai
 import pytest
-import uvicorn
 
 from local_eagle.runtime.engine import Engine, EngineOptions
 from local_eagle.runtime.grammar import GrammarSpec
-from local_eagle.serve import runner
 from local_eagle.serve.app import EagleServer, ServeConfig, create_app
+from local_eagle.serve.harness import running
 from local_eagle.testing.tiny_pair import write_cycle_target
 
 PERSON = {
@@ -36,28 +34,9 @@ def served(tmp_path_factory):
     target = write_cycle_target(tmp_path_factory.mktemp("format") / "target.gguf")
     engine = Engine(target, None, EngineOptions(n_ctx=1024, n_threads=1))
     server = EagleServer(engine, ServeConfig(name="cycle", model=target, draft=None))
-    port = _free_port()
-    uv = uvicorn.Server(runner.config(create_app(server), port=port, log_level="warning"))
-    thread = threading.Thread(target=uv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not uv.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
-        time.sleep(0.05)
-    try:
-        yield server, f"http://127.0.0.1:{port}"
-    finally:
-        uv.should_exit = True
-        thread.join(timeout=30)
-        assert server.close(timeout=60)
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    with running(create_app(server)) as base:
+        yield server, base
+    assert server.close(timeout=60)
 
 
 @pytest.fixture
@@ -73,16 +52,6 @@ def seen(served, monkeypatch) -> list[Any]:
 
     monkeypatch.setattr(server.engine, "stream", stream)
     return got
-
-
-@pytest.fixture
-def oll(served):
-    return ollama.Client(host=served[1])
-
-
-@pytest.fixture
-def oai(served):
-    return openai.OpenAI(base_url=served[1] + "/v1", api_key="x", max_retries=0)
 
 
 def test_ollama_format_reaches_the_engine(oll, seen):
