@@ -134,7 +134,8 @@ def check_identity_batched(
     near-tie when the target alone's choice is its top there and the batch's choice is within ``KERNEL_NOISE`` of
     the logits' range below it (on the demo pair at 4 sequences, with or without drafts, the batch's choices were
     the target alone's 2nd to 7th, 0.2-1.2 logits below the top of a range of 35-50: the kernels' rounding by
-    batch shape, which the one-sequence replay measures at 0.5-1.8). ``engine`` must be a one-sequence engine of the same target (the replay clears it).
+    batch shape, which the one-sequence replay measures at 0.5-1.8). ``engine`` must be a one-sequence engine of
+    the same target (the replay clears it).
     """
     a, b = baseline.tokens, speculative.tokens
     if a == b:
