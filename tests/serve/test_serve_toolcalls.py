@@ -9,13 +9,11 @@ import httpx
 import ollama
 import openai
 import pytest
+from canned import answer_with
 from chat_templates import LLAMA31, QWEN3
 
 from local_eagle.ollama import prompt as prompt_module
-from local_eagle.ollama.modelfile import Modelfile
-from local_eagle.runtime.engine import Engine, EngineOptions, Stream
-from local_eagle.runtime.rounds import GenerationResult
-from local_eagle.runtime.stats import GenerationStats
+from local_eagle.runtime.engine import Engine, EngineOptions
 from local_eagle.serve.app import EagleServer, ServeConfig, create_app
 from local_eagle.serve.harness import running
 
@@ -40,21 +38,10 @@ def served(pair):
 def _answer(server, monkeypatch, template: str, text: str, piece: int = 3) -> list[str]:
     """Serve ``template`` and answer every request ``text``, ``piece`` characters at a time; the prompts the
     template rendered are collected in the returned list."""
-    monkeypatch.setattr(server.config, "modelfile", Modelfile(model=server.config.model, template=template))
     prompts: list[str] = []
     real = prompt_module.render_prompt
     monkeypatch.setattr(prompt_module, "render_prompt", lambda *a, **k: prompts.append(real(*a, **k)) or prompts[-1])
-
-    def stream(prompt, max_tokens=128, **kwargs):
-        def gen():
-            for i in range(0, len(text), piece):
-                yield text[i : i + piece]
-            stats = GenerationStats(prompt_tokens=len(prompt), generated_tokens=len(text), stop_reason="eos")
-            return GenerationResult(text, [], stats)
-
-        return Stream(gen())
-
-    monkeypatch.setattr(server.engine, "stream", stream)
+    answer_with(server, monkeypatch, template, lambda kwargs: text, piece)
     return prompts
 
 

@@ -13,12 +13,11 @@ import httpx
 import ollama
 import openai
 import pytest
+from canned import answer_with
 from chat_templates import LLAMA31, MISTRAL, QWEN3, QWEN25
 
 from local_eagle.ollama.modelfile import Modelfile
-from local_eagle.runtime.engine import Engine, EngineOptions, Stream
-from local_eagle.runtime.rounds import GenerationResult
-from local_eagle.runtime.stats import GenerationStats
+from local_eagle.runtime.engine import Engine, EngineOptions
 from local_eagle.serve.app import EagleServer, ServeConfig, create_app
 from local_eagle.serve.harness import running
 from local_eagle.serve.toolchoice import call_format, forced_tools, tool_call_grammar
@@ -185,23 +184,11 @@ def test_a_special_tag_is_named_by_its_token_id():
 def _answer(server, monkeypatch, template: str, text: str) -> list[dict[str, Any]]:
     """Serve ``template`` and answer ``text`` (when the engine is asked with ``special``; without it, the text less
     the control token, as llama.cpp writes it); the keywords of each call are returned."""
-    monkeypatch.setattr(server.config, "modelfile", Modelfile(model=server.config.model, template=template))
-    seen: list[dict[str, Any]] = []
 
-    def stream(prompt, max_tokens=128, **kwargs):
-        seen.append(kwargs)
-        out = text if kwargs.get("special") else text.replace("[TOOL_CALLS]", "")
+    def answer(kwargs: dict[str, Any]) -> str:
+        return text if kwargs.get("special") else text.replace("[TOOL_CALLS]", "")
 
-        def gen():
-            for i in range(0, len(out), 4):
-                yield out[i : i + 4]
-            stats = GenerationStats(prompt_tokens=len(prompt), generated_tokens=len(out), stop_reason="eos")
-            return GenerationResult(out, [], stats)
-
-        return Stream(gen())
-
-    monkeypatch.setattr(server.engine, "stream", stream)
-    return seen
+    return answer_with(server, monkeypatch, template, answer, 4)
 
 
 def test_a_control_token_tag_makes_the_engine_write_it(served, monkeypatch):
