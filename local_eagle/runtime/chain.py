@@ -64,9 +64,13 @@ class ChainDraft:
         else:
             observed.draft_rows += 1
         self.prenorm = prenorm
-        if self.state is not None and not np.isfinite(self.state.apply(row)).any():
-            self.active = False  # the drafter has no token the grammar allows here
-            return
+        if self.state is not None:
+            started = clock()
+            allowed = np.isfinite(self.state.apply(row)).any()
+            gen.grammar_seconds += clock() - started
+            if not allowed:
+                self.active = False  # the drafter has no token the grammar allows here
+                return
         token, distribution = choose(row, gen.recent_history(self.last_token, self.drafts), gen.sampling, gen.rng)
         confidence = gen.confidence(row, distribution)
         if confidence < gen.draft_p_min or not gen.lengths.take(confidence):
@@ -75,16 +79,22 @@ class ChainDraft:
             return
         self._add(token, distribution)
         self.active = gen.lengths.extend() and not gen.engine.model.is_eog(token)
-        if self.state is not None and self.state.forced():
-            self.active = False  # the grammar's forced tokens end the chain: the drafter has no state past them
-            self._force()
+        if self.state is not None and self.active:
+            started = clock()
+            forced = self.state.forced()
+            gen.grammar_seconds += clock() - started
+            if forced:
+                self.active = False  # the grammar's forced tokens end the chain: the drafter has no state past them
+                self._force()
 
     def _add(self, token: int, distribution: np.ndarray | None) -> None:
         self.drafts.append(token)
         if distribution is not None:
             self.distributions.append(distribution)
         if self.state is not None:
+            started = clock()
             self.state.consume(token)
+            self.gen.grammar_seconds += clock() - started
 
     def _force(self) -> None:
         """Append the tokens the grammar forces next (a schema's keys and punctuation), up to the round's bound:
@@ -92,7 +102,11 @@ class ChainDraft:
         if self.state is None or self.state.stopped():
             return
         n_vocab = self.gen.engine.n_vocab
-        for token in self.state.forced()[: self.bound - len(self.drafts)]:
+        started = clock()
+        forced = self.state.forced()[: self.bound - len(self.drafts)]
+        self.gen.grammar_seconds += clock() - started
+        self.observed.forced += len(forced)
+        for token in forced:
             one_hot = None
             if not self.gen.sampling.greedy:
                 one_hot = np.zeros(n_vocab)

@@ -168,6 +168,7 @@ class Generation:
         self.special = False  # render control tokens (a template's [TOOL_CALLS]) as text, not as nothing
         self.logprobs: int | None = None  # None: none; n: each token's log-probability and the n likeliest
         self.token_logprobs: list[TokenLogprob] = []
+        self.grammar_seconds = 0.0  # the grammar's host work (masks, consumes), reported in the stats
         self.shared = False  # other generations share the caches: only this one's sequence is cleared
         self.cancelled: Callable[[], bool] | None = None
         self.trees = TreeRounds(self, tree) if tree is not None and self.speculative else None
@@ -208,6 +209,7 @@ class Generation:
     def finish(self) -> tuple[str, GenerationResult]:
         """The text held back for stop strings, and the result (once the generation has stopped)."""
         tail = self.text.finish()
+        self.spec_stats.grammar_seconds = self.grammar_seconds
         if isinstance(self.lengths, DraftLengthPolicy):
             self.spec_stats.policy = state_dict(self.lengths.state())
         stats = self.spec_stats.generation_stats(len(self.prompt), len(self.output_tokens), self.stop_reason)
@@ -341,7 +343,9 @@ class Generation:
         accepted = [int(tree.tokens[r]) for r in path] + [next_token]
         if self.constraint is not None:  # up to an end token: the generation stops there
             model = self.engine.model
+            started = clock()
             self.constraint.consume(accepted[: next((i + 1 for i, t in enumerate(accepted) if model.is_eog(t)), None)])
+            self.grammar_seconds += clock() - started
         started = clock()
         batch.keep(self.target, path[-1] if path else 0)
         observed.rollback_seconds = clock() - started

@@ -37,6 +37,7 @@ class RoundStats:
     accept_seconds: float = 0.0  # greedy match or rejection sampling, on the host
     rollback_seconds: float = 0.0  # commit: the target's cache back to the accepted prefix
     feed_seconds: float = 0.0  # commit: the drafter's rollback and queueing the accepted rows (catch-up is drafting)
+    forced: int = 0  # drafts a grammar forced, drafted without a drafter call
 
     @property
     def verify_rows(self) -> int:
@@ -81,6 +82,8 @@ class SpecStats:
     feed_seconds: float = 0.0
     prefill_seconds: float = 0.0
     decode_seconds: float = 0.0
+    forced_tokens: int = 0
+    grammar_seconds: float = 0.0  # masks, consumes and forced tokens of a grammar, on the host
 
     @classmethod
     def for_draft_max(cls, draft_max: int) -> SpecStats:
@@ -95,6 +98,7 @@ class SpecStats:
 
     def observe(self, round_stats: RoundStats) -> None:
         self.rounds += 1
+        self.forced_tokens += round_stats.forced
         self.trace_drafted.append(round_stats.drafted)
         self.trace_accepted.append(round_stats.accepted)
         self.trace_rounds.append((round_stats.verify_rows, round_stats.accepted, round_stats.steps,
@@ -165,6 +169,8 @@ class SpecStats:
             drafter_seconds=self.drafter_seconds,
             decode_seconds=self.decode_seconds,
             stop_reason=stop_reason,
+            forced_tokens=self.forced_tokens,
+            grammar_seconds=self.grammar_seconds,
         )
 
 
@@ -193,6 +199,8 @@ class GenerationStats:
     catch_up_rows: int = 0
     catch_up_seconds: float = 0.0
     policy: dict | None = None  # the adaptive policy's estimates at the end (times in ms)
+    forced_tokens: int = 0  # drafts a grammar forced (its keys and punctuation), drafted without a drafter call
+    grammar_seconds: float = 0.0  # the grammar's work on the host: masks, consumes, forced tokens
 
     @property
     def acceptance_length(self) -> float:

@@ -56,15 +56,25 @@ class TargetChoices:
     def __getitem__(self, row: int) -> int:
         logits = self._processed(row)
         best = int(np.argmax(logits))
-        if self.states is None or self.state(row).ended or self.state(row).allows(best):
-            return best  # the grammar's mask only lowers others: the argmax it allows is the masked argmax
-        return int(np.argmax(self.state(row).apply(np.array(logits, dtype=np.float32))))
+        if self.states is None:
+            return best
+        started = clock()
+        state = self.state(row)
+        if not (state.ended or state.allows(best)):  # the mask only lowers others: an allowed argmax stays
+            best = int(np.argmax(state.apply(np.array(logits, dtype=np.float32))))
+        self.gen.grammar_seconds += clock() - started
+        return best
 
     def row_logits(self, row: int) -> np.ndarray:
         logits = self._processed(row)
-        if self.states is None or self.state(row).ended:  # past an end token: nothing is emitted from here
+        if self.states is None:
             return logits
-        return self.state(row).apply(np.array(logits, dtype=np.float32))
+        started = clock()
+        state = self.state(row)
+        if not state.ended:  # past an end token nothing is emitted from here
+            logits = state.apply(np.array(logits, dtype=np.float32))
+        self.gen.grammar_seconds += clock() - started
+        return logits
 
     def state(self, row: int) -> Constraint:
         """The grammar after the tokens on ``row``'s path."""

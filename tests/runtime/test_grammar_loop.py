@@ -68,6 +68,8 @@ def test_forced_tokens_join_the_draft_and_are_kept(noisy):
     res = single.generate("xyzA", max_tokens=20, draft_max=2, adaptive=False, grammar=grammar)
     assert res.text.startswith("PQR")
     assert res.stats.accepted_tokens >= 3  # P, Q and R were verified as drafts and kept
+    assert res.stats.forced_tokens >= 1 and res.stats.grammar_seconds > 0  # R, without a drafter call
+    assert res.stats.to_dict()["forced_tokens"] == res.stats.forced_tokens
 
 
 def test_a_cut_in_the_middle_is_a_length_stop(noisy):
