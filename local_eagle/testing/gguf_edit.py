@@ -1,5 +1,5 @@
 """A copy of a GGUF with some keys set or dropped, written with gguf-py's own writer (tests: a file type, a
-pooling type, on a tiny generated model)."""
+pooling type, a malformed vocabulary, on a tiny generated model)."""
 
 from __future__ import annotations
 
@@ -11,14 +11,27 @@ import numpy as np
 from gguf import GGUFReader, GGUFValueType, GGUFWriter
 
 
-def with_keys(src: Path, dst: Path, uint32: dict[str, int] | None = None, drop: Iterable[str] = ()) -> Path:
-    """``src`` as ``dst``, its ``uint32`` keys set (replacing any of the same name) and ``drop`` left out."""
-    uint32 = uint32 or {}
+def with_keys(
+    src: Path,
+    dst: Path,
+    uint32: dict[str, int] | None = None,
+    drop: Iterable[str] = (),
+    typed: dict[str, tuple[Any, GGUFValueType, GGUFValueType | None]] | None = None,
+) -> Path:
+    """``src`` as ``dst``, its ``uint32`` keys set (replacing any of the same name) and ``drop`` left out.
+
+    ``typed`` replaces keys in their place with ``(value, type, array item type or None)``: any type, a wrong one
+    too."""
+    uint32, typed = uint32 or {}, typed or {}
     skip = {"general.architecture", *uint32, *drop}
     r = GGUFReader(src)
     w = GGUFWriter(dst, arch=r.fields["general.architecture"].contents())
     for name, f in r.fields.items():
         if name.startswith("GGUF.") or name in skip:
+            continue
+        if name in typed:
+            value, vtype, sub = typed[name]
+            w.add_key_value(name, value, vtype, sub_type=sub)
             continue
         sub_type = f.types[1] if f.types[0] == GGUFValueType.ARRAY else None
         value: Any = f.contents()

@@ -13,40 +13,24 @@ import logging
 from pathlib import Path
 
 import httpx
-import numpy as np
 import openai
 import pytest
 from fastapi.testclient import TestClient
-from gguf import GGUFReader, GGUFValueType, GGUFWriter
+from gguf import GGUFValueType
 from test_store_serve import start
 
 from local_eagle.files import sha256_file
 from local_eagle.runtime.engine import EngineOptions
 from local_eagle.serve.store_app import StoreConfig, StoreFront
 from local_eagle.store import LocalStore
+from local_eagle.testing.gguf_edit import with_keys
 
 LOCAL = "http://127.0.0.1:11434"
 
 
 def with_tokens(src: Path, dst: Path, value: object, vtype: GGUFValueType, sub: GGUFValueType | None) -> Path:
     """A copy of ``src`` whose ``tokenizer.ggml.tokens`` is ``value`` (written with gguf-py's own writer)."""
-    r = GGUFReader(src)
-    w = GGUFWriter(dst, arch=r.fields["general.architecture"].contents())
-    for name, f in r.fields.items():
-        if name.startswith("GGUF.") or name == "general.architecture":
-            continue
-        if name == "tokenizer.ggml.tokens":
-            w.add_key_value(name, value, vtype, sub_type=sub)
-            continue
-        sub_type = f.types[1] if f.types[0] == GGUFValueType.ARRAY else None
-        w.add_key_value(name, f.contents(), f.types[0], sub_type=sub_type)
-    for t in r.tensors:
-        w.add_tensor(t.name, np.array(t.data), raw_dtype=t.tensor_type)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return dst
+    return with_keys(src, dst, typed={"tokenizer.ggml.tokens": (value, vtype, sub)})
 
 
 def add_entry(store: LocalStore, name: str, gguf: Path, good: Path, tmp_path: Path) -> None:
