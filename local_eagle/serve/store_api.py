@@ -172,6 +172,18 @@ async def _progress(run: Callable[[Callable[[dict], None]], None]) -> AsyncItera
     await task
 
 
+async def _run_answer(request: Request, run: Callable[..., None], stream: bool) -> Response:
+    """A create's or a pull's answer: ``run``'s statuses streamed (:func:`_progress`), or, ``stream`` false, one
+    ``{"status": "success"}`` once it is done (``run()`` without statuses; what it raises, a 400)."""
+    if stream:
+        return StreamingResponse(_progress(run), media_type="application/x-ndjson")
+    try:
+        await off_loop(request, run)
+    except (LocalEagleError, OSError) as e:
+        raise ApiError(400, _os_error_line(e) if isinstance(e, OSError) else str(e)) from None
+    return JSONResponse({"status": "success"})
+
+
 def _os_error_line(e: OSError) -> str:
     """An OSError about a request's path as one line; a path too long for the system is shortened in it."""
     return path_too_long(e.filename) if too_long(e) else str(e)
@@ -263,13 +275,7 @@ def create_store_api(front: StoreFront) -> FastAPI:
             entry = front.config.local.create_from(name, m, on_status=on_status)
             front.registry.unload(str(entry.name).lower())  # the next request loads the new one
 
-        if body.get("stream") is False:
-            try:
-                await off_loop(request, run)
-            except (LocalEagleError, OSError) as e:
-                raise ApiError(400, _os_error_line(e) if isinstance(e, OSError) else str(e)) from None
-            return JSONResponse({"status": "success"})
-        return StreamingResponse(_progress(run), media_type="application/x-ndjson")
+        return await _run_answer(request, run, body.get("stream") is not False)
 
     @app.post("/api/pull")
     async def pull(request: Request) -> Response:
@@ -324,13 +330,7 @@ async def _pull(request: Request, ref: str, stream: bool) -> Response:
         if on_status is not None:
             on_status({"status": "success"})
 
-    if not stream:
-        try:
-            await off_loop(request, run)
-        except (LocalEagleError, OSError) as e:
-            raise ApiError(400, _os_error_line(e) if isinstance(e, OSError) else str(e)) from None
-        return JSONResponse({"status": "success"})
-    return StreamingResponse(_progress(run), media_type="application/x-ndjson")
+    return await _run_answer(request, run, stream)
 
 
 def _ps(front: StoreFront) -> dict[str, Any]:
