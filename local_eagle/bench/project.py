@@ -21,7 +21,7 @@ import numpy as np
 from local_eagle.errors import LocalEagleError
 
 if TYPE_CHECKING:
-    from local_eagle.runtime.draftcost import FixedCosts
+    from local_eagle.runtime.policy.draftcost import FixedCosts
 
 PROFILES = Path(__file__).parent / "profiles"
 
@@ -43,7 +43,7 @@ class CostProfile:
     def fixed_costs(self, rows: int = 256, host_ms: float = 0.1) -> FixedCosts:
         """The profile as the policy's costs (seconds), so it decides as it would on that machine; a profile
         without a host time gets ``host_ms``."""
-        from local_eagle.runtime.draftcost import FixedCosts
+        from local_eagle.runtime.policy.draftcost import FixedCosts
 
         host = self.host_ms if self.host_ms is not None else host_ms
         verify = [0.0] + [self.verify(r) / 1e3 for r in range(1, rows + 1)]

@@ -15,9 +15,9 @@ import os
 from dataclasses import asdict, dataclass, field
 
 from local_eagle.errors import LocalEagleError
-from local_eagle.runtime.draftcost import CostModel
 from local_eagle.runtime.engine import Engine
 from local_eagle.runtime.identity import DIVERGENT, IDENTICAL, NEAR_TIE, check_identity
+from local_eagle.runtime.policy.draftcost import CostModel
 from local_eagle.runtime.sampling import GREEDY
 from local_eagle.runtime.stats import GenerationTotals
 from local_eagle.runtime.tree import TreeShape

@@ -28,7 +28,7 @@ from local_eagle.cli.options import (
 )
 from local_eagle.errors import LocalEagleError
 from local_eagle.ollama.parameters import PARAMETERS
-from local_eagle.runtime.lengths import AUTO_TREE_NODES, AUTO_TREE_WIDTH
+from local_eagle.runtime.policy.lengths import AUTO_TREE_NODES, AUTO_TREE_WIDTH
 
 
 @friendly
@@ -134,7 +134,7 @@ def bench(
     """
     from local_eagle.bench.run import DraftSetting, read_prompts, run_bench
     from local_eagle.cli.run import draft_lengths_text
-    from local_eagle.runtime.lengths import AUTO_DRAFT_MAX
+    from local_eagle.runtime.policy.lengths import AUTO_DRAFT_MAX
     from local_eagle.runtime.tree import TreeShape
 
     if no_tree and tree:

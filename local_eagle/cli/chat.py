@@ -44,7 +44,7 @@ from local_eagle.ollama.modelfile import (
     format_modelfile,
     format_parameter,
 )
-from local_eagle.runtime.lengths import AUTO_DRAFT_MAX
+from local_eagle.runtime.policy.lengths import AUTO_DRAFT_MAX
 from local_eagle.runtime.sampling import SamplingParams
 from local_eagle.runtime.stats import GenerationTotals
 from local_eagle.runtime.tree import TreeShape

@@ -23,7 +23,7 @@ from local_eagle.cli.console import err
 from local_eagle.cli.options import DEFAULT_CTX
 from local_eagle.errors import GGUFError, LlamaError, LocalEagleError
 from local_eagle.ollama.parameters import PARAMETERS
-from local_eagle.runtime.lengths import AUTO_TREE_NODES, AUTO_TREE_WIDTH
+from local_eagle.runtime.policy.lengths import AUTO_TREE_NODES, AUTO_TREE_WIDTH
 from local_eagle.units import human_bytes
 
 if TYPE_CHECKING:

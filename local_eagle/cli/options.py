@@ -23,7 +23,7 @@ import typer
 from local_eagle.cli.console import warn
 from local_eagle.errors import LocalEagleError
 from local_eagle.ollama.parameters import PARAMETERS, ParameterError, check, format_value
-from local_eagle.runtime.lengths import AUTO_TREE_NODES, AUTO_TREE_WIDTH
+from local_eagle.runtime.policy.lengths import AUTO_TREE_NODES, AUTO_TREE_WIDTH
 from local_eagle.runtime.sampling import SamplingParams
 from local_eagle.runtime.tree import MAX_SEQ, TreeShape
 
@@ -336,8 +336,8 @@ def parse_draft_max(value: str | None, flag: str = "--draft-max") -> int | None:
 
 
 def draft_bound(pair: ModelPair, value: str | None, fixed: bool) -> int:
-    """The draft length's bound for a pair given by flags or a Modelfile (``runtime.lengths.resolve_draft_max``)."""
-    from local_eagle.runtime.lengths import resolve_draft_max
+    """The draft length's bound for a pair given by flags or a Modelfile (``policy.lengths.resolve_draft_max``)."""
+    from local_eagle.runtime.policy.lengths import resolve_draft_max
 
     modelfile_draft = pair.modelfile is not None and pair.modelfile.draft is not None
     return resolve_draft_max(parse_draft_max(value), pair.parameters, modelfile_draft, fixed)

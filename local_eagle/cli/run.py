@@ -267,7 +267,7 @@ def demo(
     from local_eagle.assets import DEMO_PROMPT, demo_drafter, demo_target
     from local_eagle.runtime.engine import Engine, EngineOptions
     from local_eagle.runtime.identity import DIVERGENT, check_identity
-    from local_eagle.runtime.lengths import explain, resolve_draft_max
+    from local_eagle.runtime.policy.lengths import explain, resolve_draft_max
 
     warn_if_cpu_only()
     target, draft = demo_target(), demo_drafter()

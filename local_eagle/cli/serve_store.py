@@ -56,7 +56,7 @@ def store_config(
 ) -> StoreConfig:  # fmt: skip
     """The store server's settings from ``serve``'s flags: the engine settings ``serve -m`` gives a pair (the
     cost-aware policy unless ``fixed``, trees as ``--tree`` says), each model's draft bound from ``--draft-max``,
-    else its Modelfile, else the default (``runtime.lengths.resolve_draft_max``, per model as it loads)."""
+    else its Modelfile, else the default (``runtime.policy.lengths.resolve_draft_max``, per model as it loads)."""
     from local_eagle.llamacpp.backends import gpu_offload_supported
     from local_eagle.ollama.store import OllamaStore
     from local_eagle.serve.server import ServeConfig, check_config

@@ -5,7 +5,7 @@ An engine opened with ``EngineOptions.parallel`` N > 1 holds N sequences in one 
 the drafter's). Each :meth:`Engine.stream` call becomes a *seat*: a :class:`~local_eagle.runtime.rounds.Generation`
 on its own cache sequence and drafter feed, run by one scheduler thread. Each turn of that thread decodes one
 prompt chunk of every seat still in its prefill, then runs one round for every seat past it: each drafts (the
-length the :class:`~local_eagle.runtime.batchpolicy.BatchPolicy` chose for the batch, or its own fixed length),
+length the :class:`~local_eagle.runtime.policy.batch.BatchPolicy` chose for the batch, or its own fixed length),
 one target call decodes ``[last token, *drafts]`` of every seat, each on its sequence, and each seat accepts,
 commits and emits on its own, with its own sampling, stop strings and random stream, so that each output is the
 target's own whatever else shares the batch. A seat that ends frees its sequence's cells for the next request.
@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from local_eagle.errors import LocalEagleError
-from local_eagle.runtime.batchpolicy import PROBE_FIRST, BatchPolicy
 from local_eagle.runtime.chain import draft_together
-from local_eagle.runtime.draftlen import DraftLengthPolicy
 from local_eagle.runtime.feed import IDLE_CONTEXT, PROBE_CONTEXT, DrafterFeed
-from local_eagle.runtime.lengths import FixedLengths
+from local_eagle.runtime.policy.batch import PROBE_FIRST, BatchPolicy
+from local_eagle.runtime.policy.draftlen import DraftLengthPolicy
+from local_eagle.runtime.policy.lengths import FixedLengths
 from local_eagle.runtime.rounds import STOP_CANCELLED, Generation, GenerationResult
 from local_eagle.runtime.verify import Drafted, verify
 

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from local_eagle.runtime.draftlen import DraftLengthPolicy
 from local_eagle.runtime.feed import PROBE_CONTEXT
+from local_eagle.runtime.policy.draftlen import DraftLengthPolicy
 from local_eagle.runtime.sampling import choose
 from local_eagle.runtime.stats import RoundStats
 

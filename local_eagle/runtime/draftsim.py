@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from local_eagle.runtime.draftlen import DraftLengthPolicy
+from local_eagle.runtime.policy.draftlen import DraftLengthPolicy
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The lossless EAGLE 3 / 3.1 draft-verify loop on llama.cpp: the engine that owns the models.
 
 An :class:`Engine` holds the target, the drafter, the layer capture, the drafter's input queue
-(``runtime.feed``) and the one adaptive draft-length policy (``runtime.lengths``) that all its
+(``runtime.feed``) and the one adaptive draft-length policy (``runtime.policy.lengths``) that all its
 generations share. Each call to :meth:`Engine.stream` runs a :class:`~local_eagle.runtime.rounds.Generation`:
 prefill, then draft-verify rounds until a stop.
 """
@@ -20,9 +20,10 @@ from local_eagle.errors import LocalEagleError
 from local_eagle.llamacpp.model import Context, ContextOptions, Model
 from local_eagle.runtime.batch import Batcher
 from local_eagle.runtime.drafter import Drafter, check_pair, read_spec
-from local_eagle.runtime.draftlen import DraftLengthPolicy
 from local_eagle.runtime.feed import DrafterFeed
-from local_eagle.runtime.lengths import PolicyHolder
+from local_eagle.runtime.policy.draftlen import DraftLengthPolicy
+from local_eagle.runtime.policy.lengths import PolicyHolder
+from local_eagle.runtime.policy.shapes import TreeChoice
 from local_eagle.runtime.rounds import (
     STOP_CANCELLED,
     STOP_CONTEXT,
@@ -35,7 +36,6 @@ from local_eagle.runtime.rounds import (
     prompt_logits,
 )
 from local_eagle.runtime.sampling import GREEDY, SamplingParams
-from local_eagle.runtime.shapes import TreeChoice
 from local_eagle.runtime.stats import GenerationStats
 from local_eagle.runtime.tree import CPU_TREE_NODES, MAX_SEQ, SlotCalibration, TreeShape
 from local_eagle.runtime.treeround import drafter_sequences

@@ -18,13 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from local_eagle.runtime.drafter import Drafter
-
-IDLE_CONTEXT = 16
-"""Rows the drafter is caught up on after an idle stretch longer than that (a window of the text)."""
-
-PROBE_CONTEXT = 4
-"""The window where probes cannot pay for themselves (``DraftLengthPolicy.hopeless``): a probe there mostly re-checks
-the costs, so it records and catches up on fewer rows (each costs a share of a decode on such a machine)."""
+from local_eagle.runtime.policy.defaults import IDLE_CONTEXT, PROBE_CONTEXT  # noqa: F401 - read here too
 
 
 class DrafterFeed:

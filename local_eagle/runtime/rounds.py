@@ -1,7 +1,7 @@
 """One generation's draft-verify rounds: the phases of the loop and the state they share.
 
 Each round runs the phases llama.cpp's ``common/speculative`` names (docs/architecture.md): *draft* a
-chain with the drafter, as long as the draft lengths say (``runtime.lengths``), *verify* it in one target
+chain with the drafter, as long as the draft lengths say (``runtime.policy.lengths``), *verify* it in one target
 decode, *accept* a prefix (greedy match or rejection sampling), *commit* it (the target's cache rolled back
 to it, its rows queued for the drafter, ``runtime.feed``), and *learn* (the policy hears what it cost). The
 *prefill* before the first round decodes the prompt.
@@ -18,9 +18,9 @@ import numpy as np
 
 from local_eagle.llamacpp.model import Context
 from local_eagle.runtime.chain import ChainDraft, draft_alone
-from local_eagle.runtime.draftlen import DraftLengthPolicy
 from local_eagle.runtime.feed import IDLE_CONTEXT
-from local_eagle.runtime.lengths import DraftLengths, FixedLengths, state_dict
+from local_eagle.runtime.policy.draftlen import DraftLengthPolicy
+from local_eagle.runtime.policy.lengths import DraftLengths, FixedLengths, state_dict
 from local_eagle.runtime.sampling import (
     SamplingParams,
     apply_repeat_penalty,

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from local_eagle.runtime.draftlen import DraftLengthPolicy
+from local_eagle.runtime.policy.draftlen import DraftLengthPolicy
+from local_eagle.runtime.policy.shapes import TreeChoice, grow, prior_quotas
 from local_eagle.runtime.sampling import apply_repeat_penalty, probabilities
-from local_eagle.runtime.shapes import TreeChoice, grow, prior_quotas
 from local_eagle.runtime.stats import RoundStats
 from local_eagle.runtime.tree import DraftTree, TreeShape, VerifyTree, children_slots
 from local_eagle.runtime.verify import Drafted

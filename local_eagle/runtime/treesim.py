@@ -1,7 +1,7 @@
 """Synthetic drafters and machines to run the draft-shape policy against, without a model.
 
 The chain simulator (``runtime.draftsim``) scores the draft-length policy against fixed draft lengths; this one
-scores the whole default, the policy's chains and its priced trees (``runtime.shapes``), against every fixed
+scores the whole default, the policy's chains and its priced trees (``runtime.policy.shapes``), against every fixed
 shape, chains of k and trees of N nodes, on cost curves of real machines. Drafts live in a synthetic tree whose
 truth is known: at every node the drafter reports slot probabilities and each slot has a true chance of being
 the target's next token, so a round's expected tokens are scored exactly rather than sampled, while the policy
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from local_eagle.runtime.draftlen import DraftLengthPolicy
-from local_eagle.runtime.shapes import TreeChoice, grow
+from local_eagle.runtime.policy.draftlen import DraftLengthPolicy
+from local_eagle.runtime.policy.shapes import TreeChoice, grow
 from local_eagle.runtime.tree import DraftTree, TreeShape
 
 ROWS = 65

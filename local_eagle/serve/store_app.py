@@ -24,7 +24,7 @@ from local_eagle.errors import LlamaError, LocalEagleError
 from local_eagle.ollama.modelfile import Modelfile, resolve_model
 from local_eagle.ollama.store import Name, OllamaStore, StoreError, check_name
 from local_eagle.runtime.engine import EngineOptions
-from local_eagle.runtime.lengths import resolve_draft_max
+from local_eagle.runtime.policy.lengths import resolve_draft_max
 from local_eagle.runtime.tree import TreeShape
 from local_eagle.serve import models
 from local_eagle.serve.access import Access, AccessGuard

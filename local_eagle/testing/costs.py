@@ -6,12 +6,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from local_eagle.runtime.draftcost import CostModel, DeafCosts
-from local_eagle.runtime.shapes import TreeChoice
+from local_eagle.runtime.policy.draftcost import CostModel, DeafCosts
+from local_eagle.runtime.policy.shapes import TreeChoice
 
 if TYPE_CHECKING:
-    from local_eagle.runtime.draftlen import DraftLengthPolicy
     from local_eagle.runtime.engine import Engine
+    from local_eagle.runtime.policy.draftlen import DraftLengthPolicy
 
 
 class FrozenCosts(DeafCosts):

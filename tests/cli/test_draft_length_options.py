@@ -10,7 +10,7 @@ import pytest
 from local_eagle.cli.chat import ChatSession
 from local_eagle.cli.options import ModelPair, draft_bound, parse_draft_max
 from local_eagle.errors import LocalEagleError
-from local_eagle.runtime.lengths import AUTO_DRAFT_MAX, FIXED_DRAFT_MAX
+from local_eagle.runtime.policy.lengths import AUTO_DRAFT_MAX, FIXED_DRAFT_MAX
 
 
 def test_parse_draft_max() -> None:

@@ -19,7 +19,7 @@ from local_eagle.cli.loading import LoadOptions, buffer_bytes
 from local_eagle.cli.options import TreeSetting, parse_tree
 from local_eagle.errors import LocalEagleError
 from local_eagle.runtime.engine import Engine
-from local_eagle.runtime.lengths import AUTO_TREE_NODES, AUTO_TREE_WIDTH
+from local_eagle.runtime.policy.lengths import AUTO_TREE_NODES, AUTO_TREE_WIDTH
 from local_eagle.runtime.tree import TreeShape
 from local_eagle.testing.vram_fixtures import DrafterShape, ShapeSpec, write_drafter_gguf, write_shape_gguf
 

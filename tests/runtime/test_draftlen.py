@@ -8,8 +8,6 @@ import math
 import numpy as np
 import pytest
 
-from local_eagle.runtime.draftcost import CostModel
-from local_eagle.runtime.draftlen import AcceptanceModel, DraftLengthPolicy, plan
 from local_eagle.runtime.draftsim import (
     CPU,
     GPU,
@@ -21,7 +19,9 @@ from local_eagle.runtime.draftsim import (
     fixed_rate,
     simulate,
 )
-from local_eagle.runtime.lengths import explain, state_dict
+from local_eagle.runtime.policy.draftcost import CostModel
+from local_eagle.runtime.policy.draftlen import AcceptanceModel, DraftLengthPolicy, plan
+from local_eagle.runtime.policy.lengths import explain, state_dict
 
 T1 = 0.02
 

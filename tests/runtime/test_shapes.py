@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from local_eagle.runtime.draftlen import DraftLengthPolicy
-from local_eagle.runtime.shapes import (
+from local_eagle.runtime.policy.draftlen import DraftLengthPolicy
+from local_eagle.runtime.policy.shapes import (
     Prices,
     TreeChoice,
     grow,

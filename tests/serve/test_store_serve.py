@@ -237,7 +237,7 @@ def _speculative(config, model: str = "cyc") -> tuple[dict, int, bool]:
 def test_the_store_server_drafts_with_the_cost_aware_policy_as_serve_m_does(store, monkeypatch) -> None:
     """It reported a fixed chain of 4 every round (no ``adaptive`` in its engine settings), where ``serve -m``
     runs the policy up to 8: both now take their settings from one resolver."""
-    from local_eagle.runtime.lengths import AUTO_DRAFT_MAX
+    from local_eagle.runtime.policy.lengths import AUTO_DRAFT_MAX
 
     config = _store_config(store, monkeypatch)
     assert config.options.adaptive and config.draft_max is None and config.tree is None

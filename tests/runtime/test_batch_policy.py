@@ -1,11 +1,11 @@
-"""The batch's draft length (runtime.batchpolicy): pure maths and the probe schedule, no model."""
+"""The batch's draft length (runtime.policy.batch): pure maths and the probe schedule, no model."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from local_eagle.runtime.batchpolicy import (
+from local_eagle.runtime.policy.batch import (
     PROBE_FIRST,
     PROBE_LAST,
     BatchPolicy,

@@ -2,7 +2,7 @@
 
 A tree pays where a target call of many rows costs little more than one (a GPU): its off-path nodes are
 alternatives, each accepted less often than the drafter's first choice, and each costs a verify row. So the
-choice is made on the measured costs, like the chain's stopping rule (``runtime.draftlen``) and with the same
+choice is made on the measured costs, like the chain's stopping rule (``runtime.policy.draftlen``) and with the same
 objective, tokens per second over the long run (Dinkelbach's parametrisation: a node is worth its row when its
 chance of being on the accepted path exceeds ``rate`` times the row's cost, ``rate`` being the best long-run
 tokens per second found so far):
@@ -14,7 +14,7 @@ tokens per second found so far):
 - after drafting, :func:`verify_count`: how many of the best nodes to verify.
 
 A node's chance of being on the accepted path is the product of its ancestors' and its own slot acceptance,
-the policy's calibration (:class:`~local_eagle.runtime.draftlen.AcceptanceModel`) applied to each slot's draft
+the policy's calibration (:class:`~local_eagle.runtime.policy.draftlen.AcceptanceModel`) applied to each slot's draft
 probability; the tree's rounds feed that calibration too. Every decision reads the drafter's outputs and
 earlier rounds only, never the target's output at the positions the round verifies, so output stays lossless.
 """
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from local_eagle.runtime.draftlen import DraftLengthPolicy
+from local_eagle.runtime.policy.draftlen import DraftLengthPolicy
 from local_eagle.runtime.tree import DraftTree, TreeShape
 
 

@@ -1,6 +1,6 @@
 """Online estimates of what a speculative round costs, from the timings the engine measures anyway.
 
-The draft-length policy (``runtime.draftlen``) needs the target call's cost for every row count it
+The draft-length policy (``runtime.policy.draftlen``) needs the target call's cost for every row count it
 may verify, including counts it has not tried yet, one draft step's cost and the host time per
 round; on a shared machine single timings are noisy and now and then far off.
 """

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from local_eagle.runtime.draftcost import CostModel
+from local_eagle.runtime.policy.draftcost import CostModel
 
 _EPS = 1e-3
 

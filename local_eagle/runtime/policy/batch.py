@@ -23,14 +23,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from local_eagle.runtime.draftcost import Window
+from local_eagle.runtime.policy.defaults import BATCH_DECAY, BATCH_PROBE_FIRST, BATCH_PROBE_LAST
+from local_eagle.runtime.policy.draftcost import Window
 
-DECAY = 0.98
-"""Per round, the weight of what earlier rounds said about acceptance: the text changes."""
-PROBE_FIRST = 8
-"""Rounds between probes of k = 1 while the batch does not draft, at first ..."""
-PROBE_LAST = 64
-"""... and at most, after probes that did not pay (each costs about a call of twice the rows)."""
+DECAY, PROBE_FIRST, PROBE_LAST = BATCH_DECAY, BATCH_PROBE_FIRST, BATCH_PROBE_LAST
 MIN_SAMPLES = 2
 
 

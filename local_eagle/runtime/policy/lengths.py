@@ -1,6 +1,6 @@
 """How many tokens a round drafts: a fixed number (benchmarks), or the engine's cost-aware policy.
 
-Both speak the protocol of :class:`~local_eagle.runtime.draftlen.DraftLengthPolicy` (``begin_round``,
+Both speak the protocol of :class:`~local_eagle.runtime.policy.draftlen.DraftLengthPolicy` (``begin_round``,
 ``extend``, ``take``, ``end_round``), so the draft phase has one loop. The adaptive policy belongs to the
 :class:`~local_eagle.runtime.engine.Engine`, not to one generation: what it learnt about this machine's
 costs and this drafter's calibration carries over from one answer to the next. It is built once the
@@ -13,14 +13,15 @@ import statistics
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from local_eagle.runtime.draftcost import CostModel
-from local_eagle.runtime.draftlen import DraftLengthPolicy, PolicyState
-
-AUTO_DRAFT_MAX = 8
-"""The adaptive policy's bound when neither a flag nor a Modelfile gives one: it drafts that deep only where it pays."""
-
-FIXED_DRAFT_MAX = 4
-"""A fixed draft length's default when neither a flag nor the Modelfile gives one (Ollama's draft_num_predict)."""
+from local_eagle.runtime.policy.defaults import (  # noqa: F401 - the bounds the front ends read here too
+    AUTO_DRAFT_MAX,
+    AUTO_TREE_NODES,
+    AUTO_TREE_WIDTH,
+    FIXED_DRAFT_MAX,
+    T1_ROUNDS,
+)
+from local_eagle.runtime.policy.draftcost import CostModel
+from local_eagle.runtime.policy.draftlen import DraftLengthPolicy, PolicyState
 
 
 def resolve_draft_max(flag: int | None, parameters: Mapping[str, Any], modelfile_draft: bool, fixed: bool) -> int:
@@ -32,18 +33,6 @@ def resolve_draft_max(flag: int | None, parameters: Mapping[str, Any], modelfile
     if modelfile_draft and "draft_num_predict" in parameters:
         return int(parameters["draft_num_predict"])
     return FIXED_DRAFT_MAX if fixed else AUTO_DRAFT_MAX
-
-
-AUTO_TREE_NODES = 63
-"""The largest draft tree the adaptive policy may verify when neither a flag nor a Modelfile says otherwise: 64 rows,
-where public RTX 4090 tables put a target call at ~1.1-1.5x one row. It verifies fewer nodes, a chain or nothing
-wherever the measured costs say so (every round on a CPU, whose calls cost in proportion to their rows)."""
-
-AUTO_TREE_WIDTH = 8
-"""Frontier nodes the adaptive policy's trees expand per drafter call (SGLang's EAGLE-3 top-k range is 4-8)."""
-
-T1_ROUNDS = 4
-"""1-row target calls measured before the policy is built (their median is its first cost estimate)."""
 
 
 class DraftLengths(Protocol):

@@ -1,0 +1,36 @@
+"""The draft-shape policy's defaults, in one place: the front ends, the engine and the policies read them here."""
+
+from __future__ import annotations
+
+AUTO_DRAFT_MAX = 8
+"""The adaptive policy's bound when neither a flag nor a Modelfile gives one: it drafts that deep only where it pays."""
+
+FIXED_DRAFT_MAX = 4
+"""A fixed draft length's default when neither a flag nor the Modelfile gives one (Ollama's draft_num_predict)."""
+
+AUTO_TREE_NODES = 63
+"""The largest draft tree the adaptive policy may verify when neither a flag nor a Modelfile says otherwise: 64 rows,
+where public RTX 4090 tables put a target call at ~1.1-1.5x one row. It verifies fewer nodes, a chain or nothing
+wherever the measured costs say so (every round on a CPU, whose calls cost in proportion to their rows)."""
+
+AUTO_TREE_WIDTH = 8
+"""Frontier nodes the adaptive policy's trees expand per drafter call (SGLang's EAGLE-3 top-k range is 4-8)."""
+
+T1_ROUNDS = 4
+"""1-row target calls measured before the policy is built (their median is its first cost estimate)."""
+
+IDLE_CONTEXT = 16
+"""Rows the drafter is caught up on after an idle stretch longer than that (a window of the text)."""
+
+PROBE_CONTEXT = 4
+"""The window where probes cannot pay for themselves (``DraftLengthPolicy.hopeless``): a probe there mostly re-checks
+the costs, so it records and catches up on fewer rows (each costs a share of a decode on such a machine)."""
+
+BATCH_DECAY = 0.98
+"""Per round, the weight of what earlier rounds said about a batch's acceptance: the text changes."""
+
+BATCH_PROBE_FIRST = 8
+"""Rounds between probes of one draft while a parallel batch does not draft, at first ..."""
+
+BATCH_PROBE_LAST = 64
+"""... and at most, after probes that did not pay (each costs about a call of twice the rows)."""
