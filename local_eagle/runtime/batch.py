@@ -27,7 +27,7 @@ import numpy as np
 from local_eagle.errors import LocalEagleError
 from local_eagle.runtime.chain import draft_together
 from local_eagle.runtime.feed import IDLE_CONTEXT, PROBE_CONTEXT, DrafterFeed
-from local_eagle.runtime.policy.batch import PROBE_FIRST, BatchPolicy
+from local_eagle.runtime.policy.batch import BatchPolicy
 from local_eagle.runtime.policy.draftlen import DraftLengthPolicy
 from local_eagle.runtime.policy.lengths import FixedLengths
 from local_eagle.runtime.rounds import STOP_CANCELLED, Generation, GenerationResult
@@ -218,7 +218,9 @@ class Batcher:
         if adaptive:
             bound = min(max(g.draft_length() for g in adaptive), target.n_batch // n - 1)
             k = policy.choose(n, max(0, bound))
-        window = PROBE_CONTEXT if policy.probe_every > PROBE_FIRST else IDLE_CONTEXT
+        # features for the window before a probe only (recording costs a share of every call); a whole window
+        # while the batch drafts
+        window = IDLE_CONTEXT if policy.last_k > 0 else PROBE_CONTEXT
         chains = []
         for seat in seats:
             gen = seat.gen

@@ -60,8 +60,8 @@ def test_on_a_cpu_the_batch_stops_drafting_and_probes_ever_more_rarely():
     policy = BatchPolicy()
     ks = _rounds(policy, 4, 400, lambda r: 0.01 * r, accept=0.6)
     assert ks[:2] == [0, 0]  # the plain call is measured first
-    assert sum(k > 0 for k in ks) < 20
-    assert policy.probe_every == PROBE_LAST
+    assert sum(k > 0 for k in ks) < 10
+    assert policy.hopeless and policy.probe_every > PROBE_LAST  # even sure drafts would not pay: rare re-checks
 
 
 def test_on_a_gpu_the_batch_drafts():

@@ -27,6 +27,7 @@ from local_eagle.runtime.policy.defaults import BATCH_DECAY, BATCH_PROBE_FIRST, 
 from local_eagle.runtime.policy.draftcost import Window
 
 DECAY, PROBE_FIRST, PROBE_LAST = BATCH_DECAY, BATCH_PROBE_FIRST, BATCH_PROBE_LAST
+HOPELESS_PROBE_EVERY = 16 * BATCH_PROBE_LAST
 MIN_SAMPLES = 2
 
 
@@ -86,6 +87,7 @@ class BatchPolicy:
     rounds: int = 0
     last_k: int = 0
     probing: bool = False
+    hopeless: bool = False
     last_rates: list[float] = field(default_factory=list)
 
     def acceptance(self, k_max: int) -> np.ndarray:
@@ -114,12 +116,25 @@ class BatchPolicy:
             )  # fmt: skip
             if self.probing:  # judged with what the probe measured: one that still loses makes the next rarer
                 self.probe_every = PROBE_FIRST if k > 0 else min(PROBE_LAST, 2 * self.probe_every)
+            # where even drafts that were always kept would not pay for their rows (measured), probes cannot win:
+            # they only re-measure, rarely (a CPU whose calls cost in proportion to their rows)
+            self.hopeless = k == 0 and self._cannot_pay(costs, n)
+            if self.hopeless:
+                self.probe_every = HOPELESS_PROBE_EVERY
             self.probing = k == 0 and self.rounds_until_probe() <= 0
             if self.probing:
                 k = 1
         self.since_draft = 0 if k > 0 else self.since_draft + 1
         self.last_k = k
         return k
+
+    def _cannot_pay(self, costs: list[float], n: int) -> bool:
+        """Would one draft per sequence lose even if every one were kept? Only once 2n-row calls were measured."""
+        if len(self.calls.get(2 * n, ())) < MIN_SAMPLES:
+            return False
+        kept = np.ones(1)
+        k, _ = best_length(costs, n, kept, self.first.median(0.0), self.step.median(0.0), self.host.median(0.0), 1)
+        return k == 0
 
     def rounds_until_probe(self) -> int:
         """Rounds before the next probe while the batch does not draft (the feeds want features that early)."""
@@ -151,4 +166,5 @@ class BatchPolicy:
             "acceptance": [round(float(x), 3) for x in self.acceptance(self.k_cap)],
             "call_ms": {str(r): round(1e3 * w.median(0.0), 3) for r, w in sorted(self.calls.items())},
             "probe_every": self.probe_every,
+            "hopeless": self.hopeless,
         }
