@@ -129,8 +129,13 @@ class Batcher:
         gen.pausable = False  # the batch decides when to record features, for every seat at once
         if engine.drafter is not None and engine.capture is not None:
             gen.feed = DrafterFeed(engine.drafter, engine.capture.width, gen.window, seq=gen.seq)
-        # the drafter decodes a prompt at once only where drafting starts at once; else its last rows wait (feed)
-        gen.lengths = FixedLengths() if gen.speculative and (not gen.adaptive or self.policy.last_k > 0) else None
+        # the drafter decodes a prompt at once only where drafting starts at once; else its last rows wait (feed),
+        # and where the batch has not drafted lately (and recording can pause) the prompt is not recorded at all:
+        # a window of later rows is, before the next probe
+        drafting = not gen.adaptive or self.policy.last_k > 0
+        gen.lengths = FixedLengths() if gen.speculative and drafting else None
+        capture = engine.capture
+        gen.prefill_features = drafting or capture is None or not capture.can_pause
         seat.started = clock()
         self.active.append(seat)
         gen.reset_caches()
@@ -169,8 +174,10 @@ class Batcher:
                 continue
             if seat.prefill is None:
                 continue
-            if gen.speculative and capture is not None and capture.paused:
+            if gen.speculative and gen.prefill_features and capture is not None and capture.paused:
                 capture.pause(False)
+            elif capture is not None and capture.can_pause and not (gen.speculative and gen.prefill_features):
+                capture.pause(True)
             try:
                 next(seat.prefill)
             except StopIteration as done:

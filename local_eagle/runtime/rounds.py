@@ -169,6 +169,7 @@ class Generation:
         self.logprobs: int | None = None  # None: none; n: each token's log-probability and the n likeliest
         self.token_logprobs: list[TokenLogprob] = []
         self.grammar_seconds = 0.0  # the grammar's host work (masks, consumes), reported in the stats
+        self.prefill_features = True  # record the prompt's features (a batch that has not drafted lately does not)
         self.shared = False  # other generations share the caches: only this one's sequence is cleared
         self.cancelled: Callable[[], bool] | None = None
         self.trees = TreeRounds(self, tree) if tree is not None and self.speculative else None
@@ -280,7 +281,7 @@ class Generation:
         decoded = 0
         for rows in decode_prompt(self.target, prompt, self.cancelled, self.seq):
             decoded += rows
-            if self.speculative:
+            if self.speculative and self.prefill_features:
                 features.append(self.capture.features(rows))
             if decoded < n_prompt:  # the last chunk's logits are read before anything else decodes
                 yield
@@ -296,7 +297,9 @@ class Generation:
             self.token_logprobs.append(token_logprob(processed, token, self.logprobs))
         if self.constraint is not None:
             self.constraint.consume(token)
-        if self.speculative:
+        if self.speculative and not self.prefill_features:  # the drafter starts from a window of later rows
+            self.feed.skip(0, n_prompt)
+        elif self.speculative:
             self.feed.push(0, np.append(prompt[1:], token), np.concatenate(features))
             policy = self.lengths if isinstance(self.lengths, DraftLengthPolicy) else None
             if self.lengths is not None and (policy is None or policy.idle_rounds < IDLE_CONTEXT):
