@@ -71,3 +71,14 @@ def test_on_a_gpu_the_batch_drafts():
     assert policy.probe_every == PROBE_FIRST
     state = policy.state()
     assert state["kind"] == "batch" and state["draft_length"] == ks[-1]
+
+
+def test_the_batch_explores_one_doubling_of_rows_at_a_time():
+    """Calls of 2 to 4 rows cost little more than one (a line through them says 36 rows are cheap); the batch
+    must not jump to 9 drafts a sequence on that line, only to calls of twice the rows measured."""
+    policy = BatchPolicy()
+    for rows, ms in ((2, 28.5), (3, 31.3), (4, 32.0)):
+        for _ in range(3):
+            policy.observe(rows, ms / 1e3, [0] * rows, [0] * rows)
+    k = policy.choose(4, 8)
+    assert 4 * (k + 1) <= 8
