@@ -29,8 +29,9 @@ the costs, so it records and catches up on fewer rows (each costs a share of a d
 BATCH_DECAY = 0.98
 """Per round, the weight of what earlier rounds said about a batch's acceptance: the text changes."""
 
-BATCH_PROBE_FIRST = 8
-"""Rounds between probes of one draft while a parallel batch does not draft, at first ..."""
+BATCH_PROBE_FIRST = 16
+"""Rounds between probes of one draft while a parallel batch does not draft, at first (each probe records the
+target's features for the window of rounds before it: at 8 that was most of the early rounds) ..."""
 
 BATCH_PROBE_LAST = 64
 """... and at most, after probes that did not pay (each costs about a call of twice the rows)."""
