@@ -6,11 +6,11 @@ import threading
 
 import numpy as np
 import pytest
-from scipy import stats
 
 from local_eagle.runtime.engine import Engine, EngineOptions
 from local_eagle.runtime.grammar import GrammarSpec
 from local_eagle.runtime.sampling import SamplingParams, probabilities
+from local_eagle.testing.chisquare import chisquare_pvalue
 
 SP = SamplingParams(temperature=1.0, top_k=3, top_p=1.0, min_p=0.0)
 GRAMMARS = [
@@ -21,15 +21,8 @@ GRAMMARS = [
 
 
 @pytest.fixture(scope="module")
-def noisy(tmp_path_factory):
-    from converters import convert, write_checkpoint
-    from local_eagle.testing.tiny_pair import make_cycle_drafter, write_cycle_target
-
-    d = tmp_path_factory.mktemp("grammar-loop")
-    target = write_cycle_target(d / "t.gguf", margin=0.25, noise=0.1, seed=4)
-    m = make_cycle_drafter(True, noise=0.05, seed=5)
-    draft = convert(write_checkpoint(m.state_dict(), m.cfg.to_dict(), d / "ckpt"), target, d / "d.gguf",
-                    outtype="f32").outfile  # fmt: skip
+def noisy(sampling_pair):
+    target, draft = sampling_pair
     single = Engine(target, draft, EngineOptions(n_ctx=256, n_batch=64, n_threads=1))
     parallel = Engine(target, draft, EngineOptions(n_ctx=256, n_batch=64, n_threads=1, parallel=3, adaptive=True))
     yield single, parallel
@@ -109,17 +102,6 @@ def _constrained_joint(eng: Engine, grammar: GrammarSpec, prompt: str, n: int) -
     return joint
 
 
-def _pvalue(counts: dict, joint: dict, n: int) -> float:
-    keys = sorted(joint)
-    obs = np.array([counts.get(k, 0) for k in keys], dtype=float)
-    exp = np.array([joint[k] for k in keys]) * n
-    assert sum(counts.values()) == n and set(counts) <= set(joint)
-    rare = exp < 5
-    if rare.any():
-        obs, exp = np.append(obs[~rare], obs[rare].sum()), np.append(exp[~rare], exp[rare].sum())
-    return float(stats.chisquare(obs, exp).pvalue)
-
-
 def test_sampling_under_a_grammar_is_the_constrained_target_distribution(noisy):
     """Three tokens, two of them through drafts masked by the grammar: their joint is the constrained target's
     (chi-square); the same counts against a joint with a little mass moved are told apart (the test has power)."""
@@ -137,10 +119,10 @@ def test_sampling_under_a_grammar_is_the_constrained_target_distribution(noisy):
         drafted += res.stats.drafted_tokens
         accepted += res.stats.accepted_tokens
     assert 0 < accepted < drafted
-    assert _pvalue(counts, joint, n) > 1e-3
+    assert chisquare_pvalue(counts, joint, n) > 1e-3
     ranked = sorted(joint, key=joint.get, reverse=True)
     biased = dict(joint)
     shift = min(0.05, biased[ranked[1]])
     biased[ranked[0]] += shift
     biased[ranked[1]] -= shift
-    assert _pvalue(counts, biased, n) < 1e-3
+    assert chisquare_pvalue(counts, biased, n) < 1e-3

@@ -13,15 +13,8 @@ from local_eagle.runtime.sampling import SamplingParams
 
 
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory):
-    from converters import convert, write_checkpoint
-    from local_eagle.testing.tiny_pair import make_cycle_drafter, write_cycle_target
-
-    d = tmp_path_factory.mktemp("logprobs")
-    target = write_cycle_target(d / "t.gguf", margin=0.25, noise=0.1, seed=4)
-    m = make_cycle_drafter(True, noise=0.05, seed=5)
-    draft = convert(write_checkpoint(m.state_dict(), m.cfg.to_dict(), d / "ckpt"), target, d / "d.gguf",
-                    outtype="f32").outfile  # fmt: skip
+def engine(sampling_pair):
+    target, draft = sampling_pair
     with Engine(target, draft, EngineOptions(n_ctx=256, n_batch=64, n_threads=1)) as eng:
         yield eng
 

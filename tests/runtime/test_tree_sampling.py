@@ -4,27 +4,20 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from scipy import stats
 
 from local_eagle.runtime.engine import Engine, EngineOptions
 from local_eagle.runtime.sampling import SamplingParams, probabilities
 from local_eagle.runtime.tree import TreeShape
+from local_eagle.testing.chisquare import chisquare_pvalue
 
 SP = SamplingParams(temperature=1.0, top_k=3, top_p=1.0, min_p=0.0)
 PROMPT = "xyzA"
 
 
 @pytest.fixture(scope="module")
-def noisy_pair(tmp_path_factory):
+def noisy_pair(sampling_pair):
     """The chain's sampling test pair (runtime/test_sampling.py): a blurred cycle, drafts right often, not always."""
-    from converters import convert, write_checkpoint
-    from local_eagle.testing.tiny_pair import make_cycle_drafter, write_cycle_target
-
-    d = tmp_path_factory.mktemp("tree-sampling")
-    target = write_cycle_target(d / "t.gguf", margin=0.25, noise=0.1, seed=4)
-    m = make_cycle_drafter(True, noise=0.05, seed=5)
-    ckpt = write_checkpoint(m.state_dict(), m.cfg.to_dict(), d / "ckpt")
-    draft = convert(ckpt, target, d / "d.gguf", outtype="f32").outfile
+    target, draft = sampling_pair
     eng = Engine(target, draft, EngineOptions(n_ctx=256, n_batch=32, n_threads=1, tree_nodes=16, tree_width=3))
     yield eng
     eng.close()
@@ -53,18 +46,6 @@ def _target_joint(eng: Engine, prompt: str, n: int) -> dict[tuple[int, ...], flo
     return joint
 
 
-def _chi2(counts: dict, joint: dict, n: int) -> float:
-    keys = sorted(joint)
-    obs = np.array([counts.get(k, 0) for k in keys], dtype=float)
-    exp = np.array([joint[k] for k in keys]) * n
-    assert sum(counts.values()) == n and set(counts) <= set(joint)
-    rare = exp < 5  # merged, so the chi-square approximation holds
-    if rare.any():
-        obs = np.append(obs[~rare], obs[rare].sum())
-        exp = np.append(exp[~rare], exp[rare].sum())
-    return float(stats.chisquare(obs, exp).pvalue)
-
-
 def test_tree_sampling_matches_the_target_distribution(noisy_pair):
     """Three tokens: the first from the prompt, the next two through a tree round (siblings tried in turn, the
     residual resampled, a bonus after a full accept); their joint is the target's (chi-square)."""
@@ -81,7 +62,7 @@ def test_tree_sampling_matches_the_target_distribution(noisy_pair):
         drafted += res.stats.drafted_tokens
         accepted += res.stats.accepted_tokens
     assert 0 < accepted < drafted
-    assert _chi2(counts, joint, n) > 1e-3
+    assert chisquare_pvalue(counts, joint, n) > 1e-3
 
 
 def test_adaptive_tree_sampling_matches_the_target_distribution(noisy_pair):
@@ -109,4 +90,4 @@ def test_adaptive_tree_sampling_matches_the_target_distribution(noisy_pair):
             counts[key] = counts.get(key, 0) + 1
             trees += any(t.drafted > 1 for t, _ in res.spec_stats.trace_trees)
         assert trees > 0.1 * n, trees  # the rest priced down to one node or none: this pair is rarely right
-        assert _chi2(counts, joint, n) > 1e-3
+        assert chisquare_pvalue(counts, joint, n) > 1e-3
