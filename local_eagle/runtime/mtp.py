@@ -31,11 +31,20 @@ from local_eagle.errors import LocalEagleError
 from local_eagle.llamacpp.model import GGML_TYPE_F16, Context, ContextOptions, Model
 from local_eagle.llamacpp.staging import staging
 
+MTP_ARCHS = frozenset(
+    {"glm4moe", "glm-dsa", "deepseek2", "deepseek32", "deepseek4", "qwen35", "qwen35moe", "qwen3next", "bailingmoe3",
+     "nemotron_h_moe", "cohere2moe", "mimo2", "hy_v3", "step35"}
+)  # fmt: skip
+"""The families whose model builds an MTP graph in llama-cpp-python 0.3.36 (docs/mtp.md): an MTP context on any
+other would reach an assertion, which aborts the process."""
+
 
 def mtp_refusal(model: Model) -> str | None:
     """Why ``model`` cannot draft with its own MTP head (None when it can)."""
     if model.n_layer_nextn <= 0:
         return f"{model.path.name} has no NextN (MTP) layers"
+    if model.arch() not in MTP_ARCHS:
+        return f"{model.path.name}: llama.cpp 0.3.36 builds no MTP graph for architecture '{model.arch()}'"
     if not model._params.load_mtp:
         return f"{model.path.name} was loaded without its MTP layers (Model(..., load_mtp=True))"
     if model.n_layer_nextn > 1:

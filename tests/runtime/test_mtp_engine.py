@@ -62,3 +62,13 @@ def test_off_when_asked_and_where_the_cache_cannot_roll_back(glm, tmp_path):
     with Engine(hybrid, None, OPTS) as eng:  # recurrent layers: a rejected draft cannot be dropped yet
         assert eng.drafter is None and eng.mtp_refusal
         assert eng.generate(PROMPTS[0], max_tokens=8, draft_max=3).stats.generated_tokens == 8
+
+
+def test_a_family_without_an_mtp_graph_is_refused_before_llama_cpp_asserts(glm, monkeypatch):
+    from local_eagle.llamacpp.model import Model
+    from local_eagle.runtime.mtp import mtp_refusal
+
+    monkeypatch.setattr(Model, "arch", lambda self: "llama")  # NextN layers in a family llama.cpp drafts none for
+    with Engine(glm, None, OPTS) as eng:
+        assert eng.drafter is None and "no MTP graph" in (eng.mtp_refusal or "")
+        assert mtp_refusal(eng.model) == eng.mtp_refusal
