@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import signal
 import tempfile
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 from local_eagle.errors import LocalEagleError
 
@@ -174,6 +176,18 @@ def read_text_input(path: str | os.PathLike[str], what: str, error: type[LocalEa
     except UnicodeDecodeError as e:
         line = data[: e.start].count(b"\n") + 1
         raise error(f"{path}:{line}: the {what} is not UTF-8 text (byte {e.start}); save it as UTF-8") from None
+
+
+def jsonl_records(path: str | os.PathLike[str], text: str) -> Iterator[tuple[int, Any]]:
+    """``(line number, value)`` for each non-blank line of a JSON Lines file's text; a line that is not JSON is
+    one error naming the file and the line."""
+    for i, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            yield i, json.loads(line)
+        except ValueError as e:
+            raise LocalEagleError(f"{path}:{i}: not valid JSON ({getattr(e, 'msg', e)})") from None
 
 
 def sha256_file(path: str | os.PathLike[str], on_bytes: Callable[[int], None] | None = None) -> str:

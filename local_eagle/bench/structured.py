@@ -59,7 +59,7 @@ def read_structured_tasks(path: str | os.PathLike[str], default: GrammarSpec | N
     """Tasks from a prompts file. A JSONL line may carry its own ``schema`` (a JSON schema object) beside its
     ``prompt``; a line without one takes ``default`` (``--json-schema`` / ``--grammar`` / ``--format``). A line
     with neither, or a schema llguidance refuses, is an error naming the line."""
-    from local_eagle.files import read_text_input
+    from local_eagle.files import jsonl_records, read_text_input
 
     p = Path(path)
     raw = read_text_input(p, "prompts file")
@@ -68,13 +68,7 @@ def read_structured_tasks(path: str | os.PathLike[str], default: GrammarSpec | N
         if default is None:
             raise LocalEagleError(f"{p}: plain-text prompts carry no schema; give --json-schema FILE or --grammar FILE")
         return [StructuredTask(par.strip(), default) for par in raw.split("\n\n") if par.strip()]
-    for i, line in enumerate(raw.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except ValueError as e:
-            raise LocalEagleError(f"{p}:{i}: not valid JSON ({e.msg})") from None
+    for i, obj in jsonl_records(p, raw):
         if isinstance(obj, str):
             obj = {"prompt": obj}
         if not isinstance(obj, dict) or not isinstance(obj.get("prompt", obj.get("text")), str):

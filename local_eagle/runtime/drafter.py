@@ -240,6 +240,9 @@ class Drafter:
             return rms_norm(prenorm, self.spec.output_norm_weight, self.spec.eps)
         return prenorm
 
+    def prime(self, token: int, seq: int = 0) -> None:
+        """Nothing to do: an EAGLE drafter's first row is the prompt's (an MTP head has a row before it)."""
+
     def remove_from(self, pos: int, seq: int = 0) -> None:
         self.ctx.remove_from(pos, seq)
 

@@ -132,7 +132,7 @@ class Engine:
             mtp = self.mtp_refusal is None
             if mtp:
                 self.capture = MtpCapture(self.model)
-        callback = getattr(self.capture, "callback", None)
+        callback = self.capture.callback if self.capture is not None else None
         # trees need a sequence per leaf; a multi-sequence cache costs memory (a SWA model's window grows with the
         # sequences), so a context gets them only when trees may be asked for
         self.parallel = parallel = options.parallel

@@ -108,9 +108,7 @@ def check_identity(
     a, b = baseline.tokens, speculative.tokens
     if a == b:
         return IdentityCheck(IDENTICAL)
-    j = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
-    tokens = engine.tokenize(prompt) if isinstance(prompt, str) else np.asarray(prompt, dtype=np.int32)
-    single = _replay_single(engine, tokens, a[:j])
+    j, tokens, single = _first_difference(engine, prompt, a, b)
     batched = _replay_batched(engine, tokens, b, j, speculative.spec_stats)
     if sampling.repeat_penalty != 1.0:
         history = np.concatenate([tokens, np.asarray(a[:j], dtype=np.int32)])
@@ -140,9 +138,7 @@ def check_identity_batched(
     a, b = baseline.tokens, speculative.tokens
     if a == b:
         return IdentityCheck(IDENTICAL)
-    j = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
-    tokens = engine.tokenize(prompt) if isinstance(prompt, str) else np.asarray(prompt, dtype=np.int32)
-    single = _replay_single(engine, tokens, a[:j])
+    j, tokens, single = _first_difference(engine, prompt, a, b)
     ta = a[j] if j < len(a) else _stop_choice(engine, single)
     tb = b[j] if j < len(b) else None
     if ta is None or tb is None:
@@ -154,6 +150,15 @@ def check_identity_batched(
     near_tie = int(np.argmax(single)) == ta and 0.0 <= gap <= KERNEL_NOISE * scale
     d = Divergence(j, len(tokens) + j, ta, tb, gap, float("nan"), float("nan"), scale, False, near_tie)
     return IdentityCheck(NEAR_TIE if near_tie else DIVERGENT, d)
+
+
+def _first_difference(
+    engine: Engine, prompt: str | np.ndarray, a: list[int], b: list[int]
+) -> tuple[int, np.ndarray, np.ndarray]:
+    """Where two outputs first differ, the prompt's tokens, and the target alone's logits there (replayed)."""
+    j = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+    tokens = engine.tokenize(prompt) if isinstance(prompt, str) else np.asarray(prompt, dtype=np.int32)
+    return j, tokens, _replay_single(engine, tokens, a[:j])
 
 
 def _stop_choice(engine: Engine, logits: np.ndarray) -> int | None:

@@ -65,6 +65,7 @@ class MtpCapture:
     mode = "native"
     can_pause = False
     paused = False
+    callback = None  # staged by the graph: no eval callback
 
     def __init__(self, model: Model) -> None:
         self.model = model

@@ -232,7 +232,7 @@ class Generation:
                 self.feed.reset()
             if self.capture is not None:
                 self.capture.set_enabled(self.speculative)
-        if self.speculative and hasattr(self.drafter, "prime"):  # an MTP head's row at its position 0
+        if self.speculative:  # an MTP head's row at its position 0 (an EAGLE drafter has none)
             self.drafter.prime(int(self.prompt[0]), self.seq)
 
     def recent_history(self, last_token: int, drafts: list[int]) -> np.ndarray:

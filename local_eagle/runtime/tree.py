@@ -303,11 +303,12 @@ class VerifyTree:
 
     @classmethod
     def chain(cls, root: int, drafts: list[int]) -> VerifyTree:
-        tree = DraftTree(root)
-        parent = 0
-        for token in drafts:
-            parent = tree.add_children(parent, [token], [0.0])[0]
-        return cls.from_nodes(tree, list(range(len(tree))))
+        """The tree with one branch, built directly: every chain round verifies one."""
+        rows = np.arange(len(drafts) + 1, dtype=np.int64)
+        return cls(
+            nodes=rows.tolist(), tokens=np.array([root, *drafts], dtype=np.int32), parents=rows - 1, depths=rows,
+            children=[[r + 1] for r in range(len(drafts))] + [[]], probs=np.ones(len(rows)),
+        )  # fmt: skip
 
     def __len__(self) -> int:
         return len(self.tokens)

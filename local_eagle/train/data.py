@@ -9,7 +9,6 @@ interrupted run resumes where it stopped.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from local_eagle.errors import LocalEagleError
-from local_eagle.files import atomic_output, read_text_input
+from local_eagle.files import atomic_output, jsonl_records, read_text_input
 from local_eagle.llamacpp.bindings import Context, ContextOptions
 from local_eagle.runtime.sampling import GREEDY
 from local_eagle.train.defaults import PROMPT_MAX_TOKENS
@@ -39,13 +38,7 @@ def read_samples(path: str | os.PathLike[str]) -> list[Sample]:
     raw = read_text_input(p, "prompts file")
     samples: list[Sample] = []
     if p.suffix == ".jsonl":
-        for i, line in enumerate(raw.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except ValueError as e:
-                raise LocalEagleError(f"{p}:{i}: not valid JSON ({e.msg})") from None
+        for i, obj in jsonl_records(p, raw):
             if isinstance(obj, dict) and isinstance(obj.get("prompt"), str):
                 samples.append(Sample(obj["prompt"], True))
             elif isinstance(obj, dict) and isinstance(obj.get("text"), str):

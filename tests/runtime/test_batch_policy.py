@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 
 from local_eagle.runtime.policy.batch import (
-    PROBE_FIRST,
-    PROBE_LAST,
     BatchPolicy,
     best_length,
     expected_tokens,
     line_costs,
 )
+from local_eagle.runtime.policy.defaults import BATCH_PROBE_FIRST as PROBE_FIRST
+from local_eagle.runtime.policy.defaults import BATCH_PROBE_LAST as PROBE_LAST
 
 
 def test_expected_tokens_is_one_plus_the_kept_prefix():

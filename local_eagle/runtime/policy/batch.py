@@ -26,7 +26,6 @@ import numpy as np
 from local_eagle.runtime.policy.defaults import BATCH_DECAY, BATCH_PROBE_FIRST, BATCH_PROBE_LAST
 from local_eagle.runtime.policy.draftcost import Window
 
-DECAY, PROBE_FIRST, PROBE_LAST = BATCH_DECAY, BATCH_PROBE_FIRST, BATCH_PROBE_LAST
 HOPELESS_PROBE_EVERY = 16 * BATCH_PROBE_LAST
 MIN_SAMPLES = 2
 
@@ -82,7 +81,7 @@ class BatchPolicy:
     first: Window = field(default_factory=lambda: Window(16))
     step: Window = field(default_factory=lambda: Window(16))
     host: Window = field(default_factory=lambda: Window(16))
-    probe_every: int = PROBE_FIRST
+    probe_every: int = BATCH_PROBE_FIRST
     since_draft: int = 0
     rounds: int = 0
     last_k: int = 0
@@ -119,7 +118,7 @@ class BatchPolicy:
                 self.host.median(0.0), k_max,
             )  # fmt: skip
             if self.probing:  # judged with what the probe measured: one that still loses makes the next rarer
-                self.probe_every = PROBE_FIRST if k > 0 else min(PROBE_LAST, 2 * self.probe_every)
+                self.probe_every = BATCH_PROBE_FIRST if k > 0 else min(BATCH_PROBE_LAST, 2 * self.probe_every)
             # where even drafts that were always kept would not pay for their rows (measured), probes cannot win:
             # they only re-measure, rarely (a CPU whose calls cost in proportion to their rows)
             self.hopeless = k == 0 and self._cannot_pay(costs, n)
@@ -149,8 +148,8 @@ class BatchPolicy:
         """One round: its call's rows and seconds, each sequence's drafts and how many were kept, and the
         seconds of the drafter's first and later calls where they ran."""
         self.calls.setdefault(rows, Window(16)).add(seconds)
-        self.hits *= DECAY
-        self.tries *= DECAY
+        self.hits *= BATCH_DECAY
+        self.tries *= BATCH_DECAY
         for d, a in zip(drafted, accepted, strict=True):
             reached = min(d, a + 1)
             self.tries[:reached] += 1.0
