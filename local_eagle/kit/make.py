@@ -39,7 +39,7 @@ from local_eagle.kit.deps import Pin, wheels_needed
 CALL_LIMIT = 64 * MIB
 MARGIN = 1 * MIB  # room for the tree to grow a little after the kit was made
 PLATFORMS = ("manylinux_2_31_x86_64", "manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64",
-             "manylinux2014_x86_64",             "manylinux1_x86_64", "any")  # fmt: skip
+             "manylinux2014_x86_64", "manylinux1_x86_64", "any")  # fmt: skip
 LLAMA_CPP_PYTHON = "llama-cpp-python"
 BUNDLE = "call"
 
