@@ -77,6 +77,8 @@ class Stage:
     budget: float  # seconds: its timeout, and what must be left for it to start
     needs: tuple[str, ...]  # stages that must have succeeded first
     run: Callable[[Env, float], dict]
+    extra: bool = False  # outside the plan's budget: runs on what a call has left, or by --only
+
 
 
 def log(msg: str) -> None:
@@ -303,6 +305,26 @@ def replay8b(env: Env, budget: float) -> dict:
     return _json_of(sh(env, cmd, budget))
 
 
+def conc8b(env: Env, budget: float) -> dict:
+    """Many requests at once on the 8B-shaped pair: the batching gain of one target call for every sequence (no
+    drafting), and the default policy's against it, identity checked per request."""
+    target, drafter, _ = _pair(env)
+    n, limit, conc = ("32", "16", "1,4,16") if env.cuda else ("8", "4", "1,4")
+    return _json_of(sh(env, _cli(env, "bench", "-m", target, "-d", drafter, "--prompts",
+                                 str(env.repo / "drafters/prompts/humaneval-heldout.jsonl"), "-n", n, "--limit",
+                                 limit, "--concurrency", conc, "--json"), budget))  # fmt: skip
+
+
+def grammar8b(env: Env, budget: float) -> dict:
+    """Structured outputs on the 8B-shaped pair: the target alone under each prompt's JSON schema, grammar-aware
+    drafting (forced tokens drafted free) and unconstrained drafting, every output checked against its schema."""
+    target, drafter, _ = _pair(env)
+    n, limit = ("64", "4") if env.cuda else ("16", "2")
+    return _json_of(sh(env, _cli(env, "bench", "-m", target, "-d", drafter, "--prompts",
+                                 str(env.repo / "drafters/prompts/json-heldout.jsonl"), "-n", n, "--limit", limit,
+                                 "--json"), budget))  # fmt: skip
+
+
 # in order of value (the issue's): the build works, lossless on CUDA, the cost curve, end to end
 STAGES: list[Stage] = [
     Stage("machine", 10, (), machine),
@@ -315,8 +337,10 @@ STAGES: list[Stage] = [
     Stage("fit8b", 20, ("pair8b",), fit8b),
     Stage("bench8b", 45, ("pair8b",), bench8b),
     Stage("replay8b", 40, ("pair8b",), replay8b),
+    Stage("conc8b", 60, ("pair8b",), conc8b, extra=True),
+    Stage("grammar8b", 40, ("pair8b",), grammar8b, extra=True),
 ]
-BUDGET = sum(s.budget for s in STAGES)
+BUDGET = sum(s.budget for s in STAGES if not s.extra)
 
 
 def _result(env: Env, name: str) -> dict | None:
