@@ -2,10 +2,19 @@
 
 Speculative decoding pays where a call of many rows costs little more than one row: on a GPU a
 16-64-row verify of an 8B model costs ~1.1-1.5x one row, on a 2-core CPU about 16-64x. This
-measures the curve the draft-shape policy and the projections need: the target's 1-row decode,
-its verify of R rows with logits read back for every row (what a verify needs; on a GPU the read
-includes the wait for the device), and the drafter's decode of R rows (a chain step or a tree's
-frontier). Medians of several repeats after a warm-up, from a cache that already holds a prefix.
+measures the curve the draft-shape policy and the projections need, each call timed the way the
+engine makes it (:func:`target_call`, :func:`drafter_call`): the target's call of R rows until its
+outputs are on the host (``llama_synchronize``: on a GPU ``llama_decode`` returns before the device
+is done) with every row's logits read in place, as a verify reads the rows it reaches; and the
+drafter's call of R rows on one sequence with its last row's logits and state read, as a catch-up
+reads them (a chain step is its 1-row case). Medians after a warm-up, from a cache that already
+holds a prefix.
+
+The measurement is bounded: row counts above ``max_rows`` are not measured, and a deadline
+(``seconds``) shares the time left evenly among the shapes still to measure (:func:`shape_until`,
+:func:`another_call`), so a slow shape gets fewer timed calls (``samples``) and the shapes left when
+the deadline passes are skipped, each named with its reason in the curve (``skipped``). The deadline
+can be overrun by one shape's warm-up and one timed call at most.
 """
 
 from __future__ import annotations
@@ -15,10 +24,19 @@ import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+if TYPE_CHECKING:
+    from local_eagle.llamacpp.model import Context
+    from local_eagle.runtime.drafter import Drafter
+
 DEFAULT_ROWS = (1, 2, 3, 4, 5, 8, 12, 16, 24, 32, 48, 64)
+MAX_ROWS = 128  # a verify of 16 sequences with 7 drafts each; larger calls are not what drafting makes
+DEFAULT_SECONDS = 20.0  # the whole curve, both models' calls; an 8B pair on an H100 needs ~2 s of it
+
+clock = time.perf_counter
 
 
 @dataclass
@@ -26,11 +44,15 @@ class CostCurve:
     target: str
     drafter: str | None
     prefix: int
-    repeats: int
+    repeats: int  # timed calls per shape asked for; ``samples`` says how many each shape got
     gpu_layers: int
-    verify_ms: dict[int, float] = field(default_factory=dict)  # one call of R rows, logits of every row read
-    decode_ms: dict[int, float] = field(default_factory=dict)  # the same call up to llama_process's return
-    drafter_ms: dict[int, float] = field(default_factory=dict)  # drafter decode of R rows, logits and states read
+    verify_ms: dict[int, float] = field(default_factory=dict)  # one call of R rows, complete, every row's logits read
+    decode_ms: dict[int, float] = field(default_factory=dict)  # the same call up to llama_synchronize, nothing read
+    drafter_ms: dict[int, float] = field(default_factory=dict)  # drafter call of R rows, its last row read (a catch-up)
+    samples: dict[int, int] = field(default_factory=dict)  # timed calls behind each shape's medians
+    skipped: dict[int, str] = field(default_factory=dict)  # row counts not measured, and why
+    seconds: float | None = None  # the deadline the curve was measured under (None: none)
+    took_seconds: float = 0.0  # measuring, after loading both models
 
     @property
     def decode_1_ms(self) -> float:
@@ -52,6 +74,62 @@ def _median_ms(samples: list[float]) -> float:
     return 1000 * statistics.median(samples)
 
 
+def split_rows(rows: tuple[int, ...], max_rows: int = MAX_ROWS) -> tuple[tuple[int, ...], dict[int, str]]:
+    """The row counts to measure (sorted, each once) and those left out with the reason: above ``max_rows``."""
+    wanted = tuple(sorted(set(rows)))
+    if not wanted or wanted[0] < 1:
+        raise ValueError(f"rows must be positive numbers, got {rows}")
+    if max_rows < wanted[0]:
+        raise ValueError(f"max_rows {max_rows} is below the smallest row count {wanted[0]}")
+    kept = tuple(r for r in wanted if r <= max_rows)
+    return kept, {r: f"above the cap of {max_rows} rows" for r in wanted if r > max_rows}
+
+
+def shape_until(now: float, deadline: float | None, shapes_left: int) -> float | None:
+    """When the next shape's calls should end: its even share of the time left (``shapes_left`` counts it), so a
+    slow shape cannot take the time of the shapes after it (None: no deadline)."""
+    if deadline is None:
+        return None
+    return now + max(0.0, deadline - now) / max(1, shapes_left)
+
+
+def another_call(done: int, repeats: int, now: float, call_s: float, until: float | None) -> bool:
+    """Whether a shape times one more call: up to ``repeats``, while one more of ``call_s`` ends by ``until``; a shape
+    that started always gets one, so no row count is left with a warm-up and no figure."""
+    if done >= repeats:
+        return False
+    return done == 0 or until is None or now + call_s <= until
+
+
+def skipped_note(skipped: dict) -> str | None:
+    """The row counts a curve did not measure, grouped by reason (a curve's ``skipped``, keys ints or a file's
+    strings), for the line under its table; None when every row count was measured."""
+    by_reason: dict[str, list[int]] = {}
+    for rows, reason in sorted((int(k), v) for k, v in (skipped or {}).items()):
+        by_reason.setdefault(str(reason), []).append(rows)
+    if not by_reason:
+        return None
+    return "rows not measured: " + "; ".join(f"{', '.join(map(str, r))} ({why})" for why, r in by_reason.items())
+
+
+def target_call(ctx: Context, tokens: np.ndarray, positions: np.ndarray, n_vocab: int) -> tuple[float, float]:
+    """A verify's target call: the rows decoded, the device waited for, every row's logits read in place (a greedy
+    verify's argmax). Its seconds up to the wait's end (the call alone) and with the reads (the call as used)."""
+    t0 = clock()
+    ctx.decode(tokens, positions, True)
+    ctx.synchronize()
+    t1 = clock()
+    for j in range(len(tokens)):
+        int(np.argmax(ctx.logits_view(j, n_vocab)))
+    return t1 - t0, clock() - t0
+
+
+def drafter_call(d: Drafter, tokens: np.ndarray, g: np.ndarray, positions: np.ndarray) -> None:
+    """A drafter call of these rows on one sequence as a catch-up makes it: its last row's logits and state read
+    (a chain step is the 1-row case; a tree frontier also reads its other rows' draft vocabulary)."""
+    d.decode_last(tokens, g, positions)
+
+
 def measure_cost_curve(
     target: str | os.PathLike[str],
     drafter: str | os.PathLike[str] | None = None,
@@ -61,66 +139,87 @@ def measure_cost_curve(
     gpu_layers: int = -1,
     threads: int = 0,
     seed: int = 0,
+    max_rows: int = MAX_ROWS,
+    seconds: float | None = DEFAULT_SECONDS,
 ) -> CostCurve:
-    """Time target calls of each number of ``rows`` (and drafter calls, with ``drafter``) after a ``prefix``."""
+    """Time target calls of each number of ``rows`` (and drafter calls, with ``drafter``) after a ``prefix``,
+    row counts up to ``max_rows``, within ``seconds`` of measuring (None: no deadline)."""
     from local_eagle.llamacpp.model import Context, ContextOptions, Model
     from local_eagle.runtime.drafter import Drafter
 
-    rows = tuple(sorted(set(rows)))
-    if not rows or rows[0] < 1:
-        raise ValueError(f"rows must be positive numbers, got {rows}")
+    rows, skipped = split_rows(rows, max_rows)
     n_batch = max(512, rows[-1])
     n_ctx = prefix + rows[-1] + 64
     rng = np.random.default_rng(seed)
-    curve = CostCurve(str(target), None if drafter is None else str(drafter), prefix, repeats, gpu_layers)
+    curve = CostCurve(str(target), None if drafter is None else str(drafter), prefix, repeats, gpu_layers,
+                      skipped=skipped, seconds=seconds)  # fmt: skip
     model = Model(Path(target), n_gpu_layers=gpu_layers)
     try:
         ctx = Context(model, ContextOptions(n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_batch, n_threads=threads))
         try:
-            n_vocab = model.n_vocab
-            tokens = rng.integers(100, min(n_vocab, 30000), size=prefix + rows[-1]).astype(np.int32)
-            ctx.decode(tokens[:prefix], np.arange(prefix), np.arange(prefix) == prefix - 1)
-            for r in rows:
-                pos = np.arange(prefix, prefix + r)
-                calls, totals = [], []
-                for i in range(repeats + 1):
-                    t0 = time.perf_counter()
-                    ctx.decode(tokens[prefix : prefix + r], pos, True)
-                    t1 = time.perf_counter()
-                    np.stack([ctx.logits_view(j, n_vocab) for j in range(r)])  # what a verify reads
-                    t2 = time.perf_counter()
-                    ctx.remove_from(prefix)
-                    if i:  # the first call of a shape warms it up
-                        calls.append(t1 - t0)
-                        totals.append(t2 - t0)
-                curve.decode_ms[r] = _median_ms(calls)
-                curve.verify_ms[r] = _median_ms(totals)
-            if drafter is not None:
-                _drafter_curve(curve, Drafter(drafter, ctx, n_gpu_layers=gpu_layers), rows, repeats, prefix, rng)
+            d = None if drafter is None else Drafter(drafter, ctx, n_gpu_layers=gpu_layers)
+            try:
+                _measure(curve, ctx, d, rows, max(1, repeats), prefix, rng, seconds)
+            finally:
+                if d is not None:
+                    d.close()
         finally:
             ctx.close()
     finally:
         model.close()
+    curve.skipped = dict(sorted(curve.skipped.items()))
     return curve
 
 
-def _drafter_curve(curve: CostCurve, d, rows: tuple[int, ...], repeats: int, prefix: int,
-                   rng: np.random.Generator) -> None:  # fmt: skip
-    try:
+def _measure(curve: CostCurve, ctx: Context, d: Drafter | None, rows: tuple[int, ...], repeats: int, prefix: int,
+             rng: np.random.Generator, seconds: float | None) -> None:  # fmt: skip
+    """Shape by shape, smallest first, target and drafter calls in turn, within the deadline."""
+    n_vocab = ctx.model.n_vocab
+    tokens = rng.integers(100, min(n_vocab, 30000), size=prefix + rows[-1]).astype(np.int32)
+    ctx.decode(tokens[:prefix], np.arange(prefix), np.arange(prefix) == prefix - 1)
+    if d is not None:
         h = d.n_embd
-        tokens = rng.integers(100, 30000, size=prefix + rows[-1]).astype(np.int32) % max(d.n_vocab, 1)
+        d_tokens = tokens % max(d.n_vocab, 1)
         g = (rng.standard_normal((prefix + rows[-1], h)) / np.sqrt(h)).astype(np.float32)
-        d.decode_kv(tokens[:prefix], g[:prefix], np.arange(prefix))
-        for r in rows:
-            pos = np.arange(prefix, prefix + r)
-            samples = []
-            for i in range(repeats + 1):
-                t0 = time.perf_counter()
-                d.decode(tokens[prefix : prefix + r], g[prefix : prefix + r], pos)
-                t1 = time.perf_counter()
-                d.remove_from(prefix)
-                if i:
-                    samples.append(t1 - t0)
-            curve.drafter_ms[r] = _median_ms(samples)
-    finally:
-        d.close()
+        d.decode_kv(d_tokens[:prefix], g[:prefix], np.arange(prefix))
+    started = clock()
+    deadline = None if seconds is None else started + seconds
+
+    def target_once(r: int) -> tuple[float, float]:
+        spent = target_call(ctx, tokens[prefix : prefix + r], np.arange(prefix, prefix + r), n_vocab)
+        ctx.remove_from(prefix)
+        return spent
+
+    def drafter_once(r: int) -> float:
+        assert d is not None
+        t0 = clock()
+        drafter_call(d, d_tokens[prefix : prefix + r], g[prefix : prefix + r], np.arange(prefix, prefix + r))
+        t1 = clock()
+        d.remove_from(prefix)
+        return t1 - t0
+
+    for i, r in enumerate(rows):
+        if i and deadline is not None and clock() >= deadline:
+            curve.skipped.update({x: f"the deadline of {seconds:g} s passed" for x in rows[i:]})
+            break
+        until = shape_until(clock(), deadline, len(rows) - i)
+        t = clock()  # the first call of a shape warms it up (graphs, kernels) and prices the timed ones
+        target_once(r)
+        if d is not None:
+            drafter_once(r)
+        per = clock() - t
+        calls, totals, drafts = [], [], []
+        while another_call(len(calls), repeats, clock(), per, until):
+            t = clock()
+            call, total = target_once(r)
+            calls.append(call)
+            totals.append(total)
+            if d is not None:
+                drafts.append(drafter_once(r))
+            per = clock() - t
+        curve.decode_ms[r] = _median_ms(calls)
+        curve.verify_ms[r] = _median_ms(totals)
+        if drafts:
+            curve.drafter_ms[r] = _median_ms(drafts)
+        curve.samples[r] = len(calls)
+    curve.took_seconds = clock() - started

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from local_eagle.bench.costs import drafter_call, target_call
 from local_eagle.errors import LocalEagleError
 
 if TYPE_CHECKING:
@@ -31,9 +32,11 @@ Round = tuple[int, int, int, int, int]  # rows verified, accepted, drafter calls
 
 NOTE = ("every target and drafter call ran at its recorded shape, accept/reject came from the record; tree verifies "
         "and tree frontiers ran as one sequence of the same rows at consecutive positions (a real tree uses a tree "
-        "attention mask over several sequences); every drafter call is Drafter.decode reading all its rows, as the "
-        "cost curve times it (the engine's catch-up reads only its last row but adds the feature capture and "
-        "encode); host time is this Python loop's, included as is")  # fmt: skip
+        "attention mask over several sequences); every target call is timed as the cost curve times it (complete, "
+        "every row's logits read), and so is each round's first drafter call, the catch-up (its last row read, "
+        "without the engine's feature capture and encode); the later drafter calls read every row whole (a chain "
+        "step its one row; a tree frontier reads only the draft vocabulary's columns in the engine); host time is "
+        "this Python loop's, included as is")  # fmt: skip
 BASELINE_MAX = 1024  # target-alone tokens at most: a few seconds of an 8B model on a GPU
 CTX_MAX = 8192  # past this the replay resets to the prefix instead of growing the cache
 
@@ -285,8 +288,7 @@ def replay_rounds(
 def _target_alone(ctx: Context, tokens: np.ndarray, prefix: int, n: int, n_vocab: int, deadline: float | None) -> dict:
     """One token a call, its logits read as a verify reads them: the speed speculative decoding is set against."""
     for pos in range(prefix, prefix + min(4, n)):  # the first calls of a shape warm it up
-        ctx.decode(tokens[pos : pos + 1], np.array([pos]), True)
-        ctx.logits_view(0, n_vocab).copy()
+        target_call(ctx, tokens[pos : pos + 1], np.array([pos]), n_vocab)
     ctx.remove_from(prefix)
     done, truncated, per = 0, False, 0.0
     t0 = time.perf_counter()
@@ -294,8 +296,7 @@ def _target_alone(ctx: Context, tokens: np.ndarray, prefix: int, n: int, n_vocab
         if _late(deadline, per):
             truncated = True
             break
-        ctx.decode(tokens[pos : pos + 1], np.array([pos]), True)
-        ctx.logits_view(0, n_vocab).copy()
+        target_call(ctx, tokens[pos : pos + 1], np.array([pos]), n_vocab)
         done += 1
         per = (time.perf_counter() - t0) / done
     seconds = time.perf_counter() - t0
@@ -325,8 +326,7 @@ def _warm_up(io: _Calls, settings: list[RecordedSetting]) -> float:
     rounds = [r for s in settings for r in s.rounds]
     p = io.prefix
     for rows in sorted({r[0] for r in rounds}):
-        io.ctx.decode(io.tokens[p : p + rows], np.arange(p, p + rows), True)
-        np.stack([io.ctx.logits_view(j, io.n_vocab) for j in range(rows)])
+        target_call(io.ctx, io.tokens[p : p + rows], np.arange(p, p + rows), io.n_vocab)
         io.ctx.remove_from(p)
     for n in sorted({n for r in rounds for n in drafter_call_rows(r)}):
         io.d.decode(io.d_tokens[p : p + n], io.g[p : p + n], np.arange(p, p + n))
@@ -359,15 +359,18 @@ def _replay_one(io: _Calls, s: RecordedSetting, baseline_tps: float | None, cost
         if calls:
             t = clock()
             at = dpos
-            for n in calls:
-                d.decode(io.d_tokens[at : at + n], io.g[at : at + n], np.arange(at, at + n))
+            for i, n in enumerate(calls):
+                rows_at = io.d_tokens[at : at + n], io.g[at : at + n], np.arange(at, at + n)
+                if i == 0:
+                    drafter_call(d, *rows_at)  # the catch-up, as the cost curve times a drafter call
+                else:
+                    d.decode(*rows_at)  # a later step reads every row
                 at += n
             dpos += calls[0]  # the catch-up rows stay; the drafts go, as the engine rolls its drafter back
             d.remove_from(dpos)
             drafter_s += clock() - t
         t = clock()
-        ctx.decode(io.tokens[pos : pos + rows], np.arange(pos, pos + rows), True)
-        np.stack([ctx.logits_view(j, n_vocab) for j in range(rows)])
+        target_call(ctx, io.tokens[pos : pos + rows], np.arange(pos, pos + rows), n_vocab)
         pos += accepted + 1
         ctx.remove_from(pos)
         target_s += clock() - t

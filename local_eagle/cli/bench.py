@@ -416,17 +416,25 @@ def _print_concurrency(report, pair: str) -> None:
     verify = {int(k): v for k, v in (costs.get("verify_ms") or {}).items()}
     drafter = {int(k): v for k, v in (costs.get("drafter_ms") or {}).items()}
     if verify:
+        from local_eagle.bench.costs import skipped_note
+
         one = verify.get(1, 0.0)
-        c = Table(title="cost of a call by rows, measured in this run (ms)")
-        for col in ("rows", "target call", "x 1 row", "batching allows", "drafter call"):
+        samples = {int(k): v for k, v in (costs.get("samples") or {}).items()}
+        c = Table(title="cost of a call by rows, measured in this run (ms, medians)")
+        for col in ("rows", "target call", "x 1 row", "batching allows", "drafter call", "calls timed"):
             c.add_column(col)
         for n, ms in sorted(verify.items()):
             ratio = ms / one if one else 0.0
             c.add_row(str(n), f"{ms:.2f}", f"{ratio:.2f}x", f"{n / ratio:.2f}x" if ratio else "-",
-                      f"{drafter[n]:.2f}" if n in drafter else "-")  # fmt: skip
+                      f"{drafter[n]:.2f}" if n in drafter else "-", str(samples.get(n, "-")))  # fmt: skip
         out.print(c)
-        out.print("batching allows: rows x cost(1 row) / cost(rows), the most that many one-row sequences gain "
-                  "from sharing one call", highlight=False)  # fmt: skip
+        out.print("target call: its rows decoded, the device waited for, every row's logits read; drafter call: its "
+                  "rows decoded on one sequence, the last row's logits and state read (a catch-up; a step of c "
+                  "sequences reads c rows); batching allows: rows x cost(1 row) / cost(rows), the most that many "
+                  "one-row sequences gain from sharing one call", highlight=False)  # fmt: skip
+        note = skipped_note(costs.get("skipped") or {})
+        if note:
+            out.print(note, highlight=False)
     for r in report.rows:
         for d in r.divergences:
             x = d["divergence"]

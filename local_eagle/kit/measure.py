@@ -1,6 +1,7 @@
 """Measurements the kit runs on the GPU machine that no ``local-eagle`` command prints as JSON yet.
 
     python -m local_eagle.kit.measure costs TARGET.gguf [DRAFTER.gguf] [--rows 1,2,4,...] [--repeats 7]
+        [--seconds 20] [--max-rows 128]
     python -m local_eagle.kit.measure replay TARGET.gguf DRAFTER.gguf ROUNDS.json [--costs COSTS.json]
         [--max-rounds N] [--seconds S]
 
@@ -16,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from local_eagle.bench.costs import DEFAULT_ROWS, measure_cost_curve
+from local_eagle.bench.costs import DEFAULT_ROWS, DEFAULT_SECONDS, MAX_ROWS, measure_cost_curve
 from local_eagle.errors import LocalEagleError
 
 
@@ -63,6 +64,8 @@ def main(argv: list[str] | None = None) -> None:
     c = sub.add_parser("costs", help="target call cost by rows, drafter call cost by rows (JSON)")
     c.add_argument("target")
     c.add_argument("drafter", nargs="?")
+    c.add_argument("--seconds", type=float, default=DEFAULT_SECONDS, help="measure within this many seconds")
+    c.add_argument("--max-rows", type=int, default=MAX_ROWS, help="row counts above this are not measured")
     r = sub.add_parser("replay", help="recorded bench rounds replayed on this pair, against their projection (JSON)")
     r.add_argument("target")
     r.add_argument("drafter")
@@ -81,8 +84,8 @@ def main(argv: list[str] | None = None) -> None:
         if a.what == "replay":
             out = _replay(a, ap)
         else:
-            out = measure_cost_curve(a.target, a.drafter, _rows(ap, a.rows), a.repeats, a.prefix,
-                                     a.gpu_layers).to_dict()  # fmt: skip
+            out = measure_cost_curve(a.target, a.drafter, _rows(ap, a.rows), a.repeats, a.prefix, a.gpu_layers,
+                                     max_rows=a.max_rows, seconds=a.seconds).to_dict()  # fmt: skip
     except LocalEagleError as e:
         print(f"measure {a.what}: {e}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -135,12 +135,19 @@ def _selfcheck(res: dict) -> list[str]:
 def _curve(c: dict | None, title: str) -> list[str]:
     if not c:
         return []
+    from local_eagle.bench.costs import skipped_note
+
     v, d, ratio = c.get("verify_ms", {}), c.get("drafter_ms", {}), c.get("verify_ratio", {})
-    rows = [[str(r), _f(v.get(r)), _f(ratio.get(r)), _f(d.get(r))] for r in v]
+    samples = c.get("samples") or {}
+    rows = [[str(r), _f(v.get(r)), _f(ratio.get(r)), _f(d.get(r)), str(samples.get(r, "-"))] for r in v]
     lines = [f"### {title}", "", f"Target `{Path(c.get('target', '')).name}`, drafter "
-             f"`{Path(c.get('drafter') or '-').name}`; prefix {c.get('prefix')} tokens, median of {c.get('repeats')}."]
-    lines += ["", *_table(["rows", "target call ms (logits of every row read)", "x one row", "drafter call ms"], rows)]
-    return lines
+             f"`{Path(c.get('drafter') or '-').name}`; prefix {c.get('prefix')} tokens, medians of up to "
+             f"{c.get('repeats')} calls."]  # fmt: skip
+    head = ["rows", "target call ms (complete, logits of every row read)", "x one row",
+            "drafter call ms (last row read)", "calls"]  # fmt: skip
+    lines += ["", *_table(head, rows)]
+    note = skipped_note(c.get("skipped") or {})
+    return lines + (["", note[0].upper() + note[1:] + "."] if note else [])
 
 
 def _bench(b: dict, title: str) -> list[str]:

@@ -256,6 +256,15 @@ class Context:
             )  # fmt: skip
         self._run(DECODE, "decode")
 
+    def synchronize(self) -> None:
+        """Wait until the last call's work is done and its outputs are on the host.
+
+        On a GPU ``llama_process`` returns once the work is queued; a timing that stops there misses the call.
+        Every output read (``llama_get_logits_ith``, the staging getters) waits the same way, so calling this just
+        before such a read only moves the wait, it adds none. A no-op on a CPU build.
+        """
+        C.llama_synchronize(self.ptr)
+
     def encode_rows(self, rows: np.ndarray, positions: np.ndarray) -> None:
         """Run the encoder graph over embedding rows (every row is an output)."""
         rows = np.ascontiguousarray(rows, dtype=np.float32)

@@ -6,9 +6,12 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
-from local_eagle.bench.costs import measure_cost_curve
+from local_eagle.bench import costs
+from local_eagle.bench.concurrency import cost_rows
+from local_eagle.bench.costs import another_call, measure_cost_curve, shape_until, skipped_note, split_rows
 from local_eagle.bench.pair import make_pair
 
 
@@ -18,8 +21,10 @@ def tiny_pair(tmp_path_factory):
 
 
 def test_cost_curve_has_every_row_count_for_target_and_drafter(tiny_pair) -> None:
-    c = measure_cost_curve(tiny_pair["target"], tiny_pair["drafter"], rows=(1, 3, 8), repeats=2, prefix=16, threads=1)
+    c = measure_cost_curve(tiny_pair["target"], tiny_pair["drafter"], rows=(1, 3, 8), repeats=2, prefix=16, threads=1,
+                           seconds=None)  # fmt: skip
     assert list(c.verify_ms) == [1, 3, 8] and list(c.drafter_ms) == [1, 3, 8]
+    assert c.samples == {1: 2, 3: 2, 8: 2} and c.skipped == {}
     assert all(v > 0 for v in (*c.verify_ms.values(), *c.decode_ms.values(), *c.drafter_ms.values()))
     # reading every row's logits comes on top of the call itself
     assert all(c.verify_ms[r] >= c.decode_ms[r] for r in c.verify_ms)
@@ -39,3 +44,69 @@ def test_the_kit_prints_the_curve_as_json(tiny_pair) -> None:
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout.strip().splitlines()[-1])
     assert set(d["verify_ms"]) == {"1", "2"} and d["drafter"] is None and d["drafter_ms"] == {}
+
+
+def test_rows_above_the_cap_are_named_not_measured() -> None:
+    # concurrency 1,4,16 asks for calls of up to 80 rows; 64 and 128 lift the cap, so 80 goes
+    kept, skipped = split_rows(cost_rows([1, 4, 16]), max_rows=64)
+    assert kept == (1, 2, 3, 4, 5, 8, 12, 16, 20, 32, 48, 64)
+    assert skipped == {80: "above the cap of 64 rows"}
+    assert split_rows((8, 1, 8, 300))[1] == {300: f"above the cap of {costs.MAX_ROWS} rows"}
+    assert max(split_rows(cost_rows([64, 256]))[0]) <= costs.MAX_ROWS
+    with pytest.raises(ValueError, match="below the smallest"):
+        split_rows((4, 8), max_rows=2)
+
+
+def test_each_shape_gets_its_share_of_the_time_left() -> None:
+    assert shape_until(100.0, None, 5) is None
+    assert shape_until(100.0, 110.0, 5) == pytest.approx(102.0)
+    assert shape_until(112.0, 110.0, 3) == 112.0  # past the deadline: no share
+    # up to the repeats asked for while they fit the share; a shape that started gets one call
+    assert not another_call(7, 7, 0.0, 0.001, None)
+    assert another_call(6, 7, 0.0, 0.001, None)
+    assert another_call(0, 7, 5.0, 1.0, 2.0)
+    assert another_call(1, 7, 1.0, 1.0, 2.0) and not another_call(2, 7, 1.5, 1.0, 2.0)
+
+
+def test_a_deadline_measures_the_one_row_call_and_names_the_rest(tiny_pair) -> None:
+    c = measure_cost_curve(tiny_pair["target"], tiny_pair["drafter"], rows=(1, 2, 4, 200), prefix=16, threads=1,
+                           seconds=0.0)  # fmt: skip
+    assert list(c.verify_ms) == [1] and list(c.drafter_ms) == [1] and c.samples == {1: 1}
+    assert c.skipped == {2: "the deadline of 0 s passed", 4: "the deadline of 0 s passed",
+                         200: f"above the cap of {costs.MAX_ROWS} rows"}  # fmt: skip
+    note = skipped_note(json.loads(json.dumps(c.to_dict()))["skipped"])  # as a results file holds it
+    assert note == f"rows not measured: 2, 4 (the deadline of 0 s passed); 200 (above the cap of {costs.MAX_ROWS} rows)"
+    assert skipped_note({}) is None
+
+
+class _Events:
+    """A context and a clock in one: each call is logged and advances time by a second."""
+
+    def __init__(self) -> None:
+        self.now, self.log = 0.0, []
+
+    def clock(self) -> float:
+        self.log.append("clock")
+        return self.now
+
+    def _step(self, what: str) -> None:
+        self.log.append(what)
+        self.now += 1.0
+
+    def decode(self, tokens, positions, outputs) -> None:
+        self._step("decode")
+
+    def synchronize(self) -> None:
+        self._step("synchronize")
+
+    def logits_view(self, i: int, n_vocab: int) -> np.ndarray:
+        self._step(f"read {i}")
+        return np.zeros(n_vocab, dtype=np.float32)
+
+
+def test_a_target_call_is_timed_until_the_device_is_done_and_every_row_read(monkeypatch) -> None:
+    ev = _Events()
+    monkeypatch.setattr(costs, "clock", ev.clock)
+    call, total = costs.target_call(ev, np.arange(3), np.arange(3), 8)
+    assert ev.log == ["clock", "decode", "synchronize", "clock", "read 0", "read 1", "read 2", "clock"]
+    assert (call, total) == (2.0, 5.0)  # the wait inside the call, the reads inside the total
