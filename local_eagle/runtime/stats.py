@@ -33,7 +33,7 @@ class RoundStats:
     catch_up_rows: int = 0  # rows the first step decoded to bring the drafter up to date (0: no step)
     catch_up_seconds: float = 0.0  # that first step: catch-up, reading its logits, choosing the draft
     draft_seconds: float = 0.0  # the drafter's chain of steps, choosing each draft included
-    verify_seconds: float = 0.0  # one target decode of 1 + drafted rows, reading logits and features
+    verify_seconds: float = 0.0  # one target call of 1 + drafted rows until its outputs are on the host, features read
     accept_seconds: float = 0.0  # greedy match or rejection sampling, on the host
     rollback_seconds: float = 0.0  # commit: the target's cache back to the accepted prefix
     feed_seconds: float = 0.0  # commit: the drafter's rollback and queueing the accepted rows (catch-up is drafting)
