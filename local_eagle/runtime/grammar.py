@@ -230,18 +230,23 @@ def tokenizer_for(model: Model) -> llguidance.LLTokenizer:
 
 
 def _build_tokenizer(model: Model, ends: list[int]) -> llguidance.LLTokenizer:
-    """``llguidance.llamacpp.lltokenizer_from_vocab`` over the project's bindings: each token's piece (special
-    ones included), control tokens (and user-defined ones written ``<...>``) marked special by a leading 0xFF, and
-    llama.cpp's own ``llama_tokenize`` for the text a grammar names."""
+    """llguidance's tokenizer over the project's bindings: each token's piece (special ones included), control
+    tokens (and user-defined ones written ``<...>``) marked special by a leading 0xFF, and llama.cpp's own
+    ``llama_tokenize`` for the text a grammar forces, checked against those pieces (:class:`_CheckedTokenize`).
+
+    Not ``LLTokenizer.from_llamacpp``: that trusts ``llama_tokenize``, and where its tokens do not spell the text
+    (a SentencePiece vocabulary without a lone ``▁`` writes a space as the bytes of ``▁``) llguidance
+    forces a token by a one-token mask that its own consume then refuses."""
     import ctypes
 
     from local_eagle.llamacpp.lib import C
 
-    control, user_defined = 1 << 3, 1 << 4  # LLAMA_TOKEN_ATTR_CONTROL, LLAMA_TOKEN_ATTR_USER_DEFINED
+    control, user_defined, byte = 1 << 3, 1 << 4, 1 << 5  # LLAMA_TOKEN_ATTR_CONTROL, _USER_DEFINED, _BYTE
     size = 16 * 1024
     buffer = ctypes.create_string_buffer(size + 1)
     to_piece, get_attr, vocab = C.llama_token_to_piece, C.llama_vocab_get_attr, model.vocab
     pieces: list[bytes] = []
+    byte_tokens: list[int] = []
     for t in range(model.n_vocab):
         n = to_piece(vocab, t, buffer, size, 0, True)
         if n < 0:
@@ -250,11 +255,137 @@ def _build_tokenizer(model: Model, ends: list[int]) -> llguidance.LLTokenizer:
         attr = get_attr(vocab, t)
         if attr & control or (attr & user_defined and piece.startswith(b"<") and piece.endswith(b">")):
             piece = b"\xff" + piece
+        if attr & byte:
+            byte_tokens.append(t)
         pieces.append(piece)
-    tokenize = ctypes.cast(C._lib.llama_tokenize, ctypes.c_void_p).value
-    return _llg().LLTokenizer.from_llamacpp(
-        tokens=pieces, vocab_ptr=vocab, tokenize_fptr=tokenize, eos_token=ends, slices=None
-    )
+    bos = int(C.llama_vocab_bos(vocab))
+    wrapper = _CheckedTokenize(vocab, pieces, ends[0], bos if 0 <= bos < model.n_vocab else None, byte_tokens)
+    return _llg().LLTokenizer(wrapper, eos_token=ends)
+
+
+class _CheckedTokenize:
+    """llama.cpp's ``llama_tokenize`` as llguidance's ``TokenizerWrapper`` calls it, kept to tokens whose pieces
+    spell the text.
+
+    llguidance turns the bytes a grammar forces into tokens with this, masks all but the first of them, and then
+    checks every token it consumes against the pieces. Where llama.cpp's tokens spell something else (SentencePiece
+    escapes a space as ``▁`` and, when ``▁`` is no token of its own, falls back to its three UTF-8
+    bytes, whose pieces are those bytes, not a space), the mask and consume disagree and a token the mask allows
+    cannot be consumed. Here llama.cpp's tokens are kept as far as they spell the text; from where they stop, one
+    token of the longest piece that does (a whole piece before a byte token), then llama.cpp again on the rest.
+
+    Holds the vocabulary's pointer, not the model: the tokenizer is kept per model in a weak dictionary.
+    """
+
+    is_tokenizer_wrapper = True  # what llguidance.LLTokenizer looks for
+
+    def __init__(self, vocab: Any, pieces: list[bytes], eos: int, bos: int | None, byte_tokens: list[int]) -> None:
+        self.tokens = pieces
+        self.eos_token_id = eos
+        self.bos_token_id = bos
+        self.special_token_ids: list[int] = []  # marked by 0xFF in their pieces already
+        self._vocab = vocab
+        ids: dict[bytes, int] = {}
+        is_byte = set(byte_tokens)
+        whole = (t for t in range(len(pieces)) if t not in is_byte)
+        for t in [*byte_tokens, *whole]:  # a whole piece wins over the byte token that spells it
+            piece = pieces[t]
+            if piece and piece[0] != 0xFF:
+                ids[piece] = t
+        self._ids = ids
+        self._longest = max(map(len, ids), default=1)
+        self._sentinel = b""
+        self._sentinel_ids: list[int] = []
+        if self._spell(self._llama(b"a")) != b"a":  # a space put in front of the text (SentencePiece)
+            self._sentinel, self._sentinel_ids = self._find_sentinel()
+
+    def __call__(self, text: str | bytes) -> list[int]:
+        """The tokens of ``text`` (llguidance passes the valid UTF-8 prefix of its bytes as a str); never raises
+        (llguidance panics on an exception), so a failure falls back to the pieces alone."""
+        data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+        try:
+            return self._tokenize(data)
+        except Exception:  # llguidance cannot take an exception back
+            return self._greedy(data)
+
+    def _tokenize(self, data: bytes) -> list[int]:
+        out: list[int] = []
+        while data:
+            ids = self._strip_sentinel(self._llama(self._sentinel + data))
+            pos = kept = 0
+            for t in ids:
+                piece = self.tokens[t] if 0 <= t < len(self.tokens) else None
+                if not piece or not data.startswith(piece, pos):
+                    break
+                pos, kept = pos + len(piece), kept + 1
+            out += ids[:kept]
+            if pos == len(data):
+                break
+            token, n = self._longest_piece(data, pos)
+            if token is not None:
+                out.append(token)
+            data = data[pos + n :]  # a byte no piece spells is skipped, as llguidance's greedy tokenize does
+        return out
+
+    def _greedy(self, data: bytes) -> list[int]:
+        out: list[int] = []
+        pos = 0
+        while pos < len(data):
+            token, n = self._longest_piece(data, pos)
+            if token is not None:
+                out.append(token)
+            pos += n
+        return out
+
+    def _longest_piece(self, data: bytes, pos: int) -> tuple[int | None, int]:
+        """The token of the longest piece ``data`` has at ``pos`` and its length; ``(None, 1)`` where none does."""
+        for n in range(min(self._longest, len(data) - pos), 0, -1):
+            token = self._ids.get(data[pos : pos + n])
+            if token is not None:
+                return token, n
+        return None, 1
+
+    def _spell(self, ids: list[int]) -> bytes:
+        return b"".join(self.tokens[t] for t in ids if 0 <= t < len(self.tokens))
+
+    def _llama(self, data: bytes) -> list[int]:
+        import ctypes
+
+        from local_eagle.llamacpp.lib import C
+
+        n_max = len(data) + 16
+        buffer = (ctypes.c_int32 * n_max)()
+        n = C.llama_tokenize(self._vocab, data, len(data), buffer, n_max, False, False)
+        if n < 0:  # the buffer was too small; -n is the size it needs
+            n_max = -n
+            buffer = (ctypes.c_int32 * n_max)()
+            n = C.llama_tokenize(self._vocab, data, len(data), buffer, n_max, False, False)
+        return list(buffer[: max(n, 0)])
+
+    def _strip_sentinel(self, ids: list[int]) -> list[int]:
+        k = len(self._sentinel_ids)
+        if not k:
+            return ids
+        return ids[k:] if ids[:k] == self._sentinel_ids else []  # not as expected: the pieces take over
+
+    def _find_sentinel(self) -> tuple[bytes, list[int]]:
+        """A control byte whose token starts no other piece (nor one after a space): llama.cpp writes its space
+        prefix in front of it, and the text after it is tokenized as it stands. Nothing where none is."""
+        starts: set[int] = set()
+        for piece in self._ids:
+            if len(piece) > 1:
+                starts.add(piece[0])
+                if piece[0] == 0x20:
+                    starts.add(piece[1])
+        for b in range(1, 32):
+            sentinel = bytes([b])
+            if sentinel not in self._ids or b in starts:
+                continue
+            ids = self._llama(sentinel)
+            after = self._llama(sentinel + b"a")
+            if after[: len(ids)] == ids and self._spell(after[len(ids) :]) == b"a":
+                return sentinel, ids
+        return b"", []
 
 
 # a compiled grammar -----------------------------------------------------------------------------------------------
