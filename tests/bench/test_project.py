@@ -48,10 +48,11 @@ def test_speedup_where_rows_are_free_and_where_they_cost() -> None:
 
 def test_builtin_profiles_load_with_their_sources() -> None:
     names = builtin_profiles()
-    assert {"rtx4090-8b-q4", "rtx4090-1b-f32"} <= set(names)
+    assert {"rtx4090-8b-q4", "rtx4090-1b-f32", "h100-8b-q4"} <= set(names)
     for name in names:
         p = load_profile(name)
-        assert p.verify(1) > 0 and p.verify(64) >= p.verify(16) >= p.verify(1) and "not measured" in p.kind
+        assert p.verify(1) > 0 and p.verify(64) >= p.verify(16) >= p.verify(1)
+        assert "not measured" in p.kind or "measured by local-eagle" in p.kind  # an estimate says so
 
 
 @pytest.mark.parametrize(
