@@ -12,6 +12,7 @@ from converters import convert, write_checkpoint
 from local_eagle.errors import LocalEagleError
 from local_eagle.runtime.engine import STOP_LENGTH, STOP_STRING, Engine, EngineOptions, GenerationResult
 from local_eagle.runtime.sampling import SamplingParams
+from local_eagle.testing.greedy import kernels_vary_by_batch
 from local_eagle.testing.tiny_pair import make_cycle_drafter, write_cycle_target
 
 OPTS = EngineOptions(n_ctx=256, n_batch=64, n_threads=1)
@@ -81,6 +82,9 @@ def test_the_batch_policy_reports_itself(engines):
 
 
 def test_sampling_with_a_seed_matches_the_target_alone(engines):
+    if kernels_vary_by_batch():  # the H100 run of 2026-11-26: one of 4 draws parted at its 4th token
+        pytest.skip("a seeded draw repeats only where kernels round alike at every batch shape: on a GPU the "
+                    "distribution tests (test_sampling, test_tree_sampling) check sampling")
     single, parallel = engines
     sampling = [SamplingParams(temperature=0.9, top_k=20, seed=s) for s in range(4)]
     base = [
