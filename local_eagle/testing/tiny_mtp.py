@@ -49,12 +49,15 @@ def write_tiny_glm4moe_mtp(
     spec: TinyGlm4MoeSpec | None = None,
     seed: int = 0,
     mtp: bool = True,
+    overrides: dict[str, np.ndarray] | None = None,
 ) -> Path:
     """A random-weight f32 ``glm4moe`` GGUF whose last ``n_nextn`` blocks are NextN (MTP) blocks.
 
     ``mtp=False`` writes the same trunk without the NextN blocks (``nextn_predict_layers`` absent), a
-    target with no built-in head.
+    target with no built-in head. ``overrides`` replaces tensors by name (the random draws stay the same, so the
+    other tensors do too).
     """
+    overrides = overrides or {}
     spec = spec or TinyGlm4MoeSpec()
     rng = np.random.default_rng(seed)
     tokens, scores, types = byte_vocab(spec.extra_tokens)
@@ -67,6 +70,10 @@ def write_tiny_glm4moe_mtp(
         return (rng.standard_normal((spec.n_expert, rows, cols)) / np.sqrt(cols)).astype(np.float32)
 
     p = Path(path)
+
+    def put(name: str, value: np.ndarray) -> None:
+        w.add_tensor(name, overrides.get(name, value))
+
     w = tiny_gguf_writer(p, "glm4moe", "tiny-glm4moe-mtp" if mtp else "tiny-glm4moe", spec, n_all)
     w.add_rope_dimension_count(hd)
     w.add_rope_freq_base(spec.rope_theta)
@@ -83,42 +90,136 @@ def write_tiny_glm4moe_mtp(
         w.add_nextn_predict_layers(n_nextn)
     add_byte_tokenizer(w, tokens, scores, types)
 
-    w.add_tensor("token_embd.weight", (rng.standard_normal((n_vocab, h)) * 0.5).astype(np.float32))
-    w.add_tensor("output_norm.weight", norm(h))
-    w.add_tensor("output.weight", mat(n_vocab, h, 4.0))
+    put("token_embd.weight", (rng.standard_normal((n_vocab, h)) * 0.5).astype(np.float32))
+    put("output_norm.weight", norm(h))
+    put("output.weight", mat(n_vocab, h, 4.0))
     n_ff_shexp = spec.n_ff_exp * spec.n_expert_shared
     for i in range(n_all):
-        w.add_tensor(f"blk.{i}.attn_norm.weight", norm(h))
-        w.add_tensor(f"blk.{i}.attn_q.weight", mat(spec.n_head * hd, h))
-        w.add_tensor(f"blk.{i}.attn_k.weight", mat(spec.n_head_kv * hd, h))
-        w.add_tensor(f"blk.{i}.attn_v.weight", mat(spec.n_head_kv * hd, h))
-        w.add_tensor(f"blk.{i}.attn_q.bias", (0.1 * rng.standard_normal(spec.n_head * hd)).astype(np.float32))
-        w.add_tensor(f"blk.{i}.attn_k.bias", (0.1 * rng.standard_normal(spec.n_head_kv * hd)).astype(np.float32))
-        w.add_tensor(f"blk.{i}.attn_v.bias", (0.1 * rng.standard_normal(spec.n_head_kv * hd)).astype(np.float32))
-        w.add_tensor(f"blk.{i}.attn_output.weight", mat(h, spec.n_head * hd))
-        w.add_tensor(f"blk.{i}.post_attention_norm.weight", norm(h))
+        put(f"blk.{i}.attn_norm.weight", norm(h))
+        put(f"blk.{i}.attn_q.weight", mat(spec.n_head * hd, h))
+        put(f"blk.{i}.attn_k.weight", mat(spec.n_head_kv * hd, h))
+        put(f"blk.{i}.attn_v.weight", mat(spec.n_head_kv * hd, h))
+        put(f"blk.{i}.attn_q.bias", (0.1 * rng.standard_normal(spec.n_head * hd)).astype(np.float32))
+        put(f"blk.{i}.attn_k.bias", (0.1 * rng.standard_normal(spec.n_head_kv * hd)).astype(np.float32))
+        put(f"blk.{i}.attn_v.bias", (0.1 * rng.standard_normal(spec.n_head_kv * hd)).astype(np.float32))
+        put(f"blk.{i}.attn_output.weight", mat(h, spec.n_head * hd))
+        put(f"blk.{i}.post_attention_norm.weight", norm(h))
         if i == 0:
-            w.add_tensor(f"blk.{i}.ffn_gate.weight", mat(spec.n_ff, h))
-            w.add_tensor(f"blk.{i}.ffn_up.weight", mat(spec.n_ff, h))
-            w.add_tensor(f"blk.{i}.ffn_down.weight", mat(h, spec.n_ff))
+            put(f"blk.{i}.ffn_gate.weight", mat(spec.n_ff, h))
+            put(f"blk.{i}.ffn_up.weight", mat(spec.n_ff, h))
+            put(f"blk.{i}.ffn_down.weight", mat(h, spec.n_ff))
         else:
-            w.add_tensor(f"blk.{i}.ffn_gate_inp.weight", mat(spec.n_expert, h))
-            w.add_tensor(f"blk.{i}.exp_probs_b.bias", (0.1 * rng.standard_normal(spec.n_expert)).astype(np.float32))
-            w.add_tensor(f"blk.{i}.ffn_gate_exps.weight", experts(spec.n_ff_exp, h))
-            w.add_tensor(f"blk.{i}.ffn_up_exps.weight", experts(spec.n_ff_exp, h))
-            w.add_tensor(f"blk.{i}.ffn_down_exps.weight", experts(h, spec.n_ff_exp))
-            w.add_tensor(f"blk.{i}.ffn_gate_shexp.weight", mat(n_ff_shexp, h))
-            w.add_tensor(f"blk.{i}.ffn_up_shexp.weight", mat(n_ff_shexp, h))
-            w.add_tensor(f"blk.{i}.ffn_down_shexp.weight", mat(h, n_ff_shexp))
+            put(f"blk.{i}.ffn_gate_inp.weight", mat(spec.n_expert, h))
+            put(f"blk.{i}.exp_probs_b.bias", (0.1 * rng.standard_normal(spec.n_expert)).astype(np.float32))
+            put(f"blk.{i}.ffn_gate_exps.weight", experts(spec.n_ff_exp, h))
+            put(f"blk.{i}.ffn_up_exps.weight", experts(spec.n_ff_exp, h))
+            put(f"blk.{i}.ffn_down_exps.weight", experts(h, spec.n_ff_exp))
+            put(f"blk.{i}.ffn_gate_shexp.weight", mat(n_ff_shexp, h))
+            put(f"blk.{i}.ffn_up_shexp.weight", mat(n_ff_shexp, h))
+            put(f"blk.{i}.ffn_down_shexp.weight", mat(h, n_ff_shexp))
         if i >= spec.n_layer:
-            w.add_tensor(f"blk.{i}.nextn.eh_proj.weight", mat(h, 2 * h))  # ggml {2h, h}: [enorm(e); hnorm(h)]
-            w.add_tensor(f"blk.{i}.nextn.enorm.weight", norm(h))
-            w.add_tensor(f"blk.{i}.nextn.hnorm.weight", norm(h))
+            put(f"blk.{i}.nextn.eh_proj.weight", mat(h, 2 * h))  # ggml {2h, h}: [enorm(e); hnorm(h)]
+            put(f"blk.{i}.nextn.enorm.weight", norm(h))
+            put(f"blk.{i}.nextn.hnorm.weight", norm(h))
             if spec.own_head:
-                w.add_tensor(f"blk.{i}.nextn.shared_head_norm.weight", norm(h))
-                w.add_tensor(f"blk.{i}.nextn.shared_head_head.weight", mat(n_vocab, h, 4.0))
+                put(f"blk.{i}.nextn.shared_head_norm.weight", norm(h))
+                put(f"blk.{i}.nextn.shared_head_head.weight", mat(n_vocab, h, 4.0))
     finish_gguf(w)
     return p
+
+
+def cycle_glm4moe_tensors(
+    spec: TinyGlm4MoeSpec | None = None,
+    margin: float = 4.0,
+    noise: float = 0.0,
+    head_noise: float = 0.0,
+    head_misses: str = "",
+    seed: int = 0,
+) -> dict[str, np.ndarray]:
+    """Overrides that make a tiny ``glm4moe`` the cycle target of ``testing.tiny_pair``, with a NextN head that agrees.
+
+    Every attention output and FFN down projection is zero (trunk and NextN block), so the trunk's state is
+    ``output_norm(embd(t))`` and the target's next token is a fixed function of the current one: letters ``A``..``P``
+    cycle, any other token is followed by ``P``. The NextN row for position q is ``(x_q, h_{q-1})`` and must name
+    ``x_{q+1}``; ``eh_proj`` keeps the ``enorm(embd(x_q))`` half and drops the state, so the head's own state is the
+    normalised embedding of ``x_q`` and its head (the target's, or its own ``shared_head_head``) names the letter
+    after it: exactly what the target will say. Drafting recursively on the head's own state stays right.
+
+    ``margin`` is the logit gap before the norms' scale (``sqrt(n_embd)``), ``noise`` blurs the target's head,
+    ``head_noise`` the NextN head's own; after each letter of ``head_misses`` the NextN head names the letter two
+    ahead, a draft the target always rejects (greedy acceptance below 1 at known places). The head's own tensors
+    need ``spec.own_head``.
+    """
+    from local_eagle.testing.tiny_pair import CYCLE
+
+    spec = spec or TinyGlm4MoeSpec()
+    h, n_cycle = spec.n_embd, len(CYCLE)
+    if h < n_cycle + 2:
+        raise ValueError(f"the cycle needs n_embd >= {n_cycle + 2}")
+    if (head_noise or head_misses) and not spec.own_head:
+        raise ValueError("a NextN head that differs from the target's needs spec.own_head")
+    rng = np.random.default_rng(seed)
+    n_vocab = len(byte_vocab(spec.extra_tokens)[0])
+    hd = spec.n_embd // spec.n_head
+    embd = np.zeros((n_vocab, h), dtype=np.float32)
+    others = [t for t in range(n_vocab) if t not in CYCLE]
+    embd[others, h - 1] = 1.0
+    embd[others, n_cycle : h - 1] = 0.5 * rng.standard_normal((len(others), h - 1 - n_cycle))
+    embd[CYCLE, np.arange(n_cycle)] = 1.0
+
+    def cycle_head(misses: str) -> np.ndarray:
+        head = np.zeros((n_vocab, h), dtype=np.float32)
+        for i, t in enumerate(CYCLE):
+            step = 2 if chr(t - 3) in misses else 1
+            head[CYCLE[(i + step) % n_cycle], i] += margin
+            head[t, h - 1] = 0.01 * (i + 1)  # tokens outside the cycle are followed by the last letter
+        return head
+
+    head = cycle_head("")
+    if noise:
+        head[3:] += noise * rng.standard_normal((n_vocab - 3, h)).astype(np.float32)  # specials stay silent
+    out: dict[str, np.ndarray] = {
+        "token_embd.weight": embd,
+        "output.weight": head,
+        "output_norm.weight": np.ones(h, dtype=np.float32),
+    }
+    n_ff_shexp = spec.n_ff_exp * spec.n_expert_shared
+    for i in range(spec.n_layer + spec.n_nextn):
+        out[f"blk.{i}.attn_output.weight"] = np.zeros((h, spec.n_head * hd), dtype=np.float32)
+        if i == 0:
+            out[f"blk.{i}.ffn_down.weight"] = np.zeros((h, spec.n_ff), dtype=np.float32)
+        else:
+            out[f"blk.{i}.ffn_down_exps.weight"] = np.zeros((spec.n_expert, h, spec.n_ff_exp), dtype=np.float32)
+            out[f"blk.{i}.ffn_down_shexp.weight"] = np.zeros((h, n_ff_shexp), dtype=np.float32)
+        if i >= spec.n_layer:
+            out[f"blk.{i}.nextn.eh_proj.weight"] = np.concatenate(
+                [np.eye(h, dtype=np.float32), np.zeros((h, h), dtype=np.float32)], axis=1
+            )
+            out[f"blk.{i}.nextn.enorm.weight"] = np.ones(h, dtype=np.float32)
+            out[f"blk.{i}.nextn.hnorm.weight"] = np.ones(h, dtype=np.float32)
+            if spec.own_head:
+                own = cycle_head(head_misses)
+                if head_noise:
+                    own[3:] += head_noise * rng.standard_normal((n_vocab - 3, h)).astype(np.float32)
+                out[f"blk.{i}.nextn.shared_head_norm.weight"] = np.ones(h, dtype=np.float32)
+                out[f"blk.{i}.nextn.shared_head_head.weight"] = own
+    return out
+
+
+def write_cycle_glm4moe_mtp(
+    path: str | os.PathLike[str],
+    spec: TinyGlm4MoeSpec | None = None,
+    margin: float = 4.0,
+    noise: float = 0.0,
+    head_noise: float = 0.0,
+    head_misses: str = "",
+    seed: int = 0,
+) -> Path:
+    """A tiny ``glm4moe`` whose NextN head agrees with its target (``cycle_glm4moe_tensors``): high acceptance, so
+    drafting with the model's own head can be compared with llama.cpp's ``draft-mtp`` on equal terms."""
+    spec = spec or TinyGlm4MoeSpec()
+    overrides = cycle_glm4moe_tensors(spec, margin, noise, head_noise, head_misses, seed)
+    return write_tiny_glm4moe_mtp(path, spec, seed=seed, overrides=overrides)
 
 
 @dataclass(frozen=True)
