@@ -77,16 +77,7 @@ class Model:
 
     def tokenize(self, text: str | bytes, add_special: bool = True, parse_special: bool = False) -> np.ndarray:
         data = text.encode("utf-8") if isinstance(text, str) else text
-        n_max = len(data) + 16
-        buffer = (ctypes.c_int32 * n_max)()
-        n_tokens = C.llama_tokenize(self.vocab, data, len(data), buffer, n_max, add_special, parse_special)
-        if n_tokens < 0:  # the buffer was too small; -n_tokens is the size it needs
-            n_max = -n_tokens
-            buffer = (ctypes.c_int32 * n_max)()
-            n_tokens = C.llama_tokenize(self.vocab, data, len(data), buffer, n_max, add_special, parse_special)
-        if n_tokens < 0:
-            raise LlamaError("llama.cpp failed to tokenize the prompt")
-        return np.ctypeslib.as_array(buffer)[:n_tokens].astype(np.int32)
+        return tokenize_bytes(self.vocab, data, add_special, parse_special)
 
     def token_to_piece(self, token: int, special: bool = False) -> bytes:
         buffer = ctypes.create_string_buffer(64)
@@ -351,6 +342,21 @@ class Context:
             self.close()
         except Exception:
             pass
+
+
+def tokenize_bytes(vocab: ctypes.c_void_p, data: bytes, add_special: bool = False,
+                   parse_special: bool = False) -> np.ndarray:  # fmt: skip
+    """llama.cpp's tokenize of ``data`` over ``vocab``, its buffer grown once to the size llama.cpp asks for."""
+    n_max = len(data) + 16
+    buffer = (ctypes.c_int32 * n_max)()
+    n_tokens = C.llama_tokenize(vocab, data, len(data), buffer, n_max, add_special, parse_special)
+    if n_tokens < 0:  # the buffer was too small; -n_tokens is the size it needs
+        n_max = -n_tokens
+        buffer = (ctypes.c_int32 * n_max)()
+        n_tokens = C.llama_tokenize(vocab, data, len(data), buffer, n_max, add_special, parse_special)
+    if n_tokens < 0:
+        raise LlamaError("llama.cpp failed to tokenize the prompt")
+    return np.ctypeslib.as_array(buffer)[:n_tokens].astype(np.int32)
 
 
 def layer_input_view(ctx: Context, layer: int, n_rows: int, width: int) -> np.ndarray:

@@ -349,18 +349,9 @@ class _CheckedTokenize:
         return b"".join(self.tokens[t] for t in ids if 0 <= t < len(self.tokens))
 
     def _llama(self, data: bytes) -> list[int]:
-        import ctypes
+        from local_eagle.llamacpp.model import tokenize_bytes
 
-        from local_eagle.llamacpp.lib import C
-
-        n_max = len(data) + 16
-        buffer = (ctypes.c_int32 * n_max)()
-        n = C.llama_tokenize(self._vocab, data, len(data), buffer, n_max, False, False)
-        if n < 0:  # the buffer was too small; -n is the size it needs
-            n_max = -n
-            buffer = (ctypes.c_int32 * n_max)()
-            n = C.llama_tokenize(self._vocab, data, len(data), buffer, n_max, False, False)
-        return list(buffer[: max(n, 0)])
+        return tokenize_bytes(self._vocab, data).tolist()
 
     def _strip_sentinel(self, ids: list[int]) -> list[int]:
         k = len(self._sentinel_ids)
