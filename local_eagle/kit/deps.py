@@ -45,9 +45,11 @@ GPU_IMAGE_PACKAGES = frozenset(
 )
 
 # what the GPU call runs of local-eagle: the core and the lossless part of the suite (pytest, hypothesis and scipy,
-# which the image has); not the server nor its clients' tests, not torch (the image has it), not the model packages
+# which the image has; jsonschema, which it lacks: tests/runtime imports it, and a module that fails to import fails
+# the whole selection's collection); not the server nor its clients' tests, not torch (the image has it), not the
+# model packages
 ROOT_EXTRAS: tuple[str, ...] = ()
-TEST_TOOLS = ("pytest", "hypothesis", "scipy")
+TEST_TOOLS = ("pytest", "hypothesis", "scipy", "jsonschema")
 SKIP = frozenset({"local-eagle", "llama-cpp-python", "torch"})
 # shipped although the image has them: typer, because the image's version is not known (its pip list names no
 # version) and every CLI stage of the call needs one that local-eagle's CLI runs on; with what it needs (pydantic)
