@@ -105,7 +105,7 @@ def _stages(data: dict) -> list[str]:
     total = sum(float(b) for b in budgets.values())
     used = sum(float(r.get("wall", r.get("seconds")) or 0) for r in data["results"].values())
     return ["## Stages against their budgets", "", *_table(["stage", "budget s", "took s", "exit"], rows), "",
-            f"Together {used:.0f} s of {total:.0f} s budgeted."]
+            f"Together {used:.0f} s of {total:.0f} s budgeted (every stage of the plan's calls)."]
 
 
 def _doctor(res: dict) -> list[str]:
@@ -118,8 +118,16 @@ def _doctor(res: dict) -> list[str]:
 
 
 def _tests(res: dict) -> list[str]:
+    """The summary line, which selection ran (a fresh machine's last call runs the short one) and what failed."""
     t = res.get("lossless", {})
-    return ["## The suite's lossless tests on this build", "", f"`{t.get('summary', 'not run')}`", *_cmd(t)]
+    lines = ["## The suite's lossless tests on this build", "", f"`{t.get('summary', 'not run')}`"]
+    if t.get("selection") == "short":
+        lines += ["", f"The short selection: {len(t.get('left_out', []))} tests left out (the slowest on the first "
+                  "H100 lend): " + ", ".join(f"`{n.split('::')[-1]}`" for n in t.get("left_out", [])) + "."]
+    failed = [ln for ln in str(t.get("stdout", "")).splitlines() if ln.startswith(("FAILED ", "ERROR "))]
+    if failed:
+        lines += ["", *(f"- `{ln}`" for ln in failed)]
+    return lines + _cmd(t)
 
 
 def _selfcheck(res: dict) -> list[str]:
