@@ -73,6 +73,22 @@ def _settings(
     return s
 
 
+def _mtp_settings(target: ModelShape, drafter: ModelShape | None, s: Settings, on: bool) -> tuple[Settings, str | None]:
+    """Price the target's own MTP head where the engine would draft with it, else say why a head goes unpriced."""
+    from local_eagle.vram.shapes import mtp_refusal
+
+    if target.n_nextn <= 0:
+        return s, None
+    if drafter is not None:
+        return s, "MTP head not priced: a drafter is named, the NextN block is not loaded"
+    if not on:
+        return s, "MTP head not priced (--no-mtp): the NextN block is not loaded"
+    refusal = mtp_refusal(target)
+    if refusal is not None:
+        return s, f"MTP head not priced, it will not draft: {refusal}"
+    return replace(s, mtp=True), None
+
+
 @dataclass
 class _Outcome:
     """What fit found: the plan, and with --suggest / --measure the search and the comparison."""
@@ -173,6 +189,14 @@ def fit(
     measure: Annotated[
         bool, typer.Option("--measure", help="Also ask llama.cpp (dry-run load) and compare with the prediction.")
     ] = False,
+    mtp: Annotated[
+        bool,
+        typer.Option(
+            "--mtp/--no-mtp",
+            help="With no --draft, price the model's own MTP (NextN) head, which drafts by default; "
+            "--no-mtp prices the target alone.",
+        ),
+    ] = True,
     as_json: JsonOpt = False,
 ) -> None:
     """Will this target (+ drafter) fit in VRAM? Breakdown, verdict, and with --suggest the best fit.
@@ -193,12 +217,15 @@ def fit(
     s = _settings(ctx, layers, kv_type, kv_type_k, kv_type_v, draft_kv_type, flash_attn, parallel, batch, ubatch,
                   draft_ubatch, draft_max, swa_full)  # fmt: skip
     target, drafter = _read_shapes(pair.model, pair.draft)
+    s, mtp_note = _mtp_settings(target, drafter, s, mtp)
     if trees.nodes > 1 and drafter is not None and not any(target.recurrent):
         # the contexts local-eagle opens for trees: a sequence per node, one unified cache
         width = trees.engine_width(False)
         s = replace(s, n_seq=min(MAX_SEQ, trees.nodes), kv_unified=True, draft_n_seq=drafter_sequences(width))
     budget = gpus.budget(gpu, vram_gb, overhead_mib)
     found = _Outcome(vram.make_plan(target, drafter, s, budget))
+    if mtp_note is not None:
+        found.plan.notes.append(mtp_note)
     if parallel > 1 and not (found.plan.fits and (found.plan.full_offload or s.n_gpu_layers is not None)):
         from local_eagle.vram.parallel import parallel_refusal
 

@@ -22,6 +22,10 @@ no GPU. The formulas follow the pinned llama.cpp (``vendor/llama.cpp`` of llama-
   none), a one-layer KV cache at the target's context, and the larger of its decoder graph
   (logits over the draft vocabulary scattered into a full-vocabulary buffer) and encoder graph.
 
+* a model's own MTP (NextN) head (``Settings.mtp``, no drafter): the NextN block's weights (loaded only with
+  ``load_mtp``; the target's weights and cache never hold that block), the MTP context's f16 KV cache of the NextN
+  layer at the target's context, and its NextN graph (``mtp_compute``).
+
 What llama.cpp does not allocate through its buffers (the CUDA context, cuBLAS workspaces, the
 memory pool) is an ``overhead`` allowance. Host memory is reported apart from VRAM.
 
@@ -56,6 +60,7 @@ from local_eagle.vram.plan import (
     compute_buffers,
     draft_compute,
     make_plan,
+    mtp_compute,
     target_compute,
 )
 from local_eagle.vram.settings import CtxDims, Settings, ctx_dims
@@ -91,6 +96,7 @@ __all__ = [
     "kv_layers",
     "layer_on_gpu",
     "make_plan",
+    "mtp_compute",
     "n_offloadable",
     "parallel_bytes",
     "parallel_refusal",

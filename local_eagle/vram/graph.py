@@ -404,7 +404,8 @@ def _ssm_estimate(g: _Graph, x: int, shape: ModelShape, T: int, n_seq: int) -> i
 
 
 def target_graph(shape: ModelShape, gd: GraphDims) -> tuple[_Graph, dict[int, tuple[int, int]]]:
-    """The decoder graph llama.cpp reserves for a llama-family / gemma3 target."""
+    """The decoder graph llama.cpp reserves for a llama-family / gemma3 target (over the trunk's blocks; layers
+    with routed experts get the MoE estimate, matching glm4moe's buffer on the tiny models)."""
     style = _STYLES.get(shape.arch, _Style())
     g = _Graph()
     T, n_out, E = gd.n_tokens, gd.n_outputs, shape.n_embd
@@ -418,8 +419,9 @@ def target_graph(shape: ModelShape, gd: GraphDims) -> tuple[_Graph, dict[int, tu
     base = _kv_inputs(g, gd, gd.n_kv)
     swa = _kv_inputs(g, gd, gd.n_kv_swa) if any(shape.is_swa) else base
     out_ids = g.leaf(_I32, n_out)
-    last = max((il for il in range(shape.n_layer) if not shape.recurrent[il]), default=shape.n_layer - 1)
-    for il in range(shape.n_layer):
+    n_layer = shape.n_trunk  # NextN blocks run in the MTP context's graph, not the target's
+    last = max((il for il in range(n_layer) if not shape.recurrent[il]), default=n_layer - 1)
+    for il in range(n_layer):
         if shape.recurrent[il] or shape.n_head_kv[il] == 0:
             if shape.recurrent[il]:
                 x = _ssm_estimate(g, x, shape, T, gd.n_stream)
@@ -450,10 +452,74 @@ def target_graph(shape: ModelShape, gd: GraphDims) -> tuple[_Graph, dict[int, tu
             x = g.like(g.like(g.like(f)), sa)
         else:
             fi = g.like(o, x)
-            f = _ffn(g, g.like(g.like(fi)), shape.n_ff[il])
+            fn = g.like(g.like(fi))
+            if shape.moe[0] and shape.tensor(f"blk.{il}.ffn_gate_exps.weight") is not None:
+                f = _moe(g, fn, shape)
+                if shape.moe[3]:
+                    f = g.like(f, _ffn(g, fn, shape.moe[2] * shape.moe[3]))
+            else:
+                f = _ffn(g, fn, shape.n_ff[il])
             x = g.like(f, fi)
     rn = g.output(g.like(g.like(x)))
     g.expand(g.output(g.op(_F32, (shape.n_vocab, n_out), rn)))
+    return g, fa_extra
+
+
+def _moe(g: _Graph, x: int, shape: ModelShape) -> int:
+    """build_moe_ffn, estimated: router, top-k selection and weights, the used experts' FFN, their weighted sum."""
+    n_exp, n_used, n_ff_exp, _ = shape.moe
+    E, T = g.ne(x)[0], g.ne(x)[1]
+    probs = g.like(g.op(_F32, (n_exp, T), x))  # router logits, sigmoid / softmax
+    sel = g.like(probs, inplace=False)  # + the selection bias
+    ids = g.view(g.op(_I32, (n_exp, T), sel), n_used, T)  # argsort, top-k
+    w = g.op(_F32, (1, n_used, T), g.view(probs, 1, n_exp, T), ids)
+    w = g.like(w, g.op(_F32, (1, T), w))  # normalised over the used experts
+    xe = g.view(x, E, 1, T)
+    up = g.op(_F32, (n_ff_exp, n_used, T), xe, ids)
+    gate = g.op(_F32, (n_ff_exp, n_used, T), xe, ids)
+    down = g.op(_F32, (E, n_used, T), g.op(_F32, (n_ff_exp, n_used, T), gate, up), ids)
+    down = g.like(down, w)
+    out = g.op(_F32, (E, T), g.view(down, E, T), g.view(down, E, T))
+    for _ in range(2, n_used):
+        out = g.like(out, g.view(down, E, T))
+    return out
+
+
+def mtp_graph(shape: ModelShape, gd: GraphDims) -> tuple[_Graph, dict[int, tuple[int, int]]]:
+    """The MTP context's graph (``graph_mtp``, e.g. ``src/models/glm4-moe.cpp``), estimated: the NextN block alone.
+
+    ``eh_proj([enorm(embd(x)); hnorm(h)])``, one decoder block on the MTP context's own cache (a MoE FFN with its
+    shared experts where the model has experts), the head's norm (its output, the staged ``h_nextn``) and logits.
+    """
+    il = shape.n_trunk
+    g = _Graph()
+    T, n_out, E = gd.n_tokens, gd.n_outputs, shape.n_embd
+    fa_extra: dict[int, tuple[int, int]] = {}
+    tokens = g.leaf(_I32, T)
+    embd = g.op(_F32, (E, T), tokens)
+    h = g.leaf(_F32, E, T)
+    pos = g.leaf(_I32, T)
+    out_ids = g.leaf(_I32, n_out)
+    kv = _kv_inputs(g, gd, gd.n_kv)
+    hn = g.like(g.like(h))
+    en = g.like(g.like(embd))
+    x = g.op(_F32, (E, T), g.op(_F32, (2 * E, T), en, hn))
+    a = g.like(g.like(x))
+    qk_norm = shape.tensor(f"blk.{il}.attn_q_norm.weight") is not None
+    style = _Style(qkv_bias=shape.tensor(f"blk.{il}.attn_q.bias") is not None, qk_norm=qk_norm)
+    o = _attention(
+        g, gd, a, pos, kv, shape.n_head[il], shape.n_head_kv[il], shape.head_k[il], shape.head_v[il], style, fa_extra
+    )
+    fi = g.like(g.op(_F32, (E, T), o), x)
+    fn = g.like(g.like(fi))
+    if shape.moe[0] and shape.tensor(f"blk.{il}.ffn_gate_exps.weight") is not None:
+        f = _moe(g, fn, shape)
+        if shape.moe[3]:
+            f = g.like(f, _ffn(g, fn, shape.moe[2] * shape.moe[3]))
+    else:
+        f = _ffn(g, fn, shape.n_ff[il])
+    rn = g.output(g.like(g.like(g.like(f, fi))))
+    g.expand(g.output(g.op(_F32, (shape.n_vocab, n_out), g.op(_F32, (E, n_out), rn, out_ids))))
     return g, fa_extra
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from local_eagle.errors import LlamaError
 from local_eagle.llamacpp import bindings
 from local_eagle.llamacpp.lib import sibling_library
+from local_eagle.vram.memory import MTP_KV_TYPE
 from local_eagle.vram.settings import Settings
 from local_eagle.vram.shapes import check_pair, read_shape
 from local_eagle.vram.types import KV_TYPES
@@ -56,6 +57,9 @@ class Measurement:
     target: BufferSizes
     draft: BufferSizes | None = None
     n_ctx: int = 0
+    mtp: BufferSizes | None = None
+    """The MTP context: its KV cache and compute, and as ``model`` the NextN block's weights (what loading the
+    model with ``load_mtp`` adds; ``target.model`` is then the model loaded without them)."""
 
 
 def _lib() -> tuple[ctypes.CDLL, ctypes.CDLL]:
@@ -127,10 +131,11 @@ def _load_error() -> str:
 class _DryModel:
     """A model loaded for measurement: weights never read (``no_alloc``) unless ``dry_run`` is off."""
 
-    def __init__(self, path: Path, n_gpu_layers: int, dry_run: bool, what: str) -> None:
+    def __init__(self, path: Path, n_gpu_layers: int, dry_run: bool, what: str, load_mtp: bool = False) -> None:
         C = bindings.C
         params = C.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
+        params.load_mtp = load_mtp
         params.use_extra_bufts = False  # AMX repack buffers segfault on some CPUs (docs/architecture.md)
         params.no_alloc = dry_run
         params.load_mode = 0  # LLAMA_LOAD_MODE_NONE: a dry run cannot map the file
@@ -147,7 +152,9 @@ class _DryModel:
 
 
 class _DryContext:
-    def __init__(self, model: _DryModel, s: Settings, draft: bool, other: _DryContext | None, what: str) -> None:
+    def __init__(
+        self, model: _DryModel, s: Settings, draft: bool, other: _DryContext | None, what: str, mtp: bool = False
+    ) -> None:
         C = bindings.C
         p = C.llama_context_default_params()
         p.n_ctx = s.cells  # the per-request context times the parallel requests
@@ -161,6 +168,9 @@ class _DryContext:
         p.no_perf = True
         p.swa_full = s.swa_full
         p.kv_unified = s.kv_unified
+        if mtp:  # as runtime.mtp.MtpDrafter opens it: the target's options, an f16 cache, type MTP
+            p.ctx_type = C.LLAMA_CONTEXT_TYPE_MTP
+            p.type_k = p.type_v = KV_TYPES[MTP_KV_TYPE].ggml
         if other is not None:
             p.ctx_other = other.ptr
         self._params = p
@@ -192,13 +202,31 @@ def measure(
         check_pair(read_shape(target, "target GGUF"), read_shape(draft, "drafter GGUF"))
     n_gpu = -1 if settings.n_gpu_layers is None else settings.n_gpu_layers
     backend = "GPU" if bindings.gpu_offload_supported() else "CPU"
+    mtp = settings.mtp and draft is None
     objs: list[_DryModel | _DryContext] = []
     try:
-        tm = _DryModel(Path(target), n_gpu, dry_run, "target")
+        trunk: dict[str, int] | None = None
+        if mtp:  # the weights without the NextN block first, so that its own can be told apart
+            tm = _DryModel(Path(target), n_gpu, dry_run, "target")
+            objs.append(tm)
+            tc = _DryContext(tm, settings, False, None, "target")
+            objs.append(tc)
+            trunk = memory_breakdown(tc.ptr).model
+            for o in (tc, tm):
+                o.close()
+            objs.clear()
+        tm = _DryModel(Path(target), n_gpu, dry_run, "target", load_mtp=mtp)
         objs.append(tm)
         tc = _DryContext(tm, settings, False, None, "target")
         objs.append(tc)
         res = Measurement(backend=backend, dry_run=dry_run, target=memory_breakdown(tc.ptr), n_ctx=tc.n_ctx)
+        if trunk is not None and int(bindings.C.llama_model_n_layer_nextn(tm.ptr)) > 0:
+            mc = _DryContext(tm, settings, False, tc, "MTP", mtp=True)
+            objs.append(mc)
+            res.mtp = memory_breakdown(mc.ptr)
+            full = res.target.model
+            res.mtp.model = {k: v - trunk.get(k, 0) for k, v in full.items() if v != trunk.get(k, 0)}
+            res.target.model = trunk
         if draft is not None:
             dm = _DryModel(Path(draft), n_gpu, dry_run, "drafter")
             objs.append(dm)

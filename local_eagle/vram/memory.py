@@ -50,14 +50,22 @@ class Split:
         return self.gpu + self.host
 
 
-def weights(shape: ModelShape, ngl: int, gpu: Backend = CUDA, host: Backend = CPU) -> Split:
-    """Weight buffers per side. A tied output is a second copy of token_embd on the output device."""
+def weights(shape: ModelShape, ngl: int, gpu: Backend = CUDA, host: Backend = CPU, nextn: bool = False) -> Split:
+    """Weight buffers per side. A tied output is a second copy of token_embd on the output device.
+
+    NextN (MTP) blocks are left out: llama.cpp skips them unless the model is loaded with ``load_mtp``, and then
+    they are the MTP head's, which ``nextn=True`` prices alone.
+    """
     s = Split()
     for t in shape.tensors:
+        if shape.is_nextn(t) != nextn:
+            continue
         if tensor_on_gpu(shape, t, ngl):
             s.gpu += gpu.tensor_bytes(t.nbytes, t.ne[0], t.type)
         else:
             s.host += host.tensor_bytes(t.nbytes, t.ne[0], t.type)
+    if nextn:
+        return s
     # a duplicated tensor is created again only in a buffer type that lacks it (llama_model_loader)
     te = shape.tensor("token_embd.weight")
     if shape.tied_output and te is not None and layer_on_gpu(shape, shape.n_layer, ngl):
@@ -69,6 +77,9 @@ def weights(shape: ModelShape, ngl: int, gpu: Backend = CUDA, host: Backend = CP
 
 
 # --- KV cache and recurrent state ----------------------------------------------------------------
+
+MTP_KV_TYPE = "f16"
+"""The MTP context's K and V type: ``runtime.mtp.MtpDrafter`` opens it f16 whatever the target's cache is."""
 
 
 @dataclass
@@ -82,9 +93,13 @@ class KVLayer:
 
 
 def kv_layers(
-    shape: ModelShape, d: CtxDims, type_k: str, type_v: str, flash_attn: bool, swa_full: bool
+    shape: ModelShape, d: CtxDims, type_k: str, type_v: str, flash_attn: bool, swa_full: bool, mtp: bool = False
 ) -> list[KVLayer]:
-    """Per layer with a KV cache: cells and K/V bytes (``llama_kv_cache`` / ``llama_kv_cache_iswa``)."""
+    """Per layer with a KV cache: cells and K/V bytes (``llama_kv_cache`` / ``llama_kv_cache_iswa``).
+
+    A model with NextN blocks filters its caches (``llama_model::create_memory``): the main context holds the
+    trunk's layers, an MTP context (``mtp``) only the NextN layers, in a plain attention cache.
+    """
     tk, tv = KV_TYPES[type_k], KV_TYPES[type_v]
     v_trans = not flash_attn
     size_swa = d.n_ctx_seq
@@ -92,8 +107,11 @@ def kv_layers(
         size_swa = pad(min(d.n_ctx_seq, shape.n_swa * (d.n_seq if d.unified else 1) + d.n_ubatch), 256)
     v_max = max((hv * h for hv, h in zip(shape.head_v, shape.n_head_kv, strict=True)), default=0)
     out = []
+    split = shape.n_nextn > 0 and shape.n_trunk > 0
     for il in range(shape.n_layer):
         if shape.recurrent[il] or shape.n_head_kv[il] == 0:
+            continue
+        if split and (il >= shape.n_trunk) != mtp:
             continue
         cells = (size_swa if shape.is_swa[il] else d.n_ctx_seq) * d.n_stream
         n_k = shape.head_k[il] * shape.n_head_kv[il]
@@ -111,12 +129,25 @@ def kv_layers(
 
 
 def kv_cache(
-    shape: ModelShape, d: CtxDims, s: Settings, ngl: int, draft: bool = False, gpu: Backend = CUDA, host: Backend = CPU
+    shape: ModelShape,
+    d: CtxDims,
+    s: Settings,
+    ngl: int,
+    draft: bool = False,
+    gpu: Backend = CUDA,
+    host: Backend = CPU,
+    mtp: bool = False,
 ) -> Split:
-    """KV (and recurrent state) bytes per side; a layer's cache lives with the layer (offload_kqv)."""
+    """KV (and recurrent state) bytes per side; a layer's cache lives with the layer (offload_kqv).
+
+    ``mtp``: the MTP context's cache, the NextN layers only, in the types ``runtime.mtp.MtpDrafter`` opens it
+    with (:data:`MTP_KV_TYPE`), and no recurrent state.
+    """
     tk, tv = (s.draft_type_k, s.draft_type_v) if draft else (s.type_k, s.type_v)
+    if mtp:
+        tk = tv = MTP_KV_TYPE
     out = Split()
-    for kl in kv_layers(shape, d, tk, tv, s.flash_attn, s.swa_full):
+    for kl in kv_layers(shape, d, tk, tv, s.flash_attn, s.swa_full, mtp):
         on_gpu = layer_on_gpu(shape, kl.il, ngl)
         b = gpu if on_gpu else host
         n = b.tensor_bytes(kl.k_bytes, 0, 0) + (b.tensor_bytes(kl.v_bytes, 0, 0) if kl.v_bytes else 0)
@@ -124,7 +155,7 @@ def kv_cache(
             out.gpu += n
         else:
             out.host += n
-    if shape.ssm_r or shape.ssm_s:
+    if (shape.ssm_r or shape.ssm_s) and not mtp:
         rows = max(1, s.n_seq)
         for il in range(shape.n_layer):
             if not shape.recurrent[il]:

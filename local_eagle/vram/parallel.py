@@ -21,7 +21,7 @@ from local_eagle.vram.settings import Settings
 from local_eagle.vram.shapes import ModelShape
 from local_eagle.vram.types import CPU, CUDA, Backend
 
-FIXED = frozenset({"target_weights", "draft_weights", "overhead"})
+FIXED = frozenset({"target_weights", "draft_weights", "mtp_weights", "overhead"})
 """The components that do not change with the requests or the context: the rest are "KV cache and buffers"."""
 
 CTX_STEP = 256

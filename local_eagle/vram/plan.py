@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from local_eagle.units import MiB
-from local_eagle.vram.graph import drafter_graph, encoder_graph, graph_bytes, graph_dims, target_graph
-from local_eagle.vram.memory import kv_cache, n_offloadable, tensor_on_gpu, weights
+from local_eagle.vram.graph import drafter_graph, encoder_graph, graph_bytes, graph_dims, mtp_graph, target_graph
+from local_eagle.vram.memory import MTP_KV_TYPE, kv_cache, layer_on_gpu, n_offloadable, tensor_on_gpu, weights
 from local_eagle.vram.settings import CtxDims, Settings, ctx_dims
 from local_eagle.vram.shapes import TOKEN_EMBD_HOST, ModelShape
 from local_eagle.vram.types import CPU, CUDA, Backend
@@ -98,6 +98,7 @@ class Plan:
                 "parallel": self.settings.parallel,
                 "n_ctx": self.settings.cells,
             },
+            "mtp": prices_mtp(self.target, self.draft, self.settings),  # the target's own MTP head is priced
             "n_gpu_layers": self.n_gpu_layers,
             "n_layers_max": self.n_layers_max,
             "full_offload": self.full_offload,
@@ -149,6 +150,25 @@ def draft_compute(draft: ModelShape, s: Settings, backend: Backend = CUDA, encod
             hit = max(hit, graph_bytes(enc, backend))
         draft.cache[key] = hit
     return hit
+
+
+def mtp_compute(target: ModelShape, s: Settings, backend: Backend = CUDA) -> int:
+    """The MTP context's compute buffer: its NextN graph over a ubatch of the target's context options.
+
+    ``runtime.mtp.MtpDrafter`` opens it with the target's context, batch and sequences and an f16 cache.
+    """
+    key = ("m", s.cells, s.n_seq, s.n_batch, s.n_ubatch, s.flash_attn, s.kv_unified, backend)
+    hit = target.cache.get(key)
+    if hit is None:
+        d = ctx_dims(s.cells, s.n_seq, s.n_batch, s.n_ubatch, s.kv_unified)
+        g, fa = mtp_graph(target, graph_dims(target, d, s, MTP_KV_TYPE, MTP_KV_TYPE, s.n_ubatch))
+        hit = target.cache[key] = graph_bytes(g, backend, fa)
+    return hit
+
+
+def prices_mtp(target: ModelShape, draft: ModelShape | None, s: Settings) -> bool:
+    """Whether the plan has an MTP context: asked for (``Settings.mtp``), no drafter named, a NextN block there."""
+    return s.mtp and draft is None and target.n_nextn > 0
 
 
 def compute_buffers(target: ModelShape, draft: ModelShape | None, s: Settings, backend: Backend = CUDA) -> _Compute:
@@ -205,7 +225,9 @@ def breakdown(
     # logits rows: llama.cpp keeps at least one per sequence and grows the buffer to the largest decode's
     # outputs: a verify of draft_max + 1 rows for each of the parallel requests (at most a batch per decode)
     n_out = max(s.n_seq, min(s.parallel * (s.draft_max + 1), d.n_batch))
-    n_capture = 3 if draft is not None else 0
+    mtp = prices_mtp(target, draft, s)
+    # staged features per batch row: EAGLE's three captured layers, or the state an MTP head reads (h_nextn)
+    n_capture = 3 if draft is not None else 1 if mtp else 0
     out_target = (target.n_vocab * n_out + n_capture * target.n_embd * d.n_batch) * 4
     comps = [
         Component("target_weights", "target weights", tw.gpu, tw.host),
@@ -229,6 +251,21 @@ def breakdown(
                 2 * draft.n_embd * n_dtok * 4 + _mask_bytes(draft, dd, s, n_dtok),
             ),
         ]
+    elif mtp:
+        # the NextN block loads with the model (load_mtp) and drafts in a second context on it: its own KV cache
+        # of the NextN layer(s) at the target's context, f16, and its own compute buffer
+        on_gpu = layer_on_gpu(target, target.n_layer - 1, ngl)
+        mw = weights(target, ngl, backend, host, nextn=True)
+        mkv = kv_cache(target, d, s, ngl, False, backend, host, mtp=True)
+        mc = mtp_compute(target, s, backend if on_gpu else host)
+        inputs_mtp = 2 * target.n_embd * n_tok * 4 + _mask_bytes(target, d, s, n_tok)
+        comps += [
+            Component("mtp_weights", "MTP head weights", mw.gpu, mw.host),
+            Component("mtp_kv", "MTP KV cache", mkv.gpu, mkv.host),
+            Component("mtp_compute", "MTP compute", mc if on_gpu else 0, inputs_mtp if on_gpu else mc),
+        ]
+        # its logits and its own staged state for every row of a batch (all outputs where one is read)
+        out_draft = (target.n_vocab + target.n_embd) * d.n_batch * 4
     else:
         out_draft = 0
     comps.append(Component("outputs", "output buffers (host)", 0, out_target + out_draft))
@@ -260,6 +297,8 @@ def make_plan(
     else:
         ngl, comps, notes = _auto_layers(target, draft, s, budget, backend)
     notes = list(target.notes) + ([f"drafter: {n}" for n in draft.notes] if draft else []) + notes
+    if prices_mtp(target, draft, s) and target.arch != "glm4moe":
+        notes.append(f"MTP compute: the NextN graph of '{target.arch}' is estimated from glm4moe's")
     return Plan(target, draft, s, budget, ngl, comps, notes)
 
 

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from local_eagle.units import human_bytes
 from local_eagle.vram.memory import kv_cache, n_offloadable, weights
-from local_eagle.vram.plan import Plan, draft_compute, target_compute
+from local_eagle.vram.plan import Plan, draft_compute, mtp_compute, prices_mtp, target_compute
 from local_eagle.vram.settings import Settings, ctx_dims
 from local_eagle.vram.shapes import ModelShape
 from local_eagle.vram.suggest import Suggestion
@@ -33,6 +33,8 @@ def settings_line(p: Plan) -> str:
         parts.append(f"{s.n_seq} sequences in one cache (draft trees)" if s.kv_unified else f"{s.n_seq} streams")
     if p.draft is not None:
         parts.append(f"drafter KV {s.draft_type_k}/{s.draft_type_v}, ubatch {s.draft_ubatch}, max {s.draft_max}")
+    elif prices_mtp(p.target, p.draft, s):
+        parts.append(f"drafts with its own MTP head ({p.target.n_nextn} NextN block, KV f16)")
     return ", ".join(parts)
 
 
@@ -149,6 +151,10 @@ def predict_for_backend(target: ModelShape, draft: ModelShape | None, s: Setting
         out["draft weights"] = weights(draft, dn, gpu, CPU).total
         out["draft KV cache"] = kv_cache(draft, dd, s, dn, True, gpu, CPU).total
         out["draft compute"] = draft_compute(draft, s, gpu, encoder=False)
+    elif prices_mtp(target, draft, s):
+        out["MTP head weights"] = weights(target, ngl, gpu, CPU, nextn=True).total
+        out["MTP KV cache"] = kv_cache(target, d, s, ngl, False, gpu, CPU, mtp=True).total
+        out["MTP compute"] = mtp_compute(target, s, gpu)
     return out
 
 
@@ -170,6 +176,13 @@ def measure_rows(pred: dict[str, int], m: Any) -> list[Row]:
             Row("draft weights", pred["draft weights"], m.draft.total("model")),
             Row("draft KV cache", pred["draft KV cache"], m.draft.total("context")),
             Row("draft compute (decoder graph)", pred["draft compute"], compute(m.draft)),
+        ]
+    mtp = getattr(m, "mtp", None)
+    if mtp is not None and "MTP compute" in pred:
+        rows += [
+            Row("MTP head weights", pred["MTP head weights"], mtp.total("model")),
+            Row("MTP KV cache", pred["MTP KV cache"], mtp.total("context")),
+            Row("MTP compute", pred["MTP compute"], compute(mtp)),
         ]
     return rows
 

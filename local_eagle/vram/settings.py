@@ -48,6 +48,10 @@ class Settings:
     """Sequences of the drafter's context (None: as many as the target's); draft trees give it its own count."""
     parallel: int = 1
     """Requests decoded at once, each in its own sequence of up to ``n_ctx`` tokens (see :meth:`with_parallel`)."""
+    mtp: bool = False
+    """With no drafter, the target drafts with its own MTP (NextN) head, as the engine does by default: the NextN
+    block is loaded (``load_mtp``) and an MTP context opened on it, both priced. The caller decides whether the
+    head will draft (``shapes.mtp_refusal``); a target without NextN blocks ignores it."""
 
     @property
     def drafter_seqs(self) -> int:

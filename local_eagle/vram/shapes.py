@@ -23,6 +23,12 @@ KNOWN_ARCHS = {"llama", "qwen2", "qwen3", "gemma3", "eagle3"}
 SWA_PATTERN_DEFAULTS = {"gemma2": 2, "gemma3": 6, "cohere2": 4, "gpt-oss": 2, "olmo2": 4, "exaone4": 4}
 SWA_WINDOW_DEFAULTS = {"gemma2": 4096}
 TOKEN_EMBD_HOST = ("token_embd.weight", "per_layer_token_embd.weight", "token_types.weight")
+# The families whose model builds an MTP graph in llama-cpp-python 0.3.36: ``runtime.mtp.MTP_ARCHS``, repeated
+# here so that planning never imports the runtime (and its library); a test keeps the two equal.
+MTP_ARCHS = frozenset(
+    {"glm4moe", "glm-dsa", "deepseek2", "deepseek32", "deepseek4", "qwen35", "qwen35moe", "qwen3next", "bailingmoe3",
+     "nemotron_h_moe", "cohere2moe", "mimo2", "hy_v3", "step35"}
+)  # fmt: skip
 
 
 @dataclass
@@ -52,6 +58,8 @@ class ModelShape:
     notes: list[str] = field(default_factory=list)
     flags: set[str] = field(default_factory=set)
     ssm_dims: tuple[int, int, int, int] = (0, 0, 0, 0)  # d_inner, d_state, dt_rank, d_conv
+    n_nextn: int = 0  # the last n_nextn of the n_layer blocks are NextN (MTP) blocks (``nextn_predict_layers``)
+    moe: tuple[int, int, int, int] = (0, 0, 0, 0)  # experts, experts used, expert FFN width, shared experts
     cache: dict[Any, int] = field(default_factory=dict, repr=False, compare=False)
     # drafter only
     target_hidden: int | None = None
@@ -67,6 +75,16 @@ class ModelShape:
         """A target without ``output.weight`` reuses ``token_embd`` as its head (a copy on the output device)."""
         names = {t.name for t in self.tensors}
         return not self.is_drafter and "output.weight" not in names and "token_embd.weight" in names
+
+    @property
+    def n_trunk(self) -> int:
+        """Blocks before the NextN ones: llama.cpp's ``n_layer()`` (``n_layer_all - n_layer_nextn``)."""
+        return self.n_layer - self.n_nextn
+
+    def is_nextn(self, t: Tensor) -> bool:
+        """A tensor of a NextN block: llama.cpp skips it (``TENSOR_SKIP``) unless the model is loaded with
+        ``load_mtp``, and then it is the MTP head's weight, not the trunk's."""
+        return self.n_nextn > 0 and t.layer is not None and self.n_trunk <= t.layer < self.n_layer
 
     def tensor(self, name: str) -> Tensor | None:
         for t in self.tensors:
@@ -200,6 +218,13 @@ def read_shape(path: str | os.PathLike[str], what: str = "target GGUF") -> Model
         known=known,
         notes=notes,
         ssm_dims=(d_inner, d_state, int(key("ssm.time_step_rank", 0) or 0), d_conv),
+        n_nextn=int(key("nextn_predict_layers", 0) or 0),
+        moe=(
+            int(key("expert_count", 0) or 0),
+            int(key("expert_used_count", 0) or 0),
+            int(key("expert_feed_forward_length", 0) or 0),
+            int(key("expert_shared_count", 0) or 0),
+        ),
     )
     if not known:
         shape.notes.insert(
@@ -219,6 +244,24 @@ def read_shape(path: str | os.PathLike[str], what: str = "target GGUF") -> Model
         layers = key("target_layers")
         shape.target_layers = [int(x) for x in layers] if layers is not None else None
     return shape
+
+
+def mtp_refusal(shape: ModelShape) -> str | None:
+    """Why the engine would not draft with this target's own MTP head (None when it would), from its header.
+
+    The planner's copy of ``runtime.mtp.mtp_refusal`` and ``Model.branching_refusal``: one NextN head, a family
+    with an MTP graph, and a target whose cache drops rejected drafts (not recurrent, not hybrid).
+    """
+    name = shape.path.name
+    if shape.n_nextn <= 0:
+        return f"{name} has no NextN (MTP) layers"
+    if shape.arch not in MTP_ARCHS:
+        return f"{name}: llama.cpp 0.3.36 builds no MTP graph for architecture '{shape.arch}'"
+    if shape.n_nextn > 1:
+        return f"{name} has {shape.n_nextn} chained MTP heads; local-eagle drafts with a single head for now"
+    if any(shape.recurrent) or shape.ssm_r or shape.ssm_s:
+        return f"{name} is a recurrent or hybrid model: its cache cannot drop rejected drafts yet"
+    return None
 
 
 def pair_info(shape: ModelShape) -> ModelInfo:
