@@ -14,6 +14,7 @@ from local_eagle.runtime.sampling import (
     sample,
 )
 from local_eagle.runtime.tree import VerifyTree, walk_greedy, walk_sampling
+from local_eagle.testing.chisquare import target_joint
 from local_eagle.testing.costs import FrozenCosts
 
 
@@ -136,28 +137,11 @@ def noisy_pair(tmp_path_factory):
     eng.close()
 
 
-def _target_joint(eng: Engine, prompt: str, sp: SamplingParams) -> dict[tuple[int, int], float]:
-    """Exact distribution of the first two tokens when sampling from the target alone."""
-    toks = eng.tokenize(prompt)
-    ctx, n = eng.ctx, len(toks)
-    ctx.clear()
-    ctx.decode(toks, np.arange(n), np.arange(n) == n - 1)
-    p1 = probabilities(ctx.logits(n - 1, eng.n_vocab), sp)
-    joint = {}
-    for a in np.nonzero(p1)[0]:
-        ctx.remove_from(n)
-        ctx.decode(np.array([a]), np.array([n]), True)
-        p2 = probabilities(ctx.logits(0, eng.n_vocab), sp)
-        for b in np.nonzero(p2)[0]:
-            joint[(int(a), int(b))] = p1[a] * p2[b]
-    return joint
-
-
 def test_speculative_sampling_matches_target_distribution(noisy_pair):
     eng = noisy_pair
     sp = SamplingParams(temperature=1.0, top_k=4, top_p=1.0, min_p=0.0)
     prompt = "xyzA"
-    joint = _target_joint(eng, prompt, sp)
+    joint = target_joint(eng, prompt, sp)
     keys = sorted(joint)
     n = 3000
     counts = dict.fromkeys(keys, 0)
@@ -215,7 +199,7 @@ def test_adaptive_speculative_sampling_matches_target_distribution(confident_pai
     eng.policy.replan()
     for seed in range(1, 8):  # learns this pair's acceptance
         run(seed, 64)
-    joint = _target_joint(eng, prompt, sp)
+    joint = target_joint(eng, prompt, sp)
     keys = sorted(joint)
     n = 3000
     counts = dict.fromkeys(keys, 0)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from local_eagle.runtime.engine import Engine, EngineOptions
-from local_eagle.runtime.sampling import SamplingParams, probabilities
+from local_eagle.runtime.sampling import SamplingParams
 from local_eagle.runtime.tree import TreeShape
-from local_eagle.testing.chisquare import chisquare_pvalue
+from local_eagle.testing.chisquare import chisquare_pvalue, target_joint
 
 SP = SamplingParams(temperature=1.0, top_k=3, top_p=1.0, min_p=0.0)
 PROMPT = "xyzA"
@@ -23,34 +22,11 @@ def noisy_pair(sampling_pair):
     eng.close()
 
 
-def _target_joint(eng: Engine, prompt: str, n: int) -> dict[tuple[int, ...], float]:
-    """The exact distribution of the first ``n`` tokens when sampling from the target alone."""
-    toks = eng.tokenize(prompt)
-    ctx, n_prompt = eng.ctx, len(toks)
-    ctx.clear()
-    ctx.decode(toks, np.arange(n_prompt), np.arange(n_prompt) == n_prompt - 1)
-    first = probabilities(ctx.logits(n_prompt - 1, eng.n_vocab), SP)
-    joint = {}
-
-    def extend(prefix: tuple[int, ...], prob: float, dist: np.ndarray) -> None:
-        for t in np.nonzero(dist)[0]:
-            seq = (*prefix, int(t))
-            if len(seq) == n:
-                joint[seq] = prob * dist[t]
-                continue
-            ctx.remove_from(n_prompt + len(prefix))
-            ctx.decode(np.array([t], dtype=np.int32), np.array([n_prompt + len(prefix)]), True)
-            extend(seq, prob * dist[t], probabilities(ctx.logits(0, eng.n_vocab), SP))
-
-    extend((), 1.0, first)
-    return joint
-
-
 def test_tree_sampling_matches_the_target_distribution(noisy_pair):
     """Three tokens: the first from the prompt, the next two through a tree round (siblings tried in turn, the
     residual resampled, a bonus after a full accept); their joint is the target's (chi-square)."""
     eng = noisy_pair
-    joint = _target_joint(eng, PROMPT, 3)
+    joint = target_joint(eng, PROMPT, SP, 3)
     n = 2500
     counts: dict[tuple[int, ...], int] = {}
     drafted = accepted = 0
@@ -76,7 +52,7 @@ def test_adaptive_tree_sampling_matches_the_target_distribution(noisy_pair):
             return True
 
     eng = noisy_pair
-    joint = _target_joint(eng, PROMPT, 3)
+    joint = target_joint(eng, PROMPT, SP, 3)
     shape = TreeShape(8, 3, 3)
     eng.generate("zyx", max_tokens=8, draft_max=3, adaptive=True)  # 1-row rounds build the policy
     with deciding_on(eng, [1.0 + 0.01 * r for r in range(16)], 5e-5, EveryRound(shape)):
