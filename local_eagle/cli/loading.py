@@ -63,7 +63,7 @@ class LoadOptions:
         return EngineOptions(
             n_ctx=n_ctx, n_batch=N_BATCH, n_gpu_layers=self.gpu_layers, n_threads=self.threads,
             tree_nodes=self.tree_nodes if self.parallel == 1 else 0, tree_width=self.tree_width,
-            parallel=self.parallel,
+            parallel=self.parallel, rollback=max(1, self.draft_max),
         )  # fmt: skip
 
 
@@ -83,6 +83,17 @@ def note_tree_refusal(engine: Engine, asked: bool) -> None:
     target cannot branch its cache: its rounds draft chains."""
     if asked and engine.tree_refusal is not None:
         _note(f"no draft trees for this target ({engine.tree_refusal}): it drafts chains instead")
+
+
+def note_mtp(engine: Engine, verbose: bool) -> None:
+    """With ``--verbose``, one note on the target's own MTP head: how it drafts and how a rejected draft leaves the
+    target's cache (a hybrid target's recurrent state rolls back to llama.cpp's snapshots), or why it does not draft."""
+    if not verbose:
+        return
+    if engine.mtp_note is not None:
+        _note(engine.mtp_note)
+    elif engine.mtp_refusal is not None:
+        _note(f"the model's own MTP head does not draft: {engine.mtp_refusal}")
 
 
 def plan_context(model: Path, draft: Path | None, load: LoadOptions, note: Callable[[str], None] | None = None) -> int:

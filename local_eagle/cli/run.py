@@ -15,7 +15,7 @@ import typer
 from rich.table import Table
 
 from local_eagle.cli.console import err, friendly, out, warn_if_cpu_only
-from local_eagle.cli.loading import BeyondTrainingOpt, LoadOptions, note_tree_refusal, open_engine
+from local_eagle.cli.loading import BeyondTrainingOpt, LoadOptions, note_mtp, note_tree_refusal, open_engine
 from local_eagle.cli.options import (
     AUTO,
     NO_SAMPLING_FLAGS,
@@ -211,6 +211,7 @@ def chat(
                            trees.engine_nodes(fixed, s.n_gpu_layers), trees.engine_width(fixed))  # fmt: skip
         engine = open_engine(s.model, s.draft, opts)
         note_tree_refusal(engine, trees.nodes > 1 and (trees.explicit or s.verbose))
+        note_mtp(engine, s.verbose)
         return engine
 
     run_repl(session, load)

@@ -131,6 +131,8 @@ class ContextOptions:
     type_v: int = GGML_TYPE_F16
     n_seq_max: int = 1  # sequences the cache holds; above 1 the cache is unified (one buffer, shared prefixes)
     mtp: bool = False  # LLAMA_CONTEXT_TYPE_MTP: the model's NextN block(s) only (a model loaded with load_mtp)
+    n_rs_seq: int = 0  # recurrent-state snapshots per sequence (llama_context_params.n_rs_seq): a recurrent or hybrid
+    # cache can then drop up to this many of the last decode's positions (the families llama.cpp allows; else 0)
 
 
 class Context:
@@ -160,6 +162,7 @@ class Context:
             params.flash_attn_type = FLASH_ATTN_ENABLED if opts.flash_attn else FLASH_ATTN_DISABLED
         params.type_k = opts.type_k
         params.type_v = opts.type_v
+        params.n_rs_seq = opts.n_rs_seq
         if opts.mtp:
             params.ctx_type = C.LLAMA_CONTEXT_TYPE_MTP
         if ctx_other is not None:
@@ -181,6 +184,9 @@ class Context:
         self.mem = C.llama_get_memory(ptr)
         self.batch = C.llama_batch_ext_init(ptr)
         self.n_seq_max = int(C.llama_n_seq_max(ptr))
+        # what llama.cpp granted: it clamps n_rs_seq to 0 for a family without recurrent rollback
+        # (llm_arch_supports_rs_rollback, src/llama-arch.cpp)
+        self.n_rs_seq = int(C.llama_n_rs_seq(ptr))
         self._pos = ctypes.c_int32(0)
 
     # batches ------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from local_eagle.llamacpp.model import Context, ContextOptions, Model
 from local_eagle.runtime.batch import Batcher
 from local_eagle.runtime.drafter import Drafter, check_pair, read_spec
 from local_eagle.runtime.feed import DrafterFeed
+from local_eagle.runtime.policy.defaults import AUTO_DRAFT_MAX
 from local_eagle.runtime.policy.draftlen import DraftLengthPolicy
 from local_eagle.runtime.policy.lengths import PolicyHolder
 from local_eagle.runtime.policy.shapes import TreeChoice
@@ -73,6 +74,8 @@ class EngineOptions:
     tree_width: int = 8  # widest frontier a tree may expand per drafter call
     parallel: int = 1  # generations at once (runtime.batch): n_ctx tokens each, one target call a round for all
     mtp: bool = True  # with no drafter given, draft with the target's own MTP (NextN) head where it has one
+    rollback: int = AUTO_DRAFT_MAX  # a hybrid target drafting with its own head: the longest chain a round verifies,
+    # since llama.cpp keeps that many recurrent-state snapshots per sequence to drop rejected drafts (n_rs_seq)
 
 
 class Stream:
@@ -119,19 +122,25 @@ class Engine:
         self.tree_choices: dict[TreeShape, TreeChoice] = {}  # adaptive trees: what each shape yielded, per shape
         self.tree_quotas: dict[TreeShape, list[int]] = {}  # sampling trees: nodes per depth the last round chose
         self.mtp_refusal: str | None = None  # why a model with MTP layers does not draft with them
+        self.mtp_note: str | None = None  # how the head drafts and rejected drafts are dropped (for --verbose)
+        self.rollback_bound: int | None = None  # drafts per round a recurrent-state rollback allows (None: any)
         mtp = False
+        n_rs_seq = 0
         if draft is not None:
             spec = read_spec(draft)
             check_pair(spec, self.model)
             self.capture = LayerCapture.create(self.model, spec.target_layers, options.capture)
         elif options.mtp and self.model.n_layer_nextn > 0:
-            from local_eagle.runtime.mtp import MtpCapture, mtp_refusal
+            from local_eagle.runtime.mtp import MtpCapture, mtp_note, mtp_refusal, rollback_refusal
 
-            # rejected drafts are rolled back in the target's cache: a recurrent or hybrid one cannot drop them yet
-            self.mtp_refusal = mtp_refusal(self.model) or self.model.branching_refusal()
+            # rejected drafts are dropped from the target's cache; a recurrent or hybrid one needs llama.cpp's
+            # per-token state snapshots for that (runtime.mtp.rollback_refusal, docs/mtp.md)
+            self.mtp_refusal = mtp_refusal(self.model) or rollback_refusal(self.model, options.rollback)
             mtp = self.mtp_refusal is None
             if mtp:
                 self.capture = MtpCapture(self.model)
+                if self.model.branching_refusal() is not None:  # recurrent layers: snapshots to roll back to
+                    n_rs_seq = self.rollback_bound = options.rollback
         callback = self.capture.callback if self.capture is not None else None
         # trees need a sequence per leaf; a multi-sequence cache costs memory (a SWA model's window grows with the
         # sequences), so a context gets them only when trees may be asked for
@@ -147,10 +156,20 @@ class Engine:
         # a parallel engine's sequences draft chains (trees would need a sequence per leaf of every sequence)
         trees = options.tree_nodes > 1 and draft is not None and self.tree_refusal is None
         self.trees = trees = trees and parallel == 1
-        target_options = context_options
+        target_options = replace(context_options, n_rs_seq=n_rs_seq)
         if trees:
-            target_options = replace(context_options, n_seq_max=min(MAX_SEQ, options.tree_nodes))
+            target_options = replace(target_options, n_seq_max=min(MAX_SEQ, options.tree_nodes))
         self.ctx = Context(self.model, target_options, cb_eval=callback)
+        if self.ctx.n_rs_seq != n_rs_seq:  # llama.cpp clamps it to 0 for a family it cannot roll back
+            granted = self.ctx.n_rs_seq
+            self.ctx.close()
+            self.model.close()
+            raise LocalEagleError(
+                f"{self.model.path.name}: llama.cpp granted {granted} recurrent-state snapshots, not {n_rs_seq}: "
+                "rejected drafts could not be dropped (open it with EngineOptions(mtp=False))"
+            )
+        if mtp:
+            self.mtp_note = mtp_note(self.model, self.rollback_bound)
         if self.capture is not None:
             self.capture.attach(self.ctx)
             drafter_options = (
@@ -259,6 +278,8 @@ class Engine:
                 )
             elif not adaptive:
                 draft_max = tree.nodes
+        if self.rollback_bound is not None:  # a longer chain's rejection would outrun the recurrent snapshots
+            draft_max = min(draft_max, self.rollback_bound)
         generation = Generation(
             self, tokens, max_tokens, sampling, draft_max if self.drafter is not None else 0, draft_p_min, stop or [],
             adaptive, tree,

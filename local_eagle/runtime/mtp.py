@@ -17,6 +17,16 @@ So the row the EAGLE loop queues at position ``P`` (``token[P+1]``, features at 
 stands in for the layer capture (its features are ``h``, ``n_embd`` wide). llama.cpp also decodes the prompt's
 first token at position 0 with a zero state; :meth:`MtpDrafter.prime` does the same.
 
+A hybrid target (``qwen35``, ``qwen35moe``: gated-delta-net layers beside attention) keeps one recurrent state per
+sequence, which cannot drop its last positions by itself. Its context is opened with
+``n_rs_seq`` = the longest chain (``EngineOptions.rollback``): each decode then also writes the state after each of
+its last ``n_rs_seq`` rows, and ``llama_memory_seq_rm`` of up to that many trailing positions selects that snapshot
+for the next decode (``src/llama-memory-recurrent.cpp`` ``seq_rm``), the attention layers dropping their cells as
+usual. So the engine's ordinary rollback (``TreeBatch.keep``) is exact there too, as for llama.cpp's own
+``draft-mtp`` (``common_params_speculative::need_n_rs_seq``). A hybrid family llama.cpp keeps no snapshots for
+(``qwen3next``: ``llm_arch_supports_rs_rollback``), or keeps them by code not checked here (``nemotron_h_moe``,
+``bailingmoe3``, ``deepseek4``), is refused (:func:`rollback_refusal`).
+
 One head only: a model with several chained heads (``step35``) needs each draft step on its own head with that
 head's cache rebuilt over the draft (``llama_set_nextn_layer_offset``); that is refused here for now.
 """
@@ -38,6 +48,20 @@ MTP_ARCHS = frozenset(
 """The families whose model builds an MTP graph in llama-cpp-python 0.3.36 (docs/mtp.md): an MTP context on any
 other would reach an assertion, which aborts the process."""
 
+RS_ROLLBACK_ARCHS = frozenset(
+    {"kimi-k3", "qwen35", "qwen35moe", "qwen4exp", "deepseek4", "glm5-next", "nemotron_h", "nemotron_h_moe", "lfm2",
+     "lfm2moe", "bailingmoe3"}
+)  # fmt: skip
+"""The families whose recurrent state llama.cpp 0.3.36 can roll back by snapshots (``llm_arch_supports_rs_rollback``,
+``src/llama-arch.cpp:1123``); for any other it clamps ``n_rs_seq`` to 0 (``src/llama-context.cpp:106``)."""
+
+CHECKED_ROLLBACK_ARCHS = frozenset({"qwen35", "qwen35moe"})
+"""The hybrid MTP families whose snapshot rollback local-eagle has checked: both build their recurrent layers with
+``llm_build_delta_net_base`` (``src/models/delta-net-base.cpp`` ``build_conv_state``, ``build_recurrent_attn``),
+which the tiny ``qwen35``'s lossless tests run. ``nemotron_h_moe`` (Mamba 2, ``mamba-base.cpp``), ``bailingmoe3``
+(its own snapshot code) and ``deepseek4`` (the DSV4 cache, ``llama-kv-cache-dsv4.cpp``) keep snapshots by other
+code that no model here exercises, so they stay refused."""
+
 
 def mtp_refusal(model: Model) -> str | None:
     """Why ``model`` cannot draft with its own MTP head (None when it can)."""
@@ -53,6 +77,41 @@ def mtp_refusal(model: Model) -> str | None:
             "for now"
         )
     return None
+
+
+def rollback_refusal(model: Model, rollback: int) -> str | None:
+    """Why rejected drafts could not be dropped from ``model``'s cache with ``rollback`` snapshots (None: they can).
+
+    An attention cache drops any suffix; a recurrent or hybrid one only the last ``n_rs_seq`` positions it kept
+    snapshots for, and llama.cpp keeps them for a few families only.
+    """
+    if model.branching_refusal() is None:
+        return None
+    arch = model.arch()
+    if arch not in RS_ROLLBACK_ARCHS:
+        return (
+            f"{model.path.name}: llama.cpp 0.3.36 keeps no recurrent-state snapshots for architecture '{arch}', so "
+            "a rejected draft cannot be dropped from its recurrent layers"
+        )
+    if arch not in CHECKED_ROLLBACK_ARCHS:
+        return (
+            f"{model.path.name}: llama.cpp 0.3.36 rolls '{arch}' recurrent state back by snapshots in code "
+            "local-eagle has not checked on any model yet, so its own head does not draft"
+        )
+    if rollback < 1:
+        return f"{model.path.name} has recurrent layers and no snapshots were allowed to roll a draft back (rollback 0)"
+    return None
+
+
+def mtp_note(model: Model, rollback: int | None) -> str:
+    """How the head drafts and how a rejected draft leaves the target's cache, for ``--verbose``."""
+    head = f"drafting with {model.path.name}'s own MTP (NextN) head, chains"
+    if rollback is None:
+        return head + "; rejected drafts are dropped from the target's KV cache"
+    return (
+        f"{head} of at most {rollback} drafts; rejected drafts are rolled back in the hybrid target's recurrent "
+        f"layers to llama.cpp's per-token state snapshots (n_rs_seq={rollback}) and dropped from its attention cache"
+    )
 
 
 class MtpCapture:

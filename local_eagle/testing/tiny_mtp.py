@@ -245,9 +245,18 @@ class TinyQwen35Spec:
 
 
 def write_tiny_qwen35_mtp(
-    path: str | os.PathLike[str], spec: TinyQwen35Spec | None = None, seed: int = 0, mtp: bool = True
+    path: str | os.PathLike[str],
+    spec: TinyQwen35Spec | None = None,
+    seed: int = 0,
+    mtp: bool = True,
+    overrides: dict[str, np.ndarray] | None = None,
 ) -> Path:
-    """A random-weight f32 ``qwen35`` GGUF (a hybrid target) whose last block is a NextN (MTP) block."""
+    """A random-weight f32 ``qwen35`` GGUF (a hybrid target) whose last block is a NextN (MTP) block.
+
+    ``overrides`` replaces tensors by name (the random draws stay the same) and adds the optional ones it names that
+    are not written otherwise (``nextn.shared_head_head``).
+    """
+    overrides = overrides or {}
     spec = spec or TinyQwen35Spec()
     rng = np.random.default_rng(seed)
     tokens, scores, types = byte_vocab(spec.extra_tokens)
@@ -259,6 +268,12 @@ def write_tiny_qwen35_mtp(
     mat, norm = random_f32(rng)
 
     p = Path(path)
+    written: set[str] = set()
+
+    def put(name: str, value: np.ndarray) -> None:
+        written.add(name)
+        w.add_tensor(name, overrides.get(name, value))
+
     w = tiny_gguf_writer(p, "qwen35", "tiny-qwen35-mtp" if mtp else "tiny-qwen35", spec, n_all)
     w.add_key_length(hd)
     w.add_value_length(hd)
@@ -276,37 +291,90 @@ def write_tiny_qwen35_mtp(
         w.add_nextn_predict_layers(1)
     add_byte_tokenizer(w, tokens, scores, types)
 
-    w.add_tensor("token_embd.weight", (rng.standard_normal((n_vocab, h)) * 0.5).astype(np.float32))
-    w.add_tensor("output_norm.weight", norm(h))
-    w.add_tensor("output.weight", mat(n_vocab, h, 4.0))
+    put("token_embd.weight", (rng.standard_normal((n_vocab, h)) * 0.5).astype(np.float32))
+    put("output_norm.weight", norm(h))
+    put("output.weight", mat(n_vocab, h, 4.0))
     for i in range(n_all):
         recurrent = i < spec.n_layer and (i + 1) % spec.full_attention_interval != 0
-        w.add_tensor(f"blk.{i}.attn_norm.weight", norm(h))
-        w.add_tensor(f"blk.{i}.post_attention_norm.weight", norm(h))
+        put(f"blk.{i}.attn_norm.weight", norm(h))
+        put(f"blk.{i}.post_attention_norm.weight", norm(h))
         if recurrent:
-            w.add_tensor(f"blk.{i}.attn_qkv.weight", mat(conv_dim, h))
-            w.add_tensor(f"blk.{i}.attn_gate.weight", mat(value_dim, h))
-            w.add_tensor(f"blk.{i}.ssm_conv1d.weight", mat(conv_dim, spec.ssm_d_conv))
-            w.add_tensor(f"blk.{i}.ssm_dt.bias", (0.1 * rng.standard_normal(spec.ssm_dt_rank)).astype(np.float32))
-            w.add_tensor(f"blk.{i}.ssm_a", (-np.exp(0.3 * rng.standard_normal(spec.ssm_dt_rank))).astype(np.float32))
-            w.add_tensor(f"blk.{i}.ssm_beta.weight", mat(spec.ssm_dt_rank, h))
-            w.add_tensor(f"blk.{i}.ssm_alpha.weight", mat(spec.ssm_dt_rank, h))
-            w.add_tensor(f"blk.{i}.ssm_norm.weight", norm(spec.ssm_d_state))
-            w.add_tensor(f"blk.{i}.ssm_out.weight", mat(h, value_dim))
+            put(f"blk.{i}.attn_qkv.weight", mat(conv_dim, h))
+            put(f"blk.{i}.attn_gate.weight", mat(value_dim, h))
+            put(f"blk.{i}.ssm_conv1d.weight", mat(conv_dim, spec.ssm_d_conv))
+            put(f"blk.{i}.ssm_dt.bias", (0.1 * rng.standard_normal(spec.ssm_dt_rank)).astype(np.float32))
+            put(f"blk.{i}.ssm_a", (-np.exp(0.3 * rng.standard_normal(spec.ssm_dt_rank))).astype(np.float32))
+            put(f"blk.{i}.ssm_beta.weight", mat(spec.ssm_dt_rank, h))
+            put(f"blk.{i}.ssm_alpha.weight", mat(spec.ssm_dt_rank, h))
+            put(f"blk.{i}.ssm_norm.weight", norm(spec.ssm_d_state))
+            put(f"blk.{i}.ssm_out.weight", mat(h, value_dim))
         else:
-            w.add_tensor(f"blk.{i}.attn_q.weight", mat(2 * spec.n_head * hd, h))  # queries and their gates
-            w.add_tensor(f"blk.{i}.attn_k.weight", mat(spec.n_head_kv * hd, h))
-            w.add_tensor(f"blk.{i}.attn_v.weight", mat(spec.n_head_kv * hd, h))
-            w.add_tensor(f"blk.{i}.attn_output.weight", mat(h, spec.n_head * hd))
-            w.add_tensor(f"blk.{i}.attn_q_norm.weight", norm(hd))
-            w.add_tensor(f"blk.{i}.attn_k_norm.weight", norm(hd))
-        w.add_tensor(f"blk.{i}.ffn_gate.weight", mat(spec.n_ff, h))
-        w.add_tensor(f"blk.{i}.ffn_up.weight", mat(spec.n_ff, h))
-        w.add_tensor(f"blk.{i}.ffn_down.weight", mat(h, spec.n_ff))
+            put(f"blk.{i}.attn_q.weight", mat(2 * spec.n_head * hd, h))  # queries and their gates
+            put(f"blk.{i}.attn_k.weight", mat(spec.n_head_kv * hd, h))
+            put(f"blk.{i}.attn_v.weight", mat(spec.n_head_kv * hd, h))
+            put(f"blk.{i}.attn_output.weight", mat(h, spec.n_head * hd))
+            put(f"blk.{i}.attn_q_norm.weight", norm(hd))
+            put(f"blk.{i}.attn_k_norm.weight", norm(hd))
+        put(f"blk.{i}.ffn_gate.weight", mat(spec.n_ff, h))
+        put(f"blk.{i}.ffn_up.weight", mat(spec.n_ff, h))
+        put(f"blk.{i}.ffn_down.weight", mat(h, spec.n_ff))
         if i >= spec.n_layer:
-            w.add_tensor(f"blk.{i}.nextn.eh_proj.weight", mat(h, 2 * h))
-            w.add_tensor(f"blk.{i}.nextn.enorm.weight", norm(h))
-            w.add_tensor(f"blk.{i}.nextn.hnorm.weight", norm(h))
-            w.add_tensor(f"blk.{i}.nextn.shared_head_norm.weight", norm(h))
+            put(f"blk.{i}.nextn.eh_proj.weight", mat(h, 2 * h))
+            put(f"blk.{i}.nextn.enorm.weight", norm(h))
+            put(f"blk.{i}.nextn.hnorm.weight", norm(h))
+            put(f"blk.{i}.nextn.shared_head_norm.weight", norm(h))
+    for name in sorted(set(overrides) - written):
+        w.add_tensor(name, overrides[name])
     finish_gguf(w)
     return p
+
+
+def cycle_qwen35_tensors(
+    spec: TinyQwen35Spec | None = None,
+    margin: float = 4.0,
+    state: float = 0.05,
+    head_misses: str = "",
+    seed: int = 0,
+) -> dict[str, np.ndarray]:
+    """Overrides that make a tiny ``qwen35`` the letter cycle of :func:`cycle_glm4moe_tensors`, its NextN head agreeing.
+
+    The embedding, the heads and the NextN block's ``eh_proj`` are the glm4moe cycle's; every attention output and FFN
+    down projection is zero (trunk and NextN block). The recurrent layers' ``ssm_out`` is random at scale ``state``
+    (0: zero): their state then moves the target's logits a little without changing its choices, so a recurrent state
+    rolled back wrong shows in the logits (the log-probabilities a generation reports) while the cycle still holds.
+    ``head_misses`` as for glm4moe: the head names the letter two ahead after those letters, drafts the target rejects.
+    """
+    spec = spec or TinyQwen35Spec()
+    h = spec.n_embd
+    glm = TinyGlm4MoeSpec(n_layer=1, n_embd=h, extra_tokens=spec.extra_tokens)
+    cycle = cycle_glm4moe_tensors(glm, margin=margin, head_misses=head_misses, seed=seed)
+    out = {name: cycle[name] for name in ("token_embd.weight", "output.weight", "output_norm.weight")}
+    rng = np.random.default_rng(seed + 1)
+    hd = h // spec.n_head
+    value_dim = spec.ssm_d_state * spec.ssm_dt_rank
+    for i in range(spec.n_layer + 1):
+        if i < spec.n_layer and (i + 1) % spec.full_attention_interval != 0:
+            ssm_out = state * rng.standard_normal((h, value_dim)) / np.sqrt(value_dim)
+            out[f"blk.{i}.ssm_out.weight"] = ssm_out.astype(np.float32)
+        else:
+            out[f"blk.{i}.attn_output.weight"] = np.zeros((h, spec.n_head * hd), dtype=np.float32)
+        out[f"blk.{i}.ffn_down.weight"] = np.zeros((h, spec.n_ff), dtype=np.float32)
+    nextn = spec.n_layer
+    for part in ("eh_proj", "enorm", "hnorm", "shared_head_norm", "shared_head_head"):
+        out[f"blk.{nextn}.nextn.{part}.weight"] = cycle[f"blk.1.nextn.{part}.weight"]
+    return out
+
+
+def write_cycle_qwen35_mtp(
+    path: str | os.PathLike[str],
+    spec: TinyQwen35Spec | None = None,
+    margin: float = 4.0,
+    state: float = 0.05,
+    head_misses: str = "",
+    seed: int = 0,
+) -> Path:
+    """A tiny hybrid ``qwen35`` whose NextN head agrees with its target (:func:`cycle_qwen35_tensors`): drafts are
+    accepted, so partial acceptance rolls its recurrent state back by some rows, not all."""
+    spec = spec or TinyQwen35Spec()
+    overrides = cycle_qwen35_tensors(spec, margin, state, head_misses, seed)
+    return write_tiny_qwen35_mtp(path, spec, seed=seed, overrides=overrides)

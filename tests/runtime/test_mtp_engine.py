@@ -60,12 +60,14 @@ def test_parallel_sequences_share_the_head(glm):
         assert all(r.stats.drafted_tokens > 0 for r in out)
 
 
-def test_off_when_asked_and_where_the_cache_cannot_roll_back(glm, tmp_path):
+def test_off_when_asked(glm, tmp_path):
     with Engine(glm, None, EngineOptions(n_ctx=256, n_batch=32, n_threads=1, mtp=False)) as eng:
         assert eng.drafter is None and eng.model.n_layer_nextn == 1
-    hybrid = write_tiny_qwen35_mtp(tmp_path / "qwen35.gguf", seed=3)
-    with Engine(hybrid, None, OPTS) as eng:  # recurrent layers: a rejected draft cannot be dropped yet
-        assert eng.drafter is None and eng.mtp_refusal
+    with Engine(glm, None, OPTS) as eng:  # an attention cache drops any suffix: no snapshots, no cap
+        assert eng.rollback_bound is None and eng.ctx.n_rs_seq == 0 and "KV cache" in (eng.mtp_note or "")
+    hybrid = write_tiny_qwen35_mtp(tmp_path / "qwen35.gguf", seed=3)  # drafts too: tests/runtime/test_mtp_hybrid.py
+    with Engine(hybrid, None, EngineOptions(n_ctx=256, n_batch=32, n_threads=1, mtp=False)) as eng:
+        assert eng.drafter is None and eng.mtp_refusal is None and eng.ctx.n_rs_seq == 0
         assert eng.generate(PROMPTS[0], max_tokens=8, draft_max=3).stats.generated_tokens == 8
 
 
