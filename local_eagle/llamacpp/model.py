@@ -188,27 +188,13 @@ class Context:
         # (llm_arch_supports_rs_rollback, src/llama-arch.cpp)
         self.n_rs_seq = int(C.llama_n_rs_seq(ptr))
         self._pos = ctypes.c_int32(0)
+        self._pos_ptr = ctypes.pointer(self._pos)  # made once: a byref per row is a measurable share of a round
+        self._batch_arg = ctypes.c_void_p(self.batch)  # passed as is, not converted from an int on every call
+        # one llama_embd for every row: its data pointer rewritten in place (a cast per row costs more than the call)
+        self._embd = C.llama_embd(None, 1, 0)
+        self._embd_data = ctypes.c_size_t.from_buffer(self._embd, C.llama_embd.data.offset)
 
     # batches ------------------------------------------------------------------------------------
-
-    def _add_token(
-        self, token: int, pos: int, output: bool, embd: np.ndarray | None, seqs: list[int] | None = None
-    ) -> None:
-        idx = C.llama_batch_ext_add_token(self.batch, seqs[0] if seqs else 0, int(token))
-        if idx < 0:
-            raise LlamaError(f"batch rejected token {token} (code {idx}; batch holds at most {self.n_batch})")
-        if seqs:
-            for seq in seqs[1:]:
-                if not C.llama_batch_ext_add_seq(self.batch, idx, seq):
-                    raise LlamaError(f"batch rejected sequence {seq} (the context holds {self.n_seq_max})")
-        self._pos.value = pos
-        C.llama_batch_ext_set_pos(self.batch, idx, ctypes.byref(self._pos))
-        if embd is not None:
-            e = C.llama_embd(embd.ctypes.data_as(_f32_pointer), 1, embd.shape[-1])
-            if not C.llama_batch_ext_set_embd_token(self.batch, idx, e):
-                raise LlamaError(f"batch rejected an embedding of width {embd.shape[-1]}: {last_log_error()}")
-        if output:
-            C.llama_batch_ext_set_output_logits(self.batch, idx, True)
 
     def _add_embd(self, row: np.ndarray, pos: int, output: bool) -> None:
         e = C.llama_embd(row.ctypes.data_as(_f32_pointer), 1, row.shape[-1])
@@ -238,19 +224,43 @@ class Context:
         """Decode rows (token, position[, embedding]); ``outputs`` marks rows whose logits are kept; ``seqs`` gives
         each row's sequence ids (default: every row on ``seq``), a row attending to its first sequence's cells."""
         n = len(tokens)
-        if seqs is None and seq:
-            seqs = [[seq]] * n
         if n > self.n_batch:
             raise LlamaError(f"batch of {n} rows exceeds n_batch={self.n_batch}")
-        out = np.broadcast_to(np.asarray(outputs, dtype=bool), (n,))
+        flags = np.asarray(outputs, dtype=bool)
+        if flags.ndim == 0:
+            out = [bool(flags)] * n
+        else:
+            out = np.broadcast_to(flags, (n,)).tolist()
+        batch, pos, pos_ptr = self._batch_arg, self._pos, self._pos_ptr
+        add_token, set_pos, set_output = C.llama_batch_ext_add_token, C.llama_batch_ext_set_pos, \
+            C.llama_batch_ext_set_output_logits  # fmt: skip
+        token_list, position_list = _ints(tokens), _ints(positions)
+        embd_arg, embd_data = self._embd, self._embd_data
+        width = base = 0
         if embd is not None:
-            embd = np.ascontiguousarray(embd, dtype=np.float32)
-        C.llama_batch_ext_clear(self.batch)
+            embd = np.ascontiguousarray(embd, dtype=np.float32)  # held until the call below has run
+            width, base = embd.shape[-1], embd.ctypes.data
+            embd_arg.n_embd = width
+        first_seq = seq if seqs is None else 0  # a row given no ids goes on sequence 0
+        C.llama_batch_ext_clear(batch)
         for i in range(n):
-            self._add_token(
-                int(tokens[i]), int(positions[i]), bool(out[i]), None if embd is None else embd[i],
-                None if seqs is None else seqs[i],
-            )  # fmt: skip
+            token = token_list[i]
+            row_seqs = seqs[i] if seqs is not None else None
+            idx = add_token(batch, row_seqs[0] if row_seqs else first_seq, token)
+            if idx < 0:
+                raise LlamaError(f"batch rejected token {token} (code {idx}; batch holds at most {self.n_batch})")
+            if row_seqs is not None and len(row_seqs) > 1:
+                for other in row_seqs[1:]:
+                    if not C.llama_batch_ext_add_seq(batch, idx, other):
+                        raise LlamaError(f"batch rejected sequence {other} (the context holds {self.n_seq_max})")
+            pos.value = position_list[i]
+            set_pos(batch, idx, pos_ptr)
+            if base:
+                embd_data.value = base + i * width * 4
+                if not C.llama_batch_ext_set_embd_token(batch, idx, embd_arg):
+                    raise LlamaError(f"batch rejected an embedding of width {width}: {last_log_error()}")
+            if out[i]:
+                set_output(batch, idx, True)
         self._run(DECODE, "decode")
 
     def synchronize(self) -> None:
@@ -387,3 +397,10 @@ def usable_threads(n: int) -> int:
     cores present, since extra threads only spin (and 10^5 of them crashed llama.cpp)."""
     cores = os.cpu_count() or 1
     return cores if n <= 0 else min(n, cores)
+
+
+def _ints(values: np.ndarray | list[int]) -> list[int]:
+    """Row values as Python ints, converted in one call (``tolist``) rather than one ``int()`` per row."""
+    if isinstance(values, np.ndarray):
+        return values.astype(np.int64, copy=False).tolist()
+    return [int(v) for v in values]
