@@ -10,7 +10,8 @@ import pytest
 
 from local_eagle.runtime.engine import Engine, EngineOptions
 from local_eagle.runtime.mtp import MtpDrafter
-from local_eagle.runtime.sampling import SamplingParams, probabilities
+from local_eagle.runtime.sampling import SamplingParams
+from local_eagle.testing.chisquare import chisquare_pvalue, target_joint
 from local_eagle.testing.tiny_mtp import (
     TinyGlm4MoeSpec,
     write_cycle_glm4moe_mtp,
@@ -108,46 +109,21 @@ def test_a_head_that_agrees_with_its_target_is_accepted(cycle, tmp_path):
         assert 0 < res.stats.accepted_tokens < res.stats.drafted_tokens and res.stats.acceptance_length > 1.8
 
 
-def _target_joint(eng: Engine, prompt: str, sp: SamplingParams) -> dict[tuple[int, int], float]:
-    """The exact distribution of the first two tokens sampled from the target alone."""
-    toks = eng.tokenize(prompt)
-    ctx, n = eng.ctx, len(toks)
-    ctx.clear()
-    ctx.decode(toks, np.arange(n), np.arange(n) == n - 1)
-    p1 = probabilities(ctx.logits(n - 1, eng.n_vocab), sp)
-    joint = {}
-    for a in np.nonzero(p1)[0]:
-        ctx.remove_from(n)
-        ctx.decode(np.array([a]), np.array([n]), True)
-        p2 = probabilities(ctx.logits(0, eng.n_vocab), sp)
-        for b in np.nonzero(p2)[0]:
-            joint[(int(a), int(b))] = p1[a] * p2[b]
-    return joint
-
-
 def test_sampling_with_the_head_keeps_the_targets_distribution(tmp_path):
     """A blurred cycle whose head is right often, not always: accepted and resampled drafts, the target's joint."""
-    from scipy import stats
-
     path = write_cycle_glm4moe_mtp(tmp_path / "blurred.gguf", margin=0.75, noise=0.1, head_noise=0.1, seed=4)
     sp = SamplingParams(temperature=1.0, top_k=4, top_p=1.0, min_p=0.0)
     with Engine(path, None, OPTS) as eng:
-        joint = _target_joint(eng, "xyzA", sp)
-        keys = sorted(joint)
+        joint = target_joint(eng, "xyzA", sp)
         n = 1500
-        counts = dict.fromkeys(keys, 0)
+        counts: dict[tuple[int, ...], int] = {}
         drafted = accepted = 0
         for seed in range(n):
             res = eng.generate("xyzA", max_tokens=3, sampling=SamplingParams(**{**sp.__dict__, "seed": seed}),
                                draft_max=3, adaptive=False)  # fmt: skip
-            counts[tuple(res.tokens[:2])] += 1
+            key = tuple(res.tokens[:2])
+            counts[key] = counts.get(key, 0) + 1
             drafted += res.stats.drafted_tokens
             accepted += res.stats.accepted_tokens
     assert 0 < accepted < drafted
-    obs = np.array([counts[k] for k in keys], dtype=float)
-    exp = np.array([joint[k] for k in keys]) * n
-    rare = exp < 5  # merged, so the chi-square approximation holds
-    if rare.any():
-        obs = np.append(obs[~rare], obs[rare].sum())
-        exp = np.append(exp[~rare], exp[rare].sum())
-    assert stats.chisquare(obs, exp).pvalue > 1e-3
+    assert chisquare_pvalue(counts, joint, n) > 1e-3
