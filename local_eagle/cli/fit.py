@@ -83,7 +83,7 @@ def _mtp_settings(target: ModelShape, drafter: ModelShape | None, s: Settings, o
         return s, "MTP head not priced: a drafter is named, the NextN block is not loaded"
     if not on:
         return s, "MTP head not priced (--no-mtp): the NextN block is not loaded"
-    refusal = mtp_refusal(target)
+    refusal = mtp_refusal(target, rollback=max(1, s.draft_max))  # the engine's rollback bound (cli.loading)
     if refusal is not None:
         return s, f"MTP head not priced, it will not draft: {refusal}"
     return replace(s, mtp=True), None

@@ -12,7 +12,9 @@ no GPU. The formulas follow the pinned llama.cpp (``vendor/llama.cpp`` of llama-
 * KV cache: one K and one V tensor per layer with KV on that layer's device, ``n_ctx`` padded to
   256, per-layer KV heads and head sizes, sliding-window layers in a window-sized cache
   (``n_swa + n_ubatch`` padded to 256), MLA layers storing only the compressed K, quantised
-  types in whole blocks (``llama_kv_cache``), recurrent state for SSM layers.
+  types in whole blocks (``llama_kv_cache``). Recurrent state apart (``recurrent_state``): an r and an s tensor
+  per recurrent layer (a hybrid's from ``attention.recurrent_layers`` or ``full_attention_interval``) and sequence,
+  times 1 + ``n_rs_seq`` where a hybrid drafts with its own head (``rs_snapshots``: the snapshots rollback needs).
 * compute: llama.cpp sizes each context's compute buffer by running ggml-alloc over the
   worst-case graph (``n_ubatch`` tokens, every one an output; ``llama_context::sched_reserve``).
   The planner builds the same graph, node by node, for the architectures it knows and replays
@@ -43,10 +45,13 @@ from local_eagle.units import GiB, MiB
 from local_eagle.vram.memory import (
     KVLayer,
     Split,
+    attention_kv,
     kv_cache,
     kv_layers,
     layer_on_gpu,
     n_offloadable,
+    recurrent_state,
+    rs_snapshots,
     tensor_on_gpu,
     weights,
 )
@@ -87,6 +92,7 @@ __all__ = [
     "Settings",
     "Split",
     "Suggestion",
+    "attention_kv",
     "breakdown",
     "check_pair",
     "compute_buffers",
@@ -101,7 +107,9 @@ __all__ = [
     "parallel_bytes",
     "parallel_refusal",
     "read_shape",
+    "recurrent_state",
     "row_bytes",
+    "rs_snapshots",
     "suggest",
     "target_compute",
     "tensor_on_gpu",

@@ -326,10 +326,13 @@ def _attention(
     style: _Style,
     fa_extra: dict[int, tuple[int, int]],
     iswa: bool = False,
+    gated: bool = False,
 ) -> int:
     """build_qkv + build_attn (KV cache) + build_attn_mha, up to the attention output before wo.
 
-    The sliding-window variant of build_attn expands Q, K, V in that order, the plain one Q, V, K.
+    The sliding-window variant of build_attn expands Q, K, V in that order, the plain one Q, V, K. ``gated``: Qwen3.5's
+    gated attention, the Q projection twice as wide (queries and their gates interleaved per head), the output
+    times sigmoid(gate) (``ggml_cont_2d`` of the gate view, reached only after the attention).
     """
     T = gd.n_tokens
 
@@ -344,7 +347,15 @@ def _attention(
             y = g.like(y, pos)
         return y
 
-    q = project(hq * dk, dk, hq, style.qk_norm, True)
+    q_full = None
+    if gated:
+        q_full = g.op(_F32, (2 * hq * dk, T), x)
+        q = g.view(q_full, dk, hq, T)
+        if style.qk_norm:
+            q = g.like(g.like(q))
+        q = g.like(q, pos)
+    else:
+        q = project(hq * dk, dk, hq, style.qk_norm, True)
     if style.gemma:
         q = g.like(q)
     k = project(hkv * dk, dk, hkv, style.qk_norm, True)
@@ -371,7 +382,11 @@ def _attention(
         kqv = g.op(_F32, (dv, T, hq), sm)
         out = g.op(_F32, (dv * hq, T), g.view(kqv, dv, hq, T, permuted=True))
     g.expand(out)
-    return _hadamard(g, out, kv.v_rot, 64)
+    out = _hadamard(g, out, kv.v_rot, 64)
+    if q_full is not None:
+        gate = g.op(_F32, (hq * dk, T), g.view(q_full, dk, hq, T))
+        out = g.like(out, g.like(gate))
+    return out
 
 
 def _ffn(g: _Graph, x: int, n_ff: int) -> int:
@@ -507,14 +522,30 @@ def mtp_graph(shape: ModelShape, gd: GraphDims) -> tuple[_Graph, dict[int, tuple
     a = g.like(g.like(x))
     qk_norm = shape.tensor(f"blk.{il}.attn_q_norm.weight") is not None
     style = _Style(qkv_bias=shape.tensor(f"blk.{il}.attn_q.bias") is not None, qk_norm=qk_norm)
+    gated = shape.arch in ("qwen35", "qwen35moe")  # gated attention (src/models/qwen35*.cpp graph_mtp)
     o = _attention(
-        g, gd, a, pos, kv, shape.n_head[il], shape.n_head_kv[il], shape.head_k[il], shape.head_v[il], style, fa_extra
+        g,
+        gd,
+        a,
+        pos,
+        kv,
+        shape.n_head[il],
+        shape.n_head_kv[il],
+        shape.head_k[il],
+        shape.head_v[il],
+        style,
+        fa_extra,
+        gated=gated,
     )
     fi = g.like(g.op(_F32, (E, T), o), x)
     fn = g.like(g.like(fi))
+    shexp = shape.tensor(f"blk.{il}.ffn_up_shexp.weight")
     if shape.moe[0] and shape.tensor(f"blk.{il}.ffn_gate_exps.weight") is not None:
         f = _moe(g, fn, shape)
-        if shape.moe[3]:
+        if gated and shexp is not None:  # qwen35moe: the shared expert times sigmoid(ffn_gate_inp_shexp(x))
+            sh = _ffn(g, fn, shexp.ne[1])
+            f = g.like(f, g.like(sh, g.like(g.op(_F32, (1, T), fn))))
+        elif shape.moe[3]:
             f = g.like(f, _ffn(g, fn, shape.moe[2] * shape.moe[3]))
     else:
         f = _ffn(g, fn, shape.n_ff[il])

@@ -17,14 +17,14 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from local_eagle.errors import LlamaError
 from local_eagle.llamacpp import bindings
 from local_eagle.llamacpp.lib import sibling_library
 from local_eagle.vram.memory import MTP_KV_TYPE
-from local_eagle.vram.settings import Settings
+from local_eagle.vram.settings import MAX_SEQ, Settings
 from local_eagle.vram.shapes import check_pair, read_shape
 from local_eagle.vram.types import KV_TYPES
 
@@ -60,6 +60,12 @@ class Measurement:
     mtp: BufferSizes | None = None
     """The MTP context: its KV cache and compute, and as ``model`` the NextN block's weights (what loading the
     model with ``load_mtp`` adds; ``target.model`` is then the model loaded without them)."""
+    target_state: int | None = None
+    """Of ``target.context``, the recurrent state's bytes (a recurrent or hybrid target; None: none, or not told
+    apart). llama.cpp reports KV and state as one sum; one more sequence adds one sequence's state and, in a
+    unified cache, no KV, so the state is ``n_seq`` times that difference (:func:`_state_bytes`)."""
+    n_rs_seq: int = 0
+    """The recurrent-state snapshots per sequence the target context was opened with (``memory.rs_snapshots``)."""
 
 
 def _lib() -> tuple[ctypes.CDLL, ctypes.CDLL]:
@@ -153,7 +159,14 @@ class _DryModel:
 
 class _DryContext:
     def __init__(
-        self, model: _DryModel, s: Settings, draft: bool, other: _DryContext | None, what: str, mtp: bool = False
+        self,
+        model: _DryModel,
+        s: Settings,
+        draft: bool,
+        other: _DryContext | None,
+        what: str,
+        mtp: bool = False,
+        n_rs_seq: int = 0,
     ) -> None:
         C = bindings.C
         p = C.llama_context_default_params()
@@ -168,6 +181,7 @@ class _DryContext:
         p.no_perf = True
         p.swa_full = s.swa_full
         p.kv_unified = s.kv_unified
+        p.n_rs_seq = n_rs_seq
         if mtp:  # as runtime.mtp.MtpDrafter opens it: the target's options, an f16 cache, type MTP
             p.ctx_type = C.LLAMA_CONTEXT_TYPE_MTP
             p.type_k = p.type_v = KV_TYPES[MTP_KV_TYPE].ggml
@@ -186,6 +200,29 @@ class _DryContext:
         if self.ptr:
             bindings.C.llama_free(self.ptr)
             self.ptr = None
+
+
+def _has_state(model: _DryModel) -> bool:
+    """A recurrent or hybrid model, as llama.cpp judges it (``Model.branching_refusal``'s test)."""
+    C = bindings.C
+    return bool(C.llama_model_is_recurrent(model.ptr) or C.llama_model_is_hybrid(model.ptr))
+
+
+def _state_bytes(model: _DryModel, s: Settings, context: int, n_rs_seq: int) -> int | None:
+    """The recurrent state within a target context's ``context`` bytes, from a second dry context with one more
+    sequence in a unified cache: its attention KV is the same (a unified cache's cells do not grow with the
+    sequences) and each sequence's state is the same, so the state is ``n_seq`` times the difference. None where
+    that second context could not hold the same KV (several streams of a non-unified cache)."""
+    n_seq = max(1, s.n_seq)
+    if (n_seq > 1 and not s.kv_unified) or n_seq >= MAX_SEQ:
+        return None
+    more = replace(s, n_seq=n_seq + 1, kv_unified=True)
+    ctx = _DryContext(model, more, False, None, "target (one more sequence)", n_rs_seq=n_rs_seq)
+    try:
+        per_seq = memory_breakdown(ctx.ptr).total("context") - context
+    finally:
+        ctx.close()
+    return per_seq * n_seq if per_seq > 0 else None
 
 
 def measure(
@@ -217,10 +254,17 @@ def measure(
             objs.clear()
         tm = _DryModel(Path(target), n_gpu, dry_run, "target", load_mtp=mtp)
         objs.append(tm)
-        tc = _DryContext(tm, settings, False, None, "target")
+        # a hybrid drafting with its own head keeps recurrent-state snapshots (runtime.engine, n_rs_seq)
+        state = _has_state(tm)
+        head = mtp and int(bindings.C.llama_model_n_layer_nextn(tm.ptr)) > 0
+        n_rs = max(1, settings.draft_max) if head and state else 0
+        tc = _DryContext(tm, settings, False, None, "target", n_rs_seq=n_rs)
         objs.append(tc)
         res = Measurement(backend=backend, dry_run=dry_run, target=memory_breakdown(tc.ptr), n_ctx=tc.n_ctx)
-        if trunk is not None and int(bindings.C.llama_model_n_layer_nextn(tm.ptr)) > 0:
+        res.n_rs_seq = int(bindings.C.llama_n_rs_seq(tc.ptr))  # granted: 0 for a family without rollback
+        if state:
+            res.target_state = _state_bytes(tm, settings, res.target.total("context"), n_rs)
+        if trunk is not None and head:
             mc = _DryContext(tm, settings, False, tc, "MTP", mtp=True)
             objs.append(mc)
             res.mtp = memory_breakdown(mc.ptr)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from local_eagle.gguf import Tensor, pad
 from local_eagle.vram.settings import CtxDims, Settings
-from local_eagle.vram.shapes import TOKEN_EMBD_HOST, ModelShape
+from local_eagle.vram.shapes import TOKEN_EMBD_HOST, ModelShape, has_state
 from local_eagle.vram.types import CPU, CUDA, KV_TYPES, Backend, PlanError, row_bytes
 
 
@@ -128,7 +128,18 @@ def kv_layers(
     return out
 
 
-def kv_cache(
+def rs_snapshots(shape: ModelShape, s: Settings) -> int:
+    """Recurrent-state snapshots per sequence the target context is opened with (``n_rs_seq``).
+
+    The engine asks for them only where a recurrent or hybrid target drafts with its own head (``Settings.mtp``, the
+    caller having checked ``shapes.mtp_refusal``): one per draft a round may reject, ``max(1, draft_max)``, as
+    ``cli.loading`` sets ``EngineOptions.rollback``. llama.cpp then keeps 1 + n_rs_seq copies of each recurrent
+    layer's state per sequence (``src/llama-memory-recurrent.cpp``).
+    """
+    return max(1, s.draft_max) if s.mtp and shape.n_nextn > 0 and has_state(shape) else 0
+
+
+def attention_kv(
     shape: ModelShape,
     d: CtxDims,
     s: Settings,
@@ -138,10 +149,10 @@ def kv_cache(
     host: Backend = CPU,
     mtp: bool = False,
 ) -> Split:
-    """KV (and recurrent state) bytes per side; a layer's cache lives with the layer (offload_kqv).
+    """Attention KV bytes per side, a layer's cache with the layer (offload_kqv); recurrent layers hold none.
 
     ``mtp``: the MTP context's cache, the NextN layers only, in the types ``runtime.mtp.MtpDrafter`` opens it
-    with (:data:`MTP_KV_TYPE`), and no recurrent state.
+    with (:data:`MTP_KV_TYPE`).
     """
     tk, tv = (s.draft_type_k, s.draft_type_v) if draft else (s.type_k, s.type_v)
     if mtp:
@@ -155,16 +166,43 @@ def kv_cache(
             out.gpu += n
         else:
             out.host += n
-    if (shape.ssm_r or shape.ssm_s) and not mtp:
-        rows = max(1, s.n_seq)
-        for il in range(shape.n_layer):
-            if not shape.recurrent[il]:
-                continue
-            on_gpu = layer_on_gpu(shape, il, ngl)
-            b = gpu if on_gpu else host
-            n = b.tensor_bytes(4 * shape.ssm_r * rows, 0, 0) + b.tensor_bytes(4 * shape.ssm_s * rows, 0, 0)
-            if on_gpu:
-                out.gpu += n
-            else:
-                out.host += n
     return out
+
+
+def recurrent_state(shape: ModelShape, s: Settings, ngl: int, gpu: Backend = CUDA, host: Backend = CPU) -> Split:
+    """Recurrent state bytes per side (``llama_memory_recurrent``): per recurrent trunk layer an r (conv / token
+    shift) and an s (ssm / wkv) f32 tensor of ``max(1, n_seq) x (1 + n_rs_seq)`` rows (:func:`rs_snapshots`)."""
+    out = Split()
+    if not (shape.ssm_r or shape.ssm_s):
+        return out
+    rows = max(1, s.n_seq) * (1 + rs_snapshots(shape, s))
+    for il in range(shape.n_trunk):
+        if not shape.recurrent[il]:
+            continue
+        on_gpu = layer_on_gpu(shape, il, ngl)
+        b = gpu if on_gpu else host
+        n = b.tensor_bytes(4 * shape.ssm_r * rows, 0, 0) + b.tensor_bytes(4 * shape.ssm_s * rows, 0, 0)
+        if on_gpu:
+            out.gpu += n
+        else:
+            out.host += n
+    return out
+
+
+def kv_cache(
+    shape: ModelShape,
+    d: CtxDims,
+    s: Settings,
+    ngl: int,
+    draft: bool = False,
+    gpu: Backend = CUDA,
+    host: Backend = CPU,
+    mtp: bool = False,
+) -> Split:
+    """A context's memory per side: attention KV (:func:`attention_kv`) and the recurrent state
+    (:func:`recurrent_state`; the MTP context's cache holds none)."""
+    kv = attention_kv(shape, d, s, ngl, draft, gpu, host, mtp)
+    if mtp or draft:
+        return kv
+    st = recurrent_state(shape, s, ngl, gpu, host)
+    return Split(kv.gpu + st.gpu, kv.host + st.host)

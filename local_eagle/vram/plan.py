@@ -13,9 +13,19 @@ from typing import Any
 
 from local_eagle.units import MiB
 from local_eagle.vram.graph import drafter_graph, encoder_graph, graph_bytes, graph_dims, mtp_graph, target_graph
-from local_eagle.vram.memory import MTP_KV_TYPE, kv_cache, layer_on_gpu, n_offloadable, tensor_on_gpu, weights
+from local_eagle.vram.memory import (
+    MTP_KV_TYPE,
+    attention_kv,
+    kv_cache,
+    layer_on_gpu,
+    n_offloadable,
+    recurrent_state,
+    rs_snapshots,
+    tensor_on_gpu,
+    weights,
+)
 from local_eagle.vram.settings import CtxDims, Settings, ctx_dims
-from local_eagle.vram.shapes import TOKEN_EMBD_HOST, ModelShape
+from local_eagle.vram.shapes import TOKEN_EMBD_HOST, ModelShape, has_state
 from local_eagle.vram.types import CPU, CUDA, Backend
 
 
@@ -166,6 +176,10 @@ def mtp_compute(target: ModelShape, s: Settings, backend: Backend = CUDA) -> int
     return hit
 
 
+MTP_GRAPHS = frozenset({"glm4moe", "qwen35", "qwen35moe"})
+"""Families whose NextN graph ``graph.mtp_graph`` follows (the rest are estimated from glm4moe's)."""
+
+
 def prices_mtp(target: ModelShape, draft: ModelShape | None, s: Settings) -> bool:
     """Whether the plan has an MTP context: asked for (``Settings.mtp``), no drafter named, a NextN block there."""
     return s.mtp and draft is None and target.n_nextn > 0
@@ -204,7 +218,7 @@ def breakdown(
     n_max = n_offloadable(target)
     ngl = max(0, min(ngl, n_max))
     tw = weights(target, ngl, backend, host)
-    tkv = kv_cache(target, d, s, ngl, False, backend, host)
+    tkv = attention_kv(target, d, s, ngl, False, backend, host)
     comp = compute_buffers(target, draft, s, backend)
     n_tok = min(d.n_ctx, s.n_ubatch, d.n_batch)
     inputs_host = 2 * target.n_embd * n_tok * 4 + _mask_bytes(target, d, s, n_tok)
@@ -232,8 +246,11 @@ def breakdown(
     comps = [
         Component("target_weights", "target weights", tw.gpu, tw.host),
         Component("target_kv", "target KV cache", tkv.gpu, tkv.host),
-        tc,
     ]
+    if has_state(target):  # a recurrent or hybrid target: its recurrent layers' state, apart from attention's KV
+        st = recurrent_state(target, s, ngl, backend, host)
+        comps.append(Component("target_state", "target recurrent state", st.gpu, st.host))
+    comps.append(tc)
     if draft is not None:
         dn = n_offloadable(draft)
         dw = weights(draft, dn, backend, host)
@@ -256,7 +273,7 @@ def breakdown(
         # of the NextN layer(s) at the target's context, f16, and its own compute buffer
         on_gpu = layer_on_gpu(target, target.n_layer - 1, ngl)
         mw = weights(target, ngl, backend, host, nextn=True)
-        mkv = kv_cache(target, d, s, ngl, False, backend, host, mtp=True)
+        mkv = attention_kv(target, d, s, ngl, False, backend, host, mtp=True)
         mc = mtp_compute(target, s, backend if on_gpu else host)
         inputs_mtp = 2 * target.n_embd * n_tok * 4 + _mask_bytes(target, d, s, n_tok)
         comps += [
@@ -297,8 +314,14 @@ def make_plan(
     else:
         ngl, comps, notes = _auto_layers(target, draft, s, budget, backend)
     notes = list(target.notes) + ([f"drafter: {n}" for n in draft.notes] if draft else []) + notes
-    if prices_mtp(target, draft, s) and target.arch != "glm4moe":
+    if prices_mtp(target, draft, s) and target.arch not in MTP_GRAPHS:
         notes.append(f"MTP compute: the NextN graph of '{target.arch}' is estimated from glm4moe's")
+    n_rs = rs_snapshots(target, s)
+    if n_rs:
+        notes.append(
+            f"recurrent state: {1 + n_rs} copies per sequence (n_rs_seq={n_rs}, the draft bound): llama.cpp keeps a "
+            "snapshot per draft so that rejected drafts roll back"
+        )
     return Plan(target, draft, s, budget, ngl, comps, notes)
 
 

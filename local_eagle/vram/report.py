@@ -9,10 +9,10 @@ from rich.console import Console
 from rich.table import Table
 
 from local_eagle.units import human_bytes
-from local_eagle.vram.memory import kv_cache, n_offloadable, weights
+from local_eagle.vram.memory import attention_kv, kv_cache, n_offloadable, recurrent_state, rs_snapshots, weights
 from local_eagle.vram.plan import Plan, draft_compute, mtp_compute, prices_mtp, target_compute
 from local_eagle.vram.settings import Settings, ctx_dims
-from local_eagle.vram.shapes import ModelShape
+from local_eagle.vram.shapes import ModelShape, has_state
 from local_eagle.vram.suggest import Suggestion
 from local_eagle.vram.types import CPU, CUDA
 
@@ -35,6 +35,8 @@ def settings_line(p: Plan) -> str:
         parts.append(f"drafter KV {s.draft_type_k}/{s.draft_type_v}, ubatch {s.draft_ubatch}, max {s.draft_max}")
     elif prices_mtp(p.target, p.draft, s):
         parts.append(f"drafts with its own MTP head ({p.target.n_nextn} NextN block, KV f16)")
+        if rs_snapshots(p.target, s):
+            parts.append(f"{rs_snapshots(p.target, s)} recurrent-state snapshots per sequence")
     return ", ".join(parts)
 
 
@@ -142,9 +144,11 @@ def predict_for_backend(target: ModelShape, draft: ModelShape | None, s: Setting
     d = ctx_dims(s.cells, s.n_seq, s.n_batch, s.n_ubatch, s.kv_unified)
     out = {
         "target weights": weights(target, ngl, gpu, CPU).total,
-        "target KV cache": kv_cache(target, d, s, ngl, False, gpu, CPU).total,
+        "target KV cache": attention_kv(target, d, s, ngl, False, gpu, CPU).total,
         "target compute": target_compute(target, s, gpu),
     }
+    if has_state(target):
+        out["target recurrent state"] = recurrent_state(target, s, ngl, gpu, CPU).total
     if draft is not None:
         dn = n_offloadable(draft) if gpu_build else 0
         dd = ctx_dims(s.cells, s.drafter_seqs, s.draft_batch, s.draft_ubatch, s.kv_unified)
@@ -153,7 +157,7 @@ def predict_for_backend(target: ModelShape, draft: ModelShape | None, s: Setting
         out["draft compute"] = draft_compute(draft, s, gpu, encoder=False)
     elif prices_mtp(target, draft, s):
         out["MTP head weights"] = weights(target, ngl, gpu, CPU, nextn=True).total
-        out["MTP KV cache"] = kv_cache(target, d, s, ngl, False, gpu, CPU, mtp=True).total
+        out["MTP KV cache"] = attention_kv(target, d, s, ngl, False, gpu, CPU, mtp=True).total
         out["MTP compute"] = mtp_compute(target, s, gpu)
     return out
 
@@ -166,11 +170,20 @@ def measure_rows(pred: dict[str, int], m: Any) -> list[Row]:
     def compute(b: Any) -> int:
         return b.device("compute") if gpu_build else b.total("compute")
 
-    rows = [
-        Row("target weights", pred["target weights"], m.target.total("model")),
-        Row("target KV cache", pred["target KV cache"], m.target.total("context")),
-        Row("target compute", pred["target compute"], compute(m.target)),
-    ]
+    rows = [Row("target weights", pred["target weights"], m.target.total("model"))]
+    context = m.target.total("context")
+    state = getattr(m, "target_state", None)
+    if "target recurrent state" not in pred:
+        rows.append(Row("target KV cache", pred["target KV cache"], context))
+    elif state is not None:  # llama.cpp reports one sum: its state measured apart (measure.Measurement.target_state)
+        rows += [
+            Row("target KV cache", pred["target KV cache"], context - state),
+            Row("target recurrent state", pred["target recurrent state"], state),
+        ]
+    else:
+        both = pred["target KV cache"] + pred["target recurrent state"]
+        rows.append(Row("target KV cache + recurrent state", both, context))
+    rows.append(Row("target compute", pred["target compute"], compute(m.target)))
     if m.draft is not None:
         rows += [
             Row("draft weights", pred["draft weights"], m.draft.total("model")),

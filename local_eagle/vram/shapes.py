@@ -29,6 +29,16 @@ MTP_ARCHS = frozenset(
     {"glm4moe", "glm-dsa", "deepseek2", "deepseek32", "deepseek4", "qwen35", "qwen35moe", "qwen3next", "bailingmoe3",
      "nemotron_h_moe", "cohere2moe", "mimo2", "hy_v3", "step35"}
 )  # fmt: skip
+# ``runtime.mtp.RS_ROLLBACK_ARCHS`` and ``CHECKED_ROLLBACK_ARCHS``, repeated for the same reason: the families whose
+# recurrent state llama.cpp rolls back by per-token snapshots, and those of them whose own head local-eagle drafts with.
+RS_ROLLBACK_ARCHS = frozenset(
+    {"kimi-k3", "qwen35", "qwen35moe", "qwen4exp", "deepseek4", "glm5-next", "nemotron_h", "nemotron_h_moe", "lfm2",
+     "lfm2moe", "bailingmoe3"}
+)  # fmt: skip
+CHECKED_ROLLBACK_ARCHS = frozenset({"qwen35", "qwen35moe"})
+# Hybrids whose attention layers are every n-th trunk layer unless ``attention.recurrent_layers`` lists them
+# (``full_attention_interval``, llama.cpp's default when absent: ``src/models/qwen35.cpp`` ``load_arch_hparams``).
+FULL_ATTENTION_INTERVAL_DEFAULTS = {"qwen3next": 4, "qwen35": 4, "qwen35moe": 4, "qwen4exp": 4, "minimax-01": 8}
 
 
 @dataclass
@@ -102,6 +112,24 @@ def _per_layer(v: Any, n: int, key: str, path: Path) -> list[int]:
             raise GGUFError(f"{path}: '{key}' holds {len(v)} values, expected one per layer ({n})")
         return [int(x) for x in v]
     return [int(v)] * n
+
+
+def _recurrent_layers(arch: str, key: Any, head_kv: list[int], n_layer: int, n_nextn: int, path: Path) -> list[bool]:
+    """Which layers keep recurrent state, as llama.cpp's ``hparams.is_recr`` decides for a model with state.
+
+    ``attention.recurrent_layers`` where the file has it; else, for the ``full_attention_interval`` hybrids
+    (qwen3next, qwen35, ...), every trunk layer but each n-th (NextN blocks are attention); else a zero KV-head
+    count marks a recurrent layer (nemotron_h, jamba, ...), and a model with no KV heads is recurrent throughout.
+    """
+    listed = _per_layer(key("attention.recurrent_layers"), n_layer, f"{arch}.attention.recurrent_layers", path)
+    if listed:
+        return [bool(x) for x in listed]
+    if arch in FULL_ATTENTION_INTERVAL_DEFAULTS:
+        every = int(key("full_attention_interval", FULL_ATTENTION_INTERVAL_DEFAULTS[arch]) or 0)
+        if every <= 0:
+            raise GGUFError(f"{path}: '{arch}.full_attention_interval' is {every}; expected a positive interval")
+        return [il < n_layer - n_nextn and (il + 1) % every != 0 for il in range(n_layer)]
+    return [h == 0 for h in head_kv] if any(head_kv) else [True] * n_layer
 
 
 def read_shape(path: str | os.PathLike[str], what: str = "target GGUF") -> ModelShape:
@@ -183,6 +211,7 @@ def read_shape(path: str | os.PathLike[str], what: str = "target GGUF") -> Model
 
     ssm_r = ssm_s = 0
     recurrent = [False] * n_layer
+    n_nextn = int(key("nextn_predict_layers", 0) or 0)
     if d_inner and d_state:
         ssm_r = max(d_conv - 1, 0) * (d_inner + 2 * n_group * d_state)
         ssm_s = d_state * d_inner
@@ -190,8 +219,7 @@ def read_shape(path: str | os.PathLike[str], what: str = "target GGUF") -> Model
         ssm_r = int(key("token_shift_count", 2) or 2) * n_embd
         ssm_s = n_embd * wkv
     if ssm_r or ssm_s:
-        # hybrid models mark attention layers with a zero KV-head count
-        recurrent = [h == 0 for h in head_kv] if any(head_kv) else [True] * n_layer
+        recurrent = _recurrent_layers(arch, key, head_kv, n_layer, n_nextn, p)
         if not any(head_kv):
             head_kv = [0] * n_layer
 
@@ -218,7 +246,7 @@ def read_shape(path: str | os.PathLike[str], what: str = "target GGUF") -> Model
         known=known,
         notes=notes,
         ssm_dims=(d_inner, d_state, int(key("ssm.time_step_rank", 0) or 0), d_conv),
-        n_nextn=int(key("nextn_predict_layers", 0) or 0),
+        n_nextn=n_nextn,
         moe=(
             int(key("expert_count", 0) or 0),
             int(key("expert_used_count", 0) or 0),
@@ -246,11 +274,18 @@ def read_shape(path: str | os.PathLike[str], what: str = "target GGUF") -> Model
     return shape
 
 
-def mtp_refusal(shape: ModelShape) -> str | None:
+def has_state(shape: ModelShape) -> bool:
+    """Recurrent layers with state (a recurrent or hybrid model): llama.cpp's ``is_recurrent`` / ``is_hybrid``."""
+    return any(shape.recurrent) and bool(shape.ssm_r or shape.ssm_s)
+
+
+def mtp_refusal(shape: ModelShape, rollback: int = 1) -> str | None:
     """Why the engine would not draft with this target's own MTP head (None when it would), from its header.
 
-    The planner's copy of ``runtime.mtp.mtp_refusal`` and ``Model.branching_refusal``: one NextN head, a family
-    with an MTP graph, and a target whose cache drops rejected drafts (not recurrent, not hybrid).
+    The planner's copy of ``runtime.mtp.mtp_refusal`` then ``rollback_refusal`` (same order, same words): one NextN
+    head, a family with an MTP graph, and a cache that drops rejected drafts: any attention cache, a hybrid one only
+    where llama.cpp keeps the recurrent-state snapshots (``rollback`` of them, the engine's draft bound) by code
+    local-eagle has checked (qwen35, qwen35moe).
     """
     name = shape.path.name
     if shape.n_nextn <= 0:
@@ -259,8 +294,20 @@ def mtp_refusal(shape: ModelShape) -> str | None:
         return f"{name}: llama.cpp 0.3.36 builds no MTP graph for architecture '{shape.arch}'"
     if shape.n_nextn > 1:
         return f"{name} has {shape.n_nextn} chained MTP heads; local-eagle drafts with a single head for now"
-    if any(shape.recurrent) or shape.ssm_r or shape.ssm_s:
-        return f"{name} is a recurrent or hybrid model: its cache cannot drop rejected drafts yet"
+    if not has_state(shape):
+        return None
+    if shape.arch not in RS_ROLLBACK_ARCHS:
+        return (
+            f"{name}: llama.cpp 0.3.36 keeps no recurrent-state snapshots for architecture '{shape.arch}', so "
+            "a rejected draft cannot be dropped from its recurrent layers"
+        )
+    if shape.arch not in CHECKED_ROLLBACK_ARCHS:
+        return (
+            f"{name}: llama.cpp 0.3.36 rolls '{shape.arch}' recurrent state back by snapshots in code "
+            "local-eagle has not checked on any model yet, so its own head does not draft"
+        )
+    if rollback < 1:
+        return f"{name} has recurrent layers and no snapshots were allowed to roll a draft back (rollback 0)"
     return None
 
 

@@ -2,7 +2,8 @@
 
 Held against llama.cpp's dry-run load of the tiny generated ``glm4moe`` targets (``testing.tiny_mtp``): the model
 loaded with ``load_mtp`` and an ``LLAMA_CONTEXT_TYPE_MTP`` context on it, opened as ``runtime.mtp.MtpDrafter``
-opens it. A head that will not draft (``--no-mtp``, a named drafter, a hybrid target) is priced as absent.
+opens it. A head that will not draft (``--no-mtp``, a named drafter, a hybrid whose rollback is unchecked) is priced
+as absent; a hybrid qwen35's head and recurrent state: tests/vram/test_mtp_hybrid_fit.py.
 """
 
 from __future__ import annotations
@@ -177,12 +178,16 @@ def test_fit_no_mtp_and_refused_heads_price_none(models: dict[str, Path], tmp_pa
     assert not any(k.startswith("mtp_") for k in data["plan"]["components"])
     assert not any(x["component"].startswith("MTP") for x in data["measure"]["rows"])
     assert any("--no-mtp" in n for n in data["plan"]["notes"])
+    # a hybrid family whose snapshot rollback is not checked: its head will not draft (a qwen35 relabelled)
     hybrid = write_tiny_qwen35_mtp(tmp_path / "qwen35.gguf")
-    r = fit("-m", str(hybrid), "--vram-gb", "8", "--json")
+    shape = replace(vram.read_shape(hybrid), arch="nemotron_h_moe")
+    from local_eagle.cli.fit import _mtp_settings
+
+    s, note = _mtp_settings(shape, None, Settings(n_ctx=2048), True)
+    assert not s.mtp and note is not None and "will not draft" in note and "not checked" in note
+    r = fit("-m", str(hybrid), "--vram-gb", "8", "--json")  # qwen35 itself drafts (tests/vram/test_mtp_hybrid_fit.py)
     assert r.exit_code == 0, r.output
-    data = json.loads(r.output)
-    assert data["plan"]["mtp"] is False and not any(k.startswith("mtp_") for k in data["plan"]["components"])
-    assert any("will not draft" in n and "hybrid" in n for n in data["plan"]["notes"])
+    assert json.loads(r.output)["plan"]["mtp"] is True
     r = fit("-m", str(models["no-head"]), "--vram-gb", "8", "--json")
     data = json.loads(r.output)
     assert data["plan"]["mtp"] is False and not any("MTP" in n for n in data["plan"]["notes"])

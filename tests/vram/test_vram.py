@@ -32,6 +32,7 @@ from local_eagle.testing.vram_fixtures import (
 )
 from local_eagle.vram import CPU, CUDA, GiB, MiB, Settings, gpus
 from local_eagle.vram.measure import measure
+from local_eagle.vram.report import measure_rows
 
 runner = CliRunner()
 
@@ -316,7 +317,13 @@ def test_recurrent_state_against_llama_cpp(tmp_path: Path) -> None:
         m = measure(p, s)
         pred = predicted_cpu(shape, None, s)
         assert pred["target weights"] == m.target.total("model")
-        assert pred["target KV cache"] == m.target.total("context") > 0
+        # no attention KV: the context's memory is the state, which --measure tells apart
+        assert pred["target KV cache"] == 0 and pred["target recurrent state"] == m.target.total("context") > 0
+        # told apart with one more sequence in a unified cache; several streams of a non-unified one are not
+        assert m.target_state == (m.target.total("context") if n_seq == 1 else None)
+        rows = {r.label for r in measure_rows(pred, m)}
+        assert ("target recurrent state" in rows) == (n_seq == 1)
+        assert ("target KV cache + recurrent state" in rows) == (n_seq > 1)
         assert within_bars("compute", pred["target compute"], m.target.total("compute"))
 
 
