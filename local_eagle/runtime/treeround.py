@@ -134,8 +134,10 @@ class TreeRounds:
         row = apply_repeat_penalty(row, history, sampling.repeat_penalty, sampling.repeat_last_n)
         if not sampling.greedy:
             return probabilities(row, sampling)
-        e = np.exp(row - row.max())
-        return e / e.sum()
+        e = row - row.max()  # in place from here: the same values, one row allocated rather than three
+        np.exp(e, out=e)
+        e /= e.sum()
+        return e
 
     def _expand(self, tree: DraftTree, node: int, row: np.ndarray, last_token: int, dists: dict) -> None:
         q = self._distribution(row, self._history(last_token, tree, node))

@@ -270,3 +270,28 @@ def test_pruned_growth_chooses_the_same_n_best(seed):
     pruned, pruned_rows = _grow(seed, 15, 10, 6, prune=True)
     assert pruned == full and len(full) == 16
     assert pruned_rows < full_rows
+
+
+def test_top_k_matches_argpartition_order():
+    """tree.top_k's block-maxima search gives argpartition's indices in the same order, ties and NaN included."""
+    from local_eagle.runtime.tree import top_k
+
+    def reference(v: np.ndarray, k: int) -> np.ndarray:
+        top = np.argpartition(-v, k - 1)[:k]
+        return top[np.argsort(-v[top], kind="stable")]
+
+    rng = np.random.default_rng(7)
+    for trial in range(200):
+        n = int(rng.choice([100, 4096, 5000, 32001]))
+        if trial % 4 == 0:
+            v = rng.normal(size=n).astype(np.float32)
+        elif trial % 4 == 1:
+            v = rng.integers(0, 40, size=n).astype(np.float32)  # ties in the top k
+        elif trial % 4 == 2:
+            v = np.full(n, 0.25, dtype=np.float32)
+            v[rng.integers(0, n, 3)] = 1.0  # a tie at the boundary of the top k
+        else:
+            v = rng.gumbel(size=n)
+            v[rng.integers(0, n)] = np.nan
+        k = int(rng.integers(1, 20))
+        assert np.array_equal(top_k(v, k), reference(v, k)), (trial, n, k)
