@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -12,15 +12,31 @@ from rich.table import Table
 from local_eagle.cli.console import escape, friendly, out
 from local_eagle.cli.options import JsonOpt
 
+if TYPE_CHECKING:
+    from local_eagle.ollama.modelfile import Modelfile
 
-def _target_gguf(model: str) -> Path:
-    """A GGUF file as given, else the target of a model name (local-eagle's store, then Ollama's)."""
+
+def _target_gguf(model: str) -> tuple[Path, Modelfile | None]:
+    """A GGUF file as given, else the target of a model name (local-eagle's store, then Ollama's) with the
+    Modelfile it stands for, whose DRAFT decides whether the built-in head drafts."""
     from local_eagle.ollama.modelfile import resolve_model
     from local_eagle.store import is_model_name, resolve_name
 
     if Path(model).exists() or not is_model_name(model):
-        return Path(model)
-    return resolve_model(resolve_name(model))
+        return Path(model), None
+    m = resolve_name(model)
+    return resolve_model(m), m
+
+
+def _builtin_text(heads: int, target: Path, model: str, m: Modelfile | None) -> str:
+    """Whether the built-in head drafts for ``model``: by default, not under ``DRAFT none``, not beside a DRAFT."""
+    what = f"built-in: {heads} MTP (NextN) head{'s' if heads > 1 else ''} in {escape(target.name)}; "
+    if m is not None and m.draft_off:
+        return what + f"off for {escape(model)}, whose Modelfile says DRAFT none"
+    if m is not None and m.draft is not None:
+        return what + f"{escape(model)} drafts with its DRAFT {escape(m.draft.name)} instead"
+    return what + "it drafts when no drafter is named (DRAFT in a Modelfile, or --draft, names one instead; " \
+        "DRAFT none or --no-mtp turns it off)"
 
 
 def _listed_under(model: str) -> list[Any]:
@@ -102,7 +118,7 @@ def drafters(
     from local_eagle.store.models import StoreEntryError
 
     try:
-        target = _target_gguf(model)
+        target, m = _target_gguf(model)
     except StoreEntryError as e:  # no store has it: the drafters the catalog lists under that name, if any
         listed = _listed_under(model) if "not found" in str(e) else []
         if not listed:
@@ -116,13 +132,14 @@ def drafters(
     misses = near_misses(info)
     heads = builtin_heads(target, info.arch)
     if as_json:
+        drafts = m is None or not (m.draft_off or m.draft)  # a name's DRAFT none, or its own drafter, overrules it
+        builtin = {"kind": "mtp", "heads": heads, "drafts": drafts} if heads else None
         print(json.dumps({"model": model, "fits": rows, "near_misses": [{**_row(d), "why": w} for d, w in misses],
-                          "builtin": {"kind": "mtp", "heads": heads} if heads else None}))  # fmt: skip
+                          "builtin": builtin}))  # fmt: skip
         return
     shape = f"{info.arch}, hidden size {info.n_embd}, {info.n_layer} layers, {info.n_vocab} tokens"
     if heads:
-        out.print(f"built-in: {heads} MTP (NextN) head{'s' if heads > 1 else ''} in {escape(target.name)}; it drafts "
-                  "when no drafter is named (DRAFT in a Modelfile, or --draft, names one instead)", highlight=False)
+        out.print(_builtin_text(heads, target, model, m), highlight=False)
     if rows:
         out.print(_table(rows, f"drafters for {model} ({shape})"))
         return

@@ -15,7 +15,16 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from local_eagle.cli.console import friendly, out
-from local_eagle.cli.options import OFF, JsonOpt, TreeOpt, check_option, checked_options, parse_tree, resolve_models
+from local_eagle.cli.options import (
+    OFF,
+    JsonOpt,
+    MtpOpt,
+    TreeOpt,
+    check_option,
+    checked_options,
+    parse_tree,
+    resolve_models,
+)
 from local_eagle.errors import LocalEagleError
 from local_eagle.ollama.parameters import PARAMETERS
 
@@ -73,7 +82,9 @@ def _settings(
     return s
 
 
-def _mtp_settings(target: ModelShape, drafter: ModelShape | None, s: Settings, on: bool) -> tuple[Settings, str | None]:
+def _mtp_settings(
+    target: ModelShape, drafter: ModelShape | None, s: Settings, on: bool, off_by: str = "--no-mtp"
+) -> tuple[Settings, str | None]:
     """Price the target's own MTP head where the engine would draft with it, else say why a head goes unpriced."""
     from local_eagle.vram.shapes import mtp_refusal
 
@@ -82,7 +93,7 @@ def _mtp_settings(target: ModelShape, drafter: ModelShape | None, s: Settings, o
     if drafter is not None:
         return s, "MTP head not priced: a drafter is named, the NextN block is not loaded"
     if not on:
-        return s, "MTP head not priced (--no-mtp): the NextN block is not loaded"
+        return s, f"MTP head not priced ({off_by}): the NextN block is not loaded"
     refusal = mtp_refusal(target, rollback=max(1, s.draft_max))  # the engine's rollback bound (cli.loading)
     if refusal is not None:
         return s, f"MTP head not priced, it will not draft: {refusal}"
@@ -189,14 +200,7 @@ def fit(
     measure: Annotated[
         bool, typer.Option("--measure", help="Also ask llama.cpp (dry-run load) and compare with the prediction.")
     ] = False,
-    mtp: Annotated[
-        bool,
-        typer.Option(
-            "--mtp/--no-mtp",
-            help="With no --draft, price the model's own MTP (NextN) head, which drafts by default; "
-            "--no-mtp prices the target alone.",
-        ),
-    ] = True,
+    mtp: MtpOpt = True,
     as_json: JsonOpt = False,
 ) -> None:
     """Will this target (+ drafter) fit in VRAM? Breakdown, verdict, and with --suggest the best fit.
@@ -211,13 +215,13 @@ def fit(
     trees = parse_tree(tree)
     if trees.nodes > 1 and parallel != 1:
         raise LocalEagleError("give --tree (one generation's draft trees) or --parallel, not both")
-    pair = resolve_models(model, draft, modelfile)
+    pair = resolve_models(model, draft, modelfile, mtp)
     if pair.modelfile is not None:
         ctx = ctx or pair.parameters.get("num_ctx")
     s = _settings(ctx, layers, kv_type, kv_type_k, kv_type_v, draft_kv_type, flash_attn, parallel, batch, ubatch,
                   draft_ubatch, draft_max, swa_full)  # fmt: skip
     target, drafter = _read_shapes(pair.model, pair.draft)
-    s, mtp_note = _mtp_settings(target, drafter, s, mtp)
+    s, mtp_note = _mtp_settings(target, drafter, s, pair.mtp, "--no-mtp" if not mtp else "DRAFT none")
     if trees.nodes > 1 and drafter is not None and not any(target.recurrent):
         # the contexts local-eagle opens for trees: a sequence per node, one unified cache
         width = trees.engine_width(False)

@@ -56,6 +56,9 @@ class LoadOptions:
     tree_width: int = AUTO_TREE_WIDTH
     parallel: int = 1
     """Generations at once (``serve --parallel``), each up to ``ctx`` tokens of one shared cache; they draft chains."""
+    mtp: bool = True
+    """With no drafter, the target's own MTP head drafts where it has one (``EngineOptions.mtp``); False with
+    ``--no-mtp`` or a Modelfile's ``DRAFT none``."""
 
     def engine_options(self, n_ctx: int) -> EngineOptions:
         from local_eagle.runtime.engine import EngineOptions
@@ -63,7 +66,7 @@ class LoadOptions:
         return EngineOptions(
             n_ctx=n_ctx, n_batch=N_BATCH, n_gpu_layers=self.gpu_layers, n_threads=self.threads,
             tree_nodes=self.tree_nodes if self.parallel == 1 else 0, tree_width=self.tree_width,
-            parallel=self.parallel, rollback=max(1, self.draft_max),
+            parallel=self.parallel, rollback=max(1, self.draft_max), mtp=self.mtp,
         )  # fmt: skip
 
 
@@ -94,6 +97,24 @@ def note_mtp(engine: Engine, verbose: bool) -> None:
         _note(engine.mtp_note)
     elif engine.mtp_refusal is not None:
         _note(f"the model's own MTP head does not draft: {engine.mtp_refusal}")
+
+
+def own_head(model: Path, draft: Path | None, mtp: bool) -> bool | None:
+    """Whether the target's own MTP head drafts, for a chat's draft bound (``ChatSession.mtp``): True where the GGUF
+    has NextN layers and no drafter is named, False where ``mtp`` is off (``--no-mtp``, ``DRAFT none``), None where
+    a drafter drafts instead or there is no head (the engine decides what it can draft with, ``Engine.mtp_refusal``)."""
+    from local_eagle.gguf import read_header
+
+    if draft is not None:
+        return None
+    if not mtp:
+        return False
+    try:
+        kv = read_header(model, "target GGUF").kv
+    except GGUFError:
+        return None
+    heads = kv.get(f"{kv.get('general.architecture')}.nextn_predict_layers", 0)
+    return True if isinstance(heads, int) and heads > 0 else None
 
 
 def plan_context(model: Path, draft: Path | None, load: LoadOptions, note: Callable[[str], None] | None = None) -> int:

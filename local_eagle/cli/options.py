@@ -57,6 +57,15 @@ ModelOpt = Annotated[Path, typer.Option("--model", "-m", help=_MODEL_HELP)]
 OptionalModelOpt = Annotated[Path | None, typer.Option("--model", "-m", help=_MODEL_HELP)]
 DraftOpt = Annotated[Path | None, typer.Option("--draft", "-d", help=_DRAFT_HELP)]
 RequiredDraftOpt = Annotated[Path, typer.Option("--draft", "-d", help=_DRAFT_HELP)]
+MtpOpt = Annotated[
+    bool,
+    typer.Option(
+        "--mtp/--no-mtp",
+        help="With no --draft, the model's own MTP (NextN) head drafts where its GGUF has one; --no-mtp runs the "
+        "target alone (as DRAFT none in a Modelfile).",
+    ),
+]
+"""The one --no-mtp: ``generate``, ``chat``, ``serve`` turn the head off with it, ``fit`` prices the target alone."""
 ModelfileOpt = Annotated[
     Path | None, typer.Option("--file", "-f", help="Ollama Modelfile: model, DRAFT, parameters, template.")
 ]
@@ -234,6 +243,8 @@ class ModelPair:
     parameters: dict[str, Any] = field(default_factory=dict)
     modelfile: Modelfile | None = None
     name: str | None = None  # the model name it was given by, when it came from a store
+    mtp: bool = True
+    """With no drafter, whether the target's own MTP head may draft: off with ``--no-mtp`` or ``DRAFT none``."""
 
     def draft_max(self, flag: int | None, default: int = _DRAFT_MAX.default) -> int:
         """--draft-max, else the Modelfile's draft_num_predict when its DRAFT is used, else ``default``."""
@@ -244,12 +255,19 @@ class ModelPair:
         return default
 
 
-def resolve_models(model: Path | None, draft: Path | None, modelfile: Path | None) -> ModelPair:
+def resolve_models(model: Path | None, draft: Path | None, modelfile: Path | None, mtp: bool = True) -> ModelPair:
     """``-f Modelfile`` gives model, drafter and parameters; ``--model`` / ``--draft`` override it.
 
-    The Modelfile's DRAFT may be a checkpoint directory: it is converted once and cached.
-    Its warnings go to stderr. Without either a Modelfile or ``--model`` there is nothing to run.
+    The Modelfile's DRAFT may be a checkpoint directory: it is converted once and cached. ``mtp`` False
+    (``--no-mtp``) or the Modelfile's ``DRAFT none`` keeps the target's own MTP head from drafting; ``--draft``
+    still names a drafter. Its warnings go to stderr. Without either a Modelfile or ``--model`` there is nothing to run.
     """
+    pair = _resolve_models(model, draft, modelfile)
+    pair.mtp = mtp and not (pair.modelfile is not None and pair.modelfile.draft_off)
+    return pair
+
+
+def _resolve_models(model: Path | None, draft: Path | None, modelfile: Path | None) -> ModelPair:
     if modelfile is None:
         if model is None:
             raise LocalEagleError("give --model (or -f Modelfile)")
@@ -302,7 +320,7 @@ def named_pair(name: str, draft: Path | None) -> ModelPair:
         warn(w)
     mf_draft = resolve_draft(m) if m.draft is not None and draft is None else None
     target = resolve_model(m)
-    return ModelPair(target, hub_draft(draft, target) or mf_draft, dict(m.parameters), m, name)
+    return ModelPair(target, hub_draft(draft, target) or mf_draft, dict(m.parameters), m, name, not m.draft_off)
 
 
 # --- draft length: adaptive by default, fixed for benchmarks ---------------------------------------------

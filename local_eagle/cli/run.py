@@ -15,7 +15,14 @@ import typer
 from rich.table import Table
 
 from local_eagle.cli.console import err, friendly, out, warn_if_cpu_only
-from local_eagle.cli.loading import BeyondTrainingOpt, LoadOptions, note_mtp, note_tree_refusal, open_engine
+from local_eagle.cli.loading import (
+    BeyondTrainingOpt,
+    LoadOptions,
+    note_mtp,
+    note_tree_refusal,
+    open_engine,
+    own_head,
+)
 from local_eagle.cli.options import (
     AUTO,
     NO_SAMPLING_FLAGS,
@@ -30,6 +37,7 @@ from local_eagle.cli.options import (
     JsonOpt,
     JsonSchemaOpt,
     ModelfileOpt,
+    MtpOpt,
     OptionalCtxOpt,
     OptionalModelOpt,
     SamplingFlags,
@@ -95,6 +103,7 @@ def _stats_line(st: Any) -> str:
 def generate(
     model: OptionalModelOpt = None,
     draft: DraftOpt = None,
+    mtp: MtpOpt = True,
     modelfile: ModelfileOpt = None,
     prompt: Annotated[str | None, typer.Option("--prompt", "-p", help="Prompt text.")] = None,
     prompt_file: Annotated[Path | None, typer.Option("--prompt-file", help="Read the prompt from a file.")] = None,
@@ -124,7 +133,7 @@ def generate(
     text = _read_prompt(prompt, prompt_file)
     constraint = grammar_option(output_format, json_schema, grammar)
     trees = parse_tree(tree)
-    pair = resolve_models(model, draft, modelfile)
+    pair = resolve_models(model, draft, modelfile, mtp)
     params = pair.parameters
     if pair.modelfile is not None and not raw:
         from local_eagle.ollama.prompt import modelfile_prompt
@@ -135,7 +144,7 @@ def generate(
     stops = sampling.stop or list(params.get("stop", []))
     k = draft_bound(pair, draft_max, fixed)
     load = LoadOptions(ctx if ctx is not None else params.get("num_ctx"), gpu_layers, threads, k, ctx_beyond_training,
-                       trees.engine_nodes(fixed, gpu_layers), trees.engine_width(fixed))  # fmt: skip
+                       trees.engine_nodes(fixed, gpu_layers), trees.engine_width(fixed), mtp=pair.mtp)  # fmt: skip
     with open_engine(pair.model, pair.draft, load) as engine:
         note_tree_refusal(engine, trees.explicit and trees.nodes > 1)
         n_predict = n_predict if n_predict > 0 else engine.n_ctx  # Ollama: -1 = until the context is full
@@ -159,6 +168,7 @@ def generate(
 def chat(
     model: OptionalModelOpt = None,
     draft: DraftOpt = None,
+    mtp: MtpOpt = True,
     modelfile: Annotated[
         Path | None, typer.Option("--file", "-f", help="Ollama Modelfile: model, DRAFT, parameters, system, template.")
     ] = None,
@@ -184,11 +194,12 @@ def chat(
     from local_eagle.cli.chat import ChatSession, run_repl
 
     trees = parse_tree(tree)
-    pair = resolve_models(model, draft, modelfile)
+    pair = resolve_models(model, draft, modelfile, mtp)
     if pair.modelfile is not None:
         session = ChatSession.from_modelfile(pair.modelfile, pair.model, pair.draft)
     else:
         session = ChatSession(pair.model, pair.draft)
+    session.mtp = own_head(pair.model, pair.draft, pair.mtp)
     # flags (checked by checked_options) override the Modelfile under their Ollama names, so
     # /show parameters prints what is in force
     given = {"max_tokens": max_tokens, "draft_max": parse_draft_max(draft_max), "ctx": ctx, "gpu_layers": gpu_layers,
@@ -208,7 +219,8 @@ def chat(
     def load(s: ChatSession) -> Engine:
         k = s.stream_options()["draft_max"]
         opts = LoadOptions(s.parameters.get("num_ctx"), s.n_gpu_layers, s.n_threads, k, ctx_beyond_training,
-                           trees.engine_nodes(fixed, s.n_gpu_layers), trees.engine_width(fixed))  # fmt: skip
+                           trees.engine_nodes(fixed, s.n_gpu_layers), trees.engine_width(fixed),
+                           mtp=s.mtp is not False)  # fmt: skip
         engine = open_engine(s.model, s.draft, opts)
         note_tree_refusal(engine, trees.nodes > 1 and (trees.explicit or s.verbose))
         note_mtp(engine, s.verbose)

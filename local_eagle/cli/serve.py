@@ -22,6 +22,7 @@ from local_eagle.cli.options import (
     FixedOpt,
     GpuOpt,
     ModelfileOpt,
+    MtpOpt,
     OptionalModelOpt,
     ParallelOpt,
     ThreadsOpt,
@@ -44,6 +45,7 @@ _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 def serve(
     model: OptionalModelOpt = None,
     draft: DraftOpt = None,
+    mtp: MtpOpt = True,
     modelfile: ModelfileOpt = None,
     name: Annotated[
         str | None, typer.Option(help="The model name clients ask for (default: the Modelfile's or GGUF's name).")
@@ -104,13 +106,14 @@ def serve(
         return serve_store(host, port, log_level, ollama=ollama, ctx=ctx, gpu_layers=gpu_layers, threads=threads,
                            trees=trees, draft_max=parse_draft_max(draft_max), fixed=fixed, timeout=timeout,
                            queue_timeout=queue_timeout, max_memory=max_memory, access=access,
-                           parallel=parallel)  # fmt: skip
-    pair = resolve_models(model, draft, modelfile)
+                           parallel=parallel, mtp=mtp)  # fmt: skip
+    pair = resolve_models(model, draft, modelfile, mtp)
     if timeout < 0 or queue_timeout < 0:
         raise LocalEagleError("--timeout and --queue-timeout must be 0 (never) or positive")
     k = draft_bound(pair, draft_max, fixed)
     opts = LoadOptions(ctx or pair.parameters.get("num_ctx"), gpu_layers, threads, k, ctx_beyond_training,
-                       trees.engine_nodes(fixed, gpu_layers), trees.engine_width(fixed), parallel)  # fmt: skip
+                       trees.engine_nodes(fixed, gpu_layers), trees.engine_width(fixed), parallel,
+                       mtp=pair.mtp)  # fmt: skip
     n_ctx = plan_context(pair.model, pair.draft, opts)
     name = name or pair.name or model_name(pair.model, modelfile)
     config = ServeConfig(

@@ -52,11 +52,12 @@ def pair_bytes(load: LoadOptions, gpu: bool) -> Callable[[Path, Path | None, int
 def store_config(
     host: str, port: int, log_level: str, *, ollama: bool, ctx: int | None, gpu_layers: int, threads: int,
     trees: TreeSetting, draft_max: int | None, fixed: bool, timeout: float, queue_timeout: float,
-    max_memory: int | None, access: Access, parallel: int = 1,
+    max_memory: int | None, access: Access, parallel: int = 1, mtp: bool = True,
 ) -> StoreConfig:  # fmt: skip
     """The store server's settings from ``serve``'s flags: the engine settings ``serve -m`` gives a pair (the
     cost-aware policy unless ``fixed``, trees as ``--tree`` says), each model's draft bound from ``--draft-max``,
-    else its Modelfile, else the default (``runtime.policy.lengths.resolve_draft_max``, per model as it loads)."""
+    else its Modelfile, else the default (``runtime.policy.lengths.resolve_draft_max``, per model as it loads);
+    ``mtp`` False (``--no-mtp``) keeps every model's own MTP head from drafting, as ``DRAFT none`` does for one."""
     from local_eagle.llamacpp.backends import gpu_offload_supported
     from local_eagle.ollama.store import OllamaStore
     from local_eagle.serve.server import ServeConfig, check_config
@@ -64,7 +65,7 @@ def store_config(
     from local_eagle.store import LocalStore
 
     nodes = trees.engine_nodes(fixed, gpu_layers)
-    load = LoadOptions(ctx, gpu_layers, threads, 4, False, nodes, trees.engine_width(fixed), parallel)
+    load = LoadOptions(ctx, gpu_layers, threads, 4, False, nodes, trees.engine_width(fixed), parallel, mtp=mtp)
     options = dataclasses.replace(load.engine_options(ctx or 4096), adaptive=not fixed)
     probe = ServeConfig(name="-", model=Path("-"), queue_timeout=queue_timeout or None, generation_timeout=timeout
                         or None, draft_max=4 if draft_max is None else draft_max)  # fmt: skip

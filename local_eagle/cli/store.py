@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from local_eagle.cli.console import err, friendly, out, warn, warn_if_cpu_only
-from local_eagle.cli.loading import BeyondTrainingOpt, LoadOptions, open_engine
+from local_eagle.cli.loading import BeyondTrainingOpt, LoadOptions, open_engine, own_head
 from local_eagle.cli.options import named_pair
 from local_eagle.units import human_bytes
 
@@ -125,6 +125,10 @@ def show(
             out.print(("\n" if section else "") + f"  {sec}", highlight=False)
             section = sec
         out.print(f"    {key:<20} {value}", highlight=False, markup=False)
+    if m.draft_off:  # else an MTP model would seem to draft with its own head, its default
+        out.print("\n  Drafter", highlight=False)
+        out.print(f"    {'none':<20} DRAFT none: nothing drafts, not even the model's own MTP head", highlight=False,
+                  markup=False)  # fmt: skip
     if m.parameters:
         out.print("\n  Parameters", highlight=False)
         for key in sorted(m.parameters):
@@ -175,12 +179,14 @@ def run(
     pair = named_pair(name, None)
     assert pair.modelfile is not None
     session = ChatSession.from_modelfile(pair.modelfile, pair.model, pair.draft, verbose=verbose)
+    session.mtp = own_head(pair.model, pair.draft, pair.mtp)  # DRAFT none: off; else the head drafts, if any
     session.grammar = grammar_option(output_format)
     warn_if_cpu_only()
 
     def load(s: ChatSession) -> Engine:
         k = s.stream_options()["draft_max"]
-        opts = LoadOptions(s.parameters.get("num_ctx"), s.n_gpu_layers, s.n_threads, k, ctx_beyond_training)
+        opts = LoadOptions(s.parameters.get("num_ctx"), s.n_gpu_layers, s.n_threads, k, ctx_beyond_training,
+                           mtp=s.mtp is not False)  # fmt: skip
         return open_engine(s.model, s.draft, opts)
 
     if text is None:

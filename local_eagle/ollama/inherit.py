@@ -15,6 +15,7 @@
 - RENDERER, PARSER and REQUIRES come from the Modelfile, else from the model's config.
 - DRAFT: the Modelfile's, else the model's own draft layer (``GetModel`` reads the last one) when
   it is an EAGLE 3 drafter; Ollama's other draft models are not something local-eagle can draft with.
+  ``DRAFT none`` (local-eagle's) keeps neither: nothing drafts.
 
 A parameter Ollama stored that local-eagle does not know is skipped with a warning, as Ollama's
 ``Options.FromMap`` skips an unknown option; a known one of the wrong type or out of range is an
@@ -44,6 +45,7 @@ class Values:
     messages: list[tuple[str, str]] = field(default_factory=list)
     license: list[str] = field(default_factory=list)
     draft: Path | None = None
+    draft_off: bool = False  # DRAFT none: no drafter, not even the model's own draft layer or MTP head
     renderer: str | None = None
     parser: str | None = None
     requires: str | None = None
@@ -93,7 +95,8 @@ def resolve(ref: str, own: Values, at: str, warnings: list[str], store: OllamaSt
         parameters={**_parameters(base, at, warnings), **own.parameters},
         messages=own.messages or [(m["role"], m["content"]) for m in base.messages],
         license=base.license + own.license,
-        draft=own.draft or _draft(base, at, warnings),
+        draft=None if own.draft_off else own.draft or _draft(base, at, warnings),
+        draft_off=own.draft_off,
         renderer=own.renderer or base.renderer,
         parser=own.parser or base.parser,
         requires=own.requires or base.requires,

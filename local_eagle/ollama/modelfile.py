@@ -10,8 +10,9 @@ Ollama's store (:mod:`local_eagle.ollama.store`) with what it inherits from that
 (:mod:`local_eagle.ollama.inherit`).
 
 A DRAFT may also point at an EAGLE 3 / 3.1 checkpoint directory: :func:`resolve_draft`
-converts it against the FROM model once and caches the GGUF. FROM and DRAFT may name a Hugging Face
-repository as Ollama does (``hf.co/USER/REPO[:QUANT]``, :mod:`local_eagle.hub`): it is fetched
+converts it against the FROM model once and caches the GGUF. ``DRAFT none`` turns drafting off: no drafter, and
+not the FROM model's own MTP (NextN) head either, which drafts by default where the GGUF has one. FROM and DRAFT
+may name a Hugging Face repository as Ollama does (``hf.co/USER/REPO[:QUANT]``, :mod:`local_eagle.hub`): it is fetched
 into huggingface_hub's cache when the Modelfile is read.
 """
 
@@ -77,6 +78,8 @@ class Modelfile:
     warnings: list[str] = field(default_factory=list, compare=False)
     from_name: str | None = field(default=None, compare=False)  # FROM named a model of Ollama's store
     origins: dict[str, str] = field(default_factory=dict, compare=False)  # inherited value -> its model and blob
+    draft_off: bool = False
+    """``DRAFT none``: nothing drafts, neither a drafter (``draft`` is None) nor the model's own MTP head."""
 
     @property
     def stop(self) -> list[str]:
@@ -84,7 +87,10 @@ class Modelfile:
 
     @property
     def draft_num_predict(self) -> int:
-        """Most tokens drafted per step: the parameter, else 4 with a DRAFT, else 0 (no drafting)."""
+        """Most tokens drafted per step: the parameter, else 4 with a DRAFT, else 0 (no drafting, always with
+        ``DRAFT none``)."""
+        if self.draft_off:
+            return 0
         default = DEFAULT_DRAFT_NUM_PREDICT if self.draft is not None else 0
         return int(self.parameters.get("draft_num_predict", default))
 
@@ -139,8 +145,11 @@ def parse(
             if draft is not None:
                 raise ModelfileError(f"{at}: a second DRAFT (the first is on line {draft[1]}); give one drafter")
             if not cmd.args:
-                raise ModelfileError(f"{at}: DRAFT needs the path of a drafter GGUF or checkpoint directory")
-            draft = (AUTO_DRAFT if cmd.args == "auto" else _draft_path(cmd.args, base, at), cmd.line)
+                raise ModelfileError(
+                    f"{at}: DRAFT needs the path of a drafter GGUF or checkpoint directory, auto or none"
+                )
+            keyword = {"auto": AUTO_DRAFT, NO_DRAFT_WORD: NO_DRAFT}.get(cmd.args)
+            draft = (keyword or _draft_path(cmd.args, base, at), cmd.line)
             lines["draft"] = cmd.line
         elif cmd.name == "adapter":
             raise ModelfileError(
@@ -170,7 +179,8 @@ def parse(
         parameters=params,
         messages=[(m.role, m.content) for m in messages],
         license=licenses,
-        draft=draft[0] if draft else None,
+        draft=draft[0] if draft and draft[0] is not NO_DRAFT else None,
+        draft_off=draft is not None and draft[0] is NO_DRAFT,
         renderer=values.get("renderer"),
         parser=values.get("parser"),
         requires=values.get("requires"),
@@ -191,7 +201,9 @@ def parse(
     if draft is not None and draft[0] is AUTO_DRAFT:
         draft = (_auto_draft(Path(model), f"{where}:{draft[1]}", warnings), draft[1])
         own.draft = draft[0]
-    if draft is not None:
+    if draft is not None and draft[0] is NO_DRAFT:
+        _ignored_draft_parameters(own.parameters, lines, f"{where}:{draft[1]}", warnings)
+    elif draft is not None:
         for path, line in froms:
             if _same_path(Path(path), draft[0]):
                 raise ModelfileError(
@@ -214,7 +226,18 @@ def parse(
         warnings=warnings,
         from_name=from_name,
         origins=origins,
+        draft_off=own.draft_off,
     )
+
+
+def _ignored_draft_parameters(parameters: dict[str, Any], lines: dict[str, int], at: str, warnings: list[str]) -> None:
+    """``DRAFT none`` beside ``draft_num_predict``: accepted (a FROM model may bring the parameter along, and
+    ``ollama create`` takes any parameter), but nothing drafts, so the Modelfile says so rather than ignoring it."""
+    if "draft_num_predict" not in parameters:
+        return
+    line = lines.get("parameter draft_num_predict")
+    given = f"PARAMETER draft_num_predict (line {line})" if line else "the inherited draft_num_predict"
+    warnings.append(f"{at}: DRAFT none turns drafting off, so {given} is ignored")
 
 
 def parse_file(path: str | os.PathLike[str], store: OllamaStore | None = None) -> Modelfile:
@@ -258,6 +281,9 @@ def _from_path(value: str, base: Path, at: str) -> Path | str:
 
 
 AUTO_DRAFT = Path("<DRAFT auto>")  # resolved once the FROM model is known
+NO_DRAFT_WORD = "none"
+"""``DRAFT none``: no drafting at all (``Modelfile.draft_off``); a file named ``none`` is ``DRAFT ./none``."""
+NO_DRAFT = Path("<DRAFT none>")  # while parsing; the Modelfile keeps draft None and draft_off True
 
 
 def _auto_draft(model: Path, at: str, warnings: list[str]) -> Path:
@@ -424,6 +450,8 @@ def format_modelfile(m: Modelfile) -> str:
     out = [f"FROM {encode_value(str(m.model), 'FROM path')}"]
     if m.draft is not None:
         out.append(f"DRAFT {encode_value(str(m.draft), 'DRAFT path')}")
+    elif m.draft_off:
+        out.append(f"DRAFT {NO_DRAFT_WORD}")
     out += [f"FROM {encode_value(str(p), 'FROM path')}" for p in m.extra_models]
     for key in ("template", "system", "renderer", "parser", "requires"):
         value = getattr(m, key)

@@ -382,6 +382,8 @@ def _show(front: StoreFront, ref: str, m: Modelfile) -> dict[str, Any]:
             info |= {"local_eagle.draft": str(m.draft), "local_eagle.eagle_version": s.eagle_version,
                      "local_eagle.target_layers": s.target_layers,
                      "local_eagle.draft_num_predict": m.draft_num_predict}  # fmt: skip
+        elif m.draft_off:  # DRAFT none: no drafter and not the model's own MTP head
+            info |= {"local_eagle.draft": "none", "local_eagle.draft_num_predict": 0}
     except LocalEagleError:
         info = {}
     head = (

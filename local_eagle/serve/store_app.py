@@ -144,14 +144,18 @@ class StoreFront:
         model = resolve_model(m)
         c = self.config
         n_ctx = int(m.parameters.get("num_ctx", c.options.n_ctx))
+        # a drafter, or the model's own MTP head where it has one (the engine drafts with what it can); DRAFT none:
+        # neither
+        mtp = c.options.mtp and not m.draft_off
+        drafts = m.draft is not None or mtp
         config = ServeConfig(
             name=name.short.removesuffix(":latest"), model=model, draft=m.draft, modelfile=m,
             parameters=dict(m.parameters),
-            draft_max=resolve_draft_max(c.draft_max, m.parameters, True, c.fixed) if m.draft else 0,
+            draft_max=resolve_draft_max(c.draft_max, m.parameters, m.draft is not None, c.fixed) if drafts else 0,
             queue_timeout=c.queue_timeout, generation_timeout=c.generation_timeout,
             max_request_bytes=c.max_request_bytes, tree=c.tree,
         )  # fmt: skip
-        options = EngineOptions(**{**c.options.__dict__, "n_ctx": n_ctx})
+        options = EngineOptions(**{**c.options.__dict__, "n_ctx": n_ctx, "mtp": mtp})
         size = (c.size_of or _file_bytes)(model, m.draft, n_ctx)
 
         def load() -> EagleServer:

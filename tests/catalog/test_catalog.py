@@ -274,6 +274,6 @@ def test_drafters_lists_a_models_own_mtp_head(tmp_path):
     gguf = write_tiny_glm4moe_mtp(tmp_path / "glm.gguf", TinyGlm4MoeSpec(), seed=1)
     r = CliRunner().invoke(app, ["drafters", str(gguf), "--json"])
     assert r.exit_code == 0, r.output
-    assert json.loads(r.stdout)["builtin"] == {"kind": "mtp", "heads": 1}
+    assert json.loads(r.stdout)["builtin"] == {"kind": "mtp", "heads": 1, "drafts": True}
     r = CliRunner().invoke(app, ["drafters", str(gguf)])
     assert r.exit_code == 0 and "1 MTP (NextN) head" in " ".join(r.output.split())

@@ -137,6 +137,26 @@ def test_draft_and_draft_num_predict(tmp_path: Path) -> None:
     assert parse("FROM ./t.gguf\nDRAFT d.gguf\nPARAMETER draft_num_predict 7\n", tmp_path).draft_num_predict == 7
 
 
+def test_draft_none_turns_drafting_off(tmp_path: Path) -> None:
+    """``DRAFT none``: no drafter and not the model's own MTP head; written back as it was, and a draft_num_predict
+    beside it is accepted (an inherited one may come with the FROM model) with a warning that it is ignored."""
+    m = parse("FROM ./t.gguf\nDRAFT none\n", tmp_path)
+    assert m.draft is None and m.draft_off and m.draft_num_predict == 0 and m.warnings == []
+    assert "\nDRAFT none\n" in format_modelfile(m) and parse(format_modelfile(m), tmp_path) == m
+    assert m != parse("FROM ./t.gguf\n", tmp_path) and not parse("FROM ./t.gguf\n", tmp_path).draft_off
+    m = parse("FROM ./t.gguf\nDRAFT none\nPARAMETER draft_num_predict 4\n", tmp_path)
+    assert m.draft_num_predict == 0 and m.parameters == {"draft_num_predict": 4}
+    assert m.warnings == ["Modelfile:2: DRAFT none turns drafting off, so PARAMETER draft_num_predict (line 3) is "
+                          "ignored"]  # fmt: skip
+    assert parse("FROM ./t.gguf\nDRAFT ./none\n", tmp_path).draft == tmp_path / "none"  # a file named none
+    with pytest.raises(ModelfileError, match=r"^Modelfile:3: a second DRAFT \(the first is on line 2\)"):
+        parse("FROM ./t.gguf\nDRAFT none\nDRAFT ./d.gguf\n", tmp_path)
+    with pytest.raises(ModelfileError, match=r"^Modelfile:2: DRAFT needs the path of a drafter .*, auto or none$"):
+        parse('FROM ./t.gguf\nDRAFT ""\n', tmp_path)
+    with pytest.raises(ModelfileError, match=r"DRAFT must not reference the same local path as FROM"):
+        parse("FROM ./t.gguf\nDRAFT ./t.gguf\n", tmp_path)
+
+
 def test_deprecated_parameters_warn_and_are_dropped(tmp_path: Path) -> None:
     m = parse("FROM ./t.gguf\nPARAMETER mirostat 2\nPARAMETER use_mlock true\n", tmp_path)
     assert m.parameters == {}

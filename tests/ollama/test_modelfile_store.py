@@ -218,6 +218,8 @@ def test_the_models_own_draft_layer(root: Path, tmp_path: Path, target_gguf: Pat
     m = parse("FROM with-eagle\n", tmp_path)
     assert m.draft is not None and m.draft.name == eagle["digest"].replace(":", "-")
     assert parse("FROM with-eagle\nDRAFT ./mine.gguf\n", tmp_path).draft == tmp_path / "mine.gguf"
+    m = parse("FROM with-eagle\nDRAFT none\n", tmp_path)  # not even the model's own draft layer
+    assert m.draft is None and m.draft_off and m.warnings == []
     m = parse("FROM with-plain\n", tmp_path)
     assert m.draft is None and "is not an EAGLE 3 drafter" in m.warnings[0]
 
