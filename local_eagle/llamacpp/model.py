@@ -286,26 +286,26 @@ class Context:
         ptr = C.llama_get_logits_ith(self.ptr, i)
         if not ptr:
             raise LlamaError(f"llama.cpp has no logits for output row {i}")
-        return np.ctypeslib.as_array(ptr, shape=(n_vocab,)).copy()
+        return float_view(ptr, (n_vocab,)).copy()
 
     def logits_view(self, i: int, n_vocab: int) -> np.ndarray:
         """Output row i's logits as a view, valid until the next decode (to gather a few columns, not copy 262K)."""
         ptr = C.llama_get_logits_ith(self.ptr, i)
         if not ptr:
             raise LlamaError(f"llama.cpp has no logits for output row {i}")
-        return np.ctypeslib.as_array(ptr, shape=(n_vocab,))
+        return float_view(ptr, (n_vocab,))
 
     def embeddings_nextn(self, n_rows: int, width: int) -> np.ndarray:
         ptr = staging.get_embeddings_nextn(self.ptr)
         if not ptr:
             raise LlamaError("llama.cpp returned no nextn embeddings (was set_embeddings_nextn called?)")
-        return np.ctypeslib.as_array(ptr, shape=(n_rows, width)).copy()
+        return float_view(ptr, (n_rows, width)).copy()
 
     def embeddings_nextn_ith(self, i: int, width: int) -> np.ndarray:
         ptr = staging.get_embeddings_nextn_ith(self.ptr, i)
         if not ptr:
             raise LlamaError(f"llama.cpp returned no nextn embedding for output row {i}")
-        return np.ctypeslib.as_array(ptr, shape=(width,)).copy()
+        return float_view(ptr, (width,)).copy()
 
     def set_embeddings_nextn(self, value: bool, masked: bool) -> None:
         staging.set_embeddings_nextn(self.ptr, value, masked)
@@ -317,7 +317,7 @@ class Context:
         ptr = staging.get_embeddings_layer_inp(self.ptr, layer)
         if not ptr:
             raise LlamaError(f"llama.cpp captured no input for layer {layer}")
-        return np.ctypeslib.as_array(ptr, shape=(n_rows, width)).copy()
+        return float_view(ptr, (n_rows, width)).copy()
 
     # memory -------------------------------------------------------------------------------------
 
@@ -375,6 +375,17 @@ def tokenize_bytes(vocab: ctypes.c_void_p, data: bytes, add_special: bool = Fals
     return np.ctypeslib.as_array(buffer)[:n_tokens].astype(np.int32)
 
 
+def float_view(ptr: ctypes._Pointer, shape: tuple[int, ...]) -> np.ndarray:
+    """llama.cpp's float buffer at ``ptr`` (not NULL) as a numpy view of ``shape``, valid while llama.cpp keeps it.
+
+    ``np.ctypeslib.as_array`` does the same at twice the cost (it builds a ctypes array type per shape), and a round
+    reads several such rows.
+    """
+    n = shape[0] if len(shape) == 1 else int(np.prod(shape))
+    view = np.frombuffer((ctypes.c_float * n).from_address(ctypes.addressof(ptr.contents)), dtype=np.float32)
+    return view if len(shape) == 1 else view.reshape(shape)
+
+
 def layer_input_view(ctx: Context, layer: int, n_rows: int, width: int) -> np.ndarray:
     """llama.cpp's staged input of ``layer`` for the last decode, as a view valid until the next decode.
 
@@ -384,7 +395,7 @@ def layer_input_view(ctx: Context, layer: int, n_rows: int, width: int) -> np.nd
     ptr = staging.get_embeddings_layer_inp(ctx.ptr, layer)
     if not ptr:
         raise LlamaError(f"llama.cpp captured no input for layer {layer}")
-    return np.ctypeslib.as_array(ptr, shape=(n_rows, width))
+    return float_view(ptr, (n_rows, width))
 
 
 def eval_callback_of(ctx: Context) -> object | None:

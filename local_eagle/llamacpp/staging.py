@@ -84,6 +84,7 @@ class _Staging:
             function.argtypes = argtypes
             function.restype = restype
             self._functions[name] = function
+        setattr(self, name, function)  # later lookups find the attribute, without a __getattr__ call per use
         return function
 
 

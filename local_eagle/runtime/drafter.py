@@ -187,7 +187,10 @@ class Drafter:
             self.ctx.decode(tokens[s:e], positions[s:e], True, g[s:e], seqs[s:e])
             for i in range(e - s):
                 row = self.ctx.logits_view(i, self.n_vocab)
-                logits[s + i] = row if columns is None else row[columns]
+                if columns is None:
+                    logits[s + i] = row
+                else:  # gathered straight into place: no temporary row per node
+                    np.take(row, columns, out=logits[s + i])
                 prenorm[s + i] = self.ctx.embeddings_nextn_ith(i, self.n_embd)
         return logits, prenorm
 

@@ -89,6 +89,8 @@ def choose(
 def top_probability(logits: np.ndarray) -> float:
     """The softmax probability of the most likely token: how sure the drafter is of its next draft."""
     highest = np.max(logits)
+    if np.isfinite(highest) and np.isfinite(np.min(logits)):  # every entry finite: the same sum without the mask's copy
+        return 1.0 / np.sum(np.exp(logits - highest))
     return 1.0 / np.sum(np.exp(logits[np.isfinite(logits)] - highest))
 
 
