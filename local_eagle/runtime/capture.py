@@ -216,12 +216,14 @@ class LayerCapture:
 
     # reading --------------------------------------------------------------------------------------
 
-    def features(self, n_rows: int) -> np.ndarray:
+    def features(self, n_rows: int, rows: np.ndarray | None = None) -> np.ndarray:
         """The captured rows of the last decode call, ``[n_rows, len(layers) * n_embd]`` float32, batch order.
 
         ``n_rows`` must be the number of rows that decode call had (slice the result for fewer).
         Callback mode checks that it ends a run of whole ubatches; native mode cannot check it.
         After a failed decode the result is undefined. The array is a fresh copy the caller owns.
+        ``rows`` (indices into those ``n_rows``) reads only them, ``features(n_rows)[rows]`` without the copy of
+        the rest: a round keeps the accepted path's few rows of a verify that may hold 64.
         """
         ctx = self._ctx
         if ctx is None:
@@ -231,13 +233,14 @@ class LayerCapture:
         n_batch = ctx.n_batch
         if not 1 <= n_rows <= n_batch:
             raise LocalEagleError(f"cannot read features of {n_rows} rows: a decode holds 1..{n_batch} rows")
-        out = np.empty((n_rows, self.width), dtype=np.float32)
+        out = np.empty((n_rows if rows is None else len(rows), self.width), dtype=np.float32)
         e = self.n_embd
         if self.mode == "native":
             if all(ctx.pos_max(seq) < 0 for seq in range(ctx.n_seq_max)):
                 raise LocalEagleError("no decode has run since capturing was enabled")
             for j, k in enumerate(self.layers):
-                out[:, j * e : (j + 1) * e] = layer_input_view(ctx, k, n_rows, e)
+                staged = layer_input_view(ctx, k, n_rows, e)
+                out[:, j * e : (j + 1) * e] = staged if rows is None else staged[rows]
             return out
         if self._error is not None:
             raise LlamaError(f"hidden-state capture failed: {self._error}")
@@ -254,7 +257,8 @@ class LayerCapture:
             )
         assert self._buf is not None
         for j, s in enumerate(self._order):
-            out[:, j * e : (j + 1) * e] = self._buf[s, start : self._end]
+            staged = self._buf[s, start : self._end]
+            out[:, j * e : (j + 1) * e] = staged if rows is None else staged[rows]
         return out
 
     # eval callback ------------------------------------------------------------------------------

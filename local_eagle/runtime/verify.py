@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from local_eagle.runtime.capture import LayerCapture
 from local_eagle.runtime.sampling import apply_repeat_penalty
 from local_eagle.runtime.stats import RoundStats
 from local_eagle.runtime.tree import VerifyTree
@@ -23,6 +24,7 @@ from local_eagle.runtime.treeverify import TreeBatch, decode_together
 
 if TYPE_CHECKING:
     from local_eagle.runtime.grammar import Constraint
+    from local_eagle.runtime.mtp import MtpCapture
     from local_eagle.runtime.rounds import Generation
 
 clock = time.perf_counter
@@ -94,9 +96,28 @@ class TargetChoices:
         return apply_repeat_penalty(logits, history, gen.sampling.repeat_penalty, gen.sampling.repeat_last_n)
 
 
-def verify(drafts: list[tuple[Generation, Drafted]], capture: bool) -> tuple[list[TreeBatch], np.ndarray | None]:
+class VerifiedFeatures:
+    """The captured features of a verify call's rows, read only where a sequence asks (``features[rows]``).
+
+    A sequence keeps the features of its accepted path alone, a few rows of a call that may hold 64: on an 8B target
+    reading them all copied 64 x 3 x 4096 floats (3 MB) a round for a handful of rows. The reads must come before the
+    target's next decode; every sequence settles before it.
+    """
+
+    def __init__(self, capture: LayerCapture | MtpCapture, n_rows: int) -> None:
+        self.capture, self.n_rows = capture, n_rows
+
+    def __getitem__(self, rows: np.ndarray) -> np.ndarray:
+        if isinstance(self.capture, LayerCapture):
+            return self.capture.features(self.n_rows, np.asarray(rows))
+        return self.capture.features(self.n_rows)[rows]  # a capture that reads every row (an MTP head's: few, narrow)
+
+
+def verify(
+    drafts: list[tuple[Generation, Drafted]], capture: bool
+) -> tuple[list[TreeBatch], VerifiedFeatures | None]:
     """Decode every sequence's tree in one target call; the batches (for keeping the accepted paths) and, when
-    ``capture``, the features of every row of the call (a sequence's from its offset).
+    ``capture``, the features of every row of the call (a sequence's from its offset), read when indexed.
 
     ``verify_seconds`` is the complete call: on a GPU llama.cpp returns from the decode before the device is done,
     so the call waits for it (``Context.synchronize``) before the clock stops. The accept phase reads the logits
@@ -108,7 +129,7 @@ def verify(drafts: list[tuple[Generation, Drafted]], capture: bool) -> tuple[lis
     batches = [TreeBatch(d.tree, g.n_past, g.seq) for g, d in drafts]
     decode_together(gen.target, batches)
     gen.target.synchronize()
-    features = gen.capture.features(sum(len(b.tree) for b in batches)) if capture else None
+    features = VerifiedFeatures(gen.capture, sum(len(b.tree) for b in batches)) if capture else None
     seconds = clock() - started
     for _, d in drafts:
         d.observed.verify_seconds = seconds

@@ -234,6 +234,18 @@ def test_rollback_and_redecode(llama: Model, contexts: list[Context]) -> None:
         assert_same_rows_across_shapes(cap.features(3), first[2:])
 
 
+
+def test_features_of_chosen_rows_are_those_rows_of_all(llama: Model, contexts: list[Context]) -> None:
+    """``features(n, rows)`` (a round reads its accepted path's rows only) equals ``features(n)[rows]``, both modes."""
+    toks = tokens(5)
+    for mode in ("native", "callback"):
+        cap, ctx = open_capture(llama, LLAMA_LAYERS, mode, contexts)
+        decode_chunks(cap, ctx, toks, [10])
+        ctx.decode(toks[10:17], np.arange(10, 17), True)
+        every = cap.features(7)
+        for rows in ([0], [0, 1, 2], [0, 3, 6], [5, 2]):
+            np.testing.assert_array_equal(cap.features(7, np.array(rows)), every[rows])
+
 # --- gemma3: no native staging; the callback path ---------------------------------------------------
 
 
