@@ -187,6 +187,7 @@ class Context:
         # what llama.cpp granted: it clamps n_rs_seq to 0 for a family without recurrent rollback
         # (llm_arch_supports_rs_rollback, src/llama-arch.cpp)
         self.n_rs_seq = int(C.llama_n_rs_seq(ptr))
+        self.n_calls = 0  # llama_process calls so far: a reader of this call's outputs can tell they are still there
         self._pos = ctypes.c_int32(0)
         self._pos_ptr = ctypes.pointer(self._pos)  # made once: a byref per row is a measurable share of a round
         self._batch_arg = ctypes.c_void_p(self.batch)  # passed as is, not converted from an int on every call
@@ -207,6 +208,7 @@ class Context:
             C.llama_batch_ext_set_output_logits(self.batch, idx, True)
 
     def _run(self, kind: int, what: str) -> None:
+        self.n_calls += 1
         rc = C.llama_process(self.ptr, kind, self.batch)
         if rc != 0:
             hint = " (context full)" if rc == 1 else ""

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from local_eagle.errors import LocalEagleError
+from local_eagle.llamacpp.model import Context
 from local_eagle.runtime.capture import LayerCapture
 from local_eagle.runtime.sampling import apply_repeat_penalty
 from local_eagle.runtime.stats import RoundStats
@@ -101,13 +103,16 @@ class VerifiedFeatures:
 
     A sequence keeps the features of its accepted path alone, a few rows of a call that may hold 64: on an 8B target
     reading them all copied 64 x 3 x 4096 floats (3 MB) a round for a handful of rows. The reads must come before the
-    target's next decode; every sequence settles before it.
+    target's next decode (every sequence settles before it; a read after one is an error, not stale rows).
     """
 
-    def __init__(self, capture: LayerCapture | MtpCapture, n_rows: int) -> None:
-        self.capture, self.n_rows = capture, n_rows
+    def __init__(self, capture: LayerCapture | MtpCapture, n_rows: int, target: Context) -> None:
+        self.capture, self.n_rows, self.target = capture, n_rows, target
+        self.call = target.n_calls
 
     def __getitem__(self, rows: np.ndarray) -> np.ndarray:
+        if self.target.n_calls != self.call:
+            raise LocalEagleError("the target decoded again before the round read its verify's features")
         if isinstance(self.capture, LayerCapture):
             return self.capture.features(self.n_rows, np.asarray(rows))
         return self.capture.features(self.n_rows)[rows]  # a capture that reads every row (an MTP head's: few, narrow)
@@ -129,7 +134,7 @@ def verify(
     batches = [TreeBatch(d.tree, g.n_past, g.seq) for g, d in drafts]
     decode_together(gen.target, batches)
     gen.target.synchronize()
-    features = VerifiedFeatures(gen.capture, sum(len(b.tree) for b in batches)) if capture else None
+    features = VerifiedFeatures(gen.capture, sum(len(b.tree) for b in batches), gen.target) if capture else None
     seconds = clock() - started
     for _, d in drafts:
         d.observed.verify_seconds = seconds
