@@ -64,6 +64,8 @@ class Model:
         self.n_layer = int(C.llama_model_n_layer(ptr))
         self.n_vocab = int(C.llama_vocab_n_tokens(self.vocab))
         self.n_layer_nextn = int(C.llama_model_n_layer_nextn(ptr))  # NextN (MTP) blocks after the n_layer trunk
+        self._pieces: dict[tuple[int, bool], bytes] = {}
+        self._eog: dict[int, bool] = {}
 
     def arch(self) -> str:
         buffer = ctypes.create_string_buffer(128)
@@ -80,15 +82,25 @@ class Model:
         return tokenize_bytes(self.vocab, data, add_special, parse_special)
 
     def token_to_piece(self, token: int, special: bool = False) -> bytes:
-        buffer = ctypes.create_string_buffer(64)
-        n_bytes = C.llama_token_to_piece(self.vocab, int(token), buffer, len(buffer), 0, special)
-        if n_bytes < 0:
-            buffer = ctypes.create_string_buffer(-n_bytes)
-            n_bytes = C.llama_token_to_piece(self.vocab, int(token), buffer, len(buffer), 0, special)
-        return buffer.raw[:n_bytes]
+        """The token's bytes; kept once asked for (a vocabulary's pieces never change, and every emitted token asks)."""
+        key = (int(token), bool(special))
+        piece = self._pieces.get(key)
+        if piece is None:
+            buffer = ctypes.create_string_buffer(64)
+            n_bytes = C.llama_token_to_piece(self.vocab, key[0], buffer, len(buffer), 0, special)
+            if n_bytes < 0:
+                buffer = ctypes.create_string_buffer(-n_bytes)
+                n_bytes = C.llama_token_to_piece(self.vocab, key[0], buffer, len(buffer), 0, special)
+            piece = self._pieces[key] = buffer.raw[:n_bytes]
+        return piece
 
     def is_eog(self, token: int) -> bool:
-        return bool(C.llama_vocab_is_eog(self.vocab, int(token)))
+        """Does the token end a generation? Kept once asked for: every emitted and drafted token asks."""
+        token = int(token)
+        eog = self._eog.get(token)
+        if eog is None:
+            eog = self._eog[token] = bool(C.llama_vocab_is_eog(self.vocab, token))
+        return eog
 
     def bos(self) -> int:
         return int(C.llama_vocab_bos(self.vocab))
