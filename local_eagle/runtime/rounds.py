@@ -33,7 +33,7 @@ from local_eagle.runtime.textstream import TextStream
 from local_eagle.runtime.tree import TreeShape, VerifyTree, walk_greedy, walk_sampling
 from local_eagle.runtime.treeround import TreeRounds
 from local_eagle.runtime.treeverify import TreeBatch
-from local_eagle.runtime.verify import Drafted, TargetChoices, verify
+from local_eagle.runtime.verify import Drafted, TargetChoices, VerifiedFeatures, verify
 
 if TYPE_CHECKING:
     from local_eagle.runtime.engine import Engine
@@ -338,7 +338,7 @@ class Generation:
         tree = VerifyTree.chain(chain.last_token, drafts)
         return Drafted(chain.last_token, tree, chain.observed, dists.__getitem__, refused, started=chain.started)
 
-    def settle(self, drafted: Drafted, batch: TreeBatch, features: np.ndarray | None, offset: int) -> list[int]:
+    def settle(self, drafted: Drafted, batch: TreeBatch, features: VerifiedFeatures | None, offset: int) -> list[int]:
         """Accept, commit and learn once the round's target call has run (this sequence's rows from ``offset``);
         the tokens the round adds."""
         observed, tree = drafted.observed, drafted.tree
