@@ -129,10 +129,10 @@ def top_k(values: np.ndarray, k: int) -> np.ndarray:
     return top[np.argsort(-values[top], kind="stable")]
 
 
-
 def _floats_or_ints(values: np.ndarray | list) -> list:
     """``values`` as a list of Python numbers (the same values ``float()``/``int()`` of each element give)."""
     return values.tolist() if isinstance(values, np.ndarray) else list(values)
+
 
 class SlotCalibration:
     """How often a verified child was the target's next token, by its slot's draft probability; tree scores use it.
