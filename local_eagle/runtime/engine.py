@@ -154,7 +154,8 @@ class Engine:
             context_options = replace(context_options, n_ctx=options.n_ctx * parallel, n_seq_max=parallel)
         self.tree_refusal = self.model.branching_refusal() if options.tree_nodes > 1 else None
         # a parallel engine's sequences draft chains (trees would need a sequence per leaf of every sequence)
-        trees = options.tree_nodes > 1 and draft is not None and self.tree_refusal is None
+        # an EAGLE drafter or the target's own head (whose MTP context gets the drafter's branch sequences)
+        trees = options.tree_nodes > 1 and (draft is not None or mtp) and self.tree_refusal is None
         self.trees = trees = trees and parallel == 1
         target_options = replace(context_options, n_rs_seq=n_rs_seq)
         if trees:
@@ -168,8 +169,6 @@ class Engine:
                 f"{self.model.path.name}: llama.cpp granted {granted} recurrent-state snapshots, not {n_rs_seq}: "
                 "rejected drafts could not be dropped (open it with EngineOptions(mtp=False))"
             )
-        if mtp:
-            self.mtp_note = mtp_note(self.model, self.rollback_bound)
         if self.capture is not None:
             self.capture.attach(self.ctx)
             drafter_options = (
@@ -178,7 +177,7 @@ class Engine:
             if mtp:
                 from local_eagle.runtime.mtp import MtpDrafter
 
-                self.drafter = MtpDrafter(self.ctx, context_options)
+                self.drafter = MtpDrafter(self.ctx, drafter_options)
             else:
                 self.drafter = Drafter(draft, self.ctx, drafter_options, n_gpu_layers=options.n_gpu_layers)
             self.feed = DrafterFeed(self.drafter, self.capture.width)
@@ -187,6 +186,9 @@ class Engine:
         self.batcher: Batcher | None = None
         self._grammars: dict[GrammarSpec, Grammar] = {}
         self.max_tree_nodes = CPU_TREE_NODES if self.model.attention_on_cpu else MAX_SEQ - 1
+        if mtp:
+            tree_nodes = min(options.tree_nodes, self.max_tree_nodes) if trees else 0
+            self.mtp_note = mtp_note(self.model, self.rollback_bound, tree_nodes)
 
     @property
     def model_path(self) -> Path:

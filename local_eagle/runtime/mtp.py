@@ -17,6 +17,11 @@ So the row the EAGLE loop queues at position ``P`` (``token[P+1]``, features at 
 stands in for the layer capture (its features are ``h``, ``n_embd`` wide). llama.cpp also decodes the prompt's
 first token at position 0 with a zero state; :meth:`MtpDrafter.prime` does the same.
 
+Trees (``runtime.treeround``) go the same way on an attention target: the engine opens the MTP context with the
+EAGLE drafter's branch sequences (``treeround.drafter_sequences``) in one unified cache, and each level of a tree is
+one call of :meth:`MtpDrafter.decode_branches`, every row on its own sequence copied from its parent's, at the
+level's loop position plus one. A hybrid target keeps one recurrent state per sequence and drafts chains.
+
 A hybrid target (``qwen35``, ``qwen35moe``: gated-delta-net layers beside attention) keeps one recurrent state per
 sequence, which cannot drop its last positions by itself. Its context is opened with
 ``n_rs_seq`` = the longest chain (``EngineOptions.rollback``): each decode then also writes the state after each of
@@ -103,11 +108,15 @@ def rollback_refusal(model: Model, rollback: int) -> str | None:
     return None
 
 
-def mtp_note(model: Model, rollback: int | None) -> str:
-    """How the head drafts and how a rejected draft leaves the target's cache, for ``--verbose``."""
+def mtp_note(model: Model, rollback: int | None, tree_nodes: int = 0) -> str:
+    """How the head drafts and how a rejected draft leaves the target's cache, for ``--verbose``.
+
+    ``tree_nodes``: the largest tree the engine verifies (0 or 1: it was opened for chains only).
+    """
     head = f"drafting with {model.path.name}'s own MTP (NextN) head, chains"
     if rollback is None:
-        return head + "; rejected drafts are dropped from the target's KV cache"
+        shapes = f"{head} and trees up to {tree_nodes} nodes" if tree_nodes > 1 else head
+        return shapes + "; rejected drafts are dropped from the target's KV cache"
     return (
         f"{head} of at most {rollback} drafts; rejected drafts are rolled back in the hybrid target's recurrent "
         f"layers to llama.cpp's per-token state snapshots (n_rs_seq={rollback}) and dropped from its attention cache"
@@ -262,8 +271,33 @@ class MtpDrafter:
         for s in range(0, len(tokens), step):
             self.ctx.decode(tokens[s : s + step], positions[s : s + step], False, g[s : s + step], seq=seq)
 
-    def decode_branches(self, *args: object, **kwargs: object) -> tuple[np.ndarray, np.ndarray]:
-        raise LocalEagleError("draft trees with an MTP head are not supported yet: draft chains")
+    def decode_branches(
+        self,
+        tokens: np.ndarray,
+        g: np.ndarray,
+        positions: np.ndarray,
+        seqs: list[list[int]],
+        columns: np.ndarray | None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """A draft tree's frontier, each row on its own branch sequence (``runtime.treeround``): (logits [n,
+        n_vocab], state [n, n_embd]).
+
+        Every row is an output, so the masked state copy reads each row's own (docs/mtp.md, the quirk); the head
+        predicts the whole vocabulary, so ``columns`` is always None.
+        """
+        if columns is not None:
+            raise LocalEagleError("an MTP head drafts over the whole vocabulary: no draft columns")
+        n, step = len(tokens), self.ctx.n_batch
+        logits = np.empty((n, self.n_vocab), dtype=np.float32)
+        state = np.empty((n, self.n_embd), dtype=np.float32)
+        positions = np.asarray(positions) + 1
+        for s in range(0, n, step):
+            e = min(n, s + step)
+            self.ctx.decode(tokens[s:e], positions[s:e], True, g[s:e], seqs[s:e])
+            for i in range(e - s):
+                logits[s + i] = self.ctx.logits_view(i, self.n_vocab)
+                state[s + i] = self.ctx.embeddings_nextn_ith(i, self.n_embd)
+        return logits, state
 
     def remove_from(self, pos: int, seq: int = 0) -> None:
         """Drop the rows at loop positions >= ``pos`` (MTP positions >= ``pos + 1``)."""
