@@ -222,8 +222,9 @@ def fit(
                   draft_ubatch, draft_max, swa_full)  # fmt: skip
     target, drafter = _read_shapes(pair.model, pair.draft)
     s, mtp_note = _mtp_settings(target, drafter, s, pair.mtp, "--no-mtp" if not mtp else "DRAFT none")
-    if trees.nodes > 1 and drafter is not None and not any(target.recurrent):
-        # the contexts local-eagle opens for trees: a sequence per node, one unified cache
+    if trees.nodes > 1 and (drafter is not None or s.mtp) and not any(target.recurrent):
+        # the contexts local-eagle opens for trees: a sequence per node, one unified cache (the drafter's or the
+        # MTP context's a sequence per branch)
         width = trees.engine_width(False)
         s = replace(s, n_seq=min(MAX_SEQ, trees.nodes), kv_unified=True, draft_n_seq=drafter_sequences(width))
     budget = gpus.budget(gpu, vram_gb, overhead_mib)

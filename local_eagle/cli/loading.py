@@ -199,7 +199,8 @@ def buffer_bytes(model: Path, draft: Path | None, n_ctx: int, load: LoadOptions,
     With trees (``load.tree_nodes`` above 1, a drafter, a target that can branch) the engine opens unified
     multi-sequence caches: the target's with a sequence per tree node, the drafter's with one per branch
     (``Engine``). Their compute buffers grow with the sequences (llama.cpp's dry run agrees to the byte); a
-    sliding-window cache stays full-size (llama.cpp's default ``swa_full``, which the engine keeps).
+    sliding-window cache stays full-size (llama.cpp's default ``swa_full``, which the engine keeps). With no drafter
+    the target's own MTP head drafts where it can, its MTP context opened as a drafter's (branch sequences with trees).
     """
     from dataclasses import replace
 
@@ -210,10 +211,14 @@ def buffer_bytes(model: Path, draft: Path | None, n_ctx: int, load: LoadOptions,
     target = vram.read_shape(model, "target GGUF")
     drafter = vram.read_shape(draft, "drafter GGUF") if draft is not None else None
     s = _settings(n_ctx, load)
+    if drafter is None and load.mtp and target.n_nextn > 0:
+        from local_eagle.vram.shapes import mtp_refusal
+
+        s = replace(s, mtp=mtp_refusal(target, rollback=max(1, load.draft_max)) is None)
     if load.parallel > 1:  # N sequences of n_ctx in one unified cache each (Engine), no trees: the planner's line
         backend = vram.CUDA if gpu else vram.CPU
         return vram.parallel_bytes(target, drafter, s.with_parallel(load.parallel), 1 << 62, backend)[0]
-    trees = load.tree_nodes > 1 and drafter is not None and not any(target.recurrent)
+    trees = load.tree_nodes > 1 and (drafter is not None or s.mtp) and not any(target.recurrent)
     ts = replace(s, n_seq=min(MAX_SEQ, load.tree_nodes), kv_unified=True) if trees else s
     backend = vram.CUDA if gpu else vram.CPU
     total = vram.kv_cache(target, vram.ctx_dims(n_ctx, ts.n_seq, N_BATCH, N_BATCH, ts.kv_unified), ts, 0).total
@@ -223,6 +228,10 @@ def buffer_bytes(model: Path, draft: Path | None, n_ctx: int, load: LoadOptions,
         dims = vram.ctx_dims(n_ctx, ds.n_seq, N_BATCH, N_BATCH, ds.kv_unified)
         total += vram.kv_cache(drafter, dims, ds, 0, True).total
         total += vram.draft_compute(drafter, ds, backend)
+    elif s.mtp:
+        ms = replace(ts, draft_n_seq=drafter_sequences(load.tree_width)) if trees else ts
+        dims = vram.ctx_dims(n_ctx, ms.drafter_seqs, N_BATCH, N_BATCH, ms.kv_unified)
+        total += vram.kv_cache(target, dims, ms, 0, mtp=True).total + vram.mtp_compute(target, ms, backend)
     return total
 
 

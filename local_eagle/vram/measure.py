@@ -173,7 +173,7 @@ class _DryContext:
         p.n_ctx = s.cells  # the per-request context times the parallel requests
         p.n_batch = s.draft_batch if draft else s.n_batch
         p.n_ubatch = s.draft_ubatch if draft else s.n_ubatch
-        p.n_seq_max = s.drafter_seqs if draft else s.n_seq
+        p.n_seq_max = s.drafter_seqs if draft or mtp else s.n_seq  # an MTP context has a drafter's sequences
         p.n_threads = p.n_threads_batch = 1
         p.flash_attn_type = 1 if s.flash_attn else 0
         p.type_k = KV_TYPES[s.draft_type_k if draft else s.type_k].ggml

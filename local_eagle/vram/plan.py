@@ -165,12 +165,13 @@ def draft_compute(draft: ModelShape, s: Settings, backend: Backend = CUDA, encod
 def mtp_compute(target: ModelShape, s: Settings, backend: Backend = CUDA) -> int:
     """The MTP context's compute buffer: its NextN graph over a ubatch of the target's context options.
 
-    ``runtime.mtp.MtpDrafter`` opens it with the target's context, batch and sequences and an f16 cache.
+    ``runtime.mtp.MtpDrafter`` opens it with the target's context and batch, the drafter's sequences (the target's,
+    or with trees a drafter's branch sequences, ``Settings.draft_n_seq``) and an f16 cache.
     """
-    key = ("m", s.cells, s.n_seq, s.n_batch, s.n_ubatch, s.flash_attn, s.kv_unified, backend)
+    key = ("m", s.cells, s.drafter_seqs, s.n_batch, s.n_ubatch, s.flash_attn, s.kv_unified, backend)
     hit = target.cache.get(key)
     if hit is None:
-        d = ctx_dims(s.cells, s.n_seq, s.n_batch, s.n_ubatch, s.kv_unified)
+        d = ctx_dims(s.cells, s.drafter_seqs, s.n_batch, s.n_ubatch, s.kv_unified)
         g, fa = mtp_graph(target, graph_dims(target, d, s, MTP_KV_TYPE, MTP_KV_TYPE, s.n_ubatch))
         hit = target.cache[key] = graph_bytes(g, backend, fa)
     return hit
@@ -270,10 +271,11 @@ def breakdown(
         ]
     elif mtp:
         # the NextN block loads with the model (load_mtp) and drafts in a second context on it: its own KV cache
-        # of the NextN layer(s) at the target's context, f16, and its own compute buffer
+        # of the NextN layer(s) at the target's context, f16, with a drafter's sequences, and its own compute buffer
         on_gpu = layer_on_gpu(target, target.n_layer - 1, ngl)
         mw = weights(target, ngl, backend, host, nextn=True)
-        mkv = attention_kv(target, d, s, ngl, False, backend, host, mtp=True)
+        md = ctx_dims(s.cells, s.drafter_seqs, s.n_batch, s.n_ubatch, s.kv_unified)
+        mkv = attention_kv(target, md, s, ngl, False, backend, host, mtp=True)
         mc = mtp_compute(target, s, backend if on_gpu else host)
         inputs_mtp = 2 * target.n_embd * n_tok * 4 + _mask_bytes(target, d, s, n_tok)
         comps += [

@@ -157,7 +157,8 @@ def predict_for_backend(target: ModelShape, draft: ModelShape | None, s: Setting
         out["draft compute"] = draft_compute(draft, s, gpu, encoder=False)
     elif prices_mtp(target, draft, s):
         out["MTP head weights"] = weights(target, ngl, gpu, CPU, nextn=True).total
-        out["MTP KV cache"] = attention_kv(target, d, s, ngl, False, gpu, CPU, mtp=True).total
+        md = ctx_dims(s.cells, s.drafter_seqs, s.n_batch, s.n_ubatch, s.kv_unified)
+        out["MTP KV cache"] = attention_kv(target, md, s, ngl, False, gpu, CPU, mtp=True).total
         out["MTP compute"] = mtp_compute(target, s, gpu)
     return out
 
