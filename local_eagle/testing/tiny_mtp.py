@@ -135,6 +135,7 @@ def cycle_glm4moe_tensors(
     head_noise: float = 0.0,
     head_misses: str = "",
     seed: int = 0,
+    runner_up: float = 0.0,
 ) -> dict[str, np.ndarray]:
     """Overrides that make a tiny ``glm4moe`` the cycle target of ``testing.tiny_pair``, with a NextN head that agrees.
 
@@ -147,8 +148,9 @@ def cycle_glm4moe_tensors(
 
     ``margin`` is the logit gap before the norms' scale (``sqrt(n_embd)``), ``noise`` blurs the target's head,
     ``head_noise`` the NextN head's own; after each letter of ``head_misses`` the NextN head names the letter two
-    ahead, a draft the target always rejects (greedy acceptance below 1 at known places). The head's own tensors
-    need ``spec.own_head``.
+    ahead, a draft the target always rejects (greedy acceptance below 1 at known places), and with ``runner_up`` (a
+    share of ``margin``) the right letter is its second choice there: a tree's sibling catches what a chain misses.
+    The head's own tensors need ``spec.own_head``.
     """
     from local_eagle.testing.tiny_pair import CYCLE
 
@@ -172,6 +174,8 @@ def cycle_glm4moe_tensors(
         for i, t in enumerate(CYCLE):
             step = 2 if chr(t - 3) in misses else 1
             head[CYCLE[(i + step) % n_cycle], i] += margin
+            if step == 2:
+                head[CYCLE[(i + 1) % n_cycle], i] += runner_up * margin
             head[t, h - 1] = 0.01 * (i + 1)  # tokens outside the cycle are followed by the last letter
         return head
 
@@ -214,11 +218,12 @@ def write_cycle_glm4moe_mtp(
     head_noise: float = 0.0,
     head_misses: str = "",
     seed: int = 0,
+    runner_up: float = 0.0,
 ) -> Path:
     """A tiny ``glm4moe`` whose NextN head agrees with its target (``cycle_glm4moe_tensors``): high acceptance, so
     drafting with the model's own head can be compared with llama.cpp's ``draft-mtp`` on equal terms."""
     spec = spec or TinyGlm4MoeSpec()
-    overrides = cycle_glm4moe_tensors(spec, margin, noise, head_noise, head_misses, seed)
+    overrides = cycle_glm4moe_tensors(spec, margin, noise, head_noise, head_misses, seed, runner_up)
     return write_tiny_glm4moe_mtp(path, spec, seed=seed, overrides=overrides)
 
 
