@@ -238,3 +238,28 @@ def test_generate_tree_fixed_drafts_that_tree_every_round_with_the_head(models, 
     assert isinstance(opened[-1].drafter, MtpDrafter) and opened[-1].trees
     rounds = got["draft_lengths_by_round"]
     assert max(rounds) == 8 and rounds.count(8) >= len(rounds) - 1, rounds
+
+
+def test_adaptive_calls_draft_mtp_trees_where_rows_are_cheap(models):
+    """``--tree auto`` is the draft-shape policy's: an adaptive call on an engine opened for trees drafts the default
+    tree with the head where a 16-row call costs about one row (a GPU), never where calls cost in proportion to
+    their rows (this CPU); the output is the target's either way, and the identity check replays the trees."""
+    from local_eagle.runtime.identity import IDENTICAL, check_identity
+    from local_eagle.testing.costs import FrozenOverhead, deciding_on
+
+    with Engine(models["runner-up"], None, EngineOptions(n_ctx=512, n_batch=64, n_threads=1, tree_nodes=32,
+                                                         tree_width=4)) as eng:  # fmt: skip
+        shape = eng.default_tree(4)
+        eng.generate("hello", max_tokens=16, draft_max=4, adaptive=True)  # builds the policy
+        for ratios, wanted in [([1.0 + 0.01 * r for r in range(40)], True), (list(range(1, 41)), False)]:
+            with deciding_on(eng, ratios, 5e-5, FrozenOverhead(shape)):
+                trees = rounds = 0
+                for prompt in LETTERS:
+                    base = eng.generate(prompt, max_tokens=48, draft_max=0)
+                    spec = eng.generate(prompt, max_tokens=48, draft_max=4, adaptive=True)
+                    assert spec.tokens == base.tokens, (prompt, ratios[1])
+                    if wanted and prompt == LETTERS[0]:
+                        assert check_identity(eng, prompt, base, spec).verdict == IDENTICAL
+                    trees += len(spec.spec_stats.trace_trees)
+                    rounds += spec.stats.target_calls
+            assert trees > 0.5 * rounds if wanted else trees == 0, (trees, rounds)
