@@ -34,20 +34,17 @@ from local_eagle.cli.chat_help import (
     SHOW_HELP,
     UNSUPPORTED_SET,
 )
-from local_eagle.cli.options import DEFAULT_CTX, sampling_params
 from local_eagle.errors import LocalEagleError
 from local_eagle.ollama import parameters
 from local_eagle.ollama.modelfile import (
-    DEFAULT_DRAFT_NUM_PREDICT,
     Message,
     Modelfile,
     format_modelfile,
     format_parameter,
 )
-from local_eagle.runtime.policy.lengths import AUTO_DRAFT_MAX
 from local_eagle.runtime.sampling import SamplingParams
 from local_eagle.runtime.stats import GenerationTotals
-from local_eagle.runtime.tree import TreeShape
+from local_eagle.settings import DEFAULT_CTX, DraftMode, Settings
 
 _UNDECODABLE = re.compile("[\udc80-\udcff]")  # what surrogateescape makes of bytes that are not UTF-8
 
@@ -143,8 +140,7 @@ class ChatSession:
         template: str | None = None,
         messages: list[Message] | None = None,
         verbose: bool = False,
-        draft_p_min: float = 0.0,
-        adaptive: bool = False,
+        mode: DraftMode | None = None,
     ) -> None:
         self.model = Path(model)
         self.draft = Path(draft) if draft is not None else None
@@ -153,9 +149,8 @@ class ChatSession:
         self.template = template
         self.messages = list(messages or [])
         self.verbose = verbose
-        self.draft_p_min = draft_p_min
-        self.adaptive = adaptive  # draft_num_predict bounds the cost-aware policy rather than fixing the length
-        self.tree: TreeShape | None = None  # chat --fixed --tree N: the tree drafted every round
+        self.mode = mode or DraftMode()  # --fixed, --tree, --draft-p-min: adaptive chains and trees by default
+        self.beyond_training = False  # --ctx-beyond-training
         self.grammar: Any = None  # run --format json: a runtime.grammar.GrammarSpec every answer follows
         # the model's own MTP head (cli.loading.own_head): True where it drafts (no drafter named), False where
         # --no-mtp or DRAFT none turned it off, None where there is none to speak of (or a drafter drafts instead)
@@ -190,23 +185,24 @@ class ChatSession:
 
     def sampling(self) -> SamplingParams:
         """The sampler for the parameters in force; those not set keep SamplingParams' defaults."""
-        return sampling_params(self.parameters)
+        return self.settings().sampling()
+
+    def settings(self) -> Settings:
+        """The settings in force (``local_eagle.settings``): the parameters as ``/show parameters`` prints them, the
+        draft mode of the command line."""
+        drafts = self.draft is not None or self.mtp is True  # a drafter, or the model's own MTP head
+        return Settings(self.parameters, self.mode, drafts=drafts, mtp=self.mtp is not False,
+                        beyond_training=self.beyond_training)  # fmt: skip
 
     def stream_options(self) -> dict[str, Any]:
         """Keyword arguments for :meth:`Engine.stream`: an answer runs to EOS, a stop string,
         num_predict tokens or the end of the context (Ollama's default num_predict is -1)."""
-        n_predict = int(self.parameters.get("num_predict", -1))
-        drafts = self.draft is not None or self.mtp is True  # a drafter, or the model's own MTP head
-        default_k = (AUTO_DRAFT_MAX if self.adaptive else DEFAULT_DRAFT_NUM_PREDICT) if drafts else 0
-        return {
-            "max_tokens": n_predict if n_predict > 0 else self.n_ctx,
-            "sampling": self.sampling(),
-            "draft_max": int(self.parameters.get("draft_num_predict", default_k)),
-            "draft_p_min": self.draft_p_min,
-            "adaptive": self.adaptive,
-            "tree": self.tree,
-            "stop": list(self.parameters.get("stop", [])),
-        } | ({"grammar": self.grammar} if self.grammar is not None else {})
+        options = self.settings().stream_options(self.n_ctx)
+        return options | ({"grammar": self.grammar} if self.grammar is not None else {})
+
+    def _draft_text(self) -> str:
+        s = self.settings()
+        return f"up to {s.draft_max}, as many as pay" if s.mode.adaptive else f"{s.draft_max}, every round"
 
     def conversation(self, user: str, skip: int = 0) -> list[dict[str, str]]:
         return [*self.history[2 * skip :], {"role": "user", "content": user}]
@@ -395,11 +391,11 @@ class ChatSession:
                 f"    {'kind':<22}EAGLE {d.eagle_version}",
                 f"    {'target layers':<22}{d.target_layers}",
                 f"    {'draft vocabulary':<22}{d.draft_vocab_size}",
-                f"    {'draft tokens/step':<22}{self.stream_options()['draft_max']}",
+                f"    {'draft tokens/round':<22}{self._draft_text()}",
             ]
         elif self.mtp is True:
             rows += ["", "  Drafter", "    the model's own MTP (NextN) head",
-                     f"    {'draft tokens/step':<22}{self.stream_options()['draft_max']}"]  # fmt: skip
+                     f"    {'draft tokens/round':<22}{self._draft_text()}"]  # fmt: skip
         elif self.mtp is False:
             rows += ["", "  Drafter", "    none (DRAFT none or --no-mtp: the target decodes alone)"]
         else:

@@ -13,21 +13,18 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from local_eagle.cli.console import err
-from local_eagle.cli.options import DEFAULT_CTX
 from local_eagle.errors import GGUFError, LlamaError, LocalEagleError
-from local_eagle.ollama.parameters import PARAMETERS
-from local_eagle.runtime.policy.lengths import AUTO_TREE_NODES, AUTO_TREE_WIDTH
+from local_eagle.settings import DEFAULT_CTX, N_BATCH, LoadOptions  # noqa: F401 - the loaders' options, read here too
 from local_eagle.units import human_bytes
 
 if TYPE_CHECKING:
-    from local_eagle.runtime.engine import Engine, EngineOptions
+    from local_eagle.runtime.engine import Engine
 
 BeyondTrainingOpt = Annotated[
     bool,
@@ -36,39 +33,6 @@ BeyondTrainingOpt = Annotated[
         help="Allow a context longer than the model was trained on (else it is capped there, with a note).",
     ),
 ]
-
-N_BATCH = 512  # the engine's n_batch and n_ubatch (EngineOptions' default)
-
-
-@dataclass(frozen=True)
-class LoadOptions:
-    """How a pair is loaded, from flags, the Modelfile or the defaults."""
-
-    ctx: int | None = None
-    """Context length; None is the default (DEFAULT_CTX), capped at the trained context without a note."""
-    gpu_layers: int = -1
-    threads: int = 0
-    draft_max: int = PARAMETERS["draft_num_predict"].default
-    beyond_training: bool = False
-    tree_nodes: int = AUTO_TREE_NODES
-    """The largest draft tree a round may verify (``--tree``); above 1 the contexts get unified multi-sequence
-    caches, priced by :func:`buffer_bytes`. 0: chains only."""
-    tree_width: int = AUTO_TREE_WIDTH
-    parallel: int = 1
-    """Generations at once (``serve --parallel``), each up to ``ctx`` tokens of one shared cache; they draft chains."""
-    mtp: bool = True
-    """With no drafter, the target's own MTP head drafts where it has one (``EngineOptions.mtp``); False with
-    ``--no-mtp`` or a Modelfile's ``DRAFT none``."""
-
-    def engine_options(self, n_ctx: int) -> EngineOptions:
-        from local_eagle.runtime.engine import EngineOptions
-
-        return EngineOptions(
-            n_ctx=n_ctx, n_batch=N_BATCH, n_gpu_layers=self.gpu_layers, n_threads=self.threads,
-            tree_nodes=self.tree_nodes if self.parallel == 1 else 0, tree_width=self.tree_width,
-            parallel=self.parallel, rollback=max(1, self.draft_max), mtp=self.mtp,
-        )  # fmt: skip
-
 
 def open_engine(model: Path, draft: Path | None, load: LoadOptions) -> Engine:
     """An engine for the pair, once :func:`plan_context` has found a context it can hold."""

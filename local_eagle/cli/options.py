@@ -10,7 +10,6 @@ the one reading of "``-f Modelfile``, else ``--model``".
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import inspect
 from collections.abc import Callable, Mapping
@@ -23,15 +22,20 @@ import typer
 from local_eagle.cli.console import warn
 from local_eagle.errors import LocalEagleError
 from local_eagle.ollama.parameters import PARAMETERS, ParameterError, check, format_value
-from local_eagle.runtime.policy.lengths import AUTO_TREE_NODES, AUTO_TREE_WIDTH
-from local_eagle.runtime.sampling import SamplingParams
-from local_eagle.runtime.tree import MAX_SEQ, TreeShape
+from local_eagle.runtime.policy.lengths import AUTO_TREE_NODES
+from local_eagle.runtime.tree import MAX_SEQ
+from local_eagle.settings import (  # noqa: F401 - read here too
+    DEFAULT_CTX,
+    DraftMode,
+    Settings,
+    TreeSetting,
+    offloads,
+    resolve,
+    sampling_params,
+)
 
 if TYPE_CHECKING:
     from local_eagle.ollama.modelfile import Modelfile
-
-DEFAULT_CTX: int = PARAMETERS["num_ctx"].default
-"""Context length when neither a flag nor the Modelfile's num_ctx gives one."""
 
 # the command keywords that are Ollama parameters; each one's flag is --keyword-with-dashes
 OPTION_PARAMETERS = {
@@ -73,6 +77,9 @@ ModelfileOpt = Annotated[
 OptionalCtxOpt = Annotated[int | None, typer.Option("--ctx", help=table_help("num_ctx"))]
 GpuOpt = Annotated[int, typer.Option("--gpu-layers", help=PARAMETERS["num_gpu"].help)]
 ThreadsOpt = Annotated[int, typer.Option("--threads", help=PARAMETERS["num_thread"].help)]
+OptionalGpuOpt = Annotated[int | None, typer.Option("--gpu-layers", help=table_help("num_gpu"))]
+OptionalThreadsOpt = Annotated[int | None, typer.Option("--threads", help=table_help("num_thread"))]
+"""Where a Modelfile may give num_gpu / num_thread: a flag not given leaves its value (``settings.resolve``)."""
 PARALLEL_ENV = "OLLAMA_NUM_PARALLEL"
 MAX_PARALLEL = 64  # runtime.tree.MAX_SEQ: the sequences one engine's caches hold
 ParallelOpt = Annotated[
@@ -133,20 +140,6 @@ _SAMPLING_OPTIONS: dict[str, Any] = {
 _SAMPLING_OPTIONS["stop"] = Annotated[list[str] | None, typer.Option("--stop", help=PARAMETERS["stop"].help)]
 
 F = TypeVar("F", bound=Callable[..., Any])
-_SAMPLING_FIELDS = tuple(f.name for f in dataclasses.fields(SamplingParams))
-
-
-def sampling_params(parameters: Mapping[str, Any]) -> SamplingParams:
-    """The sampler for Ollama-named ``parameters``; what they leave out keeps SamplingParams' default.
-
-    A negative seed means "random" in Ollama (the server's -1), so the sampler gets none.
-    """
-    values = {name: parameters[name] for name in _SAMPLING_FIELDS if name in parameters}
-    if values.get("seed") is not None and values["seed"] < 0:
-        values["seed"] = None
-    return SamplingParams(**values)
-
-
 def check_option(keyword: str, value: Any) -> Any:
     """``value`` of the option ``keyword`` (an Ollama parameter) if the parameter table accepts it;
     else one line naming the flag and what it takes."""
@@ -246,13 +239,37 @@ class ModelPair:
     mtp: bool = True
     """With no drafter, whether the target's own MTP head may draft: off with ``--no-mtp`` or ``DRAFT none``."""
 
-    def draft_max(self, flag: int | None, default: int = _DRAFT_MAX.default) -> int:
-        """--draft-max, else the Modelfile's draft_num_predict when its DRAFT is used, else ``default``."""
-        if flag is not None:
-            return flag
-        if self.modelfile is not None and self.modelfile.draft is not None:
-            return self.modelfile.draft_num_predict
-        return default
+    own_draft: bool = True
+    """The drafter is the Modelfile's own (its DRAFT, or its model's MTP head): ``--draft`` did not replace it, so
+    the Modelfile's draft_num_predict bounds it."""
+
+    def settings(
+        self, flags: Mapping[str, Any], mode: DraftMode, *, defaults: Mapping[str, Any] | None = None,
+        parallel: int = 1, beyond_training: bool = False,
+    ) -> Settings:  # fmt: skip
+        """The settings in force for this pair (``local_eagle.settings.resolve``): ``defaults``, the Modelfile's
+        parameters, then ``flags`` (:func:`given`)."""
+        return resolve(
+            self.parameters, flags, defaults=defaults, mode=mode, own_draft=self.own_draft,
+            drafts=self.draft is not None or self.mtp, parallel=parallel, mtp=self.mtp,
+            beyond_training=beyond_training,
+        )  # fmt: skip
+
+
+def given(sampling: SamplingFlags | None = None, **keywords: Any) -> dict[str, Any]:
+    """The flags given (None: not given), by their Ollama parameter names (``OPTION_PARAMETERS``): the flags layer
+    of ``local_eagle.settings.resolve``."""
+    flags = {OPTION_PARAMETERS[k]: v for k, v in keywords.items() if v is not None}
+    if sampling is not None:
+        flags |= sampling.values
+        if sampling.stop:
+            flags["stop"] = list(sampling.stop)
+    return flags
+
+
+def draft_mode(fixed: bool, tree: str | None, p_min: float = 0.0) -> DraftMode:
+    """``--fixed``, ``--tree`` and ``--draft-p-min`` as the draft mode every front end resolves with."""
+    return DraftMode(fixed, parse_tree(tree), p_min)
 
 
 def resolve_models(model: Path | None, draft: Path | None, modelfile: Path | None, mtp: bool = True) -> ModelPair:
@@ -287,7 +304,8 @@ def _resolve_models(model: Path | None, draft: Path | None, modelfile: Path | No
         from local_eagle.hub import is_hub_name
 
         model = named_pair(str(model), None).model if is_hub_name(str(model)) else model
-    return ModelPair(model or mf_model, hub_draft(draft, model or mf_model) or mf_draft, dict(m.parameters), m)
+    return ModelPair(model or mf_model, hub_draft(draft, model or mf_model) or mf_draft, dict(m.parameters), m,
+                     own_draft=draft is None)
 
 
 def hub_draft(draft: Path | None, target: Path) -> Path | None:
@@ -320,7 +338,8 @@ def named_pair(name: str, draft: Path | None) -> ModelPair:
         warn(w)
     mf_draft = resolve_draft(m) if m.draft is not None and draft is None else None
     target = resolve_model(m)
-    return ModelPair(target, hub_draft(draft, target) or mf_draft, dict(m.parameters), m, name, not m.draft_off)
+    return ModelPair(target, hub_draft(draft, target) or mf_draft, dict(m.parameters), m, name, not m.draft_off,
+                     own_draft=draft is None)
 
 
 # --- draft length: adaptive by default, fixed for benchmarks ---------------------------------------------
@@ -353,14 +372,6 @@ def parse_draft_max(value: str | None, flag: str = "--draft-max") -> int | None:
         raise LocalEagleError(f"{flag} must be 'auto' or a number of tokens, got {value!r}") from None
 
 
-def draft_bound(pair: ModelPair, value: str | None, fixed: bool) -> int:
-    """The draft length's bound for a pair given by flags or a Modelfile (``policy.lengths.resolve_draft_max``)."""
-    from local_eagle.runtime.policy.lengths import resolve_draft_max
-
-    modelfile_draft = pair.modelfile is not None and pair.modelfile.draft is not None
-    return resolve_draft_max(parse_draft_max(value), pair.parameters, modelfile_draft, fixed)
-
-
 # --- draft trees: as large as pays by default, off for chains only ---------------------------------------
 
 OFF = "off"
@@ -374,41 +385,6 @@ TreeOpt = Annotated[
         "only, and no multi-sequence KV cache).",
     ),
 ]
-
-
-def offloads(gpu_layers: int) -> bool:
-    """Whether layers go to a GPU: this build offloads and ``--gpu-layers`` is not 0."""
-    from local_eagle.llamacpp.backends import gpu_offload_supported
-
-    return gpu_layers != 0 and gpu_offload_supported()
-
-
-@dataclass(frozen=True)
-class TreeSetting:
-    """What ``--tree`` asked for: the largest tree the engine is opened for, and whether it was a number."""
-
-    nodes: int
-    """Drafted nodes per target call at most; 0: chains only."""
-    explicit: bool = False
-    """Given as N: with --fixed it is drafted every round, and a target that cannot branch gets a note."""
-
-    def shape(self, fixed: bool) -> TreeShape | None:
-        """The tree drafted every round: only ``--fixed --tree N`` fixes one (the adaptive policy chooses its own)."""
-        return TreeShape.for_nodes(self.nodes) if fixed and self.explicit and self.nodes > 0 else None
-
-    def engine_nodes(self, fixed: bool, gpu_layers: int = -1) -> int:
-        """``LoadOptions.tree_nodes``: the multi-sequence caches are opened only where a tree may be drafted
-        (``--fixed`` without ``--tree N`` drafts chains, as it always did). ``auto`` opens them only where layers
-        go to a GPU: where every call runs on the CPU the draft-shape policy all but never picks a tree, and the
-        caches of 63 sequences held 1.47 GB for the 260 MB demo pair (a sliding window per sequence)."""
-        if self.explicit:
-            return self.nodes
-        return self.nodes if not fixed and offloads(gpu_layers) else 0
-
-    def engine_width(self, fixed: bool) -> int:
-        """``LoadOptions.tree_width``: the fixed tree's frontier, else the adaptive policy's."""
-        shape = self.shape(fixed)
-        return shape.width if shape is not None else AUTO_TREE_WIDTH
 
 
 def parse_tree(value: str | None, flag: str = "--tree") -> TreeSetting:

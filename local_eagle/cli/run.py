@@ -17,7 +17,6 @@ from rich.table import Table
 from local_eagle.cli.console import err, friendly, out, warn_if_cpu_only
 from local_eagle.cli.loading import (
     BeyondTrainingOpt,
-    LoadOptions,
     note_mtp,
     note_tree_refusal,
     open_engine,
@@ -26,31 +25,31 @@ from local_eagle.cli.loading import (
 from local_eagle.cli.options import (
     AUTO,
     NO_SAMPLING_FLAGS,
-    OPTION_PARAMETERS,
     DraftLengthOpt,
     DraftOpt,
     DraftPMinOpt,
     FixedOpt,
     FormatOpt,
-    GpuOpt,
     GrammarOpt,
     JsonOpt,
     JsonSchemaOpt,
     ModelfileOpt,
     MtpOpt,
     OptionalCtxOpt,
+    OptionalGpuOpt,
     OptionalModelOpt,
+    OptionalThreadsOpt,
     SamplingFlags,
     ThreadsOpt,
     TreeOpt,
     checked_options,
-    draft_bound,
+    draft_mode,
+    given,
     grammar_option,
     parse_draft_max,
-    parse_tree,
+    resolve,
     resolve_models,
     sampling_options,
-    sampling_params,
     table_help,
 )
 from local_eagle.errors import LocalEagleError
@@ -117,8 +116,8 @@ def generate(
     draft_p_min: DraftPMinOpt = 0.0,
     ctx: OptionalCtxOpt = None,
     ctx_beyond_training: BeyondTrainingOpt = False,
-    gpu_layers: GpuOpt = -1,
-    threads: ThreadsOpt = 0,
+    gpu_layers: OptionalGpuOpt = None,
+    threads: OptionalThreadsOpt = None,
     raw: Annotated[bool, typer.Option("--raw", help="With -f: send the prompt without the template.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object with text, tokens, stats.")] = False,
     output_format: FormatOpt = None,
@@ -132,25 +131,20 @@ def generate(
     """
     text = _read_prompt(prompt, prompt_file)
     constraint = grammar_option(output_format, json_schema, grammar)
-    trees = parse_tree(tree)
+    mode = draft_mode(fixed, tree, draft_p_min)
     pair = resolve_models(model, draft, modelfile, mtp)
-    params = pair.parameters
     if pair.modelfile is not None and not raw:
         from local_eagle.ollama.prompt import modelfile_prompt
 
         text = modelfile_prompt(pair.modelfile, [{"role": "user", "content": text}])
-    n_predict = max_tokens if max_tokens is not None else params.get("num_predict", DEFAULT_MAX_TOKENS)
-    sp = sampling_params({**params, **sampling.values})
-    stops = sampling.stop or list(params.get("stop", []))
-    k = draft_bound(pair, draft_max, fixed)
-    load = LoadOptions(ctx if ctx is not None else params.get("num_ctx"), gpu_layers, threads, k, ctx_beyond_training,
-                       trees.engine_nodes(fixed, gpu_layers), trees.engine_width(fixed), mtp=pair.mtp)  # fmt: skip
-    with open_engine(pair.model, pair.draft, load) as engine:
-        note_tree_refusal(engine, trees.explicit and trees.nodes > 1)
-        n_predict = n_predict if n_predict > 0 else engine.n_ctx  # Ollama: -1 = until the context is full
+    flags = given(sampling, max_tokens=max_tokens, draft_max=parse_draft_max(draft_max), ctx=ctx,
+                  gpu_layers=gpu_layers, threads=threads)  # fmt: skip
+    settings = pair.settings(flags, mode, defaults={"num_predict": DEFAULT_MAX_TOKENS},
+                             beyond_training=ctx_beyond_training)  # fmt: skip
+    with open_engine(pair.model, pair.draft, settings.load()) as engine:
+        note_tree_refusal(engine, mode.tree.explicit and mode.tree.nodes > 1)
         more = {"grammar": constraint} if constraint is not None else {}
-        s = engine.stream(text, max_tokens=n_predict, sampling=sp, draft_max=k, draft_p_min=draft_p_min, stop=stops,
-                          adaptive=not fixed, tree=trees.shape(fixed), **more)  # fmt: skip
+        s = engine.stream(text, **settings.stream_options(engine.n_ctx), **more)
         _echo(s, as_json)
         res = s.result
     if as_json:
@@ -181,8 +175,8 @@ def chat(
     draft_p_min: DraftPMinOpt = 0.0,
     ctx: OptionalCtxOpt = None,
     ctx_beyond_training: BeyondTrainingOpt = False,
-    gpu_layers: Annotated[int | None, typer.Option("--gpu-layers", help=table_help("num_gpu"))] = None,
-    threads: Annotated[int | None, typer.Option("--threads", help=table_help("num_thread"))] = None,
+    gpu_layers: OptionalGpuOpt = None,
+    threads: OptionalThreadsOpt = None,
     verbose: Annotated[bool, typer.Option("--verbose", help="Print timings and acceptance after each answer.")] = False,
 ) -> None:
     """Chat with the model as `ollama run` does: streamed answers, history, /commands (/? for help).
@@ -193,41 +187,35 @@ def chat(
     """
     from local_eagle.cli.chat import ChatSession, run_repl
 
-    trees = parse_tree(tree)
+    mode = draft_mode(fixed, tree, draft_p_min)
     pair = resolve_models(model, draft, modelfile, mtp)
     if pair.modelfile is not None:
-        session = ChatSession.from_modelfile(pair.modelfile, pair.model, pair.draft)
+        session = ChatSession.from_modelfile(pair.modelfile, pair.model, pair.draft, mode=mode)
     else:
-        session = ChatSession(pair.model, pair.draft)
+        session = ChatSession(pair.model, pair.draft, mode=mode)
     session.mtp = own_head(pair.model, pair.draft, pair.mtp)
     # flags (checked by checked_options) override the Modelfile under their Ollama names, so
     # /show parameters prints what is in force
-    given = {"max_tokens": max_tokens, "draft_max": parse_draft_max(draft_max), "ctx": ctx, "gpu_layers": gpu_layers,
-             "threads": threads}  # fmt: skip
-    given = {OPTION_PARAMETERS[k]: v for k, v in given.items() if v is not None}
-    session.parameters.update(given | sampling.values)
-    if sampling.stop:
-        session.parameters["stop"] = list(sampling.stop)
+    flags = given(sampling, max_tokens=max_tokens, draft_max=parse_draft_max(draft_max), ctx=ctx,
+                  gpu_layers=gpu_layers, threads=threads)  # fmt: skip
+    session.parameters = dict(pair.settings(flags, mode).parameters)
     if system is not None:
         session.system = system
     session.verbose = verbose
-    session.draft_p_min = draft_p_min
-    session.adaptive = not fixed
-    session.tree = trees.shape(fixed)
+    session.beyond_training = ctx_beyond_training
     warn_if_cpu_only()
 
     def load(s: ChatSession) -> Engine:
-        k = s.stream_options()["draft_max"]
-        opts = LoadOptions(s.parameters.get("num_ctx"), s.n_gpu_layers, s.n_threads, k, ctx_beyond_training,
-                           trees.engine_nodes(fixed, s.n_gpu_layers), trees.engine_width(fixed),
-                           mtp=s.mtp is not False)  # fmt: skip
-        engine = open_engine(s.model, s.draft, opts)
-        note_tree_refusal(engine, trees.nodes > 1 and (trees.explicit or s.verbose))
+        engine = open_engine(s.model, s.draft, s.settings().load())
+        note_tree_refusal(engine, mode.tree.nodes > 1 and (mode.tree.explicit or s.verbose))
         note_mtp(engine, s.verbose)
         return engine
 
     run_repl(session, load)
 
+
+DEMO_CTX = 2048
+"""demo's context: its prompt and answer are short."""
 
 _WARMUP = (
     'def fibonacci(n: int) -> int:\n    """ Return the n-th Fibonacci number.\n    >>> fibonacci(10)\n    55\n    """\n'
@@ -278,20 +266,18 @@ def demo(
 ) -> None:
     """The built-in default: Gemma 3 270M with our EAGLE 3.1 drafter, speculative vs plain, on this machine."""
     from local_eagle.assets import DEMO_PROMPT, demo_drafter, demo_target
-    from local_eagle.runtime.engine import Engine, EngineOptions
+    from local_eagle.runtime.engine import Engine
     from local_eagle.runtime.identity import DIVERGENT, check_identity
-    from local_eagle.runtime.policy.lengths import explain, resolve_draft_max
+    from local_eagle.runtime.policy.lengths import explain
 
     warn_if_cpu_only()
     target, draft = demo_target(), demo_drafter()
     text = prompt if prompt is not None else DEMO_PROMPT
-    trees = parse_tree(tree)
-    k = resolve_draft_max(parse_draft_max(draft_max), {}, False, fixed)
-    adaptive, shape = not fixed, trees.shape(fixed)
-    options = EngineOptions(n_ctx=2048, n_threads=threads, adaptive=adaptive, tree_nodes=trees.engine_nodes(fixed),
-                            tree_width=trees.engine_width(fixed))  # fmt: skip
-    with Engine(target, draft, options) as engine:
-        note_tree_refusal(engine, trees.explicit and trees.nodes > 1)
+    mode = draft_mode(fixed, tree)
+    settings = resolve(flags=given(draft_max=parse_draft_max(draft_max), threads=threads), mode=mode)
+    k, adaptive, shape = settings.draft_max, mode.adaptive, mode.shape
+    with Engine(target, draft, settings.load().engine_options(DEMO_CTX)) as engine:
+        note_tree_refusal(engine, mode.tree.explicit and mode.tree.nodes > 1)
         engine.generate(_WARMUP, max_tokens=64 if adaptive else 8, draft_max=k, tree=shape)  # warm-up
         fixed_how = f"a tree of {shape.nodes} nodes" if shape is not None else f"k={k}"
         if not as_json:

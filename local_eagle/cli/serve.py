@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Annotated
 
 import typer
@@ -10,7 +9,6 @@ import typer
 from local_eagle.cli.console import err, friendly
 from local_eagle.cli.loading import (
     BeyondTrainingOpt,
-    LoadOptions,
     explain_load_failure,
     note_tree_refusal,
     plan_context,
@@ -20,17 +18,17 @@ from local_eagle.cli.options import (
     DraftLengthOpt,
     DraftOpt,
     FixedOpt,
-    GpuOpt,
     ModelfileOpt,
     MtpOpt,
+    OptionalGpuOpt,
     OptionalModelOpt,
+    OptionalThreadsOpt,
     ParallelOpt,
-    ThreadsOpt,
     TreeOpt,
     checked_options,
-    draft_bound,
+    draft_mode,
+    given,
     parse_draft_max,
-    parse_tree,
     resolve_models,
     table_help,
 )
@@ -57,14 +55,18 @@ def serve(
     draft_max: DraftLengthOpt = AUTO,
     fixed: FixedOpt = False,
     tree: TreeOpt = AUTO,
-    ctx: Annotated[int | None, typer.Option("--ctx", help=table_help("num_ctx") + " Fixed for the server.")] = None,
+    ctx: Annotated[
+        int | None,
+        typer.Option("--ctx", help=table_help("num_ctx") + " Fixed for the server; without -m/-f every model's "
+                     "default, under its Modelfile's num_ctx."),
+    ] = None,
     ctx_beyond_training: BeyondTrainingOpt = False,
     timeout: Annotated[float, typer.Option(help="Stop any generation after this many seconds (0: never).")] = 0.0,
     queue_timeout: Annotated[
         float, typer.Option("--queue-timeout", help="Answer 503 after waiting this long for the model (0: never).")
     ] = 300.0,
-    gpu_layers: GpuOpt = -1,
-    threads: ThreadsOpt = 0,
+    gpu_layers: OptionalGpuOpt = None,
+    threads: OptionalThreadsOpt = None,
     parallel: ParallelOpt = 1,
     log_level: Annotated[str, typer.Option("--log-level", help="uvicorn's: warning, info, debug.")] = "info",
     ollama: Annotated[bool, typer.Option("--ollama", help="Without -m/-f: serve Ollama's models too.")] = False,
@@ -96,38 +98,34 @@ def serve(
     from local_eagle.serve.app import serve as run_server
 
     access = Access.configured(host, origins)  # a bad origin is refused before a model loads
-    trees = parse_tree(tree)
-    if trees.explicit and trees.nodes > 1 and parallel > 1:
+    mode = draft_mode(fixed, tree)
+    if mode.tree.explicit and mode.tree.nodes > 1 and parallel > 1:
         raise LocalEagleError("give --tree (one generation's draft trees) or --parallel (chains), not both")
+    flags = given(draft_max=parse_draft_max(draft_max), ctx=ctx, gpu_layers=gpu_layers, threads=threads)
 
     if model is None and modelfile is None:  # the store server: every model by name
         from local_eagle.cli.serve_store import serve_store
 
-        return serve_store(host, port, log_level, ollama=ollama, ctx=ctx, gpu_layers=gpu_layers, threads=threads,
-                           trees=trees, draft_max=parse_draft_max(draft_max), fixed=fixed, timeout=timeout,
+        return serve_store(host, port, log_level, ollama=ollama, flags=flags, mode=mode, timeout=timeout,
                            queue_timeout=queue_timeout, max_memory=max_memory, access=access,
                            parallel=parallel, mtp=mtp)  # fmt: skip
     pair = resolve_models(model, draft, modelfile, mtp)
     if timeout < 0 or queue_timeout < 0:
         raise LocalEagleError("--timeout and --queue-timeout must be 0 (never) or positive")
-    k = draft_bound(pair, draft_max, fixed)
-    opts = LoadOptions(ctx or pair.parameters.get("num_ctx"), gpu_layers, threads, k, ctx_beyond_training,
-                       trees.engine_nodes(fixed, gpu_layers), trees.engine_width(fixed), parallel,
-                       mtp=pair.mtp)  # fmt: skip
-    n_ctx = plan_context(pair.model, pair.draft, opts)
+    settings = pair.settings(flags, mode, parallel=parallel, beyond_training=ctx_beyond_training)
+    load_options = settings.load()
+    n_ctx = plan_context(pair.model, pair.draft, load_options)
     name = name or pair.name or model_name(pair.model, modelfile)
     config = ServeConfig(
-        name=name, model=pair.model, draft=pair.draft, modelfile=pair.modelfile,
-        parameters=pair.parameters, draft_max=k, queue_timeout=queue_timeout or None,
-        generation_timeout=timeout or None, access=access, tree=trees.shape(fixed),
+        name=name, model=pair.model, draft=pair.draft, modelfile=pair.modelfile, settings=settings,
+        queue_timeout=queue_timeout or None, generation_timeout=timeout or None, access=access,
     )  # fmt: skip
     # requests' draft_num_predict bounds the adaptive policy (or, with --fixed, is the draft length)
-    engine_options = dataclasses.replace(opts.engine_options(n_ctx), adaptive=not fixed)
     try:
-        server = load(config, engine_options, host, port, log_level)
+        server = load(config, load_options.engine_options(n_ctx), host, port, log_level)
     except LlamaError as e:
         raise explain_load_failure(e, pair.model, pair.draft) from None
-    note_tree_refusal(server.engine, trees.explicit and trees.nodes > 1)
+    note_tree_refusal(server.engine, mode.tree.explicit and mode.tree.nodes > 1)
     if host not in _LOOPBACK:
         err.print(f"[yellow]warning:[/] listening on {host}: whoever reaches it can use the model", soft_wrap=True)
     pair_name = pair.model.name + (f" + {pair.draft.name}" if pair.draft else "")

@@ -7,17 +7,16 @@ machine's memory (and GPU memory on a GPU build), the same numbers ``chat`` and 
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from local_eagle.cli.console import err
 from local_eagle.cli.loading import LoadOptions, buffer_bytes, physical_memory
 from local_eagle.errors import LocalEagleError
+from local_eagle.settings import DEFAULT_CTX, DraftMode, resolve
 
 if TYPE_CHECKING:
-    from local_eagle.cli.options import TreeSetting
     from local_eagle.serve.access import Access
     from local_eagle.serve.store_app import StoreConfig
 
@@ -50,31 +49,29 @@ def pair_bytes(load: LoadOptions, gpu: bool) -> Callable[[Path, Path | None, int
 
 
 def store_config(
-    host: str, port: int, log_level: str, *, ollama: bool, ctx: int | None, gpu_layers: int, threads: int,
-    trees: TreeSetting, draft_max: int | None, fixed: bool, timeout: float, queue_timeout: float,
-    max_memory: int | None, access: Access, parallel: int = 1, mtp: bool = True,
+    host: str, port: int, log_level: str, *, ollama: bool, flags: Mapping[str, Any], mode: DraftMode, timeout: float,
+    queue_timeout: float, max_memory: int | None, access: Access, parallel: int = 1, mtp: bool = True,
 ) -> StoreConfig:  # fmt: skip
-    """The store server's settings from ``serve``'s flags: the engine settings ``serve -m`` gives a pair (the
-    cost-aware policy unless ``fixed``, trees as ``--tree`` says), each model's draft bound from ``--draft-max``,
-    else its Modelfile, else the default (``runtime.policy.lengths.resolve_draft_max``, per model as it loads);
-    ``mtp`` False (``--no-mtp``) keeps every model's own MTP head from drafting, as ``DRAFT none`` does for one."""
+    """The store server's settings from ``serve``'s flags: every model's defaults (``flags``, Ollama-named), under
+    its Modelfile's parameters, resolved per model as it loads (``local_eagle.settings.resolve``), with the draft
+    mode ``serve -m`` gives a pair (the cost-aware policy unless ``--fixed``, trees as ``--tree`` says); ``mtp``
+    False (``--no-mtp``) keeps every model's own MTP head from drafting, as ``DRAFT none`` does for one."""
     from local_eagle.llamacpp.backends import gpu_offload_supported
     from local_eagle.ollama.store import OllamaStore
     from local_eagle.serve.server import ServeConfig, check_config
     from local_eagle.serve.store_app import StoreConfig
     from local_eagle.store import LocalStore
 
-    nodes = trees.engine_nodes(fixed, gpu_layers)
-    load = LoadOptions(ctx, gpu_layers, threads, 4, False, nodes, trees.engine_width(fixed), parallel, mtp=mtp)
-    options = dataclasses.replace(load.engine_options(ctx or 4096), adaptive=not fixed)
-    probe = ServeConfig(name="-", model=Path("-"), queue_timeout=queue_timeout or None, generation_timeout=timeout
-                        or None, draft_max=4 if draft_max is None else draft_max)  # fmt: skip
-    options = check_config(probe, options, host, port, log_level)
+    defaults = resolve(defaults=flags, mode=mode, parallel=parallel, mtp=mtp)
+    load = defaults.load()
+    probe = ServeConfig(name="-", model=Path("-"), settings=defaults, queue_timeout=queue_timeout or None,
+                        generation_timeout=timeout or None)  # fmt: skip
+    check_config(probe, load.engine_options(defaults.ctx or DEFAULT_CTX), host, port, log_level)
     return StoreConfig(
-        local=LocalStore(), ollama=OllamaStore() if ollama else None, options=options, draft_max=draft_max,
-        tree=trees.shape(fixed), fixed=fixed, queue_timeout=queue_timeout or None,
-        generation_timeout=timeout or None, budget=max_memory or memory_budget(gpu_layers),
-        size_of=pair_bytes(load, gpu_offload_supported()), access=access,
+        local=LocalStore(), ollama=OllamaStore() if ollama else None, defaults=defaults,
+        queue_timeout=queue_timeout or None, generation_timeout=timeout or None,
+        budget=max_memory or memory_budget(load.gpu_layers), size_of=pair_bytes(load, gpu_offload_supported()),
+        access=access,
     )  # fmt: skip
 
 

@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from local_eagle.cli.console import err, friendly, out, warn, warn_if_cpu_only
-from local_eagle.cli.loading import BeyondTrainingOpt, LoadOptions, open_engine, own_head
+from local_eagle.cli.loading import BeyondTrainingOpt, open_engine, own_head
 from local_eagle.cli.options import named_pair
 from local_eagle.units import human_bytes
 
@@ -181,13 +181,11 @@ def run(
     session = ChatSession.from_modelfile(pair.modelfile, pair.model, pair.draft, verbose=verbose)
     session.mtp = own_head(pair.model, pair.draft, pair.mtp)  # DRAFT none: off; else the head drafts, if any
     session.grammar = grammar_option(output_format)
+    session.beyond_training = ctx_beyond_training
     warn_if_cpu_only()
 
     def load(s: ChatSession) -> Engine:
-        k = s.stream_options()["draft_max"]
-        opts = LoadOptions(s.parameters.get("num_ctx"), s.n_gpu_layers, s.n_threads, k, ctx_beyond_training,
-                           mtp=s.mtp is not False)  # fmt: skip
-        return open_engine(s.model, s.draft, opts)
+        return open_engine(s.model, s.draft, s.settings().load())
 
     if text is None:
         run_repl(session, load)

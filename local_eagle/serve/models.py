@@ -171,31 +171,14 @@ def option(name: str, value: Any, prefix: str = "") -> Any:
 
 
 def settings(server: EagleServer, options: dict[str, Any], prefix: str = "") -> Settings:
-    """Sampling, max tokens, draft max and stop strings: request options over the Modelfile's parameters over
-    local-eagle's defaults. Every known option is checked, even one that only a reload could apply (``num_ctx``,
-    ``num_thread``: the server's are fixed) or that local-eagle does not use; unknown ones are ignored, as Ollama
-    does."""
-    params = dict(server.config.parameters)
-    for key, value in options.items():
-        if value is not None and key in parameters.PARAMETERS:
-            params[key] = option(key, value, prefix)
-    n_ctx = server.engine.n_ctx
-    n_predict = params.get("num_predict", -1)
-    if n_predict < 0 or n_predict > n_ctx:  # Ollama: -1 = until the context is full
-        n_predict = n_ctx
-    draft_max = params.get("draft_num_predict", server.config.draft_max)
-    d = SamplingParams()
-    seed = params.get("seed")
-    sampling = SamplingParams(
-        temperature=params.get("temperature", d.temperature),
-        top_k=params.get("top_k", d.top_k),
-        top_p=params.get("top_p", d.top_p),
-        min_p=params.get("min_p", d.min_p),
-        repeat_penalty=params.get("repeat_penalty", d.repeat_penalty),
-        repeat_last_n=params.get("repeat_last_n", d.repeat_last_n),
-        seed=None if seed is None or seed < 0 else seed,  # Ollama: -1 = random
-    )
-    return Settings(sampling, n_predict, draft_max, list(params.get("stop", [])))
+    """Sampling, max tokens, draft max and stop strings: the request's options over the server's settings (the
+    Modelfile's parameters and serve's flags, ``local_eagle.settings``). Every known option is checked, even one
+    that only a reload could apply (``num_ctx``, ``num_thread``: the server's are fixed) or that local-eagle does
+    not use; unknown ones are ignored, as Ollama does."""
+    checked = {key: option(key, value, prefix) for key, value in options.items()
+               if value is not None and key in parameters.PARAMETERS}  # fmt: skip
+    s = server.config.settings.over(checked)
+    return Settings(s.sampling(), s.max_tokens(server.engine.n_ctx), s.draft_max, s.stop())
 
 
 def parse_messages(raw: Any) -> list[dict[str, Any]]:

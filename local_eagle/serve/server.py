@@ -26,6 +26,7 @@ from local_eagle.serve.access import Access
 from local_eagle.serve.errors import ApiError
 from local_eagle.serve.jobs import JobSlot
 from local_eagle.serve.runners import RunnerEngine
+from local_eagle.settings import Settings
 
 # a 1M-token context's prompt, in JSON; bigger bodies are refused (413) before they are read
 MAX_REQUEST_BYTES = 8 << 20
@@ -39,13 +40,22 @@ class ServeConfig:
     model: Path
     draft: Path | None = None
     modelfile: Any = None  # a parsed local_eagle.ollama.modelfile.Modelfile, or None
-    parameters: dict[str, Any] = field(default_factory=dict)
-    draft_max: int = 4
+    settings: Settings = field(default_factory=Settings)
+    """The settings in force before a request's options (``local_eagle.settings.resolve``: the Modelfile's
+    parameters, serve's flags, the draft mode), which each request layers its own on (``serve.models.settings``)."""
     queue_timeout: float | None = 300.0
     generation_timeout: float | None = None
     max_request_bytes: int = MAX_REQUEST_BYTES
     access: Access = field(default_factory=Access)  # the web pages and host names it answers
-    tree: TreeShape | None = None  # a tree drafted every round (serve --fixed --tree N); None: the engine's policy
+
+    @property
+    def draft_max(self) -> int:
+        return self.settings.draft_max
+
+    @property
+    def tree(self) -> TreeShape | None:
+        """A tree drafted every round (serve --fixed --tree N); None: the engine's policy."""
+        return self.settings.mode.shape
 
 
 class EagleServer(JobSlot):

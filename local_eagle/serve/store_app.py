@@ -23,9 +23,6 @@ from typing import Any
 from local_eagle.errors import LlamaError, LocalEagleError
 from local_eagle.ollama.modelfile import Modelfile, resolve_model
 from local_eagle.ollama.store import Name, OllamaStore, StoreError, check_name
-from local_eagle.runtime.engine import EngineOptions
-from local_eagle.runtime.policy.lengths import resolve_draft_max
-from local_eagle.runtime.tree import TreeShape
 from local_eagle.serve import models
 from local_eagle.serve.access import Access, AccessGuard
 from local_eagle.serve.errors import ApiError
@@ -34,6 +31,7 @@ from local_eagle.serve.models import parse_body
 from local_eagle.serve.registry import ModelRegistry, ServerBusy, keep_alive_seconds
 from local_eagle.serve.runners import RunnerEngine, RunnerError
 from local_eagle.serve.server import MAX_REQUEST_BYTES, EagleServer, ServeConfig
+from local_eagle.settings import DEFAULT_CTX, Settings, resolve
 from local_eagle.store import LocalStore, resolve_name
 
 Scope = MutableMapping[str, Any]
@@ -77,10 +75,9 @@ class StoreConfig:
 
     local: LocalStore
     ollama: OllamaStore | None = None  # Ollama's store too (``serve --ollama``)
-    options: EngineOptions = field(default_factory=EngineOptions)
-    draft_max: int | None = None  # serve --draft-max N; None: each model's Modelfile, else the default
-    fixed: bool = False  # serve --fixed: every round drafts the bound (options.adaptive is off then)
-    tree: TreeShape | None = None  # serve --fixed --tree N: that tree every round
+    defaults: Settings = field(default_factory=Settings)
+    """serve's flags as every model's defaults, under its Modelfile's parameters (as Ollama's server settings give way
+    to a Modelfile's), with the draft mode, ``--parallel`` and ``--no-mtp`` (``local_eagle.settings``)."""
     queue_timeout: float | None = 300.0
     generation_timeout: float | None = None
     max_request_bytes: int = MAX_REQUEST_BYTES
@@ -143,19 +140,19 @@ class StoreFront:
         name, m = self.resolve(ref)
         model = resolve_model(m)
         c = self.config
-        n_ctx = int(m.parameters.get("num_ctx", c.options.n_ctx))
+        d = c.defaults
         # a drafter, or the model's own MTP head where it has one (the engine drafts with what it can); DRAFT none:
         # neither
-        mtp = c.options.mtp and not m.draft_off
-        drafts = m.draft is not None or mtp
+        mtp = d.mtp and not m.draft_off
+        settings = resolve(m.parameters, defaults=d.parameters, mode=d.mode, drafts=m.draft is not None or mtp,
+                           parallel=d.parallel, mtp=mtp)  # fmt: skip
+        n_ctx = int(settings.ctx or DEFAULT_CTX)
         config = ServeConfig(
-            name=name.short.removesuffix(":latest"), model=model, draft=m.draft, modelfile=m,
-            parameters=dict(m.parameters),
-            draft_max=resolve_draft_max(c.draft_max, m.parameters, m.draft is not None, c.fixed) if drafts else 0,
+            name=name.short.removesuffix(":latest"), model=model, draft=m.draft, modelfile=m, settings=settings,
             queue_timeout=c.queue_timeout, generation_timeout=c.generation_timeout,
-            max_request_bytes=c.max_request_bytes, tree=c.tree,
+            max_request_bytes=c.max_request_bytes,
         )  # fmt: skip
-        options = EngineOptions(**{**c.options.__dict__, "n_ctx": n_ctx, "mtp": mtp})
+        options = settings.load().engine_options(n_ctx)
         size = (c.size_of or _file_bytes)(model, m.draft, n_ctx)
 
         def load() -> EagleServer:

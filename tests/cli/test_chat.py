@@ -146,7 +146,8 @@ def test_defaults_follow_ollama():
     s = session()
     o = s.stream_options()
     assert o["max_tokens"] == 4096  # num_predict -1: until the context is full
-    assert o["draft_max"] == 4 and o["stop"] == [] and o["sampling"].temperature == 0.8
+    assert o["draft_max"] == 8 and o["adaptive"]  # the cost-aware policy's bound, as every front end's default
+    assert o["stop"] == [] and o["sampling"].temperature == 0.8
     assert ChatSession(Path("t.gguf")).stream_options()["draft_max"] == 0  # no drafter, no drafting
     assert "No parameters" in s.handle("/show parameters").output
 
@@ -182,7 +183,7 @@ def test_show_modelfile_template_and_info(pair):
     assert (back.model, back.draft, back.parameters, back.system) == (target, draft, s.parameters, s.system)
     assert s.handle("/show template").output == "{{ .Prompt }}\n"  # the tiny GGUF has no chat template
     info = s.handle("/show info").output
-    assert "architecture" in info and "EAGLE 3.1" in info and "draft tokens/step     4" in info
+    assert "architecture" in info and "EAGLE 3.1" in info and "draft tokens/round    up to 8, as many as pay" in info
 
 
 def test_session_stats_sum_answers():

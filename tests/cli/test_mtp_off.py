@@ -96,7 +96,7 @@ def test_chat_and_run_sessions_draft_with_the_head_unless_turned_off(mtp_model, 
     assert own_head(gguf, draft, True) is None
     s = ChatSession(gguf)
     s.mtp = own_head(gguf, None, True)
-    assert s.stream_options()["draft_max"] == 4 and "DRAFT" not in s.modelfile_text()
+    assert s.stream_options()["draft_max"] == 8 and "DRAFT" not in s.modelfile_text()
     assert "own MTP (NextN) head" in s.handle("/show info").output
     pair = resolve_models(None, None, _modelfile(tmp_path, gguf, "DRAFT none"))
     assert pair.modelfile is not None
@@ -129,7 +129,7 @@ def test_the_store_server_turns_the_head_off_for_draft_none(mtp_model, tmp_path,
     for name, lines in (("on", ()), ("off", ("DRAFT none",))):
         r = runner.invoke(app, ["create", name, "-f", str(_modelfile(tmp_path, gguf, *lines))])
         assert r.exit_code == 0, r.output
-    from local_eagle.cli.options import parse_tree
+    from local_eagle.cli.options import draft_mode
     from local_eagle.cli.serve_store import store_config
     from local_eagle.serve import store_app
     from local_eagle.serve.access import Access
@@ -145,9 +145,10 @@ def test_the_store_server_turns_the_head_off_for_draft_none(mtp_model, tmp_path,
         {config.name: config.draft_max}) or engine)  # fmt: skip
     for mtp in (True, False):
         seen.clear()
-        config = store_config("127.0.0.1", 11434, "warning", ollama=False, ctx=256, gpu_layers=0, threads=1,
-                              trees=parse_tree("off"), draft_max=None, fixed=False, timeout=0, queue_timeout=0,
-                              max_memory=None, access=Access.configured("127.0.0.1", None), mtp=mtp)  # fmt: skip
+        flags = {"num_ctx": 256, "num_gpu": 0, "num_thread": 1}
+        config = store_config("127.0.0.1", 11434, "warning", ollama=False, flags=flags, mode=draft_mode(False, "off"),
+                              timeout=0, queue_timeout=0, max_memory=None, access=Access.configured("127.0.0.1", None),
+                              mtp=mtp)  # fmt: skip
         front = store_app.StoreFront(config)
         try:
             for name in ("on", "off"):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import typer
@@ -132,13 +131,3 @@ def test_no_model_and_no_modelfile_is_an_error() -> None:
     with pytest.raises(LocalEagleError, match="give --model"):
         resolve_models(None, None, None)
     assert resolve_models(Path("t.gguf"), None, None) == ModelPair(Path("t.gguf"))
-
-
-def test_draft_max_comes_from_the_flag_then_a_drafting_modelfile() -> None:
-    drafting = SimpleNamespace(draft=Path("d.gguf"), draft_num_predict=7)
-    not_drafting = SimpleNamespace(draft=None, draft_num_predict=7)
-    pair = ModelPair(Path("t.gguf"), Path("d.gguf"), modelfile=drafting)  # type: ignore[arg-type]
-    assert pair.draft_max(2) == 2
-    assert pair.draft_max(None) == 7
-    assert ModelPair(Path("t.gguf")).draft_max(None) == 4
-    assert ModelPair(Path("t.gguf"), Path("d.gguf"), modelfile=not_drafting).draft_max(None) == 4  # type: ignore[arg-type]

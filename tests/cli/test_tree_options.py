@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from local_eagle.cli import options
+from local_eagle import settings
 from local_eagle.cli.app import app
 from local_eagle.cli.loading import LoadOptions, buffer_bytes
 from local_eagle.cli.options import TreeSetting, parse_tree
@@ -45,11 +45,11 @@ def test_a_bad_tree_is_one_line_naming_the_flag(value):
 def _a_gpu(monkeypatch):
     """These tests are about what ``--tree auto`` opens where layers go to a GPU (on the CPU alone it opens no
     tree caches: ``test_auto_opens_no_tree_caches_on_the_cpu``)."""
-    monkeypatch.setattr(options, "offloads", lambda gpu_layers: gpu_layers != 0)
+    monkeypatch.setattr(settings, "offloads", lambda gpu_layers: gpu_layers != 0)
 
 
 def test_auto_opens_no_tree_caches_on_the_cpu(pair, opened, monkeypatch):
-    monkeypatch.setattr(options, "offloads", lambda gpu_layers: False)
+    monkeypatch.setattr(settings, "offloads", lambda gpu_layers: False)
     assert parse_tree("auto").engine_nodes(False) == 0 and parse_tree("5").engine_nodes(False) == 5
     _generate(pair)
     assert [e.options.tree_nodes for e in opened] == [0]
@@ -63,7 +63,7 @@ def test_what_a_tree_setting_opens_and_drafts(monkeypatch):
     )  # fmt: skip
     # every layer on the CPU: auto opens no tree caches (63 sequences' windows held 1.47 GB for a 260 MB pair)
     assert auto.engine_nodes(False, gpu_layers=0) == 0 and seven.engine_nodes(False, gpu_layers=0) == 7
-    monkeypatch.setattr(options, "offloads", lambda gpu_layers: False)
+    monkeypatch.setattr(settings, "offloads", lambda gpu_layers: False)
     assert auto.engine_nodes(False) == 0
     assert (seven.engine_nodes(False), seven.shape(False)) == (7, None)
     # --fixed: chains as always, unless --tree N asks for that tree every round
@@ -173,7 +173,7 @@ def test_the_store_server_opens_every_model_for_trees(pair, monkeypatch, args, n
     assert r.exit_code == 0, r.output
     (front,) = fronts
     front.close()
-    assert front.config.options.tree_nodes == nodes
+    assert front.config.defaults.load().tree_nodes == nodes
 
 
 def test_bench_measures_the_default_on_a_tree_capable_engine(pair, opened, tmp_path: Path):

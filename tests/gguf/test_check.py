@@ -21,8 +21,8 @@ from typer.testing import CliRunner
 from local_eagle.cli.app import app
 from local_eagle.gguf.check import json_depth
 from local_eagle.gguf.info import check_gguf
-from local_eagle.runtime.engine import EngineOptions
 from local_eagle.serve.store_app import StoreConfig, StoreFront
+from local_eagle.settings import resolve
 from local_eagle.store import LocalStore
 from local_eagle.testing.crafted import rewrite_gguf, write_many_layers_gguf
 
@@ -103,7 +103,9 @@ def modelfile(tmp_path: Path, model: Path, draft: Path | None = None) -> Path:
 
 @pytest.fixture
 def front(tmp_path: Path):
-    f = StoreFront(StoreConfig(local=LocalStore(tmp_path / "models"), options=EngineOptions(n_ctx=256, n_threads=1)))
+    f = StoreFront(
+        StoreConfig(local=LocalStore(tmp_path / "models"), defaults=resolve(flags={"num_ctx": 256, "num_thread": 1}))
+    )
     yield f
     f.close()
 

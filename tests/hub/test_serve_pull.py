@@ -11,15 +11,15 @@ import ollama
 import pytest
 from hubserver import TARGET_REPO, FakeHub, TinyRepos
 
-from local_eagle.runtime.engine import EngineOptions
 from local_eagle.serve.harness import start_server
 from local_eagle.serve.store_app import StoreConfig, StoreFront
+from local_eagle.settings import resolve
 from local_eagle.store import LocalStore
 
 
 @pytest.fixture
 def base(tmp_path: Path) -> Iterator[str]:
-    front = StoreFront(StoreConfig(local=LocalStore(tmp_path / "models"), options=EngineOptions(n_threads=1)))
+    front = StoreFront(StoreConfig(local=LocalStore(tmp_path / "models"), defaults=resolve(flags={"num_thread": 1})))
     uv, thread, url = start_server(front)
     try:
         yield url

@@ -14,11 +14,11 @@ from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
 from local_eagle.cli.app import app as cli
-from local_eagle.runtime.engine import EngineOptions
 from local_eagle.serve.access import ORIGINS_ENV, Access, allowed_host
 from local_eagle.serve.app import create_app
 from local_eagle.serve.harness import start_server
 from local_eagle.serve.store_app import RUN_PATHS, StoreConfig, StoreFront
+from local_eagle.settings import resolve
 from local_eagle.store import LocalStore
 
 EVIL = "http://evil.example"
@@ -32,7 +32,7 @@ def store_front(pair, tmp_path: Path):
     mf = tmp_path / "Modelfile"
     mf.write_text(f"FROM {target}\nDRAFT {draft}\nPARAMETER num_thread 1\n")
     local.create("cyc", mf)
-    front = StoreFront(StoreConfig(local=local, options=EngineOptions(n_ctx=256, n_threads=1)))
+    front = StoreFront(StoreConfig(local=local, defaults=resolve(flags={"num_ctx": 256, "num_thread": 1})))
     yield front
     front.close()
 

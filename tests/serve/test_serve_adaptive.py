@@ -8,6 +8,7 @@ from fastapi.testclient import TestClient
 from converters import convert, write_checkpoint
 from local_eagle.runtime.engine import Engine, EngineOptions
 from local_eagle.serve.app import EagleServer, ServeConfig, create_app
+from local_eagle.settings import resolve
 from local_eagle.testing.tiny_pair import make_cycle_drafter, write_cycle_target
 
 
@@ -18,7 +19,8 @@ def client(tmp_path_factory):
     m = make_cycle_drafter(True)
     draft = convert(write_checkpoint(m.state_dict(), m.cfg.to_dict(), d / "ckpt"), target, d / "draft.gguf").outfile
     engine = Engine(target, draft, EngineOptions(n_ctx=1024, n_threads=1, adaptive=True))  # as `serve` without --fixed
-    server = EagleServer(engine, ServeConfig(name="cycle", model=target, draft=draft, draft_max=5))
+    config = ServeConfig(name="cycle", model=target, draft=draft, settings=resolve(flags={"draft_num_predict": 5}))
+    server = EagleServer(engine, config)
     with TestClient(create_app(server), base_url="http://127.0.0.1") as c:  # a local Host: others get a 403
         yield c
     engine.close()

@@ -12,6 +12,7 @@ from local_eagle.runtime.engine import Engine, EngineOptions
 from local_eagle.serve.app import EagleServer, ServeConfig, create_app
 from local_eagle.serve.harness import running
 from local_eagle.serve.server import load
+from local_eagle.settings import resolve
 
 PROMPTS = ["hi", "PAB", "ABC", "xyz", "MNOP", "a"]
 WANT = 30
@@ -49,7 +50,7 @@ def alone(pair) -> dict[str, str]:
 def test_requests_run_together_and_answer_as_the_target_alone(pair, alone, runner):
     _, target, draft = pair
     options = EngineOptions(n_ctx=256, n_threads=1, adaptive=True, parallel=3)
-    config = ServeConfig(name="cyc", model=target, draft=draft, draft_max=4)
+    config = ServeConfig(name="cyc", model=target, draft=draft, settings=resolve(flags={"draft_num_predict": 4}))
     server = load(config, options) if runner else EagleServer(Engine(target, draft, options), config)
     try:
         assert server.parallel == 3

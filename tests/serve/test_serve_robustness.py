@@ -19,11 +19,11 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from local_eagle.runtime.engine import EngineOptions
 from local_eagle.serve.app import create_app
 from local_eagle.serve.harness import free_port, running
 from local_eagle.serve.registry import ModelRegistry, ServerBusy, keep_alive_seconds
 from local_eagle.serve.store_app import StoreConfig, StoreFront
+from local_eagle.settings import resolve
 from local_eagle.store import LocalStore
 
 LOCAL = "http://127.0.0.1:11434"
@@ -32,7 +32,9 @@ HI = [{"role": "user", "content": "hi"}]
 
 @pytest.fixture
 def front(store: LocalStore):
-    f = StoreFront(StoreConfig(local=store, options=EngineOptions(n_ctx=256, n_threads=1), queue_timeout=1.0))
+    f = StoreFront(
+        StoreConfig(local=store, defaults=resolve(flags={"num_ctx": 256, "num_thread": 1}), queue_timeout=1.0)
+    )
     yield f
     f.close()
 
@@ -428,7 +430,7 @@ def test_a_corrupt_ollama_manifest_is_left_out_of_the_lists(store, pair, tmp_pat
     root = tmp_path / "ollama"
     write_model(root, "fine", pair[1])
     write_model(root, "broken", pair[1]).write_text('{"schemaVersion": 2, "layers": [{"size": "x"')
-    front = StoreFront(StoreConfig(local=store, ollama=OllamaStore(root), options=EngineOptions(n_ctx=256)))
+    front = StoreFront(StoreConfig(local=store, ollama=OllamaStore(root), defaults=resolve(flags={"num_ctx": 256})))
     try:
         with TestClient(front, base_url=LOCAL, raise_server_exceptions=False) as client:
             for path, key in (("/api/tags", "models"), ("/v1/models", "data")):

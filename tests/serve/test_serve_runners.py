@@ -21,6 +21,7 @@ from local_eagle.serve.harness import serve_process, start_server
 from local_eagle.serve.runnerproc import FAULT_ENV
 from local_eagle.serve.runners import RunnerEngine
 from local_eagle.serve.store_app import StoreConfig, StoreFront
+from local_eagle.settings import resolve
 from local_eagle.store import LocalStore
 
 GREEDY = {"temperature": 0, "num_predict": 40}
@@ -83,7 +84,7 @@ def two_models(store: LocalStore, pair, tmp_path: Path) -> LocalStore:
 
 def test_a_dying_runner_fails_its_requests_and_the_store_server_goes_on(two_models, tmp_path, monkeypatch):
     fault = tmp_path / "fault"
-    config = StoreConfig(local=two_models, options=EngineOptions(n_ctx=512, n_threads=1),
+    config = StoreConfig(local=two_models, defaults=resolve(flags={"num_ctx": 512, "num_thread": 1}),
                          runner_env={FAULT_ENV: str(fault)})  # fmt: skip
     front = StoreFront(config)
     uv, thread, base = start_server(front)

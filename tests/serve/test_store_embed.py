@@ -16,6 +16,7 @@ from local_eagle.serve.app import EagleServer, ServeConfig, create_app
 from local_eagle.serve.harness import running, start_server
 from local_eagle.serve.runners import RunnerEngine
 from local_eagle.serve.store_app import StoreConfig, StoreFront
+from local_eagle.settings import resolve
 
 pytestmark = pytest.mark.skipif(not hasattr(RunnerEngine, "embed"), reason="the runners do not embed yet")
 
@@ -31,7 +32,7 @@ def expected(path, n_ctx: int) -> list[list[float]]:
 
 
 def test_the_store_server_embeds(store, pair) -> None:
-    front = StoreFront(StoreConfig(local=store, options=EngineOptions(n_ctx=512, n_threads=1)))
+    front = StoreFront(StoreConfig(local=store, defaults=resolve(flags={"num_ctx": 512, "num_thread": 1})))
     uv, thread, base = start_server(front)
     try:
         client = ollama.Client(host=base)

@@ -20,8 +20,8 @@ from gguf import GGUFValueType
 from test_store_serve import start
 
 from local_eagle.files import sha256_file
-from local_eagle.runtime.engine import EngineOptions
 from local_eagle.serve.store_app import StoreConfig, StoreFront
+from local_eagle.settings import resolve
 from local_eagle.store import LocalStore
 from local_eagle.testing.gguf_edit import with_keys
 
@@ -79,7 +79,9 @@ def server_log():
 
 
 def test_integer_tokens_leave_one_model_out_of_both_listings(bad_store: LocalStore) -> None:
-    front, uv, thread, client = start(StoreConfig(local=bad_store, options=EngineOptions(n_ctx=256, n_threads=1)))
+    front, uv, thread, client = start(
+        StoreConfig(local=bad_store, defaults=resolve(flags={"num_ctx": 256, "num_thread": 1}))
+    )
     with server_log() as log_lines:
         try:
             assert [m.model for m in client.list().models] == ["cyc:latest"]
@@ -106,7 +108,7 @@ def test_whatever_one_entry_raises_the_others_are_listed(store: LocalStore, monk
     import local_eagle.store.summary as summary
 
     monkeypatch.setattr(summary, "summarize", lambda model, draft=None: 1 / 0)
-    front = StoreFront(StoreConfig(local=store, options=EngineOptions(n_ctx=256)))
+    front = StoreFront(StoreConfig(local=store, defaults=resolve(flags={"num_ctx": 256})))
     try:
         with TestClient(front, base_url=LOCAL, raise_server_exceptions=False) as client:
             r = client.get("/api/tags")
@@ -118,7 +120,7 @@ def test_whatever_one_entry_raises_the_others_are_listed(store: LocalStore, monk
 
 
 def test_a_clean_store_has_no_errors_field(store: LocalStore) -> None:
-    front = StoreFront(StoreConfig(local=store, options=EngineOptions(n_ctx=256)))
+    front = StoreFront(StoreConfig(local=store, defaults=resolve(flags={"num_ctx": 256})))
     try:
         with TestClient(front, base_url=LOCAL, raise_server_exceptions=False) as client:
             assert "errors" not in client.get("/api/tags").json()

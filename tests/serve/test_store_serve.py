@@ -15,9 +15,9 @@ import openai
 import pytest
 
 from local_eagle.ollama.store import OllamaStore
-from local_eagle.runtime.engine import EngineOptions
 from local_eagle.serve.harness import free_port, start_server
 from local_eagle.serve.store_app import StoreConfig, StoreFront
+from local_eagle.settings import resolve
 from local_eagle.store import LocalStore
 from local_eagle.testing.ollama_store import write_model
 
@@ -34,7 +34,7 @@ def start(config: StoreConfig):
 @pytest.fixture
 def served(store: LocalStore, pair):
     size = pair[1].stat().st_size + pair[2].stat().st_size
-    config = StoreConfig(local=store, options=EngineOptions(n_ctx=512, n_threads=1), budget=int(size * 1.5))
+    config = StoreConfig(local=store, defaults=resolve(flags={"num_ctx": 512, "num_thread": 1}), budget=int(size * 1.5))
     front, uv, thread, client = start(config)
     try:
         yield front, client
@@ -90,8 +90,8 @@ def test_ollama_store_models_are_listed_with_ollamas_size_and_digest(store, pair
     manifest = write_model(root, "tiny", pair[1], template="{{ .Prompt }}")
     write_model(root, "cyc", pair[1])
     raw = json.loads(manifest.read_text())
-    front, uv, thread, client = start(StoreConfig(local=store, ollama=OllamaStore(root),
-                                                  options=EngineOptions(n_ctx=512, n_threads=1)))  # fmt: skip
+    defaults = resolve(flags={"num_ctx": 512, "num_thread": 1})
+    front, uv, thread, client = start(StoreConfig(local=store, ollama=OllamaStore(root), defaults=defaults))
     try:
         listed = {m.model: m for m in client.list().models}
         assert sorted(listed) == ["cyc:latest", "tiny:latest"]
@@ -207,14 +207,15 @@ def test_bad_keep_alive(value) -> None:
 
 def _store_config(store: LocalStore, monkeypatch, **flags):
     """The store server's settings as ``local-eagle serve`` (no -m) makes them from its flags."""
-    from local_eagle.cli.options import parse_tree
+    from local_eagle.cli.options import draft_mode
     from local_eagle.cli.serve_store import store_config
     from local_eagle.serve.access import Access
 
     monkeypatch.setenv("LOCAL_EAGLE_MODELS", str(store.root))
-    given = {"ollama": False, "ctx": 512, "gpu_layers": 0, "threads": 1, "trees": parse_tree("auto"),
-             "draft_max": None, "fixed": False, "timeout": 0, "queue_timeout": 300, "max_memory": None,
-             "access": Access(), **flags}  # fmt: skip
+    mode = draft_mode(flags.pop("fixed", False), flags.pop("tree", "auto"))
+    parameters = {"num_ctx": 512, "num_gpu": 0, "num_thread": 1, **flags.pop("parameters", {})}
+    given = {"ollama": False, "flags": parameters, "mode": mode, "timeout": 0, "queue_timeout": 300,
+             "max_memory": None, "access": Access(), **flags}  # fmt: skip
     return store_config("127.0.0.1", free_port(), "warning", **given)
 
 
@@ -240,17 +241,16 @@ def test_the_store_server_drafts_with_the_cost_aware_policy_as_serve_m_does(stor
     from local_eagle.runtime.policy.lengths import AUTO_DRAFT_MAX
 
     config = _store_config(store, monkeypatch)
-    assert config.options.adaptive and config.draft_max is None and config.tree is None
+    d = config.defaults
+    assert d.mode.adaptive and "draft_num_predict" not in d.parameters and d.mode.shape is None
     st, bound, adaptive = _speculative(config)
     assert st["adaptive"] and st["policy"] is not None and adaptive and bound == AUTO_DRAFT_MAX
 
 
 def test_the_store_server_takes_draft_max_and_fixed_and_the_modelfiles_bound(store, pair, monkeypatch,
                                                                              tmp_path: Path) -> None:  # fmt: skip
-    from local_eagle.cli.options import parse_tree
-
-    config = _store_config(store, monkeypatch, draft_max=5, fixed=True, trees=parse_tree("off"))
-    assert not config.options.adaptive and config.options.tree_nodes == 0
+    config = _store_config(store, monkeypatch, parameters={"draft_num_predict": 5}, fixed=True, tree="off")
+    assert not config.defaults.mode.adaptive and config.defaults.load().tree_nodes == 0
     st, bound, adaptive = _speculative(config)
     assert not st["adaptive"] and not adaptive and bound == 5
     assert len(st["draft_lengths"]) == 6 and st["draft_lengths"][5] >= st["target_calls"] - 1  # 5 a round but
@@ -262,6 +262,9 @@ def test_the_store_server_takes_draft_max_and_fixed_and_the_modelfiles_bound(sto
     store.create("three", mf)
     st, bound, adaptive = _speculative(_store_config(store, monkeypatch), "three")
     assert st["adaptive"] and adaptive and bound == 3  # no flag: the Modelfile's draft_num_predict
+    config = _store_config(store, monkeypatch, parameters={"draft_num_predict": 5})
+    st, bound, adaptive = _speculative(config, "three")
+    assert bound == 3  # serve's flags are every model's defaults: a Modelfile's own parameter wins, as in Ollama
 
 
 def test_serve_without_a_model_passes_its_drafting_flags_on(monkeypatch) -> None:
@@ -275,14 +278,14 @@ def test_serve_without_a_model_passes_its_drafting_flags_on(monkeypatch) -> None
     monkeypatch.setattr(serve_store, "serve_store", lambda host, port, level, **flags: seen.update(flags))
     r = CliRunner().invoke(app, ["serve", "--draft-max", "8", "--fixed", "--tree", "off"])
     assert r.exit_code == 0, r.output
-    assert seen["draft_max"] == 8 and seen["fixed"] is True and seen["trees"].nodes == 0
+    assert seen["flags"] == {"draft_num_predict": 8} and seen["mode"].fixed and seen["mode"].tree.nodes == 0
 
 
 def test_the_store_server_serves_parallel_requests_per_model(store, monkeypatch) -> None:
     """``serve --parallel 2`` without ``-m``: each loaded model's engine holds two sequences, its slot admits two
     requests at once, and the answers are the target alone's."""
     config = _store_config(store, monkeypatch, parallel=2)
-    assert config.options.parallel == 2 and config.options.tree_nodes == 0
+    assert config.defaults.load().parallel == 2 and config.defaults.load().tree_nodes == 0
     front, uv, thread, client = start(config)
     try:
         body = {"model": "cyc", "prompt": "hi", "stream": False, "options": {"temperature": 0, "num_predict": 24}}

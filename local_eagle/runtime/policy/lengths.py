@@ -10,8 +10,7 @@ target's 1-row time is measured, from the first rounds the engine runs without d
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Protocol
 
 from local_eagle.runtime.policy.defaults import (  # noqa: F401 - the bounds the front ends read here too
     AUTO_DRAFT_MAX,
@@ -22,17 +21,6 @@ from local_eagle.runtime.policy.defaults import (  # noqa: F401 - the bounds the
 )
 from local_eagle.runtime.policy.draftcost import CostModel
 from local_eagle.runtime.policy.draftlen import DraftLengthPolicy, PolicyState
-
-
-def resolve_draft_max(flag: int | None, parameters: Mapping[str, Any], modelfile_draft: bool, fixed: bool) -> int:
-    """The draft length's bound, the one rule every front end uses (``generate``, ``serve -m``, the store server):
-    the flag (``--draft-max N``), else the Modelfile's ``draft_num_predict`` where its DRAFT is the one used, else
-    :data:`FIXED_DRAFT_MAX` for fixed drafting and :data:`AUTO_DRAFT_MAX` for the cost-aware policy."""
-    if flag is not None:
-        return flag
-    if modelfile_draft and "draft_num_predict" in parameters:
-        return int(parameters["draft_num_predict"])
-    return FIXED_DRAFT_MAX if fixed else AUTO_DRAFT_MAX
 
 
 class DraftLengths(Protocol):
