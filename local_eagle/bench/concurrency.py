@@ -102,6 +102,7 @@ class ConcurrencyReport:
     concurrencies: list[int]
     rows: list[ConcurrencyRow]
     costs: dict | None = None  # bench.costs.CostCurve.to_dict(): a target call by rows, measured in this run
+    repeat: int = 1  # passes over the prompts per setting and concurrency
 
     @property
     def divergent(self) -> int:
@@ -114,6 +115,7 @@ class ConcurrencyReport:
             "concurrency": self.concurrencies,
             "rows": [r.to_dict() for r in self.rows],
             "costs": self.costs,
+            "repeat": self.repeat,
         }
 
 
@@ -179,13 +181,15 @@ def run_concurrency(
     settings: list[DraftSetting],
     max_tokens: int = 128,
     progress: bool = True,
+    repeat: int = 1,
 ) -> ConcurrencyReport:
     """Each setting and no drafting at each concurrency on ``engine`` (opened with ``parallel`` at least the
     largest), every output checked against the target alone's on ``single`` (a one-sequence engine of the pair).
 
-    Within a concurrency the order of the settings alternates from one concurrency to the next, so slow drift on
-    a noisy machine falls on both sides alike. The adaptive policy keeps what it learnt from row to row, as a
-    server's does.
+    Within a concurrency the settings run ``repeat`` times each, their order reversed from one pass to the next
+    (and from one concurrency to the next), so slow drift on a noisy machine falls on both sides alike; a row's
+    tok/s is all its passes' tokens over all their time. The adaptive policy keeps what it learnt from row to
+    row, as a server's does.
     """
     from rich.progress import Progress
 
@@ -205,11 +209,13 @@ def run_concurrency(
         )
     if single.parallel != 1:
         raise LocalEagleError("the identity reference must be a one-sequence engine (parallel 1)")
+    if repeat < 1:
+        raise LocalEagleError(f"--repeat must be at least 1, got {repeat}")
     settings = [NO_DRAFTING, *dict.fromkeys(s for s in settings if s.draft_max > 0)]
     rows: list[ConcurrencyRow] = []
     lock = threading.Lock()
     with Progress(transient=True, disable=not progress) as bar:
-        total = len(prompts) * (1 + len(concurrencies) * len(settings))
+        total = len(prompts) * (1 + len(concurrencies) * len(settings) * repeat)
         task = bar.add_task("benchmarking", total=total)
 
         def done() -> None:
@@ -223,19 +229,20 @@ def run_concurrency(
         warm = max(settings, key=lambda s: s.draft_max)  # the policy measures this machine's calls first
         run_at(engine, prompts[: max(concurrencies)], max(concurrencies), warm, 8)
         for j, c in enumerate(concurrencies):
-            order = settings if j % 2 == 0 else settings[::-1]
-            at_c = {}
-            for s in order:
-                results, seconds, wall = run_at(engine, prompts, c, s, max_tokens, done)
-                checks = [
-                    check_identity_batched(single, p, ref, r)
-                    for p, ref, r in zip(prompts, reference, results, strict=True)
-                ]
-                at_c[s] = summarize_at(c, s, results, seconds, wall, checks)
-            rows += [at_c[s] for s in settings]
+            runs: dict[DraftSetting, tuple[list, list, float, list]] = {s: ([], [], 0.0, []) for s in settings}
+            for rep in range(repeat):
+                for s in settings if (j + rep) % 2 == 0 else settings[::-1]:
+                    results, seconds, wall = run_at(engine, prompts, c, s, max_tokens, done)
+                    checks = [
+                        check_identity_batched(single, p, ref, r)
+                        for p, ref, r in zip(prompts, reference, results, strict=True)
+                    ]
+                    before = runs[s]
+                    runs[s] = (before[0] + results, before[1] + seconds, before[2] + wall, before[3] + checks)
+            rows += [summarize_at(c, s, *runs[s]) for s in settings]
     base = {r.concurrency: r.aggregate_tps for r in rows if r.draft_max == 0}
     one = base.get(1)
     for r in rows:
         r.speedup = r.aggregate_tps / base[r.concurrency] if base[r.concurrency] else 0.0
         r.batching_gain = r.aggregate_tps / one if one else None
-    return ConcurrencyReport(len(prompts), max_tokens, list(concurrencies), rows)
+    return ConcurrencyReport(len(prompts), max_tokens, list(concurrencies), rows, repeat=repeat)

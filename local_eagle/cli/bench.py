@@ -120,6 +120,14 @@ def bench(
             "the cost of a target call by rows and each output's identity with the target alone's.",
         ),
     ] = None,
+    repeat: Annotated[
+        int,
+        typer.Option(
+            "--repeat", min=1,
+            help="With --concurrency: run every setting this many times at each concurrency, in alternating order, "
+            "and report all the passes together (a noisy machine's drift falls on both sides).",
+        ),
+    ] = 1,
     json_schema: JsonSchemaOpt = None,
     grammar: GrammarOpt = None,
     output_format: FormatOpt = None,
@@ -189,8 +197,11 @@ def bench(
         chains = [DraftSetting(AUTO_DRAFT_MAX, True) if n is None else DraftSetting(n, not fixed) for n in values]
         _bench_concurrency(model, draft, texts, concurrency, chains, max_tokens, measure_costs, as_json,
                            LoadOptions(ctx, gpu_layers, threads, max(s.draft_max for s in chains),
-                                       ctx_beyond_training, tree_nodes=0))  # fmt: skip
+                                       ctx_beyond_training, tree_nodes=0), repeat)  # fmt: skip
         return
+    if repeat != 1:
+        raise LocalEagleError("--repeat: only with --concurrency (the other rows alternate the target alone and "
+                              "each setting prompt by prompt already)")  # fmt: skip
     settings = []
     for value in draft_max or ([] if tree else [AUTO]):
         n = parse_draft_max(value)
@@ -351,7 +362,8 @@ def _print_structured(rows: list, title: str) -> None:
 
 
 def _bench_concurrency(model: Path, draft: Path, texts: list[str], concurrency: str, settings: list, max_tokens: int,
-                       measure_costs: Path | None, as_json: bool, load: LoadOptions) -> None:  # fmt: skip
+                       measure_costs: Path | None, as_json: bool, load: LoadOptions,
+                       repeat: int = 1) -> None:  # fmt: skip
     """``--concurrency``: every setting and no drafting at each concurrency on one parallel engine, the outputs
     checked against a one-sequence engine's, then the cost of a target call by rows (bench.concurrency)."""
     from local_eagle.bench.concurrency import cost_rows, parse_concurrency, run_concurrency
@@ -364,7 +376,8 @@ def _bench_concurrency(model: Path, draft: Path, texts: list[str], concurrency: 
     with open_engine(model, draft, replace(load, parallel=max(values))) as engine:
         with open_engine(model, draft, load) as single:
             n_tokens = max_tokens if max_tokens > 0 else engine.n_ctx
-            report = run_concurrency(engine, single, texts, values, settings, n_tokens, progress=not as_json)
+            report = run_concurrency(engine, single, texts, values, settings, n_tokens, progress=not as_json,
+                                     repeat=repeat)  # fmt: skip
     rows = cost_rows(values)
     if measure_costs is not None:
         rows = tuple(sorted(set(rows) | set(DEFAULT_ROWS)))
@@ -385,7 +398,9 @@ def _bench_concurrency(model: Path, draft: Path, texts: list[str], concurrency: 
 
 
 def _print_concurrency(report, pair: str) -> None:
-    t = Table(title=f"{pair}: greedy, {report.prompts} prompts x {report.max_tokens} tokens at each concurrency")
+    passes = f", {report.repeat} passes each" if report.repeat > 1 else ""
+    t = Table(title=f"{pair}: greedy, {report.prompts} prompts x {report.max_tokens} tokens at each concurrency"
+              f"{passes}")  # fmt: skip
     for c in ("concurrency", "drafting", "aggregate tok/s", "per-request tok/s", "speedup", "accept len",
               "batching gain", "identical"):  # fmt: skip
         t.add_column(c)

@@ -79,9 +79,21 @@ def test_without_one_there_is_no_batching_gain(pair):
     assert all(row["batching_gain"] is None for row in rows)
 
 
+def test_repeat_runs_every_setting_that_many_times_and_reports_them_together(pair):
+    r = _bench(pair, "-n", "4", "--concurrency", "2", "--draft-max", "1", "--fixed", "--repeat", "3", "--json")
+    assert r.exit_code == 0, r.output
+    report = json.loads(r.output)
+    assert report["repeat"] == 3
+    for row in report["rows"]:
+        assert row["requests"] == 3 * len(PROMPTS) and row["identical"] + row["near_ties"] == 3 * len(PROMPTS)
+        assert row["tokens"] == 3 * len(PROMPTS) * 4  # -n 4, no stop string in the tiny pair's cycle
+        assert row["aggregate_tps"] == pytest.approx(row["tokens"] / row["wall_seconds"])
+
+
 @pytest.mark.parametrize(
     ("args", "needle"),
-    [(["--concurrency", "8"], "needs at least 8 prompts"),
+    [(["--repeat", "2"], "--repeat: only with --concurrency"),
+     (["--concurrency", "8"], "needs at least 8 prompts"),
      (["--concurrency", "1,x"], "numbers separated by commas"),
      (["--concurrency", "0"], "between 1 and"),
      (["--concurrency", "2", "--tree", "4"], "--tree: not with --concurrency"),
