@@ -19,6 +19,7 @@ from local_eagle.llamacpp.model import Context, ContextOptions, Model
 from local_eagle.runtime.feed import DrafterFeed
 from local_eagle.runtime.mtp import MtpCapture, MtpDrafter, mtp_refusal
 from local_eagle.testing.tiny_mtp import TinyGlm4MoeSpec, write_tiny_glm4moe_mtp, write_tiny_qwen35_mtp
+from local_eagle.testing.tiny_mtp_families import FAMILIES, write_tiny_family_mtp
 
 SPEC = TinyGlm4MoeSpec()
 OPTS = ContextOptions(n_ctx=256, n_batch=32, n_ubatch=32, n_threads=2)
@@ -36,14 +37,17 @@ def model(mtp_gguf: Path):
     m.close()
 
 
-@pytest.fixture(scope="module", params=["glm4moe", "qwen35"])
+@pytest.fixture(scope="module", params=["glm4moe", "qwen35", *FAMILIES])
 def any_model(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
-    """A tiny target of each family tested: glm4moe (attention) and qwen35 (hybrid: gated delta net + attention)."""
+    """A tiny target of each family tested: glm4moe (attention), qwen35 (hybrid: gated delta net + attention) and the
+    other attention families of ``testing.tiny_mtp_families`` (deepseek2, mimo2, cohere2moe, hy_v3)."""
     d = tmp_path_factory.mktemp(request.param)
     if request.param == "glm4moe":
         path = write_tiny_glm4moe_mtp(d / "glm4moe.gguf", SPEC, seed=3)
-    else:
+    elif request.param == "qwen35":
         path = write_tiny_qwen35_mtp(d / "qwen35.gguf", seed=3)
+    else:
+        path = write_tiny_family_mtp(d / f"{request.param}.gguf", request.param, seed=3)
     m = Model(path, n_gpu_layers=0, load_mtp=True)
     assert m.arch() == request.param and m.n_layer_nextn == 1
     yield m
