@@ -36,6 +36,15 @@ RS_ROLLBACK_ARCHS = frozenset(
      "lfm2moe", "bailingmoe3"}
 )  # fmt: skip
 CHECKED_ROLLBACK_ARCHS = frozenset({"qwen35", "qwen35moe"})
+# NextN-block tensors some families' loaders create without the block's skip flag, so llama.cpp loads them as the
+# model's with or without ``load_mtp`` (``src/models/cohere2moe.cpp`` ``load_block_mtp``: the optional embedding and
+# head; ``src/models/hy-v3.cpp`` ``load_block``: the FFN and router, then the same optional three): name prefixes
+# after ``blk.N.``, with exceptions the block's flag does skip.
+NEXTN_ALWAYS_LOADED: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "cohere2moe": (("nextn.embed_tokens.", "nextn.shared_head_head.", "nextn.shared_head_norm."), ()),
+    "hy_v3": (("ffn_", "exp_probs_b", "nextn.embed_tokens.", "nextn.shared_head_head.", "nextn.shared_head_norm."),
+              ("ffn_norm.",)),
+}  # fmt: skip
 # Hybrids whose attention layers are every n-th trunk layer unless ``attention.recurrent_layers`` lists them
 # (``full_attention_interval``, llama.cpp's default when absent: ``src/models/qwen35.cpp`` ``load_arch_hparams``).
 FULL_ATTENTION_INTERVAL_DEFAULTS = {"qwen3next": 4, "qwen35": 4, "qwen35moe": 4, "qwen4exp": 4, "minimax-01": 8}
@@ -93,8 +102,13 @@ class ModelShape:
 
     def is_nextn(self, t: Tensor) -> bool:
         """A tensor of a NextN block: llama.cpp skips it (``TENSOR_SKIP``) unless the model is loaded with
-        ``load_mtp``, and then it is the MTP head's weight, not the trunk's."""
-        return self.n_nextn > 0 and t.layer is not None and self.n_trunk <= t.layer < self.n_layer
+        ``load_mtp``, and then it is the MTP head's weight, not the trunk's; except those a family's loader always
+        loads (``NEXTN_ALWAYS_LOADED``), which are the model's either way."""
+        if not (self.n_nextn > 0 and t.layer is not None and self.n_trunk <= t.layer < self.n_layer):
+            return False
+        always, skipped = NEXTN_ALWAYS_LOADED.get(self.arch, ((), ()))
+        part = t.name.split(".", 2)[2] if t.name.count(".") >= 2 else t.name
+        return not (part.startswith(always) and not part.startswith(skipped))
 
     def tensor(self, name: str) -> Tensor | None:
         for t in self.tensors:
