@@ -16,6 +16,11 @@ with the hparams and tensors that family's loader reads:
 - ``hy_v3`` (Hunyuan V3): q/k norms, a dense first block, MoE blocks with a sigmoid router, a selection bias named
   ``blk.N.exp_probs_b`` (no ``.bias``: the loader's name) and an ungated shared expert; the NextN block is MoE with
   ``nextn.shared_head_norm`` and the trunk's head, as the converter writes it.
+- ``deepseek32`` (DeepSeek V3.2) and ``glm-dsa`` (GLM-5): ``deepseek2``'s MLA block plus the DSA "lightning
+  indexer" (``indexer.{attn_q_b,attn_k,k_norm,proj}``, head count, key length, top k) that picks the positions each
+  query attends to in the target; its key cache is the DSA cache's second part. The NextN graph runs dense MLA (no
+  indexer) on a plain KV cache. The indexer's key length is 64: its keys go through a Hadamard rotation at least 64
+  wide (``llama_kv_cache::build_input_k_rot``), which a narrower key cannot be multiplied by.
 
 Each writes its NextN block(s) after the trunk (``block_count`` counts them, ``nextn_predict_layers`` says how
 many; one unless ``n_nextn`` says more, which only ``mimo2`` and ``hy_v3`` load). With a
@@ -36,7 +41,8 @@ from gguf import ExpertGatingFuncType, GGUFWriter
 
 from local_eagle.testing.tiny import add_byte_tokenizer, byte_vocab, finish_gguf, random_f32, tiny_gguf_writer
 
-FAMILIES = ("deepseek2", "mimo2", "cohere2moe", "hy_v3")
+FAMILIES = ("deepseek2", "mimo2", "cohere2moe", "hy_v3", "deepseek32", "glm-dsa")
+DSA = ("deepseek32", "glm-dsa")
 
 ZEROED = ("attn_output.weight", "ffn_down.weight", "ffn_down_exps.weight", "ffn_down_shexp.weight")
 """What a cycle model zeroes: every block then adds nothing to its residual stream."""
@@ -67,6 +73,10 @@ class TinyFamilySpec:
     qk_nope: int = 16
     qk_rope: int = 8
     v_head: int = 16
+    # deepseek32, glm-dsa: the DSA indexer that picks the top-k positions each query attends to
+    indexer_n_head: int = 2
+    indexer_head_size: int = 64  # the Hadamard rotation on the indexer keys is 64 wide at least
+    indexer_top_k: int = 4
     # mimo2, cohere2moe: sliding-window attention
     n_swa: int = 8
     swa_trunk: tuple[int, ...] = (1, 2)  # the trunk's sliding-window layers
@@ -82,6 +92,8 @@ def tiny_family_spec(arch: str, **kw) -> TinyFamilySpec:
         raise ValueError(f"no tiny MTP writer for '{arch}' (have {', '.join(FAMILIES)})")
     base = {
         "deepseek2": dict(n_head_kv=1),
+        "deepseek32": dict(n_head_kv=1),
+        "glm-dsa": dict(n_head_kv=1),
         "mimo2": dict(own_head=False, n_expert_shared=0),  # its loader reads no shared expert
         "cohere2moe": dict(swa_nextn=False),
         "hy_v3": dict(own_head=False),
@@ -178,6 +190,12 @@ def _deepseek2_block(t: _Tensors, i: int, s: TinyFamilySpec) -> None:
     t.put(f"blk.{i}.attn_v_b.weight", t.stack(s.n_head, s.v_head, s.kv_lora_rank))  # ggml {kv_lora, v, n_head}
     t.put(f"blk.{i}.attn_output.weight", t.mat(h, s.n_head * s.v_head))
     t.put(f"blk.{i}.ffn_norm.weight", t.norm(h))
+    if s.arch in DSA:
+        t.put(f"blk.{i}.indexer.k_norm.weight", t.norm(s.indexer_head_size))
+        t.put(f"blk.{i}.indexer.k_norm.bias", t.small(s.indexer_head_size))
+        t.put(f"blk.{i}.indexer.proj.weight", t.mat(s.indexer_n_head, h))
+        t.put(f"blk.{i}.indexer.attn_k.weight", t.mat(s.indexer_head_size, h))
+        t.put(f"blk.{i}.indexer.attn_q_b.weight", t.mat(s.indexer_n_head * s.indexer_head_size, s.q_lora_rank))
     if i == 0:
         _dense(t, i, s)
     else:
@@ -219,7 +237,7 @@ def _hy_v3_block(t: _Tensors, i: int, s: TinyFamilySpec) -> None:
 
 
 BLOCKS = {"deepseek2": _deepseek2_block, "mimo2": _mimo2_block, "cohere2moe": _cohere2moe_block,
-          "hy_v3": _hy_v3_block}  # fmt: skip
+          "hy_v3": _hy_v3_block, "deepseek32": _deepseek2_block, "glm-dsa": _deepseek2_block}  # fmt: skip
 
 
 def _keys(w: GGUFWriter, s: TinyFamilySpec, n_all: int) -> None:
@@ -230,7 +248,8 @@ def _keys(w: GGUFWriter, s: TinyFamilySpec, n_all: int) -> None:
     else:
         w.add_layer_norm_rms_eps(s.eps)
     w.add_rope_freq_base(s.rope_theta)
-    w.add_rope_dimension_count(s.qk_rope if s.arch == "deepseek2" else hd)
+    mla = s.arch in ("deepseek2", *DSA)
+    w.add_rope_dimension_count(s.qk_rope if mla else hd)
     w.add_expert_count(s.n_expert)
     w.add_expert_used_count(s.n_expert_used)
     w.add_expert_feed_forward_length(s.n_ff_exp)
@@ -239,9 +258,13 @@ def _keys(w: GGUFWriter, s: TinyFamilySpec, n_all: int) -> None:
         w.add_leading_dense_block_count(1)
         w.add_expert_weights_norm(True)
         w.add_expert_gating_func(ExpertGatingFuncType.SIGMOID)
-    if s.arch in ("deepseek2", "hy_v3"):
+    if s.arch != "mimo2" and s.arch != "cohere2moe":
         w.add_expert_weights_scale(1.0)
-    if s.arch == "deepseek2":
+    if s.arch in DSA:
+        w.add_indexer_head_count(s.indexer_n_head)
+        w.add_indexer_key_length(s.indexer_head_size)
+        w.add_indexer_top_k(s.indexer_top_k)
+    if mla:
         w.add_q_lora_rank(s.q_lora_rank)
         w.add_kv_lora_rank(s.kv_lora_rank)
         w.add_key_length(s.kv_lora_rank + s.qk_rope)  # the absorbed MQA form's K row: compressed kv and its rope part

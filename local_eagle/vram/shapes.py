@@ -38,10 +38,13 @@ RS_ROLLBACK_ARCHS = frozenset(
 CHECKED_ROLLBACK_ARCHS = frozenset({"qwen35", "qwen35moe"})
 # NextN-block tensors some families' loaders create without the block's skip flag, so llama.cpp loads them as the
 # model's with or without ``load_mtp`` (``src/models/cohere2moe.cpp`` ``load_block_mtp``: the optional embedding and
-# head; ``src/models/hy-v3.cpp`` ``load_block``: the FFN and router, then the same optional three): name prefixes
-# after ``blk.N.``, with exceptions the block's flag does skip.
+# head; ``src/models/hy-v3.cpp`` ``load_block``: the FFN and router, then the same optional three;
+# ``deepseek32.cpp``, ``glm-dsa.cpp``: the router's selection bias): name prefixes after ``blk.N.``, with exceptions
+# the block's flag does skip.
 NEXTN_ALWAYS_LOADED: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "cohere2moe": (("nextn.embed_tokens.", "nextn.shared_head_head.", "nextn.shared_head_norm."), ()),
+    "deepseek32": (("exp_probs_b.",), ()),
+    "glm-dsa": (("exp_probs_b.",), ()),
     "hy_v3": (("ffn_", "exp_probs_b", "nextn.embed_tokens.", "nextn.shared_head_head.", "nextn.shared_head_norm."),
               ("ffn_norm.",)),
 }  # fmt: skip

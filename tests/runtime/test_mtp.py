@@ -40,7 +40,8 @@ def model(mtp_gguf: Path):
 @pytest.fixture(scope="module", params=["glm4moe", "qwen35", *FAMILIES])
 def any_model(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
     """A tiny target of each family tested: glm4moe (attention), qwen35 (hybrid: gated delta net + attention) and the
-    other attention families of ``testing.tiny_mtp_families`` (deepseek2, mimo2, cohere2moe, hy_v3)."""
+    other attention families of ``testing.tiny_mtp_families`` (deepseek2, mimo2, cohere2moe, hy_v3, and the DSA
+    deepseek32 and glm-dsa)."""
     d = tmp_path_factory.mktemp(request.param)
     if request.param == "glm4moe":
         path = write_tiny_glm4moe_mtp(d / "glm4moe.gguf", SPEC, seed=3)

@@ -2,8 +2,10 @@
 llama.cpp's dry run loads it: weights and caches to the byte, the NextN graph's compute estimated from glm4moe's.
 
 ``cohere2moe`` and ``hy_v3`` load some NextN-block tensors without the block's skip flag (the optional head, and
-``hy_v3``'s FFN and router), so those are the target's weights with or without ``load_mtp``
-(``vram.shapes.NEXTN_ALWAYS_LOADED``); ``deepseek2``'s MLA cache holds the compressed K only.
+``hy_v3``'s FFN and router; ``deepseek32``'s and ``glm-dsa``'s selection bias), so those are the target's weights
+with or without ``load_mtp`` (``vram.shapes.NEXTN_ALWAYS_LOADED``); ``deepseek2``'s MLA cache holds the compressed K
+only. The DSA targets (``deepseek32``, ``glm-dsa``) keep an indexer key cache and graph the planner does not price
+yet: only their head is held to llama.cpp's buffers here.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from local_eagle import vram
-from local_eagle.testing.tiny_mtp_families import FAMILIES, write_tiny_family_mtp
+from local_eagle.testing.tiny_mtp_families import DSA, FAMILIES, write_tiny_family_mtp
 from local_eagle.vram import Settings
 from local_eagle.vram.measure import measure
 from local_eagle.vram.report import measure_rows, predict_for_backend
@@ -37,11 +39,12 @@ def test_mtp_components_match_llama_cpp(model: Path) -> None:
         assert m.mtp is not None
         rows = {r.label: r for r in measure_rows(predict_for_backend(shape, None, s, gpu_build=False), m)}
         case = (shape.arch, ctx, ub, fa, par)
-        for label in EXACT:
+        for label in EXACT if shape.arch not in DSA else EXACT[2:]:
             assert rows[label].measured > 0 and rows[label].predicted == rows[label].measured, (case, label)
         # mimo2's dense sliding-window NextN block and deepseek2's MLA one, estimated from glm4moe's graph: within 15 %
         assert abs(rows["MTP compute"].error) <= 0.15, (case, rows["MTP compute"])
-        assert abs(rows["target compute"].error) <= 0.10, (case, rows["target compute"])
+        if shape.arch not in DSA:
+            assert abs(rows["target compute"].error) <= 0.10, (case, rows["target compute"])
 
 
 def test_the_trunk_alone_without_the_head(model: Path) -> None:
@@ -54,4 +57,5 @@ def test_the_trunk_alone_without_the_head(model: Path) -> None:
     pred = predict_for_backend(shape, None, s, gpu_build=False)
     assert "MTP head weights" not in pred
     assert pred["target weights"] == m.target.total("model")
-    assert pred["target KV cache"] == m.target.total("context")
+    if shape.arch not in DSA:
+        assert pred["target KV cache"] == m.target.total("context")
