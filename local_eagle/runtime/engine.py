@@ -124,6 +124,7 @@ class Engine:
         self.mtp_refusal: str | None = None  # why a model with MTP layers does not draft with them
         self.mtp_note: str | None = None  # how the head drafts and rejected drafts are dropped (for --verbose)
         self.rollback_bound: int | None = None  # drafts per round a recurrent-state rollback allows (None: any)
+        self.head_bound: int | None = None  # chained MTP heads (step35): one per draft, so at most that many drafts
         mtp = False
         n_rs_seq = 0
         if draft is not None:
@@ -141,6 +142,8 @@ class Engine:
                 self.capture = MtpCapture(self.model)
                 if self.model.branching_refusal() is not None:  # recurrent layers: snapshots to roll back to
                     n_rs_seq = self.rollback_bound = options.rollback
+                if self.model.n_layer_nextn > 1:
+                    self.head_bound = self.model.n_layer_nextn
         callback = self.capture.callback if self.capture is not None else None
         # trees need a sequence per leaf; a multi-sequence cache costs memory (a SWA model's window grows with the
         # sequences), so a context gets them only when trees may be asked for
@@ -153,6 +156,10 @@ class Engine:
                 raise LocalEagleError(f"{self.model.path.name}: cannot hold {parallel} sequences ({refusal})")
             context_options = replace(context_options, n_ctx=options.n_ctx * parallel, n_seq_max=parallel)
         self.tree_refusal = self.model.branching_refusal() if options.tree_nodes > 1 else None
+        if options.tree_nodes > 1 and self.head_bound is not None and self.tree_refusal is None:
+            self.tree_refusal = (
+                f"{self.model.path.name} drafts with {self.head_bound} chained MTP heads, one per depth: chains only"
+            )
         # a parallel engine's sequences draft chains (trees would need a sequence per leaf of every sequence)
         # an EAGLE drafter or the target's own head (whose MTP context gets the drafter's branch sequences)
         trees = options.tree_nodes > 1 and (draft is not None or mtp) and self.tree_refusal is None
@@ -176,8 +183,10 @@ class Engine:
             )
             if mtp:
                 from local_eagle.runtime.mtp import MtpDrafter
+                from local_eagle.runtime.mtp_chain import ChainedMtpDrafter
 
-                self.drafter = MtpDrafter(self.ctx, drafter_options)
+                chained = self.head_bound is not None
+                self.drafter = (ChainedMtpDrafter if chained else MtpDrafter)(self.ctx, drafter_options)
             else:
                 self.drafter = Drafter(draft, self.ctx, drafter_options, n_gpu_layers=options.n_gpu_layers)
             self.feed = DrafterFeed(self.drafter, self.capture.width)
@@ -282,6 +291,8 @@ class Engine:
                 draft_max = tree.nodes
         if self.rollback_bound is not None:  # a longer chain's rejection would outrun the recurrent snapshots
             draft_max = min(draft_max, self.rollback_bound)
+        if self.head_bound is not None:
+            draft_max = min(draft_max, self.head_bound)
         generation = Generation(
             self, tokens, max_tokens, sampling, draft_max if self.drafter is not None else 0, draft_p_min, stop or [],
             adaptive, tree,

@@ -68,6 +68,11 @@ which the tiny ``qwen35``'s lossless tests run. ``nemotron_h_moe`` (Mamba 2, ``m
 code that no model here exercises, so they stay refused."""
 
 
+CHAINED_HEAD_ARCHS = frozenset({"step35"})
+"""The families whose several NextN heads local-eagle drafts with, chained (``runtime.mtp_chain``): ``step35``, the
+chained-heads family of docs/mtp.md, run by the tests on a tiny generated model."""
+
+
 def mtp_refusal(model: Model) -> str | None:
     """Why ``model`` cannot draft with its own MTP head (None when it can)."""
     if model.n_layer_nextn <= 0:
@@ -76,10 +81,10 @@ def mtp_refusal(model: Model) -> str | None:
         return f"{model.path.name}: llama.cpp 0.3.36 builds no MTP graph for architecture '{model.arch()}'"
     if not model._params.load_mtp:
         return f"{model.path.name} was loaded without its MTP layers (Model(..., load_mtp=True))"
-    if model.n_layer_nextn > 1:
+    if model.n_layer_nextn > 1 and model.arch() not in CHAINED_HEAD_ARCHS:
         return (
-            f"{model.path.name} has {model.n_layer_nextn} chained MTP heads; local-eagle drafts with a single head "
-            "for now"
+            f"{model.path.name} has {model.n_layer_nextn} chained MTP heads; local-eagle drafts with chained heads "
+            f"only for {', '.join(sorted(CHAINED_HEAD_ARCHS))} so far (runtime.mtp_chain)"
         )
     return None
 
@@ -114,6 +119,12 @@ def mtp_note(model: Model, rollback: int | None, tree_nodes: int = 0) -> str:
     ``tree_nodes``: the largest tree the engine verifies (0 or 1: it was opened for chains only).
     """
     head = f"drafting with {model.path.name}'s own MTP (NextN) head, chains"
+    if model.n_layer_nextn > 1 and rollback is None:  # chained heads (runtime.mtp_chain): no trees
+        n = model.n_layer_nextn
+        return (
+            f"drafting with {model.path.name}'s own {n} chained MTP (NextN) heads, draft k by head k: chains of at "
+            f"most {n} drafts; rejected drafts are dropped from the target's KV cache and every head's"
+        )
     if rollback is None:
         shapes = f"{head} and trees up to {tree_nodes} nodes" if tree_nodes > 1 else head
         return shapes + "; rejected drafts are dropped from the target's KV cache"
