@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -297,3 +298,64 @@ def test_cycle_heads_are_accepted_and_output_is_the_targets(cycle: Path) -> None
         assert 0.5 * drafted < accepted < drafted
         tree = [eng.generate(p, max_tokens=40, tree=TreeShape(8, 3, 2)) for p in LETTERS]
         assert [r.tokens for r in tree] == base
+
+
+def _record_drafts(eng: Engine) -> list[tuple[int, int]]:
+    """(loop position, the head's greedy token) of every row whose logits the drafter hands back; (-1, number of
+    sequences) for each call that drafted a step for several at once."""
+    seen: list[tuple[int, int]] = []
+    drafter = eng.drafter
+    decode_rows = drafter.decode_rows
+
+    def recording(tokens, g, positions, seqs, wanted):
+        logits, state = decode_rows(tokens, g, positions, seqs, wanted)
+        seen.extend((int(np.asarray(positions)[w]), int(np.argmax(row))) for w, row in zip(wanted, logits, strict=True))
+        if len(set(seqs)) > 1 and len(seqs) == len(set(seqs)):
+            seen.append((-1, len(seqs)))
+        return logits, state
+
+    drafter.decode_rows = recording
+    return seen
+
+
+def test_parallel_sequences_draft_as_one_alone(step35: Path) -> None:
+    """Three generations at once share the MTP context (a unified cache, one draft step for all on one head): each
+    drafts what it drafts alone, its output the target alone's."""
+    base = _alone(step35, PROMPTS, 30)
+    with Engine(step35, None, ENGINE) as single:
+        alone = _record_drafts(single)
+        for p in PROMPTS:
+            single.generate(p, max_tokens=30, draft_max=3, adaptive=False)
+    with Engine(step35, None, EngineOptions(n_ctx=256, n_batch=64, n_threads=1, parallel=3)) as eng:
+        together = _record_drafts(eng)
+        out: list = [None] * 3
+
+        def go(i: int) -> None:
+            out[i] = eng.generate(PROMPTS[i], max_tokens=30, draft_max=3, adaptive=False)
+
+        threads = [threading.Thread(target=go, args=(i,)) for i in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+    assert [r.tokens for r in out] == base
+    assert all(r.stats.drafted_tokens > 0 for r in out)
+    steps_together = [x for x in together if x[0] == -1]
+    assert steps_together  # draft steps of several sequences in one call
+    assert len(alone) > 100 and sorted(x for x in together if x[0] >= 0) == sorted(alone)
+
+
+def test_agreeing_heads_give_one_token_per_head_and_one_more(tmp_path: Path) -> None:
+    """Heads that agree with the letter cycle: every draft kept, so a target call yields k + 1 tokens (k drafts, at
+    most one per head) but for the first and last rounds; a longer draft_max is capped at the heads."""
+    path = write_cycle_step35_mtp(tmp_path / "cycle.gguf", TinyStep35Spec(n_nextn=3))
+    prompts = ["A", "F", "M"]
+    base = _alone(path, prompts, 64)
+    with Engine(path, None, ENGINE) as eng:
+        for k in (1, 2, 3, 8):
+            out = [eng.generate(p, max_tokens=64, draft_max=k, adaptive=False) for p in prompts]
+            assert [r.tokens for r in out] == base
+            calls = sum(r.stats.target_calls for r in out)
+            per_call = sum(len(r.tokens) - 1 for r in out) / calls
+            assert per_call > 0.95 * (min(k, 3) + 1), (k, per_call)
+            assert all(r.stats.accepted_tokens == r.stats.drafted_tokens for r in out)
