@@ -309,6 +309,8 @@ def mtp_refusal(shape: ModelShape, rollback: int = 1) -> str | None:
         return f"{name} has no NextN (MTP) layers"
     if shape.arch not in MTP_ARCHS:
         return f"{name}: llama.cpp 0.3.36 builds no MTP graph for architecture '{shape.arch}'"
+    if shape.n_nextn > 1 and shape.arch == "step35":  # runtime.mtp_chain drafts with them; not priced here
+        return f"{name} has {shape.n_nextn} chained MTP heads; fit does not price their MTP context yet"
     if shape.n_nextn > 1:
         return f"{name} has {shape.n_nextn} chained MTP heads; local-eagle drafts with a single head for now"
     if not has_state(shape):
