@@ -32,8 +32,8 @@ usual. So the engine's ordinary rollback (``TreeBatch.keep``) is exact there too
 (``qwen3next``: ``llm_arch_supports_rs_rollback``), or keeps them by code not checked here (``nemotron_h_moe``,
 ``bailingmoe3``, ``deepseek4``), is refused (:func:`rollback_refusal`).
 
-One head only: a model with several chained heads (``step35``) needs each draft step on its own head with that
-head's cache rebuilt over the draft (``llama_set_nextn_layer_offset``); that is refused here for now.
+One head here: a model with several chained heads (``step35``) drafts step k on head k with that head's cache rebuilt
+over the draft (``llama_set_nextn_layer_offset``), which ``runtime.mtp_chain.ChainedMtpDrafter`` does.
 """
 
 from __future__ import annotations
