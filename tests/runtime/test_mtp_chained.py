@@ -23,6 +23,7 @@ from local_eagle.runtime.engine import Engine, EngineOptions
 from local_eagle.runtime.feed import DrafterFeed
 from local_eagle.runtime.mtp import MtpCapture, head_offset, mtp_refusal
 from local_eagle.runtime.mtp_chain import ChainedMtpDrafter
+from local_eagle.runtime.sampling import SamplingParams
 from local_eagle.runtime.tree import TreeShape
 from local_eagle.testing.tiny_mtp_step35 import TinyStep35Spec, write_cycle_step35_mtp, write_tiny_step35_mtp
 
@@ -359,3 +360,17 @@ def test_agreeing_heads_give_one_token_per_head_and_one_more(tmp_path: Path) -> 
             per_call = sum(len(r.tokens) - 1 for r in out) / calls
             assert per_call > 0.95 * (min(k, 3) + 1), (k, per_call)
             assert all(r.stats.accepted_tokens == r.stats.drafted_tokens for r in out)
+
+
+def test_sampling_drafts_with_the_heads(cycle: Path) -> None:
+    """Sampling: the heads' draft distributions go through the loop's rejection sampling; the cycle target is sharp
+    enough that a sample is its greedy token, so the output is the greedy one and most drafts are kept."""
+    base = _alone(cycle, LETTERS, 40)
+    with Engine(cycle, None, ENGINE) as eng:
+        out = [
+            eng.generate(p, max_tokens=40, draft_max=3, adaptive=False,
+                         sampling=SamplingParams(temperature=0.8, top_k=5, seed=7))
+            for p in LETTERS
+        ]  # fmt: skip
+    assert [r.tokens for r in out] == base
+    assert sum(r.stats.accepted_tokens for r in out) > 0.5 * sum(r.stats.drafted_tokens for r in out) > 0
