@@ -36,17 +36,21 @@ RS_ROLLBACK_ARCHS = frozenset(
      "lfm2moe", "bailingmoe3"}
 )  # fmt: skip
 CHECKED_ROLLBACK_ARCHS = frozenset({"qwen35", "qwen35moe"})
+CHAINED_HEAD_ARCHS = frozenset({"step35"})  # ``runtime.mtp.CHAINED_HEAD_ARCHS``: several heads drafted as a chain
 # NextN-block tensors some families' loaders create without the block's skip flag, so llama.cpp loads them as the
 # model's with or without ``load_mtp`` (``src/models/cohere2moe.cpp`` ``load_block_mtp``: the optional embedding and
 # head; ``src/models/hy-v3.cpp`` ``load_block``: the FFN and router, then the same optional three;
-# ``deepseek32.cpp``, ``glm-dsa.cpp``: the router's selection bias): name prefixes after ``blk.N.``, with exceptions
-# the block's flag does skip.
+# ``deepseek32.cpp``, ``glm-dsa.cpp``: the router's selection bias; ``step35.cpp`` ``load_block_mtp``: the q/k norms,
+# the attention gate, the FFN and router, the optional three): name prefixes after ``blk.N.``, with exceptions the
+# block's flag does skip.
 NEXTN_ALWAYS_LOADED: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "cohere2moe": (("nextn.embed_tokens.", "nextn.shared_head_head.", "nextn.shared_head_norm."), ()),
     "deepseek32": (("exp_probs_b.",), ()),
     "glm-dsa": (("exp_probs_b.",), ()),
     "hy_v3": (("ffn_", "exp_probs_b", "nextn.embed_tokens.", "nextn.shared_head_head.", "nextn.shared_head_norm."),
               ("ffn_norm.",)),
+    "step35": (("attn_q_norm.", "attn_k_norm.", "attn_gate.", "ffn_", "exp_probs_b", "nextn.embed_tokens.",
+                "nextn.shared_head_head.", "nextn.shared_head_norm."), ("ffn_norm.",)),
 }  # fmt: skip
 # Hybrids whose attention layers are every n-th trunk layer unless ``attention.recurrent_layers`` lists them
 # (``full_attention_interval``, llama.cpp's default when absent: ``src/models/qwen35.cpp`` ``load_arch_hparams``).
@@ -309,10 +313,11 @@ def mtp_refusal(shape: ModelShape, rollback: int = 1) -> str | None:
         return f"{name} has no NextN (MTP) layers"
     if shape.arch not in MTP_ARCHS:
         return f"{name}: llama.cpp 0.3.36 builds no MTP graph for architecture '{shape.arch}'"
-    if shape.n_nextn > 1 and shape.arch == "step35":  # runtime.mtp_chain drafts with them; not priced here
-        return f"{name} has {shape.n_nextn} chained MTP heads; fit does not price their MTP context yet"
-    if shape.n_nextn > 1:
-        return f"{name} has {shape.n_nextn} chained MTP heads; local-eagle drafts with a single head for now"
+    if shape.n_nextn > 1 and shape.arch not in CHAINED_HEAD_ARCHS:
+        return (
+            f"{name} has {shape.n_nextn} chained MTP heads; local-eagle drafts with chained heads only for "
+            f"{', '.join(sorted(CHAINED_HEAD_ARCHS))} so far (runtime.mtp_chain)"
+        )
     if not has_state(shape):
         return None
     if shape.arch not in RS_ROLLBACK_ARCHS:
