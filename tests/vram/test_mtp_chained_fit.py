@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from local_eagle import vram
+from local_eagle.runtime import mtp
 from local_eagle.testing.tiny_mtp_step35 import TinyStep35Spec, write_tiny_step35_mtp
 from local_eagle.vram import Settings
 from local_eagle.vram.measure import measure
@@ -33,6 +34,7 @@ def test_chained_heads_are_priced_as_llama_cpp_loads_them(step35: Path) -> None:
     shape = vram.read_shape(step35)
     assert shape.arch == "step35" and shape.n_nextn in (2, 3)
     assert vram.shapes.mtp_refusal(shape) is None
+    assert vram.shapes.CHAINED_HEAD_ARCHS == mtp.CHAINED_HEAD_ARCHS  # the planner's copy of the runtime's
     for ctx, ub, fa, par in MATRIX:
         s = Settings(n_ctx=ctx, n_ubatch=ub, flash_attn=fa, n_gpu_layers=0, mtp=True).with_parallel(par)
         m = measure(step35, s)
