@@ -19,6 +19,7 @@ LAYERS: list[set[str]] = [
     {"converters"},
     {"local_eagle.hub"},
     {"local_eagle.ollama"},
+    {"local_eagle.settings"},
     {"local_eagle.store"},
     {"local_eagle.train"},
     {"local_eagle.testing"},
