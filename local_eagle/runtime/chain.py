@@ -72,7 +72,8 @@ class ChainDraft:
                 self.active = False  # the drafter has no token the grammar allows here
                 return
         token, distribution = choose(row, gen.recent_history(self.last_token, self.drafts), gen.sampling, gen.rng)
-        confidence = gen.confidence(row, distribution)
+        # a fixed length with no --draft-p-min reads no confidence: a softmax over the draft vocabulary a step
+        confidence = gen.confidence(row, distribution) if gen.draft_p_min > 0 or gen.lengths.weighs else 1.0
         if confidence < gen.draft_p_min or not gen.lengths.take(confidence):
             self.refused = (token, confidence)
             self.active = False

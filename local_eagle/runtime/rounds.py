@@ -374,11 +374,13 @@ class Generation:
     def capturing(self, drafted: int) -> bool:
         """Must this round's verify capture the target's features? Yes while drafting, or when the policy may
         draft within the feed's window of rounds (the catch-up decodes the last ``window`` rows); an idle
-        policy's other rounds skip them, since recording costs a share of every target call (``LayerCapture.pause``).
+        policy's other rounds skip them. Callback recording pauses (it costs a share of every target call,
+        ``LayerCapture.pause``); native staging cannot, but its rows are not read (69 us a round of a tiny pair's
+        0.7 ms, three layers copied out and queued for a drafter that is not going to draft).
         Only the policy's state decides, never the target's output."""
         if not self.speculative:
             return False
-        if drafted or not self.pausable or not isinstance(self.lengths, DraftLengthPolicy):
+        if drafted or not isinstance(self.lengths, DraftLengthPolicy):
             return True
         return self.lengths.rounds_until_draft() <= self.feed.window
 

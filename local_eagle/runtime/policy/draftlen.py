@@ -225,6 +225,8 @@ class DraftLengthPolicy:
     ``fixed`` drafts ``k_max`` every round (benchmarks).
     """
 
+    weighs = True  # take() decides on the draft's confidence (and learns its calibration from it)
+
     def __init__(
         self,
         t1: float,

@@ -27,6 +27,8 @@ class DraftLengths(Protocol):
     """What the draft phase asks before and after each drafter step (``DraftLengthPolicy``'s protocol)."""
 
     probing: bool
+    weighs: bool
+    """Whether :meth:`take` reads the confidence it is given (else the draft phase need not compute it)."""
 
     def begin_round(self, cap: int | None = None, *, ready: bool = True) -> None: ...
 
@@ -44,6 +46,7 @@ class FixedLengths:
     """Draft exactly the round's cap (``--fixed``): the behaviour benchmarks compare against."""
 
     probing = False
+    weighs = False  # takes every draft whatever the drafter's confidence
 
     def __init__(self) -> None:
         self._left = 0
