@@ -104,11 +104,15 @@ def tiny_family_spec(arch: str, **kw) -> TinyFamilySpec:
 @dataclass(frozen=True)
 class Cycle:
     """The letter cycle with an agreeing NextN head; after each letter of ``head_misses`` the head names the letter
-    two ahead (a draft the target rejects), with the right one its second choice at ``runner_up`` x ``margin``."""
+    two ahead (a draft the target rejects), with the right one its second choice at ``runner_up`` x ``margin``;
+    ``noise`` blurs the target's head and ``head_noise`` the NextN head's own (a sampling test's head that is right
+    often, not always)."""
 
     margin: float = 4.0
     head_misses: str = ""
     runner_up: float = 0.0
+    noise: float = 0.0
+    head_noise: float = 0.0
 
 
 class _Tensors:
@@ -289,7 +293,7 @@ def write_tiny_family_mtp(
     """A random-weight f32 GGUF of ``spec.arch`` whose last block is a NextN (MTP) block (``mtp=False``: the trunk
     alone); with ``cycle`` the letter-cycle target whose head agrees (:func:`cycle_tensors`)."""
     spec = tiny_family_spec(spec) if isinstance(spec, str) else spec
-    if cycle is not None and cycle.head_misses and not spec.own_head:
+    if cycle is not None and (cycle.head_misses or cycle.head_noise) and not spec.own_head:
         raise ValueError("a NextN head that differs from the target's needs spec.own_head")
     rng = np.random.default_rng(seed)
     tokens, scores, types = byte_vocab(spec.extra_tokens)
@@ -342,9 +346,15 @@ def cycle_tensors(spec: TinyFamilySpec, cycle: Cycle, seed: int = 0) -> dict[str
     embd[others, n_cycle:] -= embd[others, n_cycle:].mean(axis=1, keepdims=True)
     embd[CYCLE, np.arange(n_cycle)] = 1.0
     embd[CYCLE] -= 1.0 / h
+
+    def blurred(head: np.ndarray, noise: float) -> np.ndarray:
+        if noise:
+            head[3:] += noise * rng.standard_normal((n_vocab - 3, h)).astype(np.float32)  # specials stay silent
+        return head
+
     out = {
         "token_embd.weight": embd,
-        "output.weight": _cycle_head(n_vocab, h, cycle.margin, "", 0.0),
+        "output.weight": blurred(_cycle_head(n_vocab, h, cycle.margin, "", 0.0), cycle.noise),
         "output_norm.weight": np.ones(h, dtype=np.float32),
     }
     ones = np.ones(h, dtype=np.float32)
@@ -352,9 +362,8 @@ def cycle_tensors(spec: TinyFamilySpec, cycle: Cycle, seed: int = 0) -> dict[str
         out[f"blk.{il}.nextn.eh_proj.weight"] = np.concatenate([np.eye(h), np.zeros((h, h))], axis=1).astype(np.float32)
         out[f"blk.{il}.nextn.enorm.weight"] = out[f"blk.{il}.nextn.hnorm.weight"] = out[head_norm_name(spec, il)] = ones
         if spec.own_head:
-            out[f"blk.{il}.nextn.shared_head_head.weight"] = _cycle_head(
-                n_vocab, h, cycle.margin, cycle.head_misses, cycle.runner_up
-            )
+            own = _cycle_head(n_vocab, h, cycle.margin, cycle.head_misses, cycle.runner_up)
+            out[f"blk.{il}.nextn.shared_head_head.weight"] = blurred(own, cycle.head_noise)
     return out
 
 

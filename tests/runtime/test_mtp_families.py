@@ -12,7 +12,9 @@ import pytest
 from local_eagle.llamacpp.model import Model
 from local_eagle.runtime.engine import Engine, EngineOptions
 from local_eagle.runtime.mtp import MtpDrafter, mtp_refusal
+from local_eagle.runtime.sampling import SamplingParams
 from local_eagle.runtime.tree import TreeShape
+from local_eagle.testing.chisquare import chisquare_pvalue, target_joint
 from local_eagle.testing.tiny_mtp_families import (
     FAMILIES,
     Cycle,
@@ -97,6 +99,28 @@ def test_a_head_that_agrees_with_its_target_is_accepted(family):
         res = eng.generate("xyzA", max_tokens=48, draft_max=3, adaptive=False)
         assert res.tokens == base.tokens
         assert 0 < res.stats.accepted_tokens < res.stats.drafted_tokens and res.stats.acceptance_length > 1.8
+
+
+def test_sampling_with_the_head_keeps_the_targets_distribution(family, tmp_path):
+    """A blurred cycle whose head is right often, not always: accepted and resampled drafts, and the first two tokens
+    follow the target alone's joint distribution (chi-square over 1200 seeds)."""
+    blur = Cycle(margin=0.75, noise=0.1, head_noise=0.1)
+    path = write_cycle_family_mtp(tmp_path / "blurred.gguf", family["arch"], blur, seed=4, own_head=True)
+    sp = SamplingParams(temperature=1.0, top_k=4, top_p=1.0, min_p=0.0)
+    with Engine(path, None, OPTS) as eng:
+        joint = target_joint(eng, "xyzA", sp)
+        n = 1200
+        counts: dict[tuple[int, ...], int] = {}
+        drafted = accepted = 0
+        for seed in range(n):
+            res = eng.generate("xyzA", max_tokens=3, sampling=SamplingParams(**{**sp.__dict__, "seed": seed}),
+                               draft_max=3, adaptive=False)  # fmt: skip
+            key = tuple(res.tokens[:2])
+            counts[key] = counts.get(key, 0) + 1
+            drafted += res.stats.drafted_tokens
+            accepted += res.stats.accepted_tokens
+    assert 0 < accepted < drafted
+    assert chisquare_pvalue(counts, joint, n) > 1e-3
 
 
 def tokens_per_call(eng: Engine, prompts: list[str], **kw) -> float:
