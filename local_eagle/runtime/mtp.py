@@ -22,15 +22,16 @@ EAGLE drafter's branch sequences (``treeround.drafter_sequences``) in one unifie
 one call of :meth:`MtpDrafter.decode_branches`, every row on its own sequence copied from its parent's, at the
 level's loop position plus one. A hybrid target keeps one recurrent state per sequence and drafts chains.
 
-A hybrid target (``qwen35``, ``qwen35moe``: gated-delta-net layers beside attention) keeps one recurrent state per
-sequence, which cannot drop its last positions by itself. Its context is opened with
+A hybrid target (``qwen35``, ``qwen35moe``: gated-delta-net layers beside attention; ``nemotron_h_moe``: Mamba 2;
+``bailingmoe3``: Kimi delta attention) keeps one recurrent state per sequence, which cannot drop its last positions
+by itself. Its context is opened with
 ``n_rs_seq`` = the longest chain (``EngineOptions.rollback``): each decode then also writes the state after each of
 its last ``n_rs_seq`` rows, and ``llama_memory_seq_rm`` of up to that many trailing positions selects that snapshot
 for the next decode (``src/llama-memory-recurrent.cpp`` ``seq_rm``), the attention layers dropping their cells as
 usual. So the engine's ordinary rollback (``TreeBatch.keep``) is exact there too, as for llama.cpp's own
 ``draft-mtp`` (``common_params_speculative::need_n_rs_seq``). A hybrid family llama.cpp keeps no snapshots for
-(``qwen3next``: ``llm_arch_supports_rs_rollback``), or keeps them by code not checked here (``nemotron_h_moe``,
-``bailingmoe3``, ``deepseek4``), is refused (:func:`rollback_refusal`).
+(``qwen3next``: ``llm_arch_supports_rs_rollback``), or keeps them by code not checked here (``deepseek4``), is
+refused (:func:`rollback_refusal`).
 
 One head here: a model with several chained heads (``step35``) drafts step k on head k with that head's cache rebuilt
 over the draft (``llama_set_nextn_layer_offset``), which ``runtime.mtp_chain.ChainedMtpDrafter`` does.
@@ -60,12 +61,14 @@ RS_ROLLBACK_ARCHS = frozenset(
 """The families whose recurrent state llama.cpp 0.3.36 can roll back by snapshots (``llm_arch_supports_rs_rollback``,
 ``src/llama-arch.cpp:1123``); for any other it clamps ``n_rs_seq`` to 0 (``src/llama-context.cpp:106``)."""
 
-CHECKED_ROLLBACK_ARCHS = frozenset({"qwen35", "qwen35moe"})
-"""The hybrid MTP families whose snapshot rollback local-eagle has checked: both build their recurrent layers with
-``llm_build_delta_net_base`` (``src/models/delta-net-base.cpp`` ``build_conv_state``, ``build_recurrent_attn``),
-which the tiny ``qwen35``'s lossless tests run. ``nemotron_h_moe`` (Mamba 2, ``mamba-base.cpp``), ``bailingmoe3``
-(its own snapshot code) and ``deepseek4`` (the DSV4 cache, ``llama-kv-cache-dsv4.cpp``) keep snapshots by other
-code that no model here exercises, so they stay refused."""
+CHECKED_ROLLBACK_ARCHS = frozenset({"qwen35", "qwen35moe", "nemotron_h_moe", "bailingmoe3"})
+"""The hybrid MTP families whose snapshot rollback local-eagle has checked, each by a tiny model's lossless tests:
+``qwen35`` and ``qwen35moe`` build their recurrent layers with ``llm_build_delta_net_base`` (``build_conv_state``,
+``build_recurrent_attn``; ``testing.tiny_mtp``); ``nemotron_h_moe`` writes its snapshots in
+``llm_build_mamba_base::build_mamba2_layer`` (the conv planes and ``ggml_ssm_scan`` with K = 1 + n_rs_seq);
+``bailingmoe3`` in its own q/k/v short convolutions and ``build_recurrent_attn`` (``testing.tiny_mtp_hybrid``).
+``deepseek4`` (the DSV4 cache's restore/snapshot plans, ``llama-kv-cache-dsv4.cpp``) has no tiny model here, so it
+stays refused."""
 
 
 CHAINED_HEAD_ARCHS = frozenset({"step35"})

@@ -180,7 +180,7 @@ def test_fit_no_mtp_and_refused_heads_price_none(models: dict[str, Path], tmp_pa
     assert any("--no-mtp" in n for n in data["plan"]["notes"])
     # a hybrid family whose snapshot rollback is not checked: its head will not draft (a qwen35 relabelled)
     hybrid = write_tiny_qwen35_mtp(tmp_path / "qwen35.gguf")
-    shape = replace(vram.read_shape(hybrid), arch="nemotron_h_moe")
+    shape = replace(vram.read_shape(hybrid), arch="deepseek4")
     from local_eagle.cli.fit import _mtp_settings
 
     s, note = _mtp_settings(shape, None, Settings(n_ctx=2048), True)
