@@ -98,7 +98,8 @@ def kv_layers(
     """Per layer with a KV cache: cells and K/V bytes (``llama_kv_cache`` / ``llama_kv_cache_iswa``).
 
     A model with NextN blocks filters its caches (``llama_model::create_memory``): the main context holds the
-    trunk's layers, an MTP context (``mtp``) only the NextN layers, in a plain attention cache.
+    trunk's layers, an MTP context (``mtp``) only the NextN layers, in a plain attention cache. A ``bailingmoe3``
+    target's hybrid cache has no attention filter, so it holds its NextN blocks' KV too.
     """
     tk, tv = KV_TYPES[type_k], KV_TYPES[type_v]
     v_trans = not flash_attn
@@ -111,7 +112,7 @@ def kv_layers(
     for il in range(shape.n_layer):
         if shape.recurrent[il] or shape.n_head_kv[il] == 0:
             continue
-        if split and (il >= shape.n_trunk) != mtp:
+        if split and (il >= shape.n_trunk) != mtp and not (shape.arch == "bailingmoe3" and not mtp):
             continue
         cells = (size_swa if shape.is_swa[il] else d.n_ctx_seq) * d.n_stream
         n_k = shape.head_k[il] * shape.n_head_kv[il]

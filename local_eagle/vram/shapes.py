@@ -36,7 +36,7 @@ RS_ROLLBACK_ARCHS = frozenset(
      "lfm2moe", "bailingmoe3"}
 )  # fmt: skip
 CHECKED_ROLLBACK_ARCHS = frozenset({"qwen35", "qwen35moe", "nemotron_h_moe", "bailingmoe3"})
-CHAINED_HEAD_ARCHS = frozenset({"step35"})  # ``runtime.mtp.CHAINED_HEAD_ARCHS``: several heads drafted as a chain
+CHAINED_HEAD_ARCHS = frozenset({"step35", "mimo2", "hy_v3"})  # ``runtime.mtp.CHAINED_HEAD_ARCHS``: several heads drafted as a chain
 # NextN-block tensors some families' loaders create without the block's skip flag, so llama.cpp loads them as the
 # model's with or without ``load_mtp`` (``src/models/cohere2moe.cpp`` ``load_block_mtp``: the optional embedding and
 # head; ``src/models/hy-v3.cpp`` ``load_block``: the FFN and router, then the same optional three;
@@ -135,12 +135,16 @@ def _per_layer(v: Any, n: int, key: str, path: Path) -> list[int]:
     return [int(v)] * n
 
 
-def _recurrent_layers(arch: str, key: Any, head_kv: list[int], n_layer: int, n_nextn: int, path: Path) -> list[bool]:
+def _recurrent_layers(
+    arch: str, key: Any, head_kv: list[int], n_layer: int, n_nextn: int, path: Path, n_ff: list[int] | None = None
+) -> list[bool]:
     """Which layers keep recurrent state, as llama.cpp's ``hparams.is_recr`` decides for a model with state.
 
     ``attention.recurrent_layers`` where the file has it; else, for the ``full_attention_interval`` hybrids
     (qwen3next, qwen35, ...), every trunk layer but each n-th (NextN blocks are attention); else a zero KV-head
     count marks a recurrent layer (nemotron_h, jamba, ...), and a model with no KV heads is recurrent throughout.
+    Nemotron-H's FFN-only blocks have no KV heads either: a zero ``n_ff`` tells its Mamba 2 blocks from them
+    (``src/models/nemotron-h.cpp`` ``load_arch_hparams``).
     """
     listed = _per_layer(key("attention.recurrent_layers"), n_layer, f"{arch}.attention.recurrent_layers", path)
     if listed:
@@ -150,6 +154,9 @@ def _recurrent_layers(arch: str, key: Any, head_kv: list[int], n_layer: int, n_n
         if every <= 0:
             raise GGUFError(f"{path}: '{arch}.full_attention_interval' is {every}; expected a positive interval")
         return [il < n_layer - n_nextn and (il + 1) % every != 0 for il in range(n_layer)]
+    if arch in ("nemotron_h", "nemotron_h_moe") and n_ff is not None:
+        trunk = n_layer - n_nextn
+        return [h == 0 and f == 0 and il < trunk for il, (h, f) in enumerate(zip(head_kv, n_ff, strict=True))]
     return [h == 0 for h in head_kv] if any(head_kv) else [True] * n_layer
 
 
@@ -199,7 +206,8 @@ def read_shape(path: str | os.PathLike[str], what: str = "target GGUF") -> Model
     d_conv, d_inner = int(key("ssm.conv_kernel", 0) or 0), int(key("ssm.inner_size", 0) or 0)
     d_state, n_group = int(key("ssm.state_size", 0) or 0), int(key("ssm.group_count", 0) or 0)
     wkv = int(key("wkv.head_size", 0) or 0)
-    has_state = bool((d_inner and d_state) or wkv)
+    kda = int(key("kda.head_dim", 0) or 0)  # Kimi delta attention (bailingmoe3, kimi-linear)
+    has_state = bool((d_inner and d_state) or wkv or kda)
     head = _per_layer(key("attention.head_count"), n_layer, f"{arch}.attention.head_count", p)
     if not head:
         head = [0 if has_state else max(1, n_embd // 128)] * n_layer
@@ -236,11 +244,14 @@ def read_shape(path: str | os.PathLike[str], what: str = "target GGUF") -> Model
     if d_inner and d_state:
         ssm_r = max(d_conv - 1, 0) * (d_inner + 2 * n_group * d_state)
         ssm_s = d_state * d_inner
+    elif kda:  # src/llama-hparams.cpp n_embd_r / n_embd_s: q, k and v convolutions; a square state per head
+        ssm_r = 3 * (d_conv - 1 if d_conv > 0 else 3) * head[0] * kda
+        ssm_s = kda * kda * head[0]
     elif wkv:
         ssm_r = int(key("token_shift_count", 2) or 2) * n_embd
         ssm_s = n_embd * wkv
     if ssm_r or ssm_s:
-        recurrent = _recurrent_layers(arch, key, head_kv, n_layer, n_nextn, p)
+        recurrent = _recurrent_layers(arch, key, head_kv, n_layer, n_nextn, p, n_ff)
         if not any(head_kv):
             head_kv = [0] * n_layer
 
