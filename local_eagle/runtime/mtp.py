@@ -71,9 +71,10 @@ CHECKED_ROLLBACK_ARCHS = frozenset({"qwen35", "qwen35moe", "nemotron_h_moe", "ba
 stays refused."""
 
 
-CHAINED_HEAD_ARCHS = frozenset({"step35"})
+CHAINED_HEAD_ARCHS = frozenset({"step35", "mimo2", "hy_v3"})
 """The families whose several NextN heads local-eagle drafts with, chained (``runtime.mtp_chain``): ``step35``, the
-chained-heads family of docs/mtp.md, run by the tests on a tiny generated model."""
+chained-heads family of docs/mtp.md, and ``mimo2`` (MiMo V2 ships 3 NextN blocks) and ``hy_v3``, whose graphs take a
+block offset too; each run by the tests on a tiny generated model."""
 
 
 def mtp_refusal(model: Model) -> str | None:

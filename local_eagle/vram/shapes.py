@@ -36,7 +36,8 @@ RS_ROLLBACK_ARCHS = frozenset(
      "lfm2moe", "bailingmoe3"}
 )  # fmt: skip
 CHECKED_ROLLBACK_ARCHS = frozenset({"qwen35", "qwen35moe", "nemotron_h_moe", "bailingmoe3"})
-CHAINED_HEAD_ARCHS = frozenset({"step35", "mimo2", "hy_v3"})  # ``runtime.mtp.CHAINED_HEAD_ARCHS``: several heads drafted as a chain
+# ``runtime.mtp.CHAINED_HEAD_ARCHS``: several heads drafted as a chain
+CHAINED_HEAD_ARCHS = frozenset({"step35", "mimo2", "hy_v3"})
 # NextN-block tensors some families' loaders create without the block's skip flag, so llama.cpp loads them as the
 # model's with or without ``load_mtp`` (``src/models/cohere2moe.cpp`` ``load_block_mtp``: the optional embedding and
 # head; ``src/models/hy-v3.cpp`` ``load_block``: the FFN and router, then the same optional three;
