@@ -11,6 +11,9 @@ snapshots in code of their own.
   short convolutions, a per-channel gate, ``llm_build_delta_net_base::build_recurrent_attn``) where the KV head count
   is 0, gated MLA attention elsewhere, a dense first FFN and MoE after it; the NextN block is a gated MLA MoE block
   whose final norm is ``layer_output_norm``, on the trunk's head.
+- ``qwen3next`` (Qwen3-Next, ``src/models/qwen3next.cpp``): gated-delta-net layers (fused ``attn_qkv``, ``attn_gate``,
+  ``ssm_ba``) and gated attention with q/k norms, every block MoE with a gated shared expert. Its head is refused:
+  ``llm_arch_supports_rs_rollback`` leaves it out, so llama.cpp clamps ``n_rs_seq`` to 0.
 
 A :func:`cycle_overrides` model is ``testing.tiny_pair``'s letter cycle, as ``tiny_mtp.cycle_qwen35_tensors``: every
 attention and FFN output is zero, the recurrent layers' output small and random (a state rolled back wrong shows in
@@ -32,7 +35,10 @@ from local_eagle.testing.tiny import add_byte_tokenizer, byte_vocab, finish_gguf
 from local_eagle.testing.tiny_mtp import TinyGlm4MoeSpec, cycle_glm4moe_tensors
 
 HYBRID_FAMILIES = ("nemotron_h_moe", "bailingmoe3")
-LAYERS = {"nemotron_h_moe": "MAEME", "bailingmoe3": "MAMMA"}
+"""The families whose head drafts (``runtime.mtp.CHECKED_ROLLBACK_ARCHS``)."""
+REFUSED_FAMILIES = ("qwen3next",)
+"""The families written here whose head is refused: llama.cpp keeps no snapshots for them."""
+LAYERS = {"nemotron_h_moe": "MAEME", "bailingmoe3": "MAMMA", "qwen3next": "MAMA"}
 """Each family's default trunk (:class:`TinyHybridSpec` ``layers``)."""
 
 
@@ -100,7 +106,7 @@ def write_tiny_hybrid_mtp(
 ) -> Path:
     """A random-weight f32 hybrid GGUF of ``spec.arch`` whose last block is a NextN (MTP) block (``mtp=False``:
     the trunk alone). ``overrides`` replaces tensors by name; the random draws stay the same."""
-    writers = {"nemotron_h_moe": _nemotron_h_moe, "bailingmoe3": _bailingmoe3}
+    writers = {"nemotron_h_moe": _nemotron_h_moe, "bailingmoe3": _bailingmoe3, "qwen3next": _qwen3next}
     if spec.arch not in writers:
         raise ValueError(f"no tiny hybrid writer for '{spec.arch}' (have {', '.join(writers)})")
     return writers[spec.arch](Path(path), spec, seed, mtp, overrides or {})
@@ -277,7 +283,85 @@ def _bailingmoe3(p: Path, spec: TinyHybridSpec, seed: int, mtp: bool, overrides:
     return p
 
 
-RECURRENT_OUT = {"nemotron_h_moe": "ssm_out.weight", "bailingmoe3": "attn_output.weight"}
+def _qwen3next(p: Path, spec: TinyHybridSpec, seed: int, mtp: bool, overrides: dict[str, np.ndarray]) -> Path:
+    rng = np.random.default_rng(seed)
+    tokens, scores, types = byte_vocab(spec.extra_tokens)
+    n_vocab, h, hd = len(tokens), spec.n_embd, spec.n_embd // spec.n_head
+    n_all = spec.n_layer + (1 if mtp else 0)
+    kinds = spec.layers + ("N" if mtp else "")
+    key_dim, value_dim = spec.ssm_d_state * spec.ssm_n_group, spec.ssm_d_state * spec.ssm_n_head
+    conv_dim = 2 * key_dim + value_dim
+    mat, norm = random_f32(rng)
+
+    def stack(n: int, rows: int, cols: int) -> np.ndarray:
+        return (rng.standard_normal((n, rows, cols)) / np.sqrt(cols)).astype(np.float32)
+
+    def put(name: str, value: np.ndarray) -> None:
+        w.add_tensor(name, overrides.get(name, value))
+
+    w = _writer(p, spec, "tiny-qwen3next-mtp" if mtp else "tiny-qwen3next", n_all)
+    w.add_head_count_kv(spec.n_head_kv)
+    w.add_feed_forward_length(spec.n_ff)
+    w.add_key_length(hd)
+    w.add_value_length(hd)
+    w.add_rope_dimension_count(hd)
+    w.add_rope_freq_base(spec.rope_theta)
+    w.add_layer_norm_rms_eps(spec.eps)
+    w.add_ssm_conv_kernel(spec.ssm_d_conv)
+    w.add_ssm_inner_size(value_dim)
+    w.add_ssm_state_size(spec.ssm_d_state)
+    w.add_ssm_time_step_rank(spec.ssm_n_head)
+    w.add_ssm_group_count(spec.ssm_n_group)
+    w.add_full_attention_interval(2)
+    w.add_expert_count(spec.n_expert)
+    w.add_expert_used_count(spec.n_expert_used)
+    w.add_expert_feed_forward_length(spec.n_ff_exp)
+    w.add_expert_shared_feed_forward_length(spec.n_ff_shexp)
+    if mtp:
+        w.add_nextn_predict_layers(1)
+    add_byte_tokenizer(w, tokens, scores, types)
+
+    put("token_embd.weight", (rng.standard_normal((n_vocab, h)) * 0.5).astype(np.float32))
+    put("output_norm.weight", norm(h))
+    put("output.weight", mat(n_vocab, h, 4.0))
+    for i, kind in enumerate(kinds):
+        b = f"blk.{i}"
+        put(f"{b}.attn_norm.weight", norm(h))
+        put(f"{b}.post_attention_norm.weight", norm(h))
+        if kind == "M":
+            put(f"{b}.attn_qkv.weight", mat(conv_dim, h))
+            put(f"{b}.attn_gate.weight", mat(value_dim, h))
+            put(f"{b}.ssm_conv1d.weight", mat(conv_dim, spec.ssm_d_conv))
+            put(f"{b}.ssm_dt.bias", (0.1 * rng.standard_normal(spec.ssm_n_head)).astype(np.float32))
+            put(f"{b}.ssm_a", (-np.exp(0.3 * rng.standard_normal(spec.ssm_n_head))).astype(np.float32))
+            put(f"{b}.ssm_ba.weight", mat(2 * spec.ssm_n_head, h))
+            put(f"{b}.ssm_norm.weight", norm(spec.ssm_d_state))
+            put(f"{b}.ssm_out.weight", mat(h, value_dim))
+        else:
+            put(f"{b}.attn_q.weight", mat(2 * spec.n_head * hd, h))  # queries and their gates
+            put(f"{b}.attn_k.weight", mat(spec.n_head_kv * hd, h))
+            put(f"{b}.attn_v.weight", mat(spec.n_head_kv * hd, h))
+            put(f"{b}.attn_output.weight", mat(h, spec.n_head * hd))
+            put(f"{b}.attn_q_norm.weight", norm(hd))
+            put(f"{b}.attn_k_norm.weight", norm(hd))
+        put(f"{b}.ffn_gate_inp.weight", mat(spec.n_expert, h))
+        put(f"{b}.ffn_gate_exps.weight", stack(spec.n_expert, spec.n_ff_exp, h))
+        put(f"{b}.ffn_up_exps.weight", stack(spec.n_expert, spec.n_ff_exp, h))
+        put(f"{b}.ffn_down_exps.weight", stack(spec.n_expert, h, spec.n_ff_exp))
+        put(f"{b}.ffn_gate_inp_shexp.weight", (0.1 * rng.standard_normal(h)).astype(np.float32))
+        put(f"{b}.ffn_gate_shexp.weight", mat(spec.n_ff_shexp, h))
+        put(f"{b}.ffn_up_shexp.weight", mat(spec.n_ff_shexp, h))
+        put(f"{b}.ffn_down_shexp.weight", mat(h, spec.n_ff_shexp))
+        if kind == "N":
+            put(f"{b}.nextn.eh_proj.weight", mat(h, 2 * h))
+            put(f"{b}.nextn.enorm.weight", norm(h))
+            put(f"{b}.nextn.hnorm.weight", norm(h))
+            put(f"{b}.nextn.shared_head_norm.weight", norm(h))
+    finish_gguf(w)
+    return p
+
+
+RECURRENT_OUT = {"nemotron_h_moe": "ssm_out.weight", "bailingmoe3": "attn_output.weight", "qwen3next": "ssm_out.weight"}
 ZEROED = ("attn_output.weight", "ffn_down.weight", "ffn_down_exps.weight", "ffn_down_shexp.weight")
 
 
@@ -315,7 +399,11 @@ def cycle_overrides(
     out[f"blk.{nextn}.nextn.eh_proj.weight"] = eh
     for part in ("enorm", "hnorm"):
         out[f"blk.{nextn}.nextn.{part}.weight"] = cycle[f"blk.1.nextn.{part}.weight"]
-    head_norm = {"nemotron_h_moe": "nextn.shared_head_norm.weight", "bailingmoe3": "layer_output_norm.weight"}
+    head_norm = {
+        "nemotron_h_moe": "nextn.shared_head_norm.weight",
+        "bailingmoe3": "layer_output_norm.weight",
+        "qwen3next": "nextn.shared_head_norm.weight",
+    }
     out[f"blk.{nextn}.{head_norm[spec.arch]}"] = np.ones(h, dtype=np.float32)
     return out
 
