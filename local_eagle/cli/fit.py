@@ -17,11 +17,13 @@ import typer
 from local_eagle.cli.console import friendly, out
 from local_eagle.cli.options import (
     OFF,
+    DraftMode,
     JsonOpt,
     MtpOpt,
     TreeOpt,
     check_option,
     checked_options,
+    given,
     parse_tree,
     resolve_models,
 )
@@ -188,7 +190,10 @@ def fit(
     batch: Annotated[int, typer.Option(help="n_batch of the target context.")] = 2048,
     ubatch: Annotated[int, typer.Option(help="n_ubatch of the target context.")] = 512,
     draft_ubatch: Annotated[int, typer.Option(help="n_ubatch (and at most n_batch) of the drafter.")] = 512,
-    draft_max: Annotated[int, typer.Option(help=PARAMETERS["draft_num_predict"].help)] = 8,
+    draft_max: Annotated[
+        int | None,
+        typer.Option(help=PARAMETERS["draft_num_predict"].help + " Default: the Modelfile's, else 8 (the policy's)."),
+    ] = None,
     tree: TreeOpt = OFF,
     swa_full: Annotated[
         bool, typer.Option("--swa-full/--no-swa-full", help="Full-size cache for sliding-window layers.")
@@ -216,8 +221,9 @@ def fit(
     if trees.nodes > 1 and parallel != 1:
         raise LocalEagleError("give --tree (one generation's draft trees) or --parallel, not both")
     pair = resolve_models(model, draft, modelfile, mtp)
-    if pair.modelfile is not None:
-        ctx = ctx or pair.parameters.get("num_ctx")
+    # the engine's resolution (local_eagle.settings): the flag, else the Modelfile's num_ctx / draft_num_predict
+    resolved = pair.settings(given(ctx=ctx, draft_max=draft_max), DraftMode())
+    ctx, draft_max = resolved.ctx, max(1, resolved.draft_max)
     s = _settings(ctx, layers, kv_type, kv_type_k, kv_type_v, draft_kv_type, flash_attn, parallel, batch, ubatch,
                   draft_ubatch, draft_max, swa_full)  # fmt: skip
     target, drafter = _read_shapes(pair.model, pair.draft)
