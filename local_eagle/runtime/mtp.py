@@ -30,8 +30,7 @@ its last ``n_rs_seq`` rows, and ``llama_memory_seq_rm`` of up to that many trail
 for the next decode (``src/llama-memory-recurrent.cpp`` ``seq_rm``), the attention layers dropping their cells as
 usual. So the engine's ordinary rollback (``TreeBatch.keep``) is exact there too, as for llama.cpp's own
 ``draft-mtp`` (``common_params_speculative::need_n_rs_seq``). A hybrid family llama.cpp keeps no snapshots for
-(``qwen3next``: ``llm_arch_supports_rs_rollback``), or keeps them by code not checked here (``deepseek4``), is
-refused (:func:`rollback_refusal`).
+(``qwen3next``: ``llm_arch_supports_rs_rollback``) is refused (:func:`rollback_refusal`).
 
 One head here: a model with several chained heads (``step35``) drafts step k on head k with that head's cache rebuilt
 over the draft (``llama_set_nextn_layer_offset``), which ``runtime.mtp_chain.ChainedMtpDrafter`` does.
@@ -44,6 +43,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from local_eagle.errors import LocalEagleError
+from local_eagle.llamacpp.lib import C
 from local_eagle.llamacpp.model import GGML_TYPE_F16, Context, ContextOptions, Model
 from local_eagle.llamacpp.staging import staging
 
@@ -61,14 +61,14 @@ RS_ROLLBACK_ARCHS = frozenset(
 """The families whose recurrent state llama.cpp 0.3.36 can roll back by snapshots (``llm_arch_supports_rs_rollback``,
 ``src/llama-arch.cpp:1123``); for any other it clamps ``n_rs_seq`` to 0 (``src/llama-context.cpp:106``)."""
 
-CHECKED_ROLLBACK_ARCHS = frozenset({"qwen35", "qwen35moe", "nemotron_h_moe", "bailingmoe3"})
+CHECKED_ROLLBACK_ARCHS = frozenset({"qwen35", "qwen35moe", "nemotron_h_moe", "bailingmoe3", "deepseek4"})
 """The hybrid MTP families whose snapshot rollback local-eagle has checked, each by a tiny model's lossless tests:
 ``qwen35`` and ``qwen35moe`` build their recurrent layers with ``llm_build_delta_net_base`` (``build_conv_state``,
 ``build_recurrent_attn``; ``testing.tiny_mtp``); ``nemotron_h_moe`` writes its snapshots in
 ``llm_build_mamba_base::build_mamba2_layer`` (the conv planes and ``ggml_ssm_scan`` with K = 1 + n_rs_seq);
-``bailingmoe3`` in its own q/k/v short convolutions and ``build_recurrent_attn`` (``testing.tiny_mtp_hybrid``).
-``deepseek4`` (the DSV4 cache's restore/snapshot plans, ``llama-kv-cache-dsv4.cpp``) has no tiny model here, so it
-stays refused."""
+``bailingmoe3`` in its own q/k/v short convolutions and ``build_recurrent_attn`` (``testing.tiny_mtp_hybrid``);
+``deepseek4`` snapshots its compressors' running state by the DSV4 cache's restore/snapshot plans
+(``llama-kv-cache-dsv4.cpp``; ``testing.tiny_mtp_dsv4``)."""
 
 
 CHAINED_HEAD_ARCHS = frozenset({"step35", "mimo2", "hy_v3"})
@@ -138,6 +138,13 @@ def mtp_note(model: Model, rollback: int | None, tree_nodes: int = 0) -> str:
     )
 
 
+def state_width(model: Model) -> int:
+    """The width of the state the head reads: ``n_embd``, or all the residual streams of a trunk that keeps several
+    (deepseek4's 4 hyper-connection streams): llama.cpp sizes an MTP context's input rows by ``n_embd_out``
+    (``llama_batch_ext_select_n_embd_inp``) and stages ``h_nextn`` that wide."""
+    return int(C.llama_model_n_embd_out(model.ptr)) or model.n_embd
+
+
 class MtpCapture:
     """The target's last hidden state per row (``h_nextn``), in the interface of ``runtime.capture.LayerCapture``.
 
@@ -152,8 +159,7 @@ class MtpCapture:
 
     def __init__(self, model: Model) -> None:
         self.model = model
-        self.n_embd = model.n_embd
-        self.width = model.n_embd
+        self.n_embd = self.width = state_width(model)
         self._ctx: Context | None = None
         self._enabled = False
 
@@ -220,7 +226,7 @@ class MtpDrafter:
         opts = replace(opts or ContextOptions(n_ctx=target.n_ctx), type_k=GGML_TYPE_F16, type_v=GGML_TYPE_F16)
         self.ctx = Context(model, replace(opts, mtp=True), ctx_other=target)
         self.ctx.set_embeddings_nextn(True, True)  # the head's own state, for the rows marked as outputs
-        self.n_embd = model.n_embd
+        self.n_embd = state_width(model)
         self.n_vocab = model.n_vocab
         self.spec = MtpSpec(self.n_embd, self.n_vocab, model.n_layer_nextn)
 

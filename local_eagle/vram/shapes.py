@@ -35,7 +35,7 @@ RS_ROLLBACK_ARCHS = frozenset(
     {"kimi-k3", "qwen35", "qwen35moe", "qwen4exp", "deepseek4", "glm5-next", "nemotron_h", "nemotron_h_moe", "lfm2",
      "lfm2moe", "bailingmoe3"}
 )  # fmt: skip
-CHECKED_ROLLBACK_ARCHS = frozenset({"qwen35", "qwen35moe", "nemotron_h_moe", "bailingmoe3"})
+CHECKED_ROLLBACK_ARCHS = frozenset({"qwen35", "qwen35moe", "nemotron_h_moe", "bailingmoe3", "deepseek4"})
 # ``runtime.mtp.CHAINED_HEAD_ARCHS``: several heads drafted as a chain
 CHAINED_HEAD_ARCHS = frozenset({"step35", "mimo2", "hy_v3"})
 # NextN-block tensors some families' loaders create without the block's skip flag, so llama.cpp loads them as the
@@ -318,7 +318,7 @@ def mtp_refusal(shape: ModelShape, rollback: int = 1) -> str | None:
     The planner's copy of ``runtime.mtp.mtp_refusal`` then ``rollback_refusal`` (same order, same words): one NextN
     head, a family with an MTP graph, and a cache that drops rejected drafts: any attention cache, a hybrid one only
     where llama.cpp keeps the recurrent-state snapshots (``rollback`` of them, the engine's draft bound) by code
-    local-eagle has checked (qwen35, qwen35moe, nemotron_h_moe, bailingmoe3).
+    local-eagle has checked (qwen35, qwen35moe, nemotron_h_moe, bailingmoe3, deepseek4).
     """
     name = shape.path.name
     if shape.n_nextn <= 0:

@@ -150,7 +150,7 @@ def test_partial_acceptance_on_the_cycle(cycle: Path) -> None:
 def test_families_still_refused(hybrid: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Hybrid families whose snapshots llama.cpp does not keep, or whose snapshot code nothing here has checked."""
     with Engine(hybrid, None, OPTS) as eng:
-        for arch, why in (("qwen3next", "keeps no recurrent-state snapshots"), ("deepseek4", "not checked")):
+        for arch, why in (("qwen3next", "keeps no recurrent-state snapshots"), ("kimi-k3", "not checked")):
             monkeypatch.setattr(Model, "arch", lambda self, a=arch: a)
             assert why in (rollback_refusal(eng.model, 8) or "")
         monkeypatch.undo()
