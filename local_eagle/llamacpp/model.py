@@ -359,6 +359,26 @@ class Context:
     def pos_max(self, seq: int = 0) -> int:
         return int(C.llama_memory_seq_pos_max(self.mem, seq))
 
+    def checkpoint(self, seq: int = 0) -> ctypes.Array:
+        """``seq``'s recurrent state, to put back with :meth:`restore` where the cache cannot drop a suffix.
+
+        ``LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY``: a hybrid cache writes its recurrent part alone
+        (``llama_memory_hybrid::state_write``), the part ``remove_from`` cannot cut; the attention cells stay.
+        """
+        flags = C.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
+        size = int(C.llama_state_seq_get_size_ext(self.ptr, seq, flags))
+        buf = (ctypes.c_uint8 * size)()
+        if int(C.llama_state_seq_get_data_ext(self.ptr, buf, size, seq, flags)) != size:
+            raise LlamaError(f"llama.cpp could not save sequence {seq}'s recurrent state ({size} bytes)")
+        return buf
+
+    def restore(self, state: ctypes.Array, seq: int = 0) -> None:
+        """Put back a :meth:`checkpoint` of ``seq``: its recurrent state and position as they were saved (the
+        attention cells after it are still there for ``remove_from`` to drop)."""
+        flags = C.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
+        if int(C.llama_state_seq_set_data_ext(self.ptr, state, len(state), seq, flags)) != len(state):
+            raise LlamaError(f"llama.cpp could not restore sequence {seq}'s recurrent state")
+
     def close(self) -> None:
         if getattr(self, "batch", None):
             C.llama_batch_ext_free(self.batch)

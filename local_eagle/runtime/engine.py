@@ -125,6 +125,7 @@ class Engine:
         self.mtp_note: str | None = None  # how the head drafts and rejected drafts are dropped (for --verbose)
         self.rollback_bound: int | None = None  # drafts per round a recurrent-state rollback allows (None: any)
         self.head_bound: int | None = None  # chained MTP heads (step35): one per draft, so at most that many drafts
+        self.checkpoints = False  # rounds roll back by a saved recurrent state (runtime.mtp.CHECKPOINT_ROLLBACK_ARCHS)
         mtp = False
         n_rs_seq = 0
         if draft is not None:
@@ -132,16 +133,25 @@ class Engine:
             check_pair(spec, self.model)
             self.capture = LayerCapture.create(self.model, spec.target_layers, options.capture)
         elif options.mtp and self.model.n_layer_nextn > 0:
-            from local_eagle.runtime.mtp import MtpCapture, mtp_note, mtp_refusal, rollback_refusal
+            from local_eagle.runtime.mtp import (
+                CHECKPOINT_ROLLBACK_ARCHS,
+                MtpCapture,
+                mtp_note,
+                mtp_refusal,
+                rollback_refusal,
+            )
 
             # rejected drafts are dropped from the target's cache; a recurrent or hybrid one needs llama.cpp's
-            # per-token state snapshots for that (runtime.mtp.rollback_refusal, docs/mtp.md)
+            # per-token state snapshots for that, or a checkpoint a round where it keeps none (runtime.mtp, docs/mtp.md)
             self.mtp_refusal = mtp_refusal(self.model) or rollback_refusal(self.model, options.rollback)
             mtp = self.mtp_refusal is None
             if mtp:
                 self.capture = MtpCapture(self.model)
-                if self.model.branching_refusal() is not None:  # recurrent layers: snapshots to roll back to
-                    n_rs_seq = self.rollback_bound = options.rollback
+                if self.model.branching_refusal() is not None:  # recurrent layers: snapshots to roll back to,
+                    if self.model.arch() in CHECKPOINT_ROLLBACK_ARCHS:  # or none: a state saved every round
+                        self.checkpoints = True
+                    else:
+                        n_rs_seq = self.rollback_bound = options.rollback
                 if self.model.n_layer_nextn > 1:
                     self.head_bound = self.model.n_layer_nextn
         callback = self.capture.callback if self.capture is not None else None
@@ -197,7 +207,7 @@ class Engine:
         self.max_tree_nodes = CPU_TREE_NODES if self.model.attention_on_cpu else MAX_SEQ - 1
         if mtp:
             tree_nodes = min(options.tree_nodes, self.max_tree_nodes) if trees else 0
-            self.mtp_note = mtp_note(self.model, self.rollback_bound, tree_nodes)
+            self.mtp_note = mtp_note(self.model, self.rollback_bound, tree_nodes, self.checkpoints)
 
     @property
     def model_path(self) -> Path:

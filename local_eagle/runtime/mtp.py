@@ -30,7 +30,8 @@ its last ``n_rs_seq`` rows, and ``llama_memory_seq_rm`` of up to that many trail
 for the next decode (``src/llama-memory-recurrent.cpp`` ``seq_rm``), the attention layers dropping their cells as
 usual. So the engine's ordinary rollback (``TreeBatch.keep``) is exact there too, as for llama.cpp's own
 ``draft-mtp`` (``common_params_speculative::need_n_rs_seq``). A hybrid family llama.cpp keeps no snapshots for
-(``qwen3next``: ``llm_arch_supports_rs_rollback``) is refused (:func:`rollback_refusal`).
+(``qwen3next``: ``llm_arch_supports_rs_rollback``) rolls back by checkpoints instead, as ``speculative-simple``
+does (:data:`CHECKPOINT_ROLLBACK_ARCHS`).
 
 One head here: a model with several chained heads (``step35``) drafts step k on head k with that head's cache rebuilt
 over the draft (``llama_set_nextn_layer_offset``), which ``runtime.mtp_chain.ChainedMtpDrafter`` does.
@@ -71,6 +72,13 @@ CHECKED_ROLLBACK_ARCHS = frozenset({"qwen35", "qwen35moe", "nemotron_h_moe", "ba
 (``llama-kv-cache-dsv4.cpp``; ``testing.tiny_mtp_dsv4``)."""
 
 
+CHECKPOINT_ROLLBACK_ARCHS = frozenset({"qwen3next"})
+"""The hybrid MTP families llama.cpp keeps no snapshots for whose rounds roll back by checkpoints instead
+(``speculative-simple``'s ``use_ckpt_tgt``): the recurrent state saved before each verify with a draft
+(``Context.checkpoint``), restored on a partial acceptance and the kept rows decoded again (``rounds.Generation``).
+Each checked exact on a tiny model (``testing.tiny_mtp_hybrid``: the next logits bitwise a fresh context's)."""
+
+
 CHAINED_HEAD_ARCHS = frozenset({"step35", "mimo2", "hy_v3"})
 """The families whose several NextN heads local-eagle drafts with, chained (``runtime.mtp_chain``): ``step35``, the
 chained-heads family of docs/mtp.md, and ``mimo2`` (MiMo V2 ships 3 NextN blocks) and ``hy_v3``, whose graphs take a
@@ -102,6 +110,8 @@ def rollback_refusal(model: Model, rollback: int) -> str | None:
     if model.branching_refusal() is None:
         return None
     arch = model.arch()
+    if arch in CHECKPOINT_ROLLBACK_ARCHS:
+        return None
     if arch not in RS_ROLLBACK_ARCHS:
         return (
             f"{model.path.name}: llama.cpp 0.3.36 keeps no recurrent-state snapshots for architecture '{arch}', so "
@@ -117,12 +127,20 @@ def rollback_refusal(model: Model, rollback: int) -> str | None:
     return None
 
 
-def mtp_note(model: Model, rollback: int | None, tree_nodes: int = 0) -> str:
+def mtp_note(model: Model, rollback: int | None, tree_nodes: int = 0, checkpoints: bool = False) -> str:
     """How the head drafts and how a rejected draft leaves the target's cache, for ``--verbose``.
 
-    ``tree_nodes``: the largest tree the engine verifies (0 or 1: it was opened for chains only).
+    ``tree_nodes``: the largest tree the engine verifies (0 or 1: it was opened for chains only). ``checkpoints``:
+    rounds roll back by a saved recurrent state (:data:`CHECKPOINT_ROLLBACK_ARCHS`), which costs a decode more.
     """
     head = f"drafting with {model.path.name}'s own MTP (NextN) head, chains"
+    if checkpoints:
+        return (
+            f"{head}; llama.cpp keeps no recurrent-state snapshots for '{model.arch()}', so each round with drafts "
+            "saves the target's recurrent state first and rolls back by that checkpoint: a round that rejects a "
+            "draft restores it, drops the rejected rows from the attention cache and decodes the kept rows again "
+            "(one more target call of those rows)"
+        )
     if model.n_layer_nextn > 1 and rollback is None:  # chained heads (runtime.mtp_chain): no trees
         n = model.n_layer_nextn
         return (

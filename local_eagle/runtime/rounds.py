@@ -173,6 +173,8 @@ class Generation:
         self.shared = False  # other generations share the caches: only this one's sequence is cleared
         self.cancelled: Callable[[], bool] | None = None
         self.trees = TreeRounds(self, tree) if tree is not None and self.speculative else None
+        self.checkpoints = engine.checkpoints and self.speculative  # rounds roll back by a saved recurrent state
+        self.saved = None  # this round's checkpoint of the target's recurrent state (``Context.checkpoint``)
 
     def run(self) -> Iterator[str]:
         self.reset_caches()
@@ -315,6 +317,8 @@ class Generation:
         capture = self.capturing(drafted.tree.drafted)
         if self.pausable:
             self.capture.pause(not capture)
+        if self.checkpoints:  # before the verify: its rows enter the recurrent state for good
+            self.saved = self.target.checkpoint(self.seq) if drafted.tree.drafted else None
         batches, features = verify([(self, drafted)], capture)
         return self.settle(drafted, batches[0], features, 0)
 
@@ -349,10 +353,14 @@ class Generation:
             started = clock()
             self.constraint.consume(accepted[: next((i + 1 for i, t in enumerate(accepted) if model.is_eog(t)), None)])
             self.grammar_seconds += clock() - started
+        rows = None if features is None else features[offset + np.array([0, *path])]  # before a replay decodes
         started = clock()
-        batch.keep(self.target, path[-1] if path else 0)
+        if self.saved is not None and len(path) < drafted.tree.drafted:
+            self.replay(drafted.last_token, accepted[:-1])
+        else:
+            batch.keep(self.target, path[-1] if path else 0)
+        self.saved = None
         observed.rollback_seconds = clock() - started
-        rows = None if features is None else features[offset + np.array([0, *path])]
         self.commit(drafted.last_token, accepted, rows, observed)
         if drafted.tree_round:
             self.trees.learn(drafted, path, accepted)
@@ -360,6 +368,19 @@ class Generation:
             self.learn(observed, drafted.refused, next_token, clock() - drafted.started)
             self.spec_stats.observe(observed)
         return accepted
+
+    def replay(self, last_token: int, kept: list[int]) -> None:
+        """Roll a chain back by the round's checkpoint (a target without recurrent-state snapshots): the recurrent
+        state as before the verify, the verify's rows dropped from the attention cache, the kept rows decoded again.
+
+        The verify's logits and features stay the round's: the replay only rebuilds the cache, as
+        ``speculative-simple``'s ``load_tgt`` does (there the kept tokens ride along with the next verify).
+        """
+        assert self.saved is not None
+        self.target.restore(self.saved, self.seq)
+        self.target.remove_from(self.n_past, self.seq)
+        rows = np.array([last_token, *kept], dtype=np.int32)
+        self.target.decode(rows, self.n_past + np.arange(len(rows)), False, seq=self.seq)
 
     def draft_length(self, limit: int | None = None) -> int:
         """How many tokens this round may draft: the draft limit (``draft_max`` unless ``limit`` says), the

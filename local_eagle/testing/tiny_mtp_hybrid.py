@@ -12,8 +12,9 @@ snapshots in code of their own.
   is 0, gated MLA attention elsewhere, a dense first FFN and MoE after it; the NextN block is a gated MLA MoE block
   whose final norm is ``layer_output_norm``, on the trunk's head.
 - ``qwen3next`` (Qwen3-Next, ``src/models/qwen3next.cpp``): gated-delta-net layers (fused ``attn_qkv``, ``attn_gate``,
-  ``ssm_ba``) and gated attention with q/k norms, every block MoE with a gated shared expert. Its head is refused:
-  ``llm_arch_supports_rs_rollback`` leaves it out, so llama.cpp clamps ``n_rs_seq`` to 0.
+  ``ssm_ba``) and gated attention with q/k norms, every block MoE with a gated shared expert.
+  ``llm_arch_supports_rs_rollback`` leaves it out, so llama.cpp clamps ``n_rs_seq`` to 0 and its head's rounds roll
+  back by checkpoints (``runtime.mtp.CHECKPOINT_ROLLBACK_ARCHS``).
 
 A :func:`cycle_overrides` model is ``testing.tiny_pair``'s letter cycle, as ``tiny_mtp.cycle_qwen35_tensors``: every
 attention and FFN output is zero, the recurrent layers' output small and random (a state rolled back wrong shows in
@@ -36,8 +37,8 @@ from local_eagle.testing.tiny_mtp import TinyGlm4MoeSpec, cycle_glm4moe_tensors
 
 HYBRID_FAMILIES = ("nemotron_h_moe", "bailingmoe3")
 """The families whose head drafts (``runtime.mtp.CHECKED_ROLLBACK_ARCHS``)."""
-REFUSED_FAMILIES = ("qwen3next",)
-"""The families written here whose head is refused: llama.cpp keeps no snapshots for them."""
+CHECKPOINT_FAMILIES = ("qwen3next",)
+"""The families written here llama.cpp keeps no snapshots for: their rounds roll back by checkpoints."""
 LAYERS = {"nemotron_h_moe": "MAEME", "bailingmoe3": "MAMMA", "qwen3next": "MAMA"}
 """Each family's default trunk (:class:`TinyHybridSpec` ``layers``)."""
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from local_eagle.gguf import Tensor, pad
 from local_eagle.vram.settings import CtxDims, Settings
-from local_eagle.vram.shapes import TOKEN_EMBD_HOST, ModelShape, has_state
+from local_eagle.vram.shapes import RS_ROLLBACK_ARCHS, TOKEN_EMBD_HOST, ModelShape, has_state
 from local_eagle.vram.types import CPU, CUDA, KV_TYPES, Backend, PlanError, row_bytes
 
 
@@ -135,9 +135,11 @@ def rs_snapshots(shape: ModelShape, s: Settings) -> int:
     The engine asks for them only where a recurrent or hybrid target drafts with its own head (``Settings.mtp``, the
     caller having checked ``shapes.mtp_refusal``): one per draft a round may reject, ``max(1, draft_max)``, as
     ``cli.loading`` sets ``EngineOptions.rollback``. llama.cpp then keeps 1 + n_rs_seq copies of each recurrent
-    layer's state per sequence (``src/llama-memory-recurrent.cpp``).
+    layer's state per sequence (``src/llama-memory-recurrent.cpp``). A family without snapshots (``qwen3next``) gets
+    none: its rounds roll back by a host checkpoint of one state instead (``Context.checkpoint``).
     """
-    return max(1, s.draft_max) if s.mtp and shape.n_nextn > 0 and has_state(shape) else 0
+    snapshots = s.mtp and shape.n_nextn > 0 and has_state(shape) and shape.arch in RS_ROLLBACK_ARCHS
+    return max(1, s.draft_max) if snapshots else 0
 
 
 def attention_kv(

@@ -25,7 +25,7 @@ from local_eagle.vram.memory import (
     weights,
 )
 from local_eagle.vram.settings import CtxDims, Settings, ctx_dims
-from local_eagle.vram.shapes import TOKEN_EMBD_HOST, ModelShape, has_state
+from local_eagle.vram.shapes import CHECKPOINT_ROLLBACK_ARCHS, TOKEN_EMBD_HOST, ModelShape, has_state
 from local_eagle.vram.types import CPU, CUDA, Backend
 
 
@@ -323,6 +323,11 @@ def make_plan(
         notes.append(
             f"recurrent state: {1 + n_rs} copies per sequence (n_rs_seq={n_rs}, the draft bound): llama.cpp keeps a "
             "snapshot per draft so that rejected drafts roll back"
+        )
+    elif prices_mtp(target, draft, s) and has_state(target) and target.arch in CHECKPOINT_ROLLBACK_ARCHS:
+        notes.append(
+            "recurrent state: no snapshots for this family; rejected drafts roll back by a checkpoint, one more copy "
+            "of the state per round in host memory, and a replay of the kept rows"
         )
     return Plan(target, draft, s, budget, ngl, comps, notes)
 

@@ -36,6 +36,8 @@ RS_ROLLBACK_ARCHS = frozenset(
      "lfm2moe", "bailingmoe3"}
 )  # fmt: skip
 CHECKED_ROLLBACK_ARCHS = frozenset({"qwen35", "qwen35moe", "nemotron_h_moe", "bailingmoe3", "deepseek4"})
+# ``runtime.mtp.CHECKPOINT_ROLLBACK_ARCHS``: no snapshots, rounds rolled back by a saved recurrent state instead
+CHECKPOINT_ROLLBACK_ARCHS = frozenset({"qwen3next"})
 # ``runtime.mtp.CHAINED_HEAD_ARCHS``: several heads drafted as a chain
 CHAINED_HEAD_ARCHS = frozenset({"step35", "mimo2", "hy_v3"})
 # NextN-block tensors some families' loaders create without the block's skip flag, so llama.cpp loads them as the
@@ -330,7 +332,7 @@ def mtp_refusal(shape: ModelShape, rollback: int = 1) -> str | None:
             f"{name} has {shape.n_nextn} chained MTP heads; local-eagle drafts with chained heads only for "
             f"{', '.join(sorted(CHAINED_HEAD_ARCHS))} so far (runtime.mtp_chain)"
         )
-    if not has_state(shape):
+    if not has_state(shape) or shape.arch in CHECKPOINT_ROLLBACK_ARCHS:
         return None
     if shape.arch not in RS_ROLLBACK_ARCHS:
         return (

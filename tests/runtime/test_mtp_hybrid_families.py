@@ -21,14 +21,12 @@ from local_eagle.runtime.engine import Engine, EngineOptions
 from local_eagle.runtime.mtp import CHECKED_ROLLBACK_ARCHS, RS_ROLLBACK_ARCHS, MtpDrafter
 from local_eagle.runtime.rounds import TokenLogprob
 from local_eagle.testing.tiny_mtp_hybrid import (
+    CHECKPOINT_FAMILIES,
     HYBRID_FAMILIES,
-    REFUSED_FAMILIES,
     TinyHybridSpec,
     write_cycle_hybrid_mtp,
     write_tiny_hybrid_mtp,
 )
-from local_eagle.vram import read_shape
-from local_eagle.vram.shapes import mtp_refusal
 
 OPTS = EngineOptions(n_ctx=256, n_batch=32, n_threads=1)
 PROMPTS = [np.array(p, dtype=np.int32) for p in ([1, 5, 9, 13, 2], [3, 3, 3], [7, 1, 30, 12, 8, 4, 4])]
@@ -57,33 +55,7 @@ def _logprob_gap(a: list[TokenLogprob], b: list[TokenLogprob]) -> float:
 
 def test_every_family_is_checked() -> None:
     assert set(HYBRID_FAMILIES) <= CHECKED_ROLLBACK_ARCHS
-    assert not set(REFUSED_FAMILIES) & RS_ROLLBACK_ARCHS
-
-
-@pytest.mark.parametrize("arch", REFUSED_FAMILIES)
-def test_no_snapshots_no_head(arch: str, tmp_path: Path) -> None:
-    """qwen3next: llama.cpp clamps ``n_rs_seq`` to 0, so its head is refused with one line and the target runs
-    alone, as it does with the head turned off; the planner says the same."""
-    path = write_tiny_hybrid_mtp(tmp_path / f"{arch}.gguf", TinyHybridSpec(arch))
-    why = (
-        f"{path.name}: llama.cpp 0.3.36 keeps no recurrent-state snapshots for architecture '{arch}', so a rejected "
-        "draft cannot be dropped from its recurrent layers"
-    )
-    model = Model(path, n_gpu_layers=0)
-    try:
-        ctx = Context(model, ContextOptions(**{**CTX.__dict__, "n_rs_seq": 4}))
-        assert ctx.n_rs_seq == 0
-        ctx.close()
-    finally:
-        model.close()
-    assert mtp_refusal(read_shape(path), 8) == why
-    with Engine(path, None, EngineOptions(n_ctx=256, n_batch=32, n_threads=1, mtp=False)) as off:
-        bases = [off.generate(prompt, max_tokens=30, draft_max=0).tokens for prompt in PROMPTS]
-    with Engine(path, None, OPTS) as eng:
-        assert eng.drafter is None and eng.mtp_refusal == why and eng.ctx.n_rs_seq == 0
-        for prompt, base in zip(PROMPTS, bases, strict=True):
-            res = eng.generate(prompt, max_tokens=30, draft_max=4)
-            assert res.tokens == base and res.stats.drafted_tokens == 0
+    assert not set(CHECKPOINT_FAMILIES) & RS_ROLLBACK_ARCHS  # test_mtp_checkpoint
 
 
 def test_snapshots_roll_the_recurrent_state_back(family: tuple[Path, Path]) -> None:
