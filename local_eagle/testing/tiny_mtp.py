@@ -247,6 +247,14 @@ class TinyQwen35Spec:
     rope_theta: float = 10000.0
     eps: float = 1e-6
     extra_tokens: tuple[str, ...] = ("\u2581", "\u2581the", "\u2581a", "e", "t", "\u2581and")
+    n_expert: int = 0  # above 0: ``qwen35moe`` (Qwen3.5 / 3.6 MoE): routed experts and a gated shared one per block
+    n_expert_used: int = 2
+    n_ff_exp: int = 32
+    n_ff_shexp: int = 64
+
+    @property
+    def arch(self) -> str:
+        return "qwen35moe" if self.n_expert else "qwen35"
 
 
 def write_tiny_qwen35_mtp(
@@ -272,6 +280,9 @@ def write_tiny_qwen35_mtp(
     conv_dim = 2 * key_dim + value_dim
     mat, norm = random_f32(rng)
 
+    def experts(rows: int, cols: int) -> np.ndarray:  # ggml {cols, rows, n_expert}
+        return (rng.standard_normal((spec.n_expert, rows, cols)) / np.sqrt(cols)).astype(np.float32)
+
     p = Path(path)
     written: set[str] = set()
 
@@ -279,7 +290,7 @@ def write_tiny_qwen35_mtp(
         written.add(name)
         w.add_tensor(name, overrides.get(name, value))
 
-    w = tiny_gguf_writer(p, "qwen35", "tiny-qwen35-mtp" if mtp else "tiny-qwen35", spec, n_all)
+    w = tiny_gguf_writer(p, spec.arch, f"tiny-{spec.arch}-mtp" if mtp else f"tiny-{spec.arch}", spec, n_all)
     w.add_key_length(hd)
     w.add_value_length(hd)
     w.add_rope_dimension_count(2 * sum(spec.rope_sections))
@@ -292,6 +303,11 @@ def write_tiny_qwen35_mtp(
     w.add_ssm_time_step_rank(spec.ssm_dt_rank)
     w.add_ssm_group_count(spec.ssm_n_group)
     w.add_full_attention_interval(spec.full_attention_interval)
+    if spec.n_expert:
+        w.add_expert_count(spec.n_expert)
+        w.add_expert_used_count(spec.n_expert_used)
+        w.add_expert_feed_forward_length(spec.n_ff_exp)
+        w.add_expert_shared_feed_forward_length(spec.n_ff_shexp)
     if mtp:
         w.add_nextn_predict_layers(1)
     add_byte_tokenizer(w, tokens, scores, types)
@@ -320,9 +336,19 @@ def write_tiny_qwen35_mtp(
             put(f"blk.{i}.attn_output.weight", mat(h, spec.n_head * hd))
             put(f"blk.{i}.attn_q_norm.weight", norm(hd))
             put(f"blk.{i}.attn_k_norm.weight", norm(hd))
-        put(f"blk.{i}.ffn_gate.weight", mat(spec.n_ff, h))
-        put(f"blk.{i}.ffn_up.weight", mat(spec.n_ff, h))
-        put(f"blk.{i}.ffn_down.weight", mat(h, spec.n_ff))
+        if spec.n_expert:  # qwen35moe.cpp: routed experts and a shared expert behind a sigmoid gate
+            put(f"blk.{i}.ffn_gate_inp.weight", mat(spec.n_expert, h))
+            put(f"blk.{i}.ffn_gate_exps.weight", experts(spec.n_ff_exp, h))
+            put(f"blk.{i}.ffn_up_exps.weight", experts(spec.n_ff_exp, h))
+            put(f"blk.{i}.ffn_down_exps.weight", experts(h, spec.n_ff_exp))
+            put(f"blk.{i}.ffn_gate_inp_shexp.weight", mat(1, h)[0])
+            put(f"blk.{i}.ffn_gate_shexp.weight", mat(spec.n_ff_shexp, h))
+            put(f"blk.{i}.ffn_up_shexp.weight", mat(spec.n_ff_shexp, h))
+            put(f"blk.{i}.ffn_down_shexp.weight", mat(h, spec.n_ff_shexp))
+        else:
+            put(f"blk.{i}.ffn_gate.weight", mat(spec.n_ff, h))
+            put(f"blk.{i}.ffn_up.weight", mat(spec.n_ff, h))
+            put(f"blk.{i}.ffn_down.weight", mat(h, spec.n_ff))
         if i >= spec.n_layer:
             put(f"blk.{i}.nextn.eh_proj.weight", mat(h, 2 * h))
             put(f"blk.{i}.nextn.enorm.weight", norm(h))
@@ -363,7 +389,11 @@ def cycle_qwen35_tensors(
             out[f"blk.{i}.ssm_out.weight"] = ssm_out.astype(np.float32)
         else:
             out[f"blk.{i}.attn_output.weight"] = np.zeros((h, spec.n_head * hd), dtype=np.float32)
-        out[f"blk.{i}.ffn_down.weight"] = np.zeros((h, spec.n_ff), dtype=np.float32)
+        if spec.n_expert:
+            out[f"blk.{i}.ffn_down_exps.weight"] = np.zeros((spec.n_expert, h, spec.n_ff_exp), dtype=np.float32)
+            out[f"blk.{i}.ffn_down_shexp.weight"] = np.zeros((h, spec.n_ff_shexp), dtype=np.float32)
+        else:
+            out[f"blk.{i}.ffn_down.weight"] = np.zeros((h, spec.n_ff), dtype=np.float32)
     nextn = spec.n_layer
     for part in ("eh_proj", "enorm", "hnorm", "shared_head_norm", "shared_head_head"):
         out[f"blk.{nextn}.nextn.{part}.weight"] = cycle[f"blk.1.nextn.{part}.weight"]

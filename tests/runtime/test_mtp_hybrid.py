@@ -1,4 +1,5 @@
-"""A hybrid target (qwen35: gated-delta-net layers beside attention) drafts with its own MTP head, losslessly.
+"""A hybrid target (qwen35 and qwen35moe: gated-delta-net layers beside attention) drafts with its own MTP head,
+losslessly.
 
 Its recurrent state cannot drop positions by itself; the target context keeps llama.cpp's per-token snapshots
 (``n_rs_seq``) and a rejected draft's rows are rolled back to them (``runtime.mtp``, docs/mtp.md). The random tiny
@@ -19,7 +20,7 @@ from local_eagle.runtime.engine import Engine, EngineOptions
 from local_eagle.runtime.mtp import MtpDrafter, rollback_refusal
 from local_eagle.runtime.rounds import TokenLogprob
 from local_eagle.runtime.sampling import SamplingParams
-from local_eagle.testing.tiny_mtp import write_cycle_qwen35_mtp, write_tiny_qwen35_mtp
+from local_eagle.testing.tiny_mtp import TinyQwen35Spec, write_cycle_qwen35_mtp, write_tiny_qwen35_mtp
 
 OPTS = EngineOptions(n_ctx=256, n_batch=32, n_threads=1)
 PROMPTS = [np.array(p, dtype=np.int32) for p in ([1, 5, 9, 13, 2], [3, 3, 3], [7, 1, 30, 12, 8, 4, 4])]
@@ -27,15 +28,21 @@ CTX = ContextOptions(n_ctx=256, n_batch=32, n_ubatch=32, n_threads=1)
 TOL = 1e-2  # a verify batch against single rows differs by ~1e-3 in these logits (float order), rollback or not
 
 
-@pytest.fixture(scope="module")
-def hybrid(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_tiny_qwen35_mtp(tmp_path_factory.mktemp("mtp-hybrid") / "qwen35.gguf", seed=3)
+SPECS = {"qwen35": TinyQwen35Spec(), "qwen35moe": TinyQwen35Spec(n_expert=4)}  # Qwen3.5 / 3.6, dense and MoE
 
 
-@pytest.fixture(scope="module")
-def cycle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+@pytest.fixture(scope="module", params=sorted(SPECS))
+def hybrid(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    spec = SPECS[request.param]
+    return write_tiny_qwen35_mtp(tmp_path_factory.mktemp("mtp-hybrid") / f"{spec.arch}.gguf", spec, seed=3)
+
+
+@pytest.fixture(scope="module", params=sorted(SPECS))
+def cycle(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The letter cycle on a qwen35 whose head names the letter two ahead after C and J: partial acceptance."""
-    return write_cycle_qwen35_mtp(tmp_path_factory.mktemp("mtp-hybrid-cycle") / "cycle.gguf", head_misses="CJ")
+    spec = SPECS[request.param]
+    return write_cycle_qwen35_mtp(tmp_path_factory.mktemp("mtp-hybrid-cycle") / f"{spec.arch}.gguf", spec,
+                                  head_misses="CJ")  # fmt: skip
 
 
 def _logprob_gap(a: list[TokenLogprob], b: list[TokenLogprob]) -> float:
