@@ -131,15 +131,16 @@ def mtp_note(model: Model, rollback: int | None, tree_nodes: int = 0, checkpoint
     """How the head drafts and how a rejected draft leaves the target's cache, for ``--verbose``.
 
     ``tree_nodes``: the largest tree the engine verifies (0 or 1: it was opened for chains only). ``checkpoints``:
-    rounds roll back by a saved recurrent state (:data:`CHECKPOINT_ROLLBACK_ARCHS`), which costs a decode more.
+    rounds roll back by a saved recurrent state (:data:`CHECKPOINT_ROLLBACK_ARCHS`), which costs a state copy a round
+    and the kept rows decoded again after a rejection.
     """
     head = f"drafting with {model.path.name}'s own MTP (NextN) head, chains"
     if checkpoints:
         return (
             f"{head}; llama.cpp keeps no recurrent-state snapshots for '{model.arch()}', so each round with drafts "
             "saves the target's recurrent state first and rolls back by that checkpoint: a round that rejects a "
-            "draft restores it, drops the rejected rows from the attention cache and decodes the kept rows again "
-            "(one more target call of those rows)"
+            "draft restores it, drops the rejected rows from the attention cache and decodes the kept rows again, "
+            "in front of the next round's verify (a call of their own only after rejections in a row)"
         )
     if model.n_layer_nextn > 1 and rollback is None:  # chained heads (runtime.mtp_chain): no trees
         n = model.n_layer_nextn

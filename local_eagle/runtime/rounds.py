@@ -32,7 +32,7 @@ from local_eagle.runtime.stats import GenerationStats, RoundStats, SpecStats
 from local_eagle.runtime.textstream import TextStream
 from local_eagle.runtime.tree import TreeShape, VerifyTree, walk_greedy, walk_sampling
 from local_eagle.runtime.treeround import TreeRounds
-from local_eagle.runtime.treeverify import TreeBatch
+from local_eagle.runtime.treeverify import TreeBatch, decode_together
 from local_eagle.runtime.verify import Drafted, TargetChoices, VerifiedFeatures, verify
 
 if TYPE_CHECKING:
@@ -175,6 +175,7 @@ class Generation:
         self.trees = TreeRounds(self, tree) if tree is not None and self.speculative else None
         self.checkpoints = engine.checkpoints and self.speculative  # rounds roll back by a saved recurrent state
         self.saved = None  # this round's checkpoint of the target's recurrent state (``Context.checkpoint``)
+        self.replay_rows: list[int] = []  # kept rows a restore dropped, decoded first in the next verify (``replay``)
 
     def run(self) -> Iterator[str]:
         self.reset_caches()
@@ -317,8 +318,11 @@ class Generation:
         capture = self.capturing(drafted.tree.drafted)
         if self.pausable:
             self.capture.pause(not capture)
-        if self.checkpoints:  # before the verify: its rows enter the recurrent state for good
+        if self.checkpoints and not self.replay_rows:  # before the verify: its rows enter the recurrent state
             self.saved = self.target.checkpoint(self.seq) if drafted.tree.drafted else None
+        if self.replay_rows:
+            batch, features = self.verify_replaying(drafted, capture)
+            return self.settle(drafted, batch, features, len(self.replay_rows))
         batches, features = verify([(self, drafted)], capture)
         return self.settle(drafted, batches[0], features, 0)
 
@@ -359,7 +363,7 @@ class Generation:
             self.replay(drafted.last_token, accepted[:-1])
         else:
             batch.keep(self.target, path[-1] if path else 0)
-        self.saved = None
+            self.saved, self.replay_rows = None, []
         observed.rollback_seconds = clock() - started
         self.commit(drafted.last_token, accepted, rows, observed)
         if drafted.tree_round:
@@ -371,16 +375,38 @@ class Generation:
 
     def replay(self, last_token: int, kept: list[int]) -> None:
         """Roll a chain back by the round's checkpoint (a target without recurrent-state snapshots): the recurrent
-        state as before the verify, the verify's rows dropped from the attention cache, the kept rows decoded again.
+        state as before the verify, the verify's rows (and any replayed with it) dropped from the attention cache;
+        the kept rows are decoded again with the next round's verify, in the same target call, or now in a call of
+        their own once more than a chain's worth of them wait.
 
         The verify's logits and features stay the round's: the replay only rebuilds the cache, as
-        ``speculative-simple``'s ``load_tgt`` does (there the kept tokens ride along with the next verify).
+        ``speculative-simple``'s ``load_tgt`` does (there the kept tokens are the next verify's draft). The
+        checkpoint stays valid while the rows wait: the state is the one it saved.
         """
         assert self.saved is not None
+        start = self.n_past - len(self.replay_rows)
+        rows = [*self.replay_rows, last_token, *kept]
         self.target.restore(self.saved, self.seq)
-        self.target.remove_from(self.n_past, self.seq)
-        rows = np.array([last_token, *kept], dtype=np.int32)
-        self.target.decode(rows, self.n_past + np.arange(len(rows)), False, seq=self.seq)
+        self.target.remove_from(start, self.seq)
+        if len(rows) <= self.draft_max + 1:
+            self.replay_rows = rows
+            return
+        self.target.decode(np.array(rows, dtype=np.int32), start + np.arange(len(rows)), False, seq=self.seq)
+        self.saved, self.replay_rows = None, []
+
+    def verify_replaying(self, drafted: Drafted, capture: bool) -> tuple[TreeBatch, VerifiedFeatures | None]:
+        """:func:`~local_eagle.runtime.verify.verify` of one chain with the rows a restore dropped (``replay``)
+        decoded first, in the same call: their features and logits are read from ``len(replay_rows)`` on."""
+        started = clock()
+        rows = self.replay_rows
+        replayed = TreeBatch(VerifyTree.chain(rows[0], rows[1:]), self.n_past - len(rows), self.seq)
+        batch = TreeBatch(drafted.tree, self.n_past, self.seq)
+        decode_together(self.target, [replayed, batch])
+        self.target.synchronize()
+        features = VerifiedFeatures(self.capture, len(rows) + len(drafted.tree), self.target) if capture else None
+        drafted.observed.verify_seconds = clock() - started
+        drafted.observed.captured = capture
+        return batch, features
 
     def draft_length(self, limit: int | None = None) -> int:
         """How many tokens this round may draft: the draft limit (``draft_max`` unless ``limit`` says), the
@@ -390,7 +416,8 @@ class Generation:
             return 0
         remaining = self.max_tokens - len(self.output_tokens)
         limit = self.draft_max if limit is None else limit
-        return min(limit, self.engine.n_ctx - self.n_past - 1, remaining - 1, self.target.n_batch - 1)
+        batch = self.target.n_batch - 1 - len(self.replay_rows)
+        return min(limit, self.engine.n_ctx - self.n_past - 1, remaining - 1, batch)
 
     def capturing(self, drafted: int) -> bool:
         """Must this round's verify capture the target's features? Yes while drafting, or when the policy may
