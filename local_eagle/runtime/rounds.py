@@ -32,7 +32,7 @@ from local_eagle.runtime.stats import GenerationStats, RoundStats, SpecStats
 from local_eagle.runtime.textstream import TextStream
 from local_eagle.runtime.tree import TreeShape, VerifyTree, walk_greedy, walk_sampling
 from local_eagle.runtime.treeround import TreeRounds
-from local_eagle.runtime.treeverify import TreeBatch, decode_together
+from local_eagle.runtime.treeverify import TreeBatch
 from local_eagle.runtime.verify import Drafted, TargetChoices, VerifiedFeatures, verify
 
 if TYPE_CHECKING:
@@ -320,11 +320,12 @@ class Generation:
             self.capture.pause(not capture)
         if self.checkpoints and not self.replay_rows:  # before the verify: its rows enter the recurrent state
             self.saved = self.target.checkpoint(self.seq) if drafted.tree.drafted else None
-        if self.replay_rows:
-            batch, features = self.verify_replaying(drafted, capture)
-            return self.settle(drafted, batch, features, len(self.replay_rows))
-        batches, features = verify([(self, drafted)], capture)
-        return self.settle(drafted, batches[0], features, 0)
+        replay = None
+        if self.replay_rows:  # kept rows a checkpoint rollback dropped, decoded first in this verify's call
+            rows = self.replay_rows
+            replay = TreeBatch(VerifyTree.chain(rows[0], rows[1:]), self.n_past - len(rows), self.seq)
+        batches, features = verify([(self, drafted)], capture, replay)
+        return self.settle(drafted, batches[0], features, len(self.replay_rows))
 
     def begin_round(self, last_token: int, limit: int | None = None) -> Drafted:
         """The round's draft phase: a tree where the tree rounds want one (``runtime.treeround``), else a chain of
@@ -393,20 +394,6 @@ class Generation:
             return
         self.target.decode(np.array(rows, dtype=np.int32), start + np.arange(len(rows)), False, seq=self.seq)
         self.saved, self.replay_rows = None, []
-
-    def verify_replaying(self, drafted: Drafted, capture: bool) -> tuple[TreeBatch, VerifiedFeatures | None]:
-        """:func:`~local_eagle.runtime.verify.verify` of one chain with the rows a restore dropped (``replay``)
-        decoded first, in the same call: their features and logits are read from ``len(replay_rows)`` on."""
-        started = clock()
-        rows = self.replay_rows
-        replayed = TreeBatch(VerifyTree.chain(rows[0], rows[1:]), self.n_past - len(rows), self.seq)
-        batch = TreeBatch(drafted.tree, self.n_past, self.seq)
-        decode_together(self.target, [replayed, batch])
-        self.target.synchronize()
-        features = VerifiedFeatures(self.capture, len(rows) + len(drafted.tree), self.target) if capture else None
-        drafted.observed.verify_seconds = clock() - started
-        drafted.observed.captured = capture
-        return batch, features
 
     def draft_length(self, limit: int | None = None) -> int:
         """How many tokens this round may draft: the draft limit (``draft_max`` unless ``limit`` says), the

@@ -119,7 +119,7 @@ class VerifiedFeatures:
 
 
 def verify(
-    drafts: list[tuple[Generation, Drafted]], capture: bool
+    drafts: list[tuple[Generation, Drafted]], capture: bool, replay: TreeBatch | None = None
 ) -> tuple[list[TreeBatch], VerifiedFeatures | None]:
     """Decode every sequence's tree in one target call; the batches (for keeping the accepted paths) and, when
     ``capture``, the features of every row of the call (a sequence's from its offset), read when indexed.
@@ -128,13 +128,18 @@ def verify(
     so the call waits for it (``Context.synchronize``) before the clock stops. The accept phase reads the logits
     right after, which waits the same way, so this moves the wait into the verify's time and adds none; without
     it a call without features timed ~0.3 ms on an H100 where it takes 4 ms, the rest landing in host time.
+
+    ``replay``: rows a checkpoint rollback dropped (``Generation.replay``), decoded first in the same call; the
+    features of the sequences' rows then start after them.
     """
     started = clock()
     gen = drafts[0][0]
     batches = [TreeBatch(d.tree, g.n_past, g.seq) for g, d in drafts]
-    decode_together(gen.target, batches)
+    leading = [replay] if replay is not None else []
+    decode_together(gen.target, leading + batches)
     gen.target.synchronize()
-    features = VerifiedFeatures(gen.capture, sum(len(b.tree) for b in batches), gen.target) if capture else None
+    rows = sum(len(b.tree) for b in leading + batches)
+    features = VerifiedFeatures(gen.capture, rows, gen.target) if capture else None
     seconds = clock() - started
     for _, d in drafts:
         d.observed.verify_seconds = seconds
