@@ -89,6 +89,8 @@ def _stats_line(st: Any) -> str:
         f"prompt {st.prompt_tokens} tokens in {st.prefill_seconds:.2f}s; "
         f"{st.target_calls} target calls, acceptance length {st.acceptance_length:.2f}"
     )
+    if st.replay_calls:
+        line += f" (and {st.replay_calls} calls re-decoding rows a checkpoint rollback dropped)"
     if st.drafted_tokens:
         line += f", drafted {st.drafted_tokens}, accepted {st.accepted_tokens}, per position [{per_pos}]"
     if st.adaptive:

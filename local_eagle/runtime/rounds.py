@@ -393,6 +393,7 @@ class Generation:
             self.replay_rows = rows
             return
         self.target.decode(np.array(rows, dtype=np.int32), start + np.arange(len(rows)), False, seq=self.seq)
+        self.spec_stats.replay_calls += 1
         self.saved, self.replay_rows = None, []
 
     def draft_length(self, limit: int | None = None) -> int:

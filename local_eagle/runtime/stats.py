@@ -84,6 +84,7 @@ class SpecStats:
     decode_seconds: float = 0.0
     forced_tokens: int = 0
     grammar_seconds: float = 0.0  # masks, consumes and forced tokens of a grammar, on the host
+    replay_calls: int = 0  # target calls of their own re-decoding a checkpoint rollback's kept rows (not verifies)
 
     @classmethod
     def for_draft_max(cls, draft_max: int) -> SpecStats:
@@ -171,6 +172,7 @@ class SpecStats:
             stop_reason=stop_reason,
             forced_tokens=self.forced_tokens,
             grammar_seconds=self.grammar_seconds,
+            replay_calls=self.replay_calls,
         )
 
 
@@ -198,6 +200,10 @@ class GenerationStats:
     catch_ups: int = 0  # drafter calls that decoded the rows queued while it was idle (and the first step)
     catch_up_rows: int = 0
     catch_up_seconds: float = 0.0
+    replay_calls: int = 0
+    """Target calls besides the verifies: a checkpoint rollback's kept rows decoded again in a call of their own
+    (``Generation.replay``, after rejections in a row on a target llama.cpp keeps no snapshots for). The speedup
+    includes their time; ``acceptance_length`` stays tokens per verify."""
     policy: dict | None = None  # the adaptive policy's estimates at the end (times in ms)
     forced_tokens: int = 0  # drafts a grammar forced (its keys and punctuation), drafted without a drafter call
     grammar_seconds: float = 0.0  # the grammar's work on the host: masks, consumes, forced tokens
@@ -269,6 +275,7 @@ class GenerationTotals:
         total.catch_ups += stats.catch_ups
         total.catch_up_rows += stats.catch_up_rows
         total.catch_up_seconds += stats.catch_up_seconds
+        total.replay_calls += stats.replay_calls
         total.policy = stats.policy or total.policy
         _add_counts(total.draft_lengths, stats.draft_lengths)
         _add_counts(total.drafted_per_position, stats.drafted_per_position)
