@@ -16,7 +16,7 @@ from local_eagle.runtime.identity import IDENTICAL, NEAR_TIE, check_identity
 
 if TYPE_CHECKING:
     from local_eagle.runtime.engine import Engine
-    from local_eagle.runtime.rounds import GenerationResult
+    from local_eagle.runtime.rounds import GenerationResult, TokenLogprob
 
 
 @cache
@@ -35,3 +35,17 @@ def assert_greedy_identical(engine: Engine, prompt: str, base: GenerationResult,
     assert kernels_vary_by_batch(), (what, "speculative output differs from the target alone's")
     check = check_identity(engine, prompt, base, spec)
     assert check.verdict in (IDENTICAL, NEAR_TIE), (what, check)
+
+
+def logprob_gap(a: list[TokenLogprob], b: list[TokenLogprob], same_alternatives: bool = True) -> float:
+    """The largest difference between two runs' log-probabilities (the token's and its top alternatives'), the
+    tokens asserted the same: a rollback that left a state wrong moves them while the greedy tokens may not move.
+    ``same_alternatives=False`` leaves the alternatives' order unchecked, for a graph whose verify batch is not
+    batch-invariant (deepseek4 on the CPU) and may swap two near-equal ones."""
+    gap = 0.0
+    for x, y in zip(a, b, strict=True):
+        assert x.token == y.token
+        if same_alternatives:
+            assert [i for i, _ in x.top] == [i for i, _ in y.top]
+        gap = max(gap, abs(x.logprob - y.logprob), *(abs(p - q) for (_, p), (_, q) in zip(x.top, y.top, strict=True)))
+    return gap

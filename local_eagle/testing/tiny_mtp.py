@@ -366,6 +366,8 @@ def cycle_qwen35_tensors(
     state: float = 0.05,
     head_misses: str = "",
     seed: int = 0,
+    noise: float = 0.0,
+    head_noise: float = 0.0,
 ) -> dict[str, np.ndarray]:
     """Overrides that make a tiny ``qwen35`` the letter cycle of :func:`cycle_glm4moe_tensors`, its NextN head agreeing.
 
@@ -373,12 +375,13 @@ def cycle_qwen35_tensors(
     down projection is zero (trunk and NextN block). The recurrent layers' ``ssm_out`` is random at scale ``state``
     (0: zero): their state then moves the target's logits a little without changing its choices, so a recurrent state
     rolled back wrong shows in the logits (the log-probabilities a generation reports) while the cycle still holds.
-    ``head_misses`` as for glm4moe: the head names the letter two ahead after those letters, drafts the target rejects.
+    ``head_misses`` as for glm4moe: the head names the letter two ahead after those letters, drafts the target rejects;
+    ``noise`` and ``head_noise`` blur the trunk's head and the NextN head's own (a sampling test's blurred cycle).
     """
     spec = spec or TinyQwen35Spec()
     h = spec.n_embd
     glm = TinyGlm4MoeSpec(n_layer=1, n_embd=h, extra_tokens=spec.extra_tokens)
-    cycle = cycle_glm4moe_tensors(glm, margin=margin, head_misses=head_misses, seed=seed)
+    cycle = cycle_glm4moe_tensors(glm, margin, noise, head_noise, head_misses, seed)
     out = {name: cycle[name] for name in ("token_embd.weight", "output.weight", "output_norm.weight")}
     rng = np.random.default_rng(seed + 1)
     hd = h // spec.n_head
@@ -407,9 +410,11 @@ def write_cycle_qwen35_mtp(
     state: float = 0.05,
     head_misses: str = "",
     seed: int = 0,
+    noise: float = 0.0,
+    head_noise: float = 0.0,
 ) -> Path:
     """A tiny hybrid ``qwen35`` whose NextN head agrees with its target (:func:`cycle_qwen35_tensors`): drafts are
     accepted, so partial acceptance rolls its recurrent state back by some rows, not all."""
     spec = spec or TinyQwen35Spec()
-    overrides = cycle_qwen35_tensors(spec, margin, state, head_misses, seed)
+    overrides = cycle_qwen35_tensors(spec, margin, state, head_misses, seed, noise, head_noise)
     return write_tiny_qwen35_mtp(path, spec, seed=seed, overrides=overrides)

@@ -367,18 +367,25 @@ ZEROED = ("attn_output.weight", "ffn_down.weight", "ffn_down_exps.weight", "ffn_
 
 
 def cycle_overrides(
-    spec: TinyHybridSpec, margin: float = 4.0, state: float = 0.05, head_misses: str = "", seed: int = 0
+    spec: TinyHybridSpec,
+    margin: float = 4.0,
+    state: float = 0.05,
+    head_misses: str = "",
+    seed: int = 0,
+    noise: float = 0.0,
 ) -> dict[str, np.ndarray]:
     """Overrides that make a tiny hybrid the letter cycle with a NextN head that agrees but after ``head_misses``.
 
     The embedding, the trunk's head and the NextN norms are the glm4moe cycle's (``tiny_mtp.cycle_glm4moe_tensors``);
     every attention and FFN output is zero, each recurrent layer's output projection random at scale ``state``.
+    ``noise`` blurs the trunk's head, which the NextN block shares: with a small ``margin`` a sampling test's target
+    spreads over several tokens, and the head, which drops the recurrent state, is right often, not always.
     """
     from local_eagle.testing.tiny_pair import CYCLE
 
     h = spec.n_embd
     glm = TinyGlm4MoeSpec(n_layer=1, n_embd=h, extra_tokens=spec.extra_tokens)
-    cycle = cycle_glm4moe_tensors(glm, margin=margin, seed=seed)
+    cycle = cycle_glm4moe_tensors(glm, margin=margin, noise=noise, seed=seed)
     out = {name: cycle[name] for name in ("token_embd.weight", "output.weight", "output_norm.weight")}
     shapes = _tensor_shapes(spec)
     rng = np.random.default_rng(seed + 1)
@@ -430,8 +437,18 @@ def write_cycle_hybrid_mtp(
     state: float = 0.05,
     head_misses: str = "",
     seed: int = 0,
+    noise: float = 0.0,
 ) -> Path:
     """A tiny hybrid whose NextN head agrees with its target but after ``head_misses`` (:func:`cycle_overrides`):
     drafts are accepted in part, so a rejection rolls the recurrent state back by some rows, not all."""
-    overrides = cycle_overrides(spec, margin, state, head_misses, seed)
+    overrides = cycle_overrides(spec, margin, state, head_misses, seed, noise)
     return write_tiny_hybrid_mtp(path, spec, seed=seed, overrides=overrides)
+
+
+def write_hybrid_pair(d: Path, arch: str) -> tuple[Path, Path]:
+    """The (random, cycle) pair the hybrid families' tests share: every draft of the random head rejected, and the
+    cycle's head naming the letter two ahead after C and J (rollbacks of some rows, not all)."""
+    spec = TinyHybridSpec(arch)
+    return write_tiny_hybrid_mtp(d / "random.gguf", spec, seed=3), write_cycle_hybrid_mtp(
+        d / "cycle.gguf", spec, head_misses="CJ"
+    )

@@ -19,38 +19,21 @@ from local_eagle.errors import LlamaError
 from local_eagle.llamacpp.model import Context, ContextOptions, Model
 from local_eagle.runtime.engine import Engine, EngineOptions
 from local_eagle.runtime.mtp import CHECKED_ROLLBACK_ARCHS, RS_ROLLBACK_ARCHS, MtpDrafter
-from local_eagle.runtime.rounds import TokenLogprob
+from local_eagle.testing.greedy import logprob_gap
+from local_eagle.testing.mtp_hybrid import BLURRED, CTX, OPTS, PROMPTS, TOL, check_sampling
 from local_eagle.testing.tiny_mtp_hybrid import (
     CHECKPOINT_FAMILIES,
     HYBRID_FAMILIES,
     TinyHybridSpec,
     write_cycle_hybrid_mtp,
-    write_tiny_hybrid_mtp,
+    write_hybrid_pair,
 )
-
-OPTS = EngineOptions(n_ctx=256, n_batch=32, n_threads=1)
-PROMPTS = [np.array(p, dtype=np.int32) for p in ([1, 5, 9, 13, 2], [3, 3, 3], [7, 1, 30, 12, 8, 4, 4])]
-CTX = ContextOptions(n_ctx=256, n_batch=32, n_ubatch=32, n_threads=1)
-TOL = 1e-2  # as test_mtp_hybrid: a verify batch against single rows differs by ~1e-3 in these logits
 
 
 @pytest.fixture(scope="module", params=HYBRID_FAMILIES)
 def family(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """(random, cycle) tiny models of one family; the cycle's head names the letter two ahead after C and J."""
-    arch = request.param
-    d = tmp_path_factory.mktemp(f"mtp-{arch}")
-    spec = TinyHybridSpec(arch)
-    return write_tiny_hybrid_mtp(d / "random.gguf", spec, seed=3), write_cycle_hybrid_mtp(
-        d / "cycle.gguf", spec, head_misses="CJ"
-    )
-
-
-def _logprob_gap(a: list[TokenLogprob], b: list[TokenLogprob]) -> float:
-    gap = 0.0
-    for x, y in zip(a, b, strict=True):
-        assert x.token == y.token and [i for i, _ in x.top] == [i for i, _ in y.top]
-        gap = max(gap, abs(x.logprob - y.logprob), *(abs(p - q) for (_, p), (_, q) in zip(x.top, y.top, strict=True)))
-    return gap
+    return write_hybrid_pair(tmp_path_factory.mktemp(f"mtp-{request.param}"), request.param)
 
 
 def test_every_family_is_checked() -> None:
@@ -115,7 +98,7 @@ def test_drafts_with_its_head_losslessly(family: tuple[Path, Path]) -> None:
                 res = eng.generate(prompt, max_tokens=30, draft_max=k, adaptive=False, logprobs=3)
                 assert res.tokens == base.tokens, (prompt, k)
                 assert res.stats.drafted_tokens > res.stats.accepted_tokens
-                assert _logprob_gap(res.logprobs, base.logprobs) < TOL
+                assert logprob_gap(res.logprobs, base.logprobs) < TOL
             assert eng.generate(prompt, max_tokens=30, draft_max=4, adaptive=True).tokens == base.tokens
     with Engine(family[0], None, EngineOptions(n_ctx=256, n_batch=32, n_threads=1, rollback=0)) as eng:
         assert eng.drafter is None and "rollback 0" in (eng.mtp_refusal or "")
@@ -131,4 +114,13 @@ def test_partial_acceptance_on_the_cycle(family: tuple[Path, Path]) -> None:
                 assert res.tokens == base.tokens, (prompt, k)
                 st = res.stats
                 assert 0 < st.accepted_tokens < st.drafted_tokens and st.acceptance_length > 1.5, (prompt, k)
-                assert _logprob_gap(res.logprobs, base.logprobs) < TOL
+                assert logprob_gap(res.logprobs, base.logprobs) < TOL
+
+
+@pytest.mark.parametrize("arch", HYBRID_FAMILIES)
+def test_sampling_keeps_the_targets_distribution(arch: str, tmp_path: Path) -> None:
+    """Rejection sampling with every rejected draft's rows rolled back by the family's snapshots: on a blurred cycle
+    (a small margin, a noisy head, a recurrent state the head does not see) drafts are kept and rejected, and the
+    first three tokens follow the target alone's joint distribution (chi-square over 1200 seeds)."""
+    check = check_sampling(write_cycle_hybrid_mtp(tmp_path / "blurred.gguf", TinyHybridSpec(arch), **BLURRED))
+    assert 0 < check.accepted < check.drafted and check.pvalue > 1e-3, check
