@@ -277,8 +277,14 @@ class MtpDrafter:
         self, tokens: np.ndarray, g: np.ndarray, positions: np.ndarray, seqs: list[int], wanted: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
         """Rows of several sequences in as few calls as the batch allows; the (logits, state) of rows ``wanted``."""
+        return self._decode_outputs(tokens, g, positions, [[q] for q in seqs], np.asarray(wanted))
+
+    def _decode_outputs(
+        self, tokens: np.ndarray, g: np.ndarray, positions: np.ndarray, seqs: list[list[int]], wanted: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Rows (row i on the sequences ``seqs[i]``) at loop positions, chunked by the batch; the (logits, state) of
+        the rows ``wanted`` (ascending)."""
         n, step = len(tokens), self.ctx.n_batch
-        wanted = np.asarray(wanted)
         logits = np.empty((len(wanted), self.n_vocab), dtype=np.float32)
         state = np.empty((len(wanted), self.n_embd), dtype=np.float32)
         positions = np.asarray(positions) + 1
@@ -289,7 +295,7 @@ class MtpDrafter:
             # selecting the output rows, and the masked copy then takes the first n_outputs rows of the batch
             # (docs/mtp.md), so a state is only right where the outputs are all the rows
             out = bool(((wanted >= s) & (wanted < e)).any())
-            self.ctx.decode(tokens[s:e], positions[s:e], out, g[s:e], [[q] for q in seqs[s:e]])
+            self.ctx.decode(tokens[s:e], positions[s:e], out, g[s:e], seqs[s:e])
             while j < len(wanted) and wanted[j] < e:
                 i = int(wanted[j]) - s
                 logits[j] = self.ctx.logits_view(i, self.n_vocab)
@@ -327,17 +333,7 @@ class MtpDrafter:
         """
         if columns is not None:
             raise LocalEagleError("an MTP head drafts over the whole vocabulary: no draft columns")
-        n, step = len(tokens), self.ctx.n_batch
-        logits = np.empty((n, self.n_vocab), dtype=np.float32)
-        state = np.empty((n, self.n_embd), dtype=np.float32)
-        positions = np.asarray(positions) + 1
-        for s in range(0, n, step):
-            e = min(n, s + step)
-            self.ctx.decode(tokens[s:e], positions[s:e], True, g[s:e], seqs[s:e])
-            for i in range(e - s):
-                logits[s + i] = self.ctx.logits_view(i, self.n_vocab)
-                state[s + i] = self.ctx.embeddings_nextn_ith(i, self.n_embd)
-        return logits, state
+        return self._decode_outputs(tokens, g, positions, seqs, np.arange(len(tokens)))
 
     def remove_from(self, pos: int, seq: int = 0) -> None:
         """Drop the rows at loop positions >= ``pos`` (MTP positions >= ``pos + 1``)."""

@@ -30,6 +30,8 @@ from local_eagle.errors import LocalEagleError
 from local_eagle.llamacpp.model import Context, ContextOptions
 from local_eagle.runtime.mtp import MtpDrafter, head_offset
 
+NO_ROWS = np.array([], dtype=np.int64)  # a call whose outputs nobody reads
+
 
 class HeadState(np.ndarray):
     """A head's own output state handed to the next draft step (``feedback``): rows of a draft step, not a catch-up."""
@@ -63,7 +65,7 @@ class ChainedMtpDrafter(MtpDrafter):
     def prime(self, token: int, seq: int = 0) -> None:
         """The prompt's first token at MTP position 0 with a zero state, on every head."""
         g = np.zeros((1, self.n_embd), np.float32)
-        self._catch_up(np.array([token]), g, np.array([-1]), [seq], np.array([], dtype=np.int64))
+        self._catch_up(np.array([token]), g, np.array([-1]), [seq], NO_ROWS)
 
     def decode_rows(
         self, tokens: np.ndarray, g: np.ndarray, positions: np.ndarray, seqs: list[int], wanted: np.ndarray
@@ -73,7 +75,7 @@ class ChainedMtpDrafter(MtpDrafter):
         return self._catch_up(tokens, g, positions, seqs, np.asarray(wanted))
 
     def decode_kv(self, tokens: np.ndarray, g: np.ndarray, positions: np.ndarray, seq: int = 0) -> None:
-        self._catch_up(tokens, g, positions, [seq] * len(tokens), np.array([], dtype=np.int64))
+        self._catch_up(tokens, g, positions, [seq] * len(tokens), NO_ROWS)
 
     def decode_branches(self, *args, **kwargs) -> tuple[np.ndarray, np.ndarray]:
         raise LocalEagleError("chained MTP heads draft chains only: each depth is another head")
@@ -122,8 +124,8 @@ class ChainedMtpDrafter(MtpDrafter):
                 for seq, first in starts.items():
                     self.ctx.remove_from(first, seq)
                 head_offset(self.ctx, head)
-                if head:
-                    self._decode_quiet(all_tokens, all_g, all_positions, all_seqs)
+                if head:  # its cache rows only: no outputs read
+                    self._decode_outputs(all_tokens, all_g, all_positions, [[q] for q in all_seqs], NO_ROWS)
                 else:
                     out = super().decode_rows(all_tokens, all_g, all_positions, all_seqs, np.asarray(index)[wanted])
         finally:
@@ -134,13 +136,6 @@ class ChainedMtpDrafter(MtpDrafter):
         for seq, i in last.items():
             self._drafts[seq] = _Draft(int(all_positions[i]) + 1, [int(all_tokens[i])], [all_g[i].copy()])
         return out
-
-    def _decode_quiet(self, tokens: np.ndarray, g: np.ndarray, positions: np.ndarray, seqs: list[int]) -> None:
-        step = self.ctx.n_batch
-        mtp_positions = positions + 1
-        for s in range(0, len(tokens), step):
-            e = min(len(tokens), s + step)
-            self.ctx.decode(tokens[s:e], mtp_positions[s:e], False, g[s:e], [[q] for q in seqs[s:e]])
 
     def _step(
         self, tokens: np.ndarray, g: np.ndarray, positions: np.ndarray, seqs: list[int], wanted: np.ndarray
