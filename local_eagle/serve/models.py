@@ -136,7 +136,7 @@ def stream_flag(value: Any, default: bool) -> bool:
     return default if value is None else typed(value, bool, "stream")
 
 
-class Settings(NamedTuple):
+class RequestSettings(NamedTuple):
     """A request's generation settings, checked before its prompt is rendered (the order errors come in)."""
 
     sampling: SamplingParams
@@ -170,7 +170,7 @@ def option(name: str, value: Any, prefix: str = "") -> Any:
         raise ApiError(400, f"{prefix}{e}") from None
 
 
-def settings(server: EagleServer, options: dict[str, Any], prefix: str = "") -> Settings:
+def settings(server: EagleServer, options: dict[str, Any], prefix: str = "") -> RequestSettings:
     """Sampling, max tokens, draft max and stop strings: the request's options over the server's settings (the
     Modelfile's parameters and serve's flags, ``local_eagle.settings``). Every known option is checked, even one
     that only a reload could apply (``num_ctx``, ``num_thread``: the server's are fixed) or that local-eagle does
@@ -178,7 +178,7 @@ def settings(server: EagleServer, options: dict[str, Any], prefix: str = "") -> 
     checked = {key: option(key, value, prefix) for key, value in options.items()
                if value is not None and key in parameters.PARAMETERS}  # fmt: skip
     s = server.config.settings.over(checked)
-    return Settings(s.sampling(), s.max_tokens(server.engine.n_ctx), s.draft_max, s.stop())
+    return RequestSettings(s.sampling(), s.max_tokens(server.engine.n_ctx), s.draft_max, s.stop())
 
 
 def parse_messages(raw: Any) -> list[dict[str, Any]]:

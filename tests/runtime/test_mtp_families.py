@@ -14,7 +14,7 @@ from local_eagle.runtime.engine import Engine, EngineOptions
 from local_eagle.runtime.mtp import MtpDrafter, mtp_refusal
 from local_eagle.runtime.sampling import SamplingParams
 from local_eagle.runtime.tree import TreeShape
-from local_eagle.testing.chisquare import chisquare_pvalue, target_joint
+from local_eagle.testing.chisquare import sampling_check
 from local_eagle.testing.tiny_mtp_families import (
     FAMILIES,
     Cycle,
@@ -108,19 +108,9 @@ def test_sampling_with_the_head_keeps_the_targets_distribution(family, tmp_path)
     path = write_cycle_family_mtp(tmp_path / "blurred.gguf", family["arch"], blur, seed=4, own_head=True)
     sp = SamplingParams(temperature=1.0, top_k=4, top_p=1.0, min_p=0.0)
     with Engine(path, None, OPTS) as eng:
-        joint = target_joint(eng, "xyzA", sp)
-        n = 1200
-        counts: dict[tuple[int, ...], int] = {}
-        drafted = accepted = 0
-        for seed in range(n):
-            res = eng.generate("xyzA", max_tokens=3, sampling=SamplingParams(**{**sp.__dict__, "seed": seed}),
-                               draft_max=3, adaptive=False)  # fmt: skip
-            key = tuple(res.tokens[:2])
-            counts[key] = counts.get(key, 0) + 1
-            drafted += res.stats.drafted_tokens
-            accepted += res.stats.accepted_tokens
-    assert 0 < accepted < drafted
-    assert chisquare_pvalue(counts, joint, n) > 1e-3
+        check = sampling_check(eng, "xyzA", sp, 1200, n_tokens=2, max_tokens=3, draft_max=3, adaptive=False)
+    assert 0 < check.accepted < check.drafted
+    assert check.pvalue > 1e-3
 
 
 def tokens_per_call(eng: Engine, prompts: list[str], **kw) -> float:
