@@ -65,6 +65,10 @@ class BenchRow:
     ideal_speedup: float
     host_ms_per_round: float
     adaptive: bool = False
+    # decoding's wall time outside llama.cpp's calls, drafting's Python included (host_ms_per_round leaves that in the
+    # draft phase): per speculative round, and per target-alone call in the same run; None where not measured
+    python_ms_per_round: float | None = None
+    baseline_python_ms: float | None = None
     near_ties: int = 0  # outputs that differed at a near-tie (float rounding)
     divergent: int = 0  # outputs that differed otherwise: a bug
     divergences: list[dict] = field(default_factory=list)  # runtime.identity's finding for each mismatch
@@ -92,6 +96,10 @@ class BenchRow:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def _per_call(seconds: float | None, calls: int) -> float | None:
+    return None if seconds is None or not calls else 1000 * seconds / calls
 
 
 def summarize(k: int, base: GenerationTotals, spec: GenerationTotals, n_prompts: int, mismatches: int,
@@ -125,6 +133,8 @@ def summarize(k: int, base: GenerationTotals, spec: GenerationTotals, n_prompts:
         # what the loop would reach with no host overhead: tau tokens per (verify + drafting) against t1 per token
         ideal_speedup=tau * base_round / (tv + draft_round) if (tv + draft_round) else 0.0,
         host_ms_per_round=1000 * speculative.host_seconds / calls if calls else 0.0,
+        python_ms_per_round=_per_call(speculative.python_seconds, calls),
+        baseline_python_ms=_per_call(baseline.python_seconds, baseline.target_calls),
         adaptive=adaptive,
         near_ties=sum(c.verdict == NEAR_TIE for c in checks),
         divergent=sum(c.verdict == DIVERGENT for c in checks),

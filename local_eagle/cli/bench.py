@@ -270,13 +270,17 @@ def bench(
             note = f"the adaptive rows drafted as the policy would on {decided.name} (--decide-on): their measured "
             out.print(note + "speedup is this machine's running those drafts", highlight=False)
         c = Table(title="acceptance per draft position and costs (ms)")
-        for col in ("k", "per-position acceptance", "rows/call", "target 1-tok", "verify", "draft/round", "host/round"):
+        for col in ("k", "per-position acceptance", "rows/call", "target 1-tok", "verify", "draft/round", "host/round",
+                    "python/round (alone)"):  # fmt: skip
             c.add_column(col)
         for r in rows:
+            python = "-" if r.python_ms_per_round is None else f"{r.python_ms_per_round:.2f}"
+            if r.baseline_python_ms is not None:
+                python += f" ({r.baseline_python_ms:.2f})"
             c.add_row(
                 r.label, " ".join(f"{a:.2f}" for a in r.acceptance_per_position), f"{r.mean_verify_rows:.1f}",
                 f"{r.target_call_ms:.2f}",
-                f"{r.verify_call_ms:.2f}", f"{r.draft_ms_per_round:.2f}", f"{r.host_ms_per_round:.2f}",
+                f"{r.verify_call_ms:.2f}", f"{r.draft_ms_per_round:.2f}", f"{r.host_ms_per_round:.2f}", python,
             )  # fmt: skip
         out.print(c)
         _print_adaptive(rows, draft_lengths_text)

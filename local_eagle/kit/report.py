@@ -241,7 +241,14 @@ def _host(b: dict) -> list[str]:
     if not rows:
         return []
     cells = ", ".join(f"{_label(r)} {r['host_ms_per_round']:.3f} ms" for r in rows)
-    return ["", f"Host time per round (the engine's own Python and ctypes work, outside llama.cpp's calls): {cells}."]
+    lines = ["", f"Host time per round (outside the draft, verify and commit phases' timers): {cells}."]
+    timed = [r for r in rows if r.get("python_ms_per_round") is not None]
+    if timed:
+        cells = ", ".join(f"{_label(r)} {r['python_ms_per_round']:.3f} ms" for r in timed)
+        alone = [r["baseline_python_ms"] for r in timed if r.get("baseline_python_ms") is not None]
+        lines += ["", f"Python per round (decoding's wall time outside llama.cpp's calls, drafting's included): {cells}"
+                  + (f"; the target alone {min(alone):.3f}-{max(alone):.3f} ms a call." if alone else ".")]
+    return lines
 
 
 def _replay(r: dict) -> list[str]:

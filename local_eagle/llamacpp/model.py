@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,8 @@ from local_eagle.gguf.info import check_gguf
 from local_eagle.llamacpp.backends import gpu_offload_supported
 from local_eagle.llamacpp.lib import C, init_backend, last_log_error
 from local_eagle.llamacpp.staging import staging
+
+_clock = time.perf_counter
 
 ENCODE = 0  # LLAMA_PROCESS_TYPE_ENCODE
 DECODE = 1  # LLAMA_PROCESS_TYPE_DECODE
@@ -200,6 +203,9 @@ class Context:
         # (llm_arch_supports_rs_rollback, src/llama-arch.cpp)
         self.n_rs_seq = int(C.llama_n_rs_seq(ptr))
         self.n_calls = 0  # llama_process calls so far: a reader of this call's outputs can tell they are still there
+        # seconds inside llama.cpp (calls until their outputs are on the host, cache edits): a loop's wall time less
+        # this is its own Python, what a faster device leaves as it is
+        self.llama_seconds = 0.0
         self._pos = ctypes.c_int32(0)
         self._pos_ptr = ctypes.pointer(self._pos)  # made once: a byref per row is a measurable share of a round
         self._batch_arg = ctypes.c_void_p(self.batch)  # passed as is, not converted from an int on every call
@@ -220,8 +226,14 @@ class Context:
             C.llama_batch_ext_set_output_logits(self.batch, idx, True)
 
     def _run(self, kind: int, what: str) -> None:
+        """One llama.cpp call, waited for: on a GPU ``llama_process`` returns once the work is queued, and every
+        caller reads the outputs next, which waits the same, so the wait moves into ``llama_seconds``, none is added."""
         self.n_calls += 1
+        started = _clock()
         rc = C.llama_process(self.ptr, kind, self.batch)
+        if rc == 0:
+            C.llama_synchronize(self.ptr)
+        self.llama_seconds += _clock() - started
         if rc != 0:
             hint = " (context full)" if rc == 1 else ""
             raise LlamaError(f"llama.cpp {what} failed with code {rc}{hint}: {last_log_error()}")
@@ -337,7 +349,10 @@ class Context:
 
     def remove_from(self, pos: int, seq: int = 0) -> None:
         """Drop ``seq``'s KV entries at positions >= pos."""
-        if not C.llama_memory_seq_rm(self.mem, seq, pos, -1):
+        started = _clock()
+        ok = C.llama_memory_seq_rm(self.mem, seq, pos, -1)
+        self.llama_seconds += _clock() - started
+        if not ok:
             raise LlamaError(f"llama.cpp could not roll its cache back to position {pos}")
 
     def clear(self) -> None:
@@ -345,15 +360,22 @@ class Context:
 
     def seq_copy(self, src: int, dst: int) -> None:
         """Sequence ``dst`` also holds every cell of ``src`` (in a unified cache: one more id on each cell)."""
+        started = _clock()
         C.llama_memory_seq_cp(self.mem, src, dst, -1, -1)
+        self.llama_seconds += _clock() - started
 
     def seq_keep(self, seq: int) -> None:
         """Drop every cell not in ``seq``, and every other sequence's id from the cells kept."""
+        started = _clock()
         C.llama_memory_seq_keep(self.mem, seq)
+        self.llama_seconds += _clock() - started
 
     def seq_remove(self, seq: int, start: int = -1) -> None:
         """Drop ``seq``'s cells at positions >= ``start`` (all of them for -1); cells other sequences hold stay."""
-        if not C.llama_memory_seq_rm(self.mem, seq, start, -1):
+        started = _clock()
+        ok = C.llama_memory_seq_rm(self.mem, seq, start, -1)
+        self.llama_seconds += _clock() - started
+        if not ok:
             raise LlamaError(f"llama.cpp could not remove sequence {seq} from position {start}")
 
     def pos_max(self, seq: int = 0) -> int:
@@ -366,9 +388,12 @@ class Context:
         (``llama_memory_hybrid::state_write``), the part ``remove_from`` cannot cut; the attention cells stay.
         """
         flags = C.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
+        started = _clock()
         size = int(C.llama_state_seq_get_size_ext(self.ptr, seq, flags))
         buf = (ctypes.c_uint8 * size)()
-        if int(C.llama_state_seq_get_data_ext(self.ptr, buf, size, seq, flags)) != size:
+        written = int(C.llama_state_seq_get_data_ext(self.ptr, buf, size, seq, flags))
+        self.llama_seconds += _clock() - started
+        if written != size:
             raise LlamaError(f"llama.cpp could not save sequence {seq}'s recurrent state ({size} bytes)")
         return buf
 
@@ -376,7 +401,10 @@ class Context:
         """Put back a :meth:`checkpoint` of ``seq``: its recurrent state and position as they were saved (the
         attention cells after it are still there for ``remove_from`` to drop)."""
         flags = C.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
-        if int(C.llama_state_seq_set_data_ext(self.ptr, state, len(state), seq, flags)) != len(state):
+        started = _clock()
+        read = int(C.llama_state_seq_set_data_ext(self.ptr, state, len(state), seq, flags))
+        self.llama_seconds += _clock() - started
+        if read != len(state):
             raise LlamaError(f"llama.cpp could not restore sequence {seq}'s recurrent state")
 
     def close(self) -> None:

@@ -185,7 +185,7 @@ class Generation:
         if first is None:
             return self.cancelled_result()
         pending = [first]  # tokens chosen but not yet emitted
-        started = clock()
+        started, llama = clock(), self.llama_seconds()
         try:
             while True:
                 yield from self.emit(pending)
@@ -193,7 +193,10 @@ class Generation:
                     break
                 pending = self.round(pending[-1])
         finally:
-            self.spec_stats.decode_seconds = clock() - started
+            stats = self.spec_stats
+            stats.decode_seconds = clock() - started
+            if llama is not None:
+                stats.python_seconds = max(0.0, stats.decode_seconds - (self.llama_seconds() - llama))
         tail, result = self.finish()
         if tail:
             yield tail
@@ -219,6 +222,13 @@ class Generation:
         stats = self.spec_stats.generation_stats(len(self.prompt), len(self.output_tokens), self.stop_reason)
         logprobs = self.token_logprobs[: len(self.output_tokens)] if self.logprobs is not None else None
         return tail, GenerationResult(self.text.text, self.output_tokens, stats, self.spec_stats, logprobs)
+
+    def llama_seconds(self) -> float | None:
+        """Seconds the target's and the drafter's contexts have spent inside llama.cpp so far (None for a context
+        that does not keep the count)."""
+        contexts = [self.target] if self.drafter is None else [self.target, self.drafter.ctx]
+        seconds = [getattr(ctx, "llama_seconds", None) for ctx in contexts]
+        return None if None in seconds else sum(seconds)
 
     def reset_caches(self) -> None:
         if self.shared:  # other generations' cells stay; capturing stays on for all of them

@@ -85,6 +85,9 @@ class SpecStats:
     forced_tokens: int = 0
     grammar_seconds: float = 0.0  # masks, consumes and forced tokens of a grammar, on the host
     replay_calls: int = 0  # target calls of their own re-decoding a checkpoint rollback's kept rows (not verifies)
+    # decoding's wall time outside llama.cpp's calls (both models'): the loop's own Python, drafting's included.
+    # None where generations share the calls (runtime.batch), so no one generation's share is known
+    python_seconds: float | None = None
 
     @classmethod
     def for_draft_max(cls, draft_max: int) -> SpecStats:
@@ -173,6 +176,7 @@ class SpecStats:
             forced_tokens=self.forced_tokens,
             grammar_seconds=self.grammar_seconds,
             replay_calls=self.replay_calls,
+            python_seconds=self.python_seconds,
         )
 
 
@@ -207,6 +211,9 @@ class GenerationStats:
     policy: dict | None = None  # the adaptive policy's estimates at the end (times in ms)
     forced_tokens: int = 0  # drafts a grammar forced (its keys and punctuation), drafted without a drafter call
     grammar_seconds: float = 0.0  # the grammar's work on the host: masks, consumes, forced tokens
+    python_seconds: float | None = None
+    """Decoding's wall time outside llama.cpp's calls: every phase's Python (drafting's too), which ``host_seconds``
+    leaves in the phases. What a faster device cannot cut. None where generations shared the calls."""
 
     @property
     def acceptance_length(self) -> float:
@@ -284,6 +291,8 @@ class GenerationTotals:
         total.target_seconds += stats.target_seconds
         total.drafter_seconds += stats.drafter_seconds
         total.decode_seconds += stats.decode_seconds
+        if stats.python_seconds is not None:
+            total.python_seconds = (total.python_seconds or 0.0) + stats.python_seconds
 
     @property
     def acceptance_length(self) -> float:

@@ -1,0 +1,83 @@
+"""Decoding's Python time: its wall time less the time inside llama.cpp's calls, drafting's Python included.
+
+No wall clock here: a simulated clock advances only where the test says (inside ``llama_process``, or in one
+Python step of the loop), so what the stats count is checked by structure, whatever this machine's speed.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from local_eagle.bench.run import summarize
+from local_eagle.llamacpp import model as model_module
+from local_eagle.llamacpp.lib import C
+from local_eagle.runtime import rounds as rounds_module
+from local_eagle.runtime import treeround as treeround_module
+from local_eagle.runtime.engine import Engine, EngineOptions
+from local_eagle.runtime.stats import GenerationTotals
+from local_eagle.runtime.tree import TreeShape
+
+CALL = 1.0  # simulated seconds in each llama_process call
+STEP = 0.001  # simulated seconds of Python in each accept phase
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> dict:
+    """One simulated clock for the contexts and the loop; ``calls`` counts the llama_process calls."""
+    state = {"now": 0.0, "calls": 0}
+    process = C.llama_process
+
+    def slow_process(*args):
+        state["now"] += CALL
+        state["calls"] += 1
+        return process(*args)
+
+    monkeypatch.setattr(C, "llama_process", slow_process)
+    for module in (model_module, rounds_module, treeround_module):
+        monkeypatch.setattr(module, "_clock" if module is model_module else "clock", lambda: state["now"])
+    return state
+
+
+def test_llama_calls_are_not_python(pair, clock) -> None:
+    _, target, draft = pair
+    with Engine(target, draft, EngineOptions(n_ctx=256, n_batch=32, n_threads=1, tree_nodes=8)) as eng:
+        results = [eng.generate("hi", max_tokens=12, draft_max=0), eng.generate("hi", max_tokens=12, draft_max=3),
+                   eng.generate("hi", max_tokens=12, draft_max=6, tree=TreeShape(6, 3, 2))]  # fmt: skip
+    for res in results:
+        s = res.stats
+        assert s.python_seconds == 0.0  # every simulated second passed inside a llama.cpp call
+        assert s.decode_seconds >= CALL * s.target_calls  # the calls are in the decode's wall time
+    assert results[1].stats.drafted_tokens > 0 and results[2].stats.drafted_tokens > 0
+
+
+def test_python_steps_are_counted_per_round(pair, clock, monkeypatch: pytest.MonkeyPatch) -> None:
+    _, target, draft = pair
+    accept = rounds_module.Generation.accept
+
+    def slow_accept(self, *args, **kwargs):
+        clock["now"] += STEP
+        return accept(self, *args, **kwargs)
+
+    monkeypatch.setattr(rounds_module.Generation, "accept", slow_accept)
+    with Engine(target, draft, EngineOptions(n_ctx=256, n_batch=32, n_threads=1)) as eng:
+        base = eng.generate("hi", max_tokens=12, draft_max=0)
+        spec = eng.generate("hi", max_tokens=12, draft_max=3)
+    for res in (base, spec):
+        assert res.stats.python_seconds == pytest.approx(STEP * res.stats.target_calls)
+    b, p = GenerationTotals(), GenerationTotals()
+    b.add(base.stats)
+    p.add(spec.stats)
+    row = summarize(3, b, p, 1, 0)
+    assert row.python_ms_per_round == pytest.approx(1000 * STEP)
+    assert row.baseline_python_ms == pytest.approx(1000 * STEP)
+
+
+def test_totals_keep_unmeasured_apart() -> None:
+    from local_eagle.runtime.stats import GenerationStats
+
+    t = GenerationTotals()
+    t.add(GenerationStats(python_seconds=None))
+    assert t.total.python_seconds is None  # shared calls (runtime.batch): nothing to attribute
+    t.add(GenerationStats(python_seconds=0.25))
+    t.add(GenerationStats(python_seconds=0.5))
+    assert t.total.python_seconds == 0.75
