@@ -54,8 +54,9 @@ class ChainDraft:
         """The position the next later step decodes its row at (the previous draft's)."""
         return self.gen.n_past + len(self.drafts) - 1
 
-    def take(self, row: np.ndarray, prenorm: np.ndarray) -> None:
-        """A step's output (its logits row and post-step state): draft from it, or end the chain."""
+    def take(self, row: np.ndarray, prenorm: np.ndarray, columns: np.ndarray | None = None) -> None:
+        """A step's output (its logits row and post-step state): draft from it, or end the chain. ``columns``: the
+        row holds only those target ids' logits (``Generation.draft_columns``, a greedy chain's), else every id's."""
         gen, observed = self.gen, self.observed
         first = not self.drafts
         observed.steps += 1
@@ -71,9 +72,13 @@ class ChainDraft:
             if not allowed:
                 self.active = False  # the drafter has no token the grammar allows here
                 return
-        token, distribution = choose(row, gen.recent_history(self.last_token, self.drafts), gen.sampling, gen.rng)
-        # a fixed length with no --draft-p-min reads no confidence: a softmax over the draft vocabulary a step
-        confidence = gen.confidence(row, distribution) if gen.draft_p_min > 0 or gen.lengths.weighs else 1.0
+        weighs = gen.draft_p_min > 0 or gen.lengths.weighs  # else no confidence: a softmax over the draft vocabulary
+        if columns is not None:  # greedy and unpenalised: the target's own choice rule is the argmax
+            token, distribution = int(columns[int(np.argmax(row))]), None
+            confidence = gen.column_confidence(row) if weighs else 1.0
+        else:
+            token, distribution = choose(row, gen.recent_history(self.last_token, self.drafts), gen.sampling, gen.rng)
+            confidence = gen.confidence(row, distribution) if weighs else 1.0
         if confidence < gen.draft_p_min or not gen.lengths.take(confidence):
             self.refused = (token, confidence)
             self.active = False
@@ -126,15 +131,15 @@ class ChainDraft:
 def draft_alone(chain: ChainDraft) -> None:
     """Run a chain's steps on its own: the catch-up, then one drafter row a step."""
     gen = chain.gen
+    columns = gen.draft_columns
     while chain.active:
         if not chain.drafts:
-            logits, prenorm, chain.observed.catch_up_rows = gen.feed.catch_up()
+            logits, prenorm, chain.observed.catch_up_rows = gen.feed.catch_up(columns)
         else:
             drafter = gen.drafter
-            logits, prenorm = drafter.decode(
-                np.array([chain.drafts[-1]]), drafter.feedback(chain.prenorm), np.array([chain.position]), gen.seq
-            )
-        chain.take(logits[0], prenorm)
+            args = np.array([chain.drafts[-1]]), drafter.feedback(chain.prenorm), np.array([chain.position]), gen.seq
+            logits, prenorm = drafter.decode(*args) if columns is None else drafter.decode(*args, columns=columns)
+        chain.take(logits[0], prenorm, columns)
 
 
 def draft_together(chains: list[ChainDraft]) -> list[float]:

@@ -104,6 +104,17 @@ def check_pair(spec: DrafterSpec, target: Model) -> None:
     gguf_check_pair(read_model_info(target.path, "target GGUF", splits=True), spec.info)
 
 
+def read_row(ctx: Context, i: int, n_vocab: int, columns: np.ndarray | None, out: np.ndarray) -> None:
+    """Output row ``i``'s logits into ``out``: the whole row, or only the ``columns`` (target ids) gathered straight
+    into place. A drafter with a draft vocabulary writes -inf at every other id (llama.cpp's eagle3 graph fills the
+    row, then sets the draft ids' logits), so its columns hold all it can draft: 32K of Llama 3's 128K."""
+    row = ctx.logits_view(i, n_vocab)
+    if columns is None:
+        out[...] = row
+    else:
+        np.take(row, columns, out=out)
+
+
 class Drafter:
     """The drafter's llama.cpp context bound to a target context (``ctx_other``)."""
 
@@ -146,22 +157,23 @@ class Drafter:
         return out
 
     def decode(
-        self, tokens: np.ndarray, g: np.ndarray, positions: np.ndarray, seq: int = 0
+        self, tokens: np.ndarray, g: np.ndarray, positions: np.ndarray, seq: int = 0, columns: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Rows (token[P+1], g[P]) at positions P -> (logits [n, n_vocab], prenorm [n, H]).
+        """Rows (token[P+1], g[P]) at positions P -> (logits [n, n_vocab], prenorm [n, H]); with ``columns`` only
+        those target ids' logits, [n, len(columns)] (``read_row``).
 
         Every row is marked as an output and read by index: this llama.cpp's eagle3 decoder
         ignores the output selection in multi-row batches (docs/architecture.md).
         """
         n = len(tokens)
-        logits = np.empty((n, self.n_vocab), dtype=np.float32)
+        logits = np.empty((n, self.n_vocab if columns is None else len(columns)), dtype=np.float32)
         prenorm = np.empty((n, self.n_embd), dtype=np.float32)
         step = self.ctx.n_batch
         for s in range(0, n, step):
             e = min(n, s + step)
             self.ctx.decode(tokens[s:e], positions[s:e], True, g[s:e], seq=seq)
             for i in range(e - s):
-                logits[s + i] = self.ctx.logits_view(i, self.n_vocab)
+                read_row(self.ctx, i, self.n_vocab, columns, logits[s + i])
                 prenorm[s + i] = self.ctx.embeddings_nextn_ith(i, self.n_embd)
         return logits, prenorm
 
@@ -186,11 +198,7 @@ class Drafter:
             e = min(n, s + step)
             self.ctx.decode(tokens[s:e], positions[s:e], True, g[s:e], seqs[s:e])
             for i in range(e - s):
-                row = self.ctx.logits_view(i, self.n_vocab)
-                if columns is None:
-                    logits[s + i] = row
-                else:  # gathered straight into place: no temporary row per node
-                    np.take(row, columns, out=logits[s + i])
+                read_row(self.ctx, i, self.n_vocab, columns, logits[s + i])
                 prenorm[s + i] = self.ctx.embeddings_nextn_ith(i, self.n_embd)
         return logits, prenorm
 
@@ -213,9 +221,10 @@ class Drafter:
         return logits, prenorm
 
     def decode_last(
-        self, tokens: np.ndarray, g: np.ndarray, positions: np.ndarray, seq: int = 0
+        self, tokens: np.ndarray, g: np.ndarray, positions: np.ndarray, seq: int = 0, columns: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Decode rows and return only the last row's (logits [1, n_vocab], prenorm [1, H]).
+        """Decode rows and return only the last row's (logits [1, n_vocab], or [1, len(columns)] with ``columns``;
+        prenorm [1, H]).
 
         Catching the drafter up after rounds it skipped needs the rows' cache entries and one next
         step: reading every row's 262K-wide logits back (as :meth:`decode` does) would cost more than
@@ -228,7 +237,8 @@ class Drafter:
             self.decode_kv(tokens[:last], g[:last], positions[:last], seq)
         self.ctx.decode(tokens[last:], positions[last:], True, g[last:], seq=seq)
         i = n - 1 - last
-        logits = self.ctx.logits(i, self.n_vocab)[None, :]
+        logits = np.empty((1, self.n_vocab if columns is None else len(columns)), dtype=np.float32)
+        read_row(self.ctx, i, self.n_vocab, columns, logits[0])
         return logits, self.ctx.embeddings_nextn_ith(i, self.n_embd)[None, :]
 
     def decode_kv(self, tokens: np.ndarray, g: np.ndarray, positions: np.ndarray, seq: int = 0) -> None:

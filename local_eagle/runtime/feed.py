@@ -91,11 +91,16 @@ class DrafterFeed:
         self._head += n
         self.first += n
 
-    def catch_up(self) -> tuple[np.ndarray, np.ndarray, int]:
+    def catch_up(self, columns: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, int]:
         """Decode every queued row in one call: the last row's (logits, prenorm), the round's first draft step,
-        and how many rows it took. The queue must hold at least the row of the round's last token."""
+        and how many rows it took. The queue must hold at least the row of the round's last token. ``columns``:
+        only those target ids' logits (an EAGLE drafter's draft vocabulary, ``Drafter.decode_last``)."""
         tokens, features, positions = self.take_rows()
-        logits, prenorm = self.drafter.decode_last(tokens, self.drafter.encode(features), positions, self.seq)
+        g = self.drafter.encode(features)
+        if columns is None:
+            logits, prenorm = self.drafter.decode_last(tokens, g, positions, self.seq)
+        else:
+            logits, prenorm = self.drafter.decode_last(tokens, g, positions, self.seq, columns=columns)
         return logits, prenorm, len(tokens)
 
     def take_rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -252,6 +252,22 @@ class Generation:
         """The tokens before the next position, for the repeat penalty (empty when it is off)."""
         return np.asarray(self.history + [last_token] + drafts) if self.penalized else NO_HISTORY
 
+    @property
+    def draft_columns(self) -> np.ndarray | None:
+        """The target ids a greedy chain drafts among, read alone from the drafter's rows (its draft vocabulary: the
+        rest of a row is -inf, ``drafter.read_row``); None where a step needs the whole row (sampling, a repeat
+        penalty or a grammar read every id, and an MTP head drafts the whole vocabulary)."""
+        if self.draft_ids is None or not self.sampling.greedy or self.penalized or self.constraint is not None:
+            return None
+        return self.draft_ids
+
+    def column_confidence(self, row: np.ndarray) -> float:
+        """:meth:`confidence` of a row already gathered to the draft columns."""
+        buf = self._confidence_row
+        np.subtract(row, row.max(), out=buf)
+        np.exp(buf, out=buf)
+        return float(1.0 / buf.sum())
+
     def confidence(self, logits: np.ndarray, distribution: np.ndarray | None) -> float:
         """The drafter's top probability for its draft: what the draft-length policy decides on.
 

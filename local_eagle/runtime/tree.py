@@ -107,15 +107,17 @@ def top_k(values: np.ndarray, k: int) -> np.ndarray:
     sorted.
 
     ``argpartition`` costs ~0.3 ms on a 32K-wide draft row here, once per expanded tree node. A long row is searched
-    by block maxima instead: the k-th largest block maximum bounds the k-th largest value from below, so the values
+    by group maxima instead: the k-th largest group maximum bounds the k-th largest value from below, so the values
     at or above it hold the k largest, and sorting those few is cheap. Where the k+1 largest are all distinct the
     result is unique, hence the same indices in the same order; with a tie among them (or a NaN) the argpartition
-    path runs as before, so the order it gives ties stays.
+    path runs as before, so the order it gives ties stays. A group is every m-th value (a column of the row laid
+    out as ``_BLOCK`` rows), not a run of neighbours: numpy takes the maxima down columns at 8 us a 32K row, along
+    rows at 18.
     """
     n = len(values)
     if n >= _BLOCKED_MIN and k * _BLOCK <= n:
         m = n // _BLOCK
-        maxima = values[: m * _BLOCK].reshape(m, _BLOCK).max(axis=1)
+        maxima = values[: m * _BLOCK].reshape(_BLOCK, m).max(axis=0)
         if m * _BLOCK < n:
             maxima = np.append(maxima, values[m * _BLOCK :].max())
         if not np.isnan(maxima).any():

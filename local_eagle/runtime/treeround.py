@@ -140,10 +140,18 @@ class TreeRounds:
         return e
 
     def _expand(self, tree: DraftTree, node: int, row: np.ndarray, last_token: int, dists: dict) -> None:
-        q = self._distribution(row, self._history(last_token, tree, node))
-        dists[node] = q
         gen = self.gen
-        idx, logq = children_slots(q, self.shape.width, None if gen.sampling.greedy else gen.rng)
+        if gen.sampling.greedy and not gen.penalized:
+            # no distribution to keep (a greedy accept reads none): the slots from the unnormalised softmax, their
+            # log-probabilities less its log-sum, one division of the whole row fewer
+            e = row - row.max()
+            np.exp(e, out=e)
+            idx, logq = children_slots(e, self.shape.width)
+            logq = logq - np.log(e.sum())
+        else:
+            q = self._distribution(row, self._history(last_token, tree, node))
+            dists[node] = q
+            idx, logq = children_slots(q, self.shape.width, None if gen.sampling.greedy else gen.rng)
         tokens = idx if self.columns is None else self.columns[idx]
         probs = np.exp(logq)
         scores = logq if self.calibration is None else self.calibration.logscores(probs)
@@ -163,10 +171,9 @@ class TreeRounds:
         if n_nodes == 0:
             return tree.select(0), dists
         started = clock()
-        logits, prenorm, observed.catch_up_rows = gen.feed.catch_up()
+        logits, prenorm, observed.catch_up_rows = gen.feed.catch_up(self.columns)
         observed.steps = 1
-        root = logits[0] if self.columns is None else logits[0][self.columns]
-        self._expand(tree, 0, root, last_token, dists)
+        self._expand(tree, 0, logits[0], last_token, dists)
         observed.catch_up_seconds = clock() - started
         prenorms = {0: prenorm[0]}
         seq_of = {0: 0}
