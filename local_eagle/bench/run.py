@@ -69,6 +69,9 @@ class BenchRow:
     # draft phase): per speculative round, and per target-alone call in the same run; None where not measured
     python_ms_per_round: float | None = None
     baseline_python_ms: float | None = None
+    # share of target calls that reused llama.cpp's previous graph (speculative, and the target alone)
+    graph_reuse: float | None = None
+    baseline_graph_reuse: float | None = None
     near_ties: int = 0  # outputs that differed at a near-tie (float rounding)
     divergent: int = 0  # outputs that differed otherwise: a bug
     divergences: list[dict] = field(default_factory=list)  # runtime.identity's finding for each mismatch
@@ -96,6 +99,10 @@ class BenchRow:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def _share(n: int, calls: int) -> float | None:
+    return n / calls if calls else None
 
 
 def _per_call(seconds: float | None, calls: int) -> float | None:
@@ -188,14 +195,17 @@ def run_bench(
         for setting in settings:
             k = setting.draft_max
             base, spec, checks, rounds = GenerationTotals(), GenerationTotals(), [], []
+            reused = {0: 0, k: 0}
             for i, prompt in enumerate(prompts):
                 order = (0, k) if i % 2 == 0 else (k, 0)
                 results = {}
                 for kk in order:
+                    before = engine.ctx.graphs_reused()
                     results[kk] = engine.generate(
                         prompt, max_tokens=max_tokens, sampling=GREEDY, draft_max=kk, draft_p_min=draft_p_min,
                         adaptive=setting.adaptive and kk > 0, tree=setting.tree if kk > 0 else None,
                     )  # fmt: skip
+                    reused[kk] += engine.ctx.graphs_reused() - before
                 base.add(results[0].stats)
                 spec.add(results[k].stats)
                 if results[k].spec_stats is not None:
@@ -205,5 +215,7 @@ def run_bench(
                 bar.advance(task)
             row = summarize(k, base, spec, len(prompts), len(checks), setting.adaptive, checks, setting.tree)
             row.rounds = rounds
+            row.graph_reuse = _share(reused[k], spec.total.target_calls)
+            row.baseline_graph_reuse = _share(reused[0], base.total.target_calls)
             rows.append(row)
     return rows

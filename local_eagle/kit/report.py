@@ -248,6 +248,12 @@ def _host(b: dict) -> list[str]:
         alone = [r["baseline_python_ms"] for r in timed if r.get("baseline_python_ms") is not None]
         lines += ["", f"Python per round (decoding's wall time outside llama.cpp's calls, drafting's included): {cells}"
                   + (f"; the target alone {min(alone):.3f}-{max(alone):.3f} ms a call." if alone else ".")]
+    reuse = [r for r in rows if r.get("graph_reuse") is not None]
+    if reuse:
+        cells = ", ".join(f"{_label(r)} {100 * r['graph_reuse']:.0f}%" for r in reuse)
+        alone = [r["baseline_graph_reuse"] for r in reuse if r.get("baseline_graph_reuse") is not None]
+        lines += ["", f"Target calls that reused llama.cpp's previous graph: {cells}"
+                  + (f"; the target alone {100 * min(alone):.0f}-{100 * max(alone):.0f}%." if alone else ".")]
     return lines
 
 

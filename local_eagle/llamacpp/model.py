@@ -289,6 +289,11 @@ class Context:
                 set_output(batch, idx, True)
         self._run(DECODE, "decode")
 
+    def graphs_reused(self) -> int:
+        """Calls so far that reused the previous call's graph rather than building one (llama.cpp's own count): a
+        loop whose calls change shape from one to the next rebuilds it every call, host time a GPU waits on."""
+        return int(C.llama_perf_context(self.ptr).n_reused)
+
     def synchronize(self) -> None:
         """Wait until the last call's work is done and its outputs are on the host.
 

@@ -573,3 +573,15 @@ def test_the_replay_rounds_travel_with_the_tree() -> None:
     if tracked.returncode == 0 and tracked.stdout.strip():
         assert tracked.stdout.strip() == gpu.REPLAY_ROUNDS
 
+
+
+def test_report_quotes_python_time_and_graph_reuse_per_round() -> None:
+    rows = [{"draft_max": 8, "adaptive": True, "host_ms_per_round": 0.8, "python_ms_per_round": 0.31,
+             "baseline_python_ms": 0.12, "graph_reuse": 0.95, "baseline_graph_reuse": 0.99},
+            {"draft_max": 3, "adaptive": False, "host_ms_per_round": 0.15, "python_ms_per_round": 0.9,
+             "baseline_python_ms": 0.14, "graph_reuse": 0.5, "baseline_graph_reuse": 0.98},
+            {"draft_max": 15, "tree_nodes": 15, "host_ms_per_round": 0.5}]  # fmt: skip
+    text = "\n".join(report._host({"json": rows}))
+    assert "auto<=8 0.310 ms, k=3 0.900 ms; the target alone 0.120-0.140 ms a call" in text
+    assert "auto<=8 95%, k=3 50%; the target alone 98-99%" in text
+    assert "tree 15 0.500 ms" in text  # host time for every row, the older field
