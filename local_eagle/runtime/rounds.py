@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.random  # noqa: F401  numpy 2 imports it on first use: 11 ms into the first generation, not at load
 
 from local_eagle.llamacpp.model import Context
 from local_eagle.runtime.chain import ChainDraft, draft_alone

@@ -296,3 +296,15 @@ def test_an_idle_policy_replans_less_often():
         pol.begin_round()  # and draws nothing
         pol.end_round(0, verify_seconds=CPU.verify[1])
     assert replans[:4] == [1, 2, 4, 8] and replans[4:] == [16, 32, 48, 64, 128, 192, 256, 320]
+
+
+def test_quantiles_equal_numpys_linear_method() -> None:
+    """The policy's own quantiles: np.quantile's floats, without its cost (or its first call's numpy.ma import)."""
+    from local_eagle.runtime.policy.draftlen import quantiles
+
+    rng = np.random.default_rng(3)
+    q = (np.arange(8) + 0.5) / 8
+    for n in (1, 2, 3, 8, 9, 17, 64):
+        for scale in (1e-3, 1.0, 1e3):
+            v = rng.random(n) * scale
+            assert np.array_equal(quantiles(v, q), np.quantile(v, q))

@@ -204,6 +204,19 @@ class PolicyState:
     hopeless: bool = False  # a probe costs more than the token it may gain, at measured costs (``probes_cannot_pay``)
 
 
+def quantiles(values: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """``np.quantile(values, q)`` (its default, linear method; the same floats): the policy's replan in a live round
+    takes 15 us this way, 230 us through np.quantile, whose first call also imports numpy.ma (8 ms)."""
+    x = np.sort(values)
+    pos = q * (len(x) - 1)
+    lo = np.floor(pos).astype(np.intp)
+    hi = np.minimum(lo + 1, len(x) - 1)
+    t = pos - lo
+    a, b = x[lo], x[hi]
+    diff = b - a
+    return np.where(t >= 0.5, b - diff * (1 - t), a + diff * t)  # numpy's _lerp: exact at both ends
+
+
 class DraftLengthPolicy:
     """Decides, draft by draft, whether drafting one more token raises the expected tokens per second.
 
@@ -273,7 +286,7 @@ class DraftLengthPolicy:
     def replan(self) -> Plan:
         """Refit the acceptance model and solve the stopping rule again (every ``refresh_every`` rounds)."""
         self.acceptance.refit(self.rounds)
-        support = np.quantile(np.fromiter(self._seen, float, len(self._seen)), self._q)
+        support = quantiles(np.fromiter(self._seen, float, len(self._seen)), self._q)
         acc = self.acceptance.many(support)
         k = max(self.k_max, 1)
         T = self.costs.verify(k + 1, optimism=self.optimism)
