@@ -185,10 +185,11 @@ def run_bench(
     rows = []
     with Progress(transient=True, disable=not progress) as bar:
         task = bar.add_task("benchmarking", total=len(prompts) * len(settings))
-        warm = max(settings, key=lambda s: s.draft_max)
-        engine.generate(
-            prompts[0], max_tokens=8, sampling=GREEDY, draft_max=warm.draft_max, adaptive=warm.adaptive, tree=warm.tree
-        )
+        # every setting once before any is timed: a setting's first run would otherwise pay its one-offs (the policy
+        # built, the first call of each shape: on a GPU its kernels and graph captured) inside measured rounds
+        for warm in settings:
+            engine.generate(prompts[0], max_tokens=8, sampling=GREEDY, draft_max=warm.draft_max,
+                            adaptive=warm.adaptive, tree=warm.tree)  # fmt: skip
         if decide_on is not None:
             engine.lengths.decide_on(decide_on, max(s.draft_max for s in settings))
             engine.tree_choices.clear()
