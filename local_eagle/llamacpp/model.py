@@ -363,10 +363,12 @@ class Context:
     def clear(self) -> None:
         C.llama_memory_clear(self.mem, True)
 
-    def seq_copy(self, src: int, dst: int) -> None:
-        """Sequence ``dst`` also holds every cell of ``src`` (in a unified cache: one more id on each cell)."""
+    def seq_copy(self, src: int, dst: int, start: int = -1, end: int = -1) -> None:
+        """Sequence ``dst`` also holds every cell of ``src`` (at positions in [start, end); -1: unbounded). In a
+        unified cache: one more id on each cell, and one more entry in ``dst``'s position map per cell, so the
+        cost grows with the cells copied."""
         started = _clock()
-        C.llama_memory_seq_cp(self.mem, src, dst, -1, -1)
+        C.llama_memory_seq_cp(self.mem, src, dst, start, end)
         self.llama_seconds += _clock() - started
 
     def seq_keep(self, seq: int) -> None:
@@ -375,10 +377,10 @@ class Context:
         C.llama_memory_seq_keep(self.mem, seq)
         self.llama_seconds += _clock() - started
 
-    def seq_remove(self, seq: int, start: int = -1) -> None:
-        """Drop ``seq``'s cells at positions >= ``start`` (all of them for -1); cells other sequences hold stay."""
+    def seq_remove(self, seq: int, start: int = -1, end: int = -1) -> None:
+        """Drop ``seq``'s cells at positions in [start, end) (-1: unbounded); cells other sequences hold stay."""
         started = _clock()
-        ok = C.llama_memory_seq_rm(self.mem, seq, start, -1)
+        ok = C.llama_memory_seq_rm(self.mem, seq, start, end)
         self.llama_seconds += _clock() - started
         if not ok:
             raise LlamaError(f"llama.cpp could not remove sequence {seq} from position {start}")

@@ -19,6 +19,7 @@ import numpy as np
 
 from local_eagle.runtime.drafter import Drafter
 from local_eagle.runtime.policy.defaults import IDLE_CONTEXT, PROBE_CONTEXT  # noqa: F401 - read here too
+from local_eagle.runtime.treeverify import PrefixTags
 
 
 class DrafterFeed:
@@ -34,6 +35,7 @@ class DrafterFeed:
         self._head = self._tail = 0
         self.first = 0  # the position of the first queued row
         self._restart = False  # rows were dropped: the drafter's cache must be cleared before the next decode
+        self.tags = PrefixTags()  # the tree branch sequences sharing this cache's prefix (runtime.treeround)
 
     @property
     def pending(self) -> int:
@@ -125,6 +127,7 @@ class DrafterFeed:
             self.drafter.ctx.seq_remove(self.seq)
         else:
             self.drafter.ctx.clear()
+        self.tags.reset()
 
     def _make_room(self, n: int) -> None:
         """Move the queued rows to the front, growing the buffer when they would not fit."""

@@ -193,16 +193,16 @@ def _replay_batched(engine: Engine, tokens: np.ndarray, out: list[int], j: int, 
     logits = _start(engine, tokens, capture=True)
     if j == 0 or trace is None:
         return logits
-    from local_eagle.runtime.treeverify import TreeBatch
+    from local_eagle.runtime.treeverify import PrefixTags, TreeBatch
 
-    ctx, n_prompt = engine.ctx, len(tokens)
+    ctx, n_prompt, tags = engine.ctx, len(tokens), PrefixTags()  # the context was cleared by _start
     trees = dict(zip(trace.trace_tree_rounds, trace.trace_trees, strict=True))  # an adaptive run mixes chains in
     n_past = n_prompt
     for r, (drafted, accepted) in enumerate(zip(trace.trace_drafted, trace.trace_accepted, strict=True)):
         first = n_past - n_prompt  # index in ``out`` of the round's last token
         if r in trees:
             tree, path = trees[r]
-            batch = TreeBatch(tree, n_past)
+            batch = TreeBatch(tree, n_past, tags=tags)
             batch.decode(ctx)
             if first + 1 + len(path) >= j:
                 return ctx.logits([0, *path][j - first - 1], engine.n_vocab)

@@ -33,7 +33,7 @@ from local_eagle.runtime.stats import GenerationStats, RoundStats, SpecStats
 from local_eagle.runtime.textstream import TextStream
 from local_eagle.runtime.tree import TreeShape, VerifyTree, walk_greedy, walk_sampling
 from local_eagle.runtime.treeround import TreeRounds
-from local_eagle.runtime.treeverify import TreeBatch
+from local_eagle.runtime.treeverify import PrefixTags, TreeBatch
 from local_eagle.runtime.verify import Drafted, TargetChoices, VerifiedFeatures, verify
 
 if TYPE_CHECKING:
@@ -177,6 +177,7 @@ class Generation:
         self.checkpoints = engine.checkpoints and self.speculative  # rounds roll back by a saved recurrent state
         self.saved = None  # this round's checkpoint of the target's recurrent state (``Context.checkpoint``)
         self.replay_rows: list[int] = []  # kept rows a restore dropped, decoded first in the next verify (``replay``)
+        self.prefix_tags = PrefixTags()  # the leaf sequences sharing the target's prefix (tree verifies), from empty
 
     def run(self) -> Iterator[str]:
         self.reset_caches()
@@ -242,6 +243,7 @@ class Generation:
                 self.capture.pause(False)
         else:
             self.target.clear()
+            self.prefix_tags.reset()
             if self.feed is not None:
                 self.feed.reset()
             if self.capture is not None:

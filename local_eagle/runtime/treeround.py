@@ -57,6 +57,7 @@ class TreeRounds:
         # every draft id's logit is in the drafter's row; the repeat penalty needs whole rows (token ids)
         self.columns = None if gen.penalized else drafter.spec.draft_ids
         self.branched = 0  # drafter branch sequences in use this round
+        self.start = 0  # the drafter cache position of this round's first tree row
         self.expected: float | None = None  # the priced tree's expected tokens this round
         self.calibration = gen.engine.tree_calibration  # the engine's: what earlier answers taught carries over
         # sampling: nodes per depth, from the previous round's best tree (the engine's: it carries over answers)
@@ -177,13 +178,19 @@ class TreeRounds:
         observed.catch_up_seconds = clock() - started
         prenorms = {0: prenorm[0]}
         seq_of = {0: 0}
-        width, ctx = self.shape.width, self.drafter.ctx
+        width, ctx, tags = self.shape.width, self.drafter.ctx, gen.feed.tags
+        # the first tree row's cache position (an MTP head's cache runs one ahead of the loop's positions): every
+        # branch sequence shares the cells before it with sequence 0 (PrefixTags), and holds its ancestors after it
+        self.start = start = ctx.pos_max(0) + 1
 
         def expand(depth: int, frontier: list[int]) -> None:
             base = 1 + (depth % 2) * width  # alternate sets: the parents' sequences stay whole meanwhile
+            tags.share(ctx, base + len(frontier), start)
             for i, node in enumerate(frontier):
-                ctx.seq_remove(base + i)
-                ctx.seq_copy(seq_of[tree.parents[node]], base + i)
+                parent = seq_of[tree.parents[node]]
+                ctx.seq_remove(base + i, start)  # a node's rows of two levels up
+                if parent:
+                    ctx.seq_copy(parent, base + i, start)  # its ancestors' rows (the root's: the prefix, shared)
                 seq_of[node] = base + i
             self.branched = max(self.branched, base + len(frontier))
             g = self.drafter.feedback(np.stack([prenorms[tree.parents[node]] for node in frontier]))
@@ -215,6 +222,7 @@ class TreeRounds:
         return chosen, dists
 
     def _drop_branches(self) -> None:
+        """The branches' rows go; the prefix stays shared with every branch sequence for the next tree."""
         for seq in range(1, self.branched):
-            self.drafter.ctx.seq_remove(seq)
+            self.drafter.ctx.seq_remove(seq, self.start)
         self.branched = 0

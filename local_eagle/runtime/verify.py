@@ -134,7 +134,7 @@ def verify(
     """
     started = clock()
     gen = drafts[0][0]
-    batches = [TreeBatch(d.tree, g.n_past, g.seq) for g, d in drafts]
+    batches = [TreeBatch(d.tree, g.n_past, g.seq, g.prefix_tags) for g, d in drafts]
     leading = [replay] if replay is not None else []
     decode_together(gen.target, leading + batches)
     gen.target.synchronize()

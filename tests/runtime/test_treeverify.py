@@ -8,7 +8,7 @@ import pytest
 from local_eagle.errors import LocalEagleError
 from local_eagle.llamacpp.model import Context, ContextOptions, Model
 from local_eagle.runtime.tree import DraftTree, VerifyTree
-from local_eagle.runtime.treeverify import TreeBatch
+from local_eagle.runtime.treeverify import PrefixTags, TreeBatch
 from local_eagle.testing.tiny import write_tiny_target
 from local_eagle.testing.tiny_pair import N_VOCAB, SPEC
 
@@ -58,7 +58,8 @@ def test_every_tree_row_is_its_path_decoded_alone(model, seed):
     try:
         prefix = PROMPT[:-1]
         ctx.decode(prefix, np.arange(len(prefix)), False)
-        batch = TreeBatch(tree, len(prefix))
+        tags = PrefixTags()
+        batch = TreeBatch(tree, len(prefix), tags=tags)
         batch.decode(ctx)
         rows = np.stack([ctx.logits(r, N_VOCAB) for r in range(len(tree))])
         worst = 0.0
@@ -80,14 +81,14 @@ def test_every_tree_row_is_its_path_decoded_alone(model, seed):
         batch.keep(ctx, accepted)
         kept = np.concatenate([PROMPT, tree.path_tokens(accepted)]).astype(np.int32)
         assert ctx.pos_max() == len(kept) - 1
-        for seq in range(1, batch.n_leaves):
-            assert ctx.pos_max(seq) == -1
+        for seq in range(1, batch.n_leaves):  # a leaf's sequence holds the prefix alone, for the next tree
+            assert ctx.pos_max(seq) == len(prefix) - 1 and tags.upto[seq] == len(prefix)
         ctx.decode(np.array([9], dtype=np.int32), np.array([len(kept)]), True)
         after = ctx.logits(0, N_VOCAB)
         want = _plain_last(model, np.append(kept, 9).astype(np.int32))
         assert np.abs(after - want).max() <= 2e-3 * float(want.max() - want.min())
         # and the next tree verifies from there
-        nxt = TreeBatch(_random_tree(seed + 10, 8), len(kept) + 1)
+        nxt = TreeBatch(_random_tree(seed + 10, 8), len(kept) + 1, tags=tags)
         nxt.tree.tokens[0] = 11
         nxt.decode(ctx)
         for r in range(len(nxt.tree)):
@@ -117,6 +118,40 @@ def test_too_many_leaves_is_a_clear_error(model):
     ctx = _context(model, n_seq_max=2)
     try:
         with pytest.raises(LocalEagleError, match="leaves needs a context"):
-            TreeBatch(tree, 0).decode(ctx)
+            TreeBatch(tree, 0, tags=PrefixTags()).decode(ctx)
+    finally:
+        ctx.close()
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_rounds_of_trees_and_chains_keep_the_prefix_shared(model, seed):
+    """Trees of more and fewer leaves, chains between them, accepted paths on any leaf: every verified row is its
+    path decoded alone, and the leaf sequences hold the prefix alone between rounds (PrefixTags), never a row of
+    an earlier tree."""
+    rng = np.random.default_rng(seed)
+    ctx = _context(model, n_seq_max=32)
+    tags = PrefixTags()
+    try:
+        kept = PROMPT[:-1].copy()
+        ctx.decode(kept, np.arange(len(kept)), False)
+        last = int(PROMPT[-1])
+        for round_ in range(8):
+            if round_ % 3 == 2:  # a chain on sequence 0
+                tree = VerifyTree.chain(last, [int(t) for t in rng.integers(3, N_VOCAB, 2)])
+            else:
+                tree = _random_tree(seed * 100 + round_, int(rng.integers(6, 20)))
+                tree.tokens[0] = last
+            batch = TreeBatch(tree, len(kept), tags=tags)
+            batch.decode(ctx)
+            for r in range(len(tree)):
+                want = _plain_last(model, np.concatenate([kept, [last], tree.path_tokens(r)]).astype(np.int32))
+                assert np.abs(ctx.logits(r, N_VOCAB) - want).max() <= 2e-3 * float(want.max() - want.min()), (round_, r)
+            accepted = int(rng.integers(0, len(tree)))
+            batch.keep(ctx, accepted)
+            kept = np.concatenate([kept, [last], tree.path_tokens(accepted)]).astype(np.int32)
+            last = int(rng.integers(3, N_VOCAB))
+            assert ctx.pos_max() == len(kept) - 1
+            for seq, upto in tags.upto.items():
+                assert ctx.pos_max(seq) == upto - 1 and upto <= len(kept)
     finally:
         ctx.close()
