@@ -242,19 +242,25 @@ def _host(b: dict) -> list[str]:
         return []
     cells = ", ".join(f"{_label(r)} {r['host_ms_per_round']:.3f} ms" for r in rows)
     lines = ["", f"Host time per round (outside the draft, verify and commit phases' timers): {cells}."]
-    timed = [r for r in rows if r.get("python_ms_per_round") is not None]
-    if timed:
-        cells = ", ".join(f"{_label(r)} {r['python_ms_per_round']:.3f} ms" for r in timed)
-        alone = [r["baseline_python_ms"] for r in timed if r.get("baseline_python_ms") is not None]
-        lines += ["", f"Python per round (decoding's wall time outside llama.cpp's calls, drafting's included): {cells}"
-                  + (f"; the target alone {min(alone):.3f}-{max(alone):.3f} ms a call." if alone else ".")]
-    reuse = [r for r in rows if r.get("graph_reuse") is not None]
-    if reuse:
-        cells = ", ".join(f"{_label(r)} {100 * r['graph_reuse']:.0f}%" for r in reuse)
-        alone = [r["baseline_graph_reuse"] for r in reuse if r.get("baseline_graph_reuse") is not None]
-        lines += ["", f"Target calls that reused llama.cpp's previous graph: {cells}"
-                  + (f"; the target alone {100 * min(alone):.0f}-{100 * max(alone):.0f}%." if alone else ".")]
+    lines += _beside_alone(rows, "python_ms_per_round", "baseline_python_ms", "{:.3f}", " ms",
+                           "Python per round (decoding's wall time outside llama.cpp's calls, drafting's included)")
+    percent = [{**r, "graph_reuse": 100 * r["graph_reuse"], "baseline_graph_reuse": 100 * r["baseline_graph_reuse"]}
+               for r in rows if r.get("graph_reuse") is not None and r.get("baseline_graph_reuse") is not None]
+    lines += _beside_alone(percent, "graph_reuse", "baseline_graph_reuse", "{:.0f}", "%",
+                           "Target calls that reused llama.cpp's previous graph")
     return lines
+
+
+def _beside_alone(rows: list[dict], key: str, alone_key: str, number: str, unit: str, title: str) -> list[str]:
+    """A sentence of each row's ``key`` (``number`` a format of its value, then ``unit``), and the target alone's
+    range of ``alone_key`` after it."""
+    timed = [r for r in rows if r.get(key) is not None]
+    if not timed:
+        return []
+    cells = ", ".join(f"{_label(r)} {number.format(r[key])}{unit}" for r in timed)
+    alone = [r[alone_key] for r in timed if r.get(alone_key) is not None]
+    span = f"; the target alone {number.format(min(alone))}-{number.format(max(alone))}{unit}" if alone else ""
+    return ["", f"{title}: {cells}{span}."]
 
 
 def _replay(r: dict) -> list[str]:

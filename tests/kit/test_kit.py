@@ -582,6 +582,6 @@ def test_report_quotes_python_time_and_graph_reuse_per_round() -> None:
              "baseline_python_ms": 0.14, "graph_reuse": 0.5, "baseline_graph_reuse": 0.98},
             {"draft_max": 15, "tree_nodes": 15, "host_ms_per_round": 0.5}]  # fmt: skip
     text = "\n".join(report._host({"json": rows}))
-    assert "auto<=8 0.310 ms, k=3 0.900 ms; the target alone 0.120-0.140 ms a call" in text
-    assert "auto<=8 95%, k=3 50%; the target alone 98-99%" in text
+    assert "auto<=8 0.310 ms, k=3 0.900 ms; the target alone 0.120-0.140 ms." in text
+    assert "auto<=8 95%, k=3 50%; the target alone 98-99%." in text
     assert "tree 15 0.500 ms" in text  # host time for every row, the older field
