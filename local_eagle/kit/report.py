@@ -259,7 +259,10 @@ def _beside_alone(rows: list[dict], key: str, alone_key: str, number: str, unit:
         return []
     cells = ", ".join(f"{_label(r)} {number.format(r[key])}{unit}" for r in timed)
     alone = [r[alone_key] for r in timed if r.get(alone_key) is not None]
-    span = f"; the target alone {number.format(min(alone))}-{number.format(max(alone))}{unit}" if alone else ""
+    span = ""
+    if alone:
+        low, high = number.format(min(alone)), number.format(max(alone))
+        span = f"; the target alone {low if low == high else f'{low}-{high}'}{unit}"
     return ["", f"{title}: {cells}{span}."]
 
 
