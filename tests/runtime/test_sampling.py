@@ -218,3 +218,24 @@ def test_adaptive_speculative_sampling_matches_target_distribution(confident_pai
         obs = np.append(obs[~rare], obs[rare].sum())
         exp = np.append(exp[~rare], exp[rare].sum())
     assert stats.chisquare(obs, exp).pvalue > 1e-3
+
+
+def test_recent_history_is_the_window_the_penalty_reads() -> None:
+    """Generation.recent_history hands the penalty only its last repeat_last_n tokens (all for -1): the same
+    penalised logits as the whole history gives, without converting it every drafter step."""
+    from types import SimpleNamespace
+
+    from local_eagle.runtime.rounds import Generation
+
+    rng = np.random.default_rng(0)
+    history = [int(t) for t in rng.integers(0, 50, 300)]
+    logits = rng.normal(size=50).astype(np.float32)
+    for last_n in (-1, 1, 16, 64, 400):
+        gen = SimpleNamespace(penalized=True, history=history, sampling=SamplingParams(repeat_penalty=1.3,
+                                                                                    repeat_last_n=last_n))
+        for drafts in ([], [3], list(range(20))):
+            window = Generation.recent_history(gen, 7, drafts)
+            whole = np.asarray(history + [7] + drafts)
+            assert last_n <= 0 or len(window) <= last_n
+            assert np.array_equal(apply_repeat_penalty(logits, window, 1.3, last_n),
+                                  apply_repeat_penalty(logits, whole, 1.3, last_n))
