@@ -289,6 +289,13 @@ class Context:
                 set_output(batch, idx, True)
         self._run(DECODE, "decode")
 
+    def _timed(self, function: Callable, *args: object) -> object:
+        """A llama.cpp call whose time counts in ``llama_seconds`` (cache edits and state copies)."""
+        started = _clock()
+        out = function(*args)
+        self.llama_seconds += _clock() - started
+        return out
+
     def graphs_reused(self) -> int:
         """Calls so far that reused the previous call's graph rather than building one (llama.cpp's own count): a
         loop whose calls change shape from one to the next rebuilds it every call, host time a GPU waits on."""
@@ -354,10 +361,7 @@ class Context:
 
     def remove_from(self, pos: int, seq: int = 0) -> None:
         """Drop ``seq``'s KV entries at positions >= pos."""
-        started = _clock()
-        ok = C.llama_memory_seq_rm(self.mem, seq, pos, -1)
-        self.llama_seconds += _clock() - started
-        if not ok:
+        if not self._timed(C.llama_memory_seq_rm, self.mem, seq, pos, -1):
             raise LlamaError(f"llama.cpp could not roll its cache back to position {pos}")
 
     def clear(self) -> None:
@@ -367,22 +371,15 @@ class Context:
         """Sequence ``dst`` also holds every cell of ``src`` (at positions in [start, end); -1: unbounded). In a
         unified cache: one more id on each cell, and one more entry in ``dst``'s position map per cell, so the
         cost grows with the cells copied."""
-        started = _clock()
-        C.llama_memory_seq_cp(self.mem, src, dst, start, end)
-        self.llama_seconds += _clock() - started
+        self._timed(C.llama_memory_seq_cp, self.mem, src, dst, start, end)
 
     def seq_keep(self, seq: int) -> None:
         """Drop every cell not in ``seq``, and every other sequence's id from the cells kept."""
-        started = _clock()
-        C.llama_memory_seq_keep(self.mem, seq)
-        self.llama_seconds += _clock() - started
+        self._timed(C.llama_memory_seq_keep, self.mem, seq)
 
     def seq_remove(self, seq: int, start: int = -1, end: int = -1) -> None:
         """Drop ``seq``'s cells at positions in [start, end) (-1: unbounded); cells other sequences hold stay."""
-        started = _clock()
-        ok = C.llama_memory_seq_rm(self.mem, seq, start, end)
-        self.llama_seconds += _clock() - started
-        if not ok:
+        if not self._timed(C.llama_memory_seq_rm, self.mem, seq, start, end):
             raise LlamaError(f"llama.cpp could not remove sequence {seq} from position {start}")
 
     def pos_max(self, seq: int = 0) -> int:
@@ -395,12 +392,9 @@ class Context:
         (``llama_memory_hybrid::state_write``), the part ``remove_from`` cannot cut; the attention cells stay.
         """
         flags = C.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
-        started = _clock()
         size = int(C.llama_state_seq_get_size_ext(self.ptr, seq, flags))
         buf = (ctypes.c_uint8 * size)()
-        written = int(C.llama_state_seq_get_data_ext(self.ptr, buf, size, seq, flags))
-        self.llama_seconds += _clock() - started
-        if written != size:
+        if int(self._timed(C.llama_state_seq_get_data_ext, self.ptr, buf, size, seq, flags)) != size:
             raise LlamaError(f"llama.cpp could not save sequence {seq}'s recurrent state ({size} bytes)")
         return buf
 
@@ -408,10 +402,7 @@ class Context:
         """Put back a :meth:`checkpoint` of ``seq``: its recurrent state and position as they were saved (the
         attention cells after it are still there for ``remove_from`` to drop)."""
         flags = C.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
-        started = _clock()
-        read = int(C.llama_state_seq_set_data_ext(self.ptr, state, len(state), seq, flags))
-        self.llama_seconds += _clock() - started
-        if read != len(state):
+        if int(self._timed(C.llama_state_seq_set_data_ext, self.ptr, state, len(state), seq, flags)) != len(state):
             raise LlamaError(f"llama.cpp could not restore sequence {seq}'s recurrent state")
 
     def close(self) -> None:

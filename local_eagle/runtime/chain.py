@@ -138,6 +138,7 @@ def draft_alone(chain: ChainDraft) -> None:
         else:
             drafter = gen.drafter
             args = np.array([chain.drafts[-1]]), drafter.feedback(chain.prenorm), np.array([chain.position]), gen.seq
+            # columns only where there are some: an MTP head's decode takes none (it has no draft vocabulary)
             logits, prenorm = drafter.decode(*args) if columns is None else drafter.decode(*args, columns=columns)
         chain.take(logits[0], prenorm, columns)
 

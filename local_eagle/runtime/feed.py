@@ -99,7 +99,7 @@ class DrafterFeed:
         only those target ids' logits (an EAGLE drafter's draft vocabulary, ``Drafter.decode_last``)."""
         tokens, features, positions = self.take_rows()
         g = self.drafter.encode(features)
-        if columns is None:
+        if columns is None:  # a drafter's decode_last need not take columns (an MTP head's has no draft vocabulary)
             logits, prenorm = self.drafter.decode_last(tokens, g, positions, self.seq)
         else:
             logits, prenorm = self.drafter.decode_last(tokens, g, positions, self.seq, columns=columns)

@@ -272,7 +272,7 @@ class Generation:
         return self.draft_ids
 
     def column_confidence(self, row: np.ndarray) -> float:
-        """:meth:`confidence` of a row already gathered to the draft columns."""
+        """:meth:`confidence` of a row already gathered to the draft columns (it may be the buffer itself)."""
         buf = self._confidence_row
         np.subtract(row, row.max(), out=buf)
         np.exp(buf, out=buf)
@@ -289,11 +289,7 @@ class Generation:
             return float(distribution.max())
         if self.draft_ids is None:
             return top_probability(logits)
-        row = self._confidence_row
-        np.take(logits, self.draft_ids, out=row)
-        np.subtract(row, row.max(), out=row)
-        np.exp(row, out=row)
-        return float(1.0 / row.sum())
+        return self.column_confidence(np.take(logits, self.draft_ids, out=self._confidence_row))
 
     # --- phases -------------------------------------------------------------------------------
 
