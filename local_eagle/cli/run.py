@@ -301,7 +301,7 @@ def demo(
     st = spec.stats
     spec_tps, base_tps = _mean_rate(*spec_runs), _mean_rate(*base_runs)
     ratio = spec_tps / base_tps if base_tps else 0.0
-    why = explain(st.policy, st.draft_lengths) if adaptive and st.policy else ""
+    why = explain(st.policy, st.draft_lengths, st.to_dict()) if adaptive and st.policy else ""
     if as_json:
         print(json.dumps({"text": spec.text, "identical": spec.tokens == base.tokens, "identity": check.to_dict(),
                           "speedup": ratio, "speculative_tokens_per_second": spec_tps,

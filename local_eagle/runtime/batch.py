@@ -22,8 +22,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from local_eagle.errors import LocalEagleError
 from local_eagle.runtime.chain import draft_together
 from local_eagle.runtime.feed import IDLE_CONTEXT, PROBE_CONTEXT, DrafterFeed
@@ -258,8 +256,5 @@ class Batcher:
             self._emit(seat, accepted)
         if adaptive:
             verify_seconds = rounds[0][1].observed.verify_seconds
-            host = max(0.0, clock() - started - verify_seconds - sum(calls))
-            policy.observe(
-                offset, verify_seconds, *learnt, first=calls[0] if calls else None,
-                step=float(np.mean(calls[1:])) if len(calls) > 1 else None, host=host,
-            )  # fmt: skip
+            host = max(0.0, clock() - started - verify_seconds - sum(s for _, s in calls))
+            policy.observe(offset, verify_seconds, *learnt, drafter=calls, host=host)

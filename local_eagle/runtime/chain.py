@@ -143,10 +143,11 @@ def draft_alone(chain: ChainDraft) -> None:
         chain.take(logits[0], prenorm, columns)
 
 
-def draft_together(chains: list[ChainDraft]) -> list[float]:
+def draft_together(chains: list[ChainDraft]) -> list[tuple[int, float]]:
     """Run several sequences' chains, one drafter call a step for all that go on: every catch-up in one call, then
-    one row per chain a step, each on its own sequence. Returns each call's seconds (the first the catch-up)."""
-    calls: list[float] = []
+    one row per chain a step, each on its own sequence. Returns each call's rows and seconds (the first the
+    catch-up)."""
+    calls: list[tuple[int, float]] = []
     active = [c for c in chains if c.active]
     if not active:
         return calls
@@ -162,7 +163,7 @@ def draft_together(chains: list[ChainDraft]) -> list[float]:
     for i, (c, q) in enumerate(zip(active, queued, strict=True)):
         c.observed.catch_up_rows = len(q[0])
         c.take(logits[i], prenorm[i : i + 1])
-    calls.append(clock() - started)
+    calls.append((len(tokens), clock() - started))
     while True:
         active = [c for c in chains if c.active]
         if not active:
@@ -175,4 +176,4 @@ def draft_together(chains: list[ChainDraft]) -> list[float]:
         )  # fmt: skip
         for i, c in enumerate(active):
             c.take(logits[i], prenorm[i : i + 1])
-        calls.append(clock() - started)
+        calls.append((len(active), clock() - started))

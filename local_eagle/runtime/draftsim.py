@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from local_eagle.runtime.policy.defaults import IDLE_CONTEXT
 from local_eagle.runtime.policy.draftlen import DraftLengthPolicy
 
 
@@ -130,6 +131,7 @@ def simulate(
     luck = rng.random((rounds, n))
     jitter = rng.lognormal(0.0, noise, (rounds, 3)) * np.where(rng.random((rounds, 3)) < spikes, 3.0, 1.0)
     drawn = None if callable(process) else process.draw(rng, rounds * n)
+    waiting = 1  # rows the drafter's next first step catches up on (at a drafter step's cost: this profile's)
     for r in range(rounds):
         if drawn is None:
             cs, us = process(r).draw(rng, n)
@@ -137,6 +139,7 @@ def simulate(
             cs, us = drawn[0][r * n : (r + 1) * n], drawn[1][r * n : (r + 1) * n]
         k = paid = 0
         policy.begin_round()
+        caught = waiting
         while policy.extend():
             paid += not (policy.primed and k == 0)
             if not policy.take(float(cs[k])):
@@ -154,7 +157,11 @@ def simulate(
             draft_seconds=paid * profile.draft_step * jitter[r, 1],
             draft_steps=paid,
             host_seconds=profile.host * jitter[r, 2],
+            first_seconds=profile.draft_step * jitter[r, 1] if paid and not policy.primed else None,
+            first_rows=caught,
         )
+        waiting = (0 if paid else waiting) + accepted + 1
+        waiting = min(waiting, IDLE_CONTEXT)
     return SimResult(tokens, seconds, drafted, profile.target_rate)
 
 

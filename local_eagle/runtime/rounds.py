@@ -522,7 +522,7 @@ class Generation:
         lengths.end_round(
             observed.accepted, verify_seconds=observed.verify_seconds, draft_seconds=observed.draft_seconds,
             draft_steps=observed.steps, host_seconds=host,
-            first_seconds=observed.catch_up_seconds if observed.steps else None,
+            first_seconds=observed.catch_up_seconds if observed.steps else None, first_rows=observed.catch_up_rows,
         )  # fmt: skip
 
     def emit(self, tokens: list[int]) -> Iterator[str]:

@@ -112,7 +112,8 @@ class TreeRounds:
             call = (observed.draft_seconds - observed.catch_up_seconds) / calls if calls > 0 else None
             expected = len(accepted) if self.expected is None else self.expected
             self.choice.observe(policy, expected, len(tree), calls, call)
-            policy.end_tree_round(judged, len(tree), verify_seconds=observed.verify_seconds, host_seconds=host)
+            policy.end_tree_round(judged, len(tree), verify_seconds=observed.verify_seconds, host_seconds=host,
+                                  first_seconds=observed.catch_up_seconds, first_rows=observed.catch_up_rows)
         gen.spec_stats.observe(observed)
         gen.spec_stats.trace_trees.append((tree, path))
         gen.spec_stats.trace_tree_rounds.append(gen.spec_stats.rounds - 1)

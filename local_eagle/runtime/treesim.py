@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from local_eagle.runtime.policy.defaults import IDLE_CONTEXT, PROBE_CONTEXT
 from local_eagle.runtime.policy.draftlen import DraftLengthPolicy
 from local_eagle.runtime.policy.shapes import TreeChoice, grow
 from local_eagle.runtime.tree import DraftTree, TreeShape
@@ -145,6 +146,32 @@ class World:
 
 
 @dataclass
+class Feed:
+    """The drafter's queued rows as ``runtime.feed.DrafterFeed`` keeps them, counted: the first draft step of a round
+    decodes every row committed since the drafter last ran (a catch-up that costs by its rows), a stretch whose
+    features were not captured leaves nothing, and after either the drafter waits for a window of rows."""
+
+    window: int = IDLE_CONTEXT
+    pending: int = 1
+    restart: bool = False
+
+    def ready(self) -> bool:
+        return self.pending > 0 and (not self.restart or self.pending >= self.window)
+
+    def catch_up(self) -> int:
+        rows, self.pending, self.restart = self.pending, 0, False
+        return rows
+
+    def commit(self, rows: int, captured: bool) -> None:
+        if not captured:
+            self.pending, self.restart = 0, True
+            return
+        self.pending += rows
+        if self.pending > self.window:
+            self.pending, self.restart = self.window, True
+
+
+@dataclass
 class Score:
     """Expected tokens (from the true chances) and seconds, summed over rounds; the rows verified."""
 
@@ -187,12 +214,14 @@ def fixed_tree(
     rng = np.random.default_rng(seed)
     shape = TreeShape.for_nodes(nodes, depth, width=min(drafts.width, nodes))
     score = Score()
+    committed = 1
     for _ in range(rounds):
         world = World(drafts, rng)
         order, calls, _ = _tree_round(world, machine, shape, nodes, None)
         tokens = 1.0 + sum(world.reach(n) for n in order)
-        seconds = machine.drafter[1] + sum(calls) + machine.verify[len(order) + 1] + machine.host
+        seconds = machine.drafter[committed] + sum(calls) + machine.verify[len(order) + 1] + machine.host
         score.add(tokens, seconds, len(order) + 1, True)
+        committed = 1 + len(world.walk(set(order)))
     return score
 
 
@@ -200,19 +229,25 @@ def fixed_chain(machine: Machine, drafts: Drafts, k: int, rounds: int, seed: int
     """Every round a chain of ``k`` first choices."""
     rng = np.random.default_rng(seed)
     score = Score()
+    committed = 1
     for _ in range(rounds):
-        tokens, reach = 1.0, 1.0
+        tokens, reach, accepted, alive = 1.0, 1.0, 0, True
         for _ in range(k):
             _, u = drafts.node(rng)
             reach *= float(u[0])
             tokens += reach
-        score.add(tokens, k * machine.drafter[1] + machine.verify[k + 1] + machine.host, k + 1, False)
+            alive = alive and rng.random() < u[0]
+            accepted += alive
+        first = machine.drafter[committed] if k else 0.0
+        score.add(tokens, first + (k - 1) * machine.drafter[1] * (k > 0) + machine.verify[k + 1] + machine.host,
+                  k + 1, False)  # fmt: skip
+        committed = 1 + accepted
     return score
 
 
 def policy_run(
     machine: Machine,
-    drafts: Drafts,
+    drafts: Drafts | Callable[[int], Drafts],
     rounds: int,
     *,
     k_max: int = 8,
@@ -220,28 +255,43 @@ def policy_run(
     seed: int = 0,
     noise: float = 0.1,
     choice: Callable[[TreeShape], TreeChoice] = TreeChoice,
+    policy: DraftLengthPolicy | None = None,
+    answer: int = 0,
 ) -> Score:
     """The engine's default on ``machine``: per round the draft-shape policy's choice of nothing, a chain (the
-    draft-length policy) or a priced tree of up to ``tree_nodes`` nodes, ``k_max`` deep. Timings the policies see
-    carry log-normal ``noise``; the score uses the truth."""
+    draft-length policy) or a priced tree of up to ``tree_nodes`` nodes, ``k_max`` deep (``tree_nodes`` 0: chains
+    only). As in the engine, a round's first drafter call catches the drafter up on every row committed since it
+    last ran (:class:`Feed`), and a round that neither drafts nor may draft within the feed's window does not
+    record the target's features (``Generation.capturing``). Timings the policies see carry log-normal ``noise``;
+    the score uses the truth. ``drafts`` may change with the round (a callable). ``answer``: rounds per answer; each
+    new answer's prompt reaches the drafter as ``Generation.prefill_chunks`` leaves it (all decoded where the policy
+    drafted lately, else a window of rows to catch up on)."""
     rng = np.random.default_rng(seed)
-    shape = TreeShape(tree_nodes, k_max, min(drafts.width, tree_nodes))
-    policy = DraftLengthPolicy(machine.verify[1], k_max)
-    trees = choice(shape)
+    shape = TreeShape(max(tree_nodes, 1), k_max, min(Drafts(0.5).width, max(tree_nodes, 1)))
+    policy = policy or DraftLengthPolicy(machine.verify[1], k_max)
+    trees = choice(shape) if tree_nodes > 0 else None
+    feed = Feed(window=max(IDLE_CONTEXT, k_max + 1))
     score = Score()
 
     def jitter() -> float:
         return float(rng.lognormal(0.0, noise))
 
-    for _ in range(rounds):
-        world = World(drafts, rng)
-        if trees.prefer_tree(policy):
+    for r in range(rounds):
+        now = drafts(r) if callable(drafts) else drafts
+        world = World(now, rng)
+        feed.window = PROBE_CONTEXT if policy.hopeless else max(IDLE_CONTEXT, k_max + 1)
+        if answer and r % answer == 0 and r:
+            idle = policy.idle_rounds >= IDLE_CONTEXT
+            feed.pending, feed.restart = (feed.window, True) if idle else (1, False)
+        if trees is not None and trees.prefer_tree(policy) and feed.ready():
+            caught = feed.catch_up()
+            first = machine.drafter[caught]
             order, calls, expected = _tree_round(world, machine, shape, tree_nodes, trees.prices(policy, tree_nodes))
             verified = set(order)
             path = world.walk(verified)
             rows = len(order) + 1
             tokens = 1.0 + sum(world.reach(n) for n in order)
-            seconds = machine.drafter[1] + sum(calls) + machine.verify[rows] + machine.host
+            seconds = first + sum(calls) + machine.verify[rows] + machine.host
             score.add(tokens, seconds, rows, True)
             call = sum(calls) / len(calls) * jitter() if calls else None
             trees.observe(policy, expected, rows, len(calls), call)
@@ -249,15 +299,20 @@ def policy_run(
             judged = [n for n in order if world.tree.parents[n] in on_path]
             outcomes = ([world.tree.probs[n] for n in judged], [n in on_path for n in judged])
             policy.end_tree_round(outcomes, rows, verify_seconds=machine.verify[rows] * jitter(),
-                                  host_seconds=machine.host * jitter())  # fmt: skip
+                                  host_seconds=machine.host * jitter(), first_seconds=first * jitter(),
+                                  first_rows=caught)  # fmt: skip
+            feed.commit(1 + len(path), True)
             continue
-        trees.chose_chain()
-        policy.begin_round()
-        k = paid = 0
+        if trees is not None:
+            trees.chose_chain()
+        policy.begin_round(ready=feed.ready())
+        k = paid = caught = 0
         reach, tokens, accepted, alive = 1.0, 1.0, 0, True
         while policy.extend():
+            if paid == 0:
+                caught = feed.catch_up()
             paid += 1
-            q, u = drafts.node(rng)
+            q, u = now.node(rng)
             if not policy.take(float(q[0])):
                 break
             k += 1
@@ -267,24 +322,30 @@ def policy_run(
                 accepted += 1
             else:
                 alive = False
-        seconds = paid * machine.drafter[1] + machine.verify[k + 1] + machine.host
-        score.add(tokens, seconds, k + 1, False)
+        first = machine.drafter[caught] * jitter() if paid else 0.0
+        later = (paid - 1) * machine.drafter[1] if paid else 0.0
+        seconds = machine.drafter[caught] + later if paid else 0.0
+        score.add(tokens, seconds + machine.verify[k + 1] + machine.host, k + 1, False)
+        captured = k > 0 or policy.rounds_until_draft() <= feed.window
         policy.end_round(accepted, verify_seconds=machine.verify[k + 1] * jitter(),
-                         draft_seconds=paid * machine.drafter[1] * jitter(), draft_steps=paid,
-                         host_seconds=machine.host * jitter())  # fmt: skip
+                         draft_seconds=first + later * jitter(), draft_steps=paid, host_seconds=machine.host * jitter(),
+                         first_seconds=first if paid else None, first_rows=caught)  # fmt: skip
+        feed.commit(1 + accepted, captured)
     return score
 
 
 TREE_SIZES = (3, 7, 15, 31, 63)
 
 
-def best_fixed(machine: Machine, drafts: Drafts, rounds: int, *, k_max: int = 8, seed: int = 0) -> tuple[str, float]:
-    """The best fixed shape's (label, speedup): chains of 0..k_max, trees of ``TREE_SIZES`` nodes."""
+def best_fixed(machine: Machine, drafts: Drafts, rounds: int, *, k_max: int = 8, seed: int = 0,
+               trees: bool = True) -> tuple[str, float]:  # fmt: skip
+    """The best fixed shape's (label, speedup): chains of 0..k_max, trees of ``TREE_SIZES`` nodes (unless not
+    ``trees``)."""
     best = ("k=0", 1.0)
     for k in range(1, k_max + 1):
         s = fixed_chain(machine, drafts, k, rounds, seed).speedup(machine)
         best = max(best, (f"k={k}", s), key=lambda x: x[1])
-    for n in TREE_SIZES:
+    for n in TREE_SIZES if trees else ():
         for depth in sorted({min(n, 32), min(n, k_max)}):
             s = fixed_tree(machine, drafts, n, rounds, seed, depth).speedup(machine)
             best = max(best, (f"tree {n} d{depth}", s), key=lambda x: x[1])

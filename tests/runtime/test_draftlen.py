@@ -154,7 +154,9 @@ def test_probes_grow_rare_when_they_fail_and_frequent_when_they_are_accepted():
         pol.end_round(0, verify_seconds=PARTIAL.verify[1])
     interval = pol.state().probe_interval
     p = pol.probe_break_even()
-    assert 0.2 < p < 0.5  # an extra row costs 0.3 of a decode on this machine
+    T, rate = pol.costs.verify(2), pol.rate
+    assert 0.2 < (T[2] - T[1]) * rate < 0.5  # an extra row costs 0.3 of a decode on this machine ...
+    assert p == pytest.approx((T[2] - T[1] + pol.costs.catch_up(pol.probe_rows)) * rate)  # ... the catch-up more
     pol.begin_round()
     assert pol.extend() and pol.take(0.001)
     pol.end_round(0, verify_seconds=PARTIAL.verify[2], draft_seconds=PARTIAL.draft_step, draft_steps=1)
@@ -168,32 +170,36 @@ def test_probes_grow_rare_when_they_fail_and_frequent_when_they_are_accepted():
 
 
 def test_one_slow_probe_does_not_silence_probing_once_the_costs_settle():
-    """A probe whose drafter start took 200 decodes (a cold start, a core taken by another job) grows the
+    """Probes whose drafter start took 200 decodes (a cold start, a core taken by another job) grow the
     interval to its cap at those costs; when later first steps are fast, the next replan brings the cap, and
     with it the interval, back down, so the text is still checked for drafts that pay."""
     pol = _stopped_policy()
+    slow = 200 * PARTIAL.verify[1]
+    for _ in range(3):
+        pol.costs.add_first(slow, 16)
     while not pol.state().probing:
         pol.begin_round()
         pol.end_round(0, verify_seconds=PARTIAL.verify[1])
     assert pol.extend() and pol.take(0.001)
-    slow = 200 * PARTIAL.verify[1]
-    pol.end_round(0, verify_seconds=PARTIAL.verify[2], draft_seconds=slow, draft_steps=1, first_seconds=slow)
+    pol.end_round(0, verify_seconds=PARTIAL.verify[2], draft_seconds=slow, draft_steps=1, first_seconds=slow,
+                  first_rows=16)  # fmt: skip
     stretched = pol.state().probe_interval
-    assert stretched > 1000
+    assert pol.probe_rows == 16 and stretched > 1000
     for _ in range(8):
-        pol.costs.add_first(PARTIAL.draft_step)
+        pol.costs.add_first(PARTIAL.draft_step, 16)
     pol.replan()
     settled = pol.state().probe_interval
     assert settled == pol.probe_cap() < stretched / 10 and settled >= pol.probe_max
 
 
-@pytest.mark.parametrize("seed", [8, 9])
-def test_probes_that_cannot_pay_fade_even_when_mostly_accepted(seed: int):
+def test_probes_that_cannot_pay_fade_even_when_mostly_accepted():
     """On the CPU an extra verify row costs 0.7 of a decode: a probe right 70% of the time still loses a little,
-    so probes must not grow frequent just because most succeed."""
+    so probes must not grow frequent just because most succeed (a probe's share of rounds varies from run to
+    run, 0.2% to 21% over 20 seeds: judged on the mean of six)."""
     process = AcceptanceProcess(0.7, confidence=0.5)
-    res = simulate(DraftLengthPolicy(CPU.verify[1], 8), CPU, process, 1500, seed=seed)
-    assert (res.drafted[300:] > 0).mean() < 0.08 and res.speedup > 0.98
+    runs = [simulate(DraftLengthPolicy(CPU.verify[1], 8), CPU, process, 1500, seed=seed) for seed in range(6)]
+    assert np.mean([(res.drafted[300:] > 0).mean() for res in runs]) < 0.08
+    assert min(res.speedup for res in runs) > 0.98
 
 
 def test_fixed_mode_caps_and_k_max_zero():
@@ -308,3 +314,48 @@ def test_quantiles_equal_numpys_linear_method() -> None:
         for scale in (1e-3, 1.0, 1e3):
             v = rng.random(n) * scale
             assert np.array_equal(quantiles(v, q), np.quantile(v, q))
+
+
+def test_a_probes_long_catch_up_does_not_price_every_round():
+    """Issue 44, as the Intel AMX CPU measured it: a 1-row call 23.4 ms, 2 rows 23.6 ms, a later draft step 2.6 ms;
+    each probe after an idle stretch caught the drafter up on ~14 rows (19 ms). Priced at that catch-up, one draft
+    costs 0.8 tokens and no round pays (0.99x where a chain of 1 ran 1.37x); a round after a drafting round catches
+    up on its 1-3 rows (3.8 ms for 2), and drafting every round pays."""
+    ms = 1e-3
+    pol = DraftLengthPolicy(23.4 * ms, 8)
+    for rows, seconds in ((1, 2.6), (2, 3.8), (3, 5.0), (4, 6.2)):  # the drafter's calls by rows, as bench measured
+        for _ in range(4):
+            pol.costs.add_draft(1, 2.6 * ms)
+            pol.costs.add_first(seconds * ms, rows)
+    for _ in range(4):
+        for _ in range(32):
+            pol.begin_round()
+            pol.end_round(0, verify_seconds=23.4 * ms)
+        pol.costs.add_first(19.2 * ms, 14)
+        pol.costs.add_verify(2, 23.6 * ms)
+        for _ in range(3):
+            pol.acceptance.observe(0.9, True, pol.rounds)
+        pol.acceptance.observe(0.9, False, pol.rounds)
+    pol.replan()
+    state = pol.state()
+    assert state.first_step < 5 * ms < 19 * ms < state.probe_first_step  # steady rows, not a probe's window
+    assert state.extend[0] < 1.0 and pol.rounds_until_draft() == 0  # every round drafts
+    T, step = pol.costs.verify(2), pol.costs.draft_step
+    one = {first: plan(T, step, 0.0, np.full(1, 0.75), 1, first=first) for first in (19.2 * ms, state.first_step)}
+    assert math.isinf(one[19.2 * ms].extend[0]) and one[state.first_step].extend[0] < 1.0  # one draft, a = 0.75
+    assert not pol.probes_cannot_pay() and pol.draft_break_even() < 0.3
+
+
+def test_the_verify_curve_keeps_a_knee_measured_between_rows():
+    """Intel AMX: 4 rows 1.38x one row, 5 rows 1.99x, 8 rows 2.19x. A line through them misprices both sides of the
+    knee; the curve keeps each measured count and runs straight between them."""
+    amx = {1: 23.42, 2: 23.61, 3: 27.95, 4: 32.23, 5: 46.57, 8: 51.29}
+    cm = CostModel(amx[1] * 1e-3)
+    for _ in range(12):
+        for rows, ms in amx.items():
+            cm.add_verify(rows, ms * 1e-3)
+    T = cm.verify(10) * 1e3
+    for rows, ms in amx.items():
+        assert T[rows] == pytest.approx(ms, rel=0.01)
+    assert T[6] == pytest.approx(46.57 + (51.29 - 46.57) / 3, rel=0.01)
+    assert T[10] >= 51.29 + 2 * (51.29 - 46.57) / 3 - 0.01  # beyond: at least the last counts' slope

@@ -5,20 +5,23 @@ make a call of n(k+1) rows. On a GPU that call costs about what n rows do until 
 grows with the rows. The batch is what pays, so the policy chooses k for the batch, the one that maximises the
 expected tokens a second::
 
-    rate(k) = n (1 + sum_{i<=k} prod_{j<=i} a_j) / (T(n(k+1)) + [k>0] (d_1 + (k-1) d) + h)
+    rate(k) = n (1 + sum_{i<=k} prod_{j<=i} a_j) / (T(n(k+1)) + [k>0] (d_1(n E_k) + (k-1) d) + h)
 
 with T the measured cost of a call by rows, a_j the rate at which a draft at depth j is kept when the drafts
-before it were, d_1 and d the drafter's first call (every sequence's catch-up) and a later one (a row per
-sequence: the drafter runs each step for the whole batch at once, ``runtime.chain``), h the host's share. k = 0
-is batched decoding without drafts, so once the costs are known the policy is never slower than it. A row count
-never measured is estimated on the line through the measured ones (in proportion to the rows from a single one:
-cautious), and while k = 0 wins a probe drafts k = 1 every so often, because that line and the a_j change with
-the machine's load and the text. Only the drafter's past and the call's timings decide, never this round's
-target output, so every sequence's output stays the target's own.
+before it were, d_1(r) the drafter's first call on r rows (every sequence's catch-up: while the batch drafts every
+round, the n E_k rows the last round committed, E_k being a sequence's expected tokens a round) and d a later one
+(a row per sequence: the drafter runs each step for the whole batch at once, ``runtime.chain``), h the host's
+share. k = 0 is batched decoding without drafts, so once the costs are known the policy is never slower than it.
+Both calls are priced by their rows as measured (``RowCurve``: a knee stays where it was measured), so a probe's
+catch-up of a window of rows per sequence prices probes, not the rounds of a batch that drafts. While k = 0 wins a
+probe drafts k = 1 every so often, because the costs and the a_j change with the machine's load and the text. Only
+the drafter's past and the call's timings decide, never this round's target output, so every sequence's output
+stays the target's own.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -36,38 +39,45 @@ def expected_tokens(acceptance: np.ndarray, k: int) -> float:
 
 
 def best_length(
-    call: list[float], n: int, acceptance: np.ndarray, first: float, step: float, host: float, k_max: int
-) -> tuple[int, list[float]]:
+    call: list[float] | np.ndarray, n: int, acceptance: np.ndarray, first: float | Callable[[float], float],
+    step: float, host: float, k_max: int,
+) -> tuple[int, list[float]]:  # fmt: skip
     """The k in 0..k_max with the highest rate (tokens a second for the batch), and every k's rate.
 
     ``call[r]`` is the cost of a target call of r rows (index 0 unused), long enough for n(k_max+1) rows;
-    ``acceptance[j-1]`` is a_j for j = 1..k_max.
+    ``acceptance[j-1]`` is a_j for j = 1..k_max; ``first``: the drafter's first call by the rows it catches up on
+    (a number: whatever its rows).
     """
+    catch_up = first if callable(first) else (lambda _rows: first)
     rates = []
     for k in range(k_max + 1):
-        seconds = call[n * (k + 1)] + host + (first + (k - 1) * step if k > 0 else 0.0)
-        rates.append(n * expected_tokens(acceptance, k) / max(seconds, 1e-12))
+        tokens = expected_tokens(acceptance, k)
+        seconds = call[n * (k + 1)] + host + (catch_up(n * tokens) + (k - 1) * step if k > 0 else 0.0)
+        rates.append(n * tokens / max(seconds, 1e-12))
     return int(np.argmax(rates)), rates
 
 
 def line_costs(samples: dict[int, float], max_rows: int) -> list[float] | None:
-    """T[r] for r = 0..max_rows: measured where known, on the least-squares line through them elsewhere (through
-    the origin from a single count: in proportion to the rows), nondecreasing. None while nothing is measured."""
+    """T[r] for r = 0..max_rows: measured where known, straight between measured counts, beyond the largest on the
+    steeper of the last two counts' slope and the least-squares line's (in proportion to the rows from a single
+    count: cautious), nondecreasing. None while nothing is measured."""
     if not samples:
         return None
     rows = np.array(sorted(samples), dtype=float)
-    secs = np.array([samples[int(r)] for r in rows])
+    secs = np.maximum.accumulate(np.array([samples[int(r)] for r in rows]))
     if len(rows) == 1:
-        slope, base = secs[0] / rows[0], 0.0
+        slope = secs[0] / rows[0]
+        below = slope * np.arange(max_rows + 1, dtype=float)
     else:
-        slope, base = np.polyfit(rows, secs, 1)
-        slope = max(0.0, float(slope))
-        base = float(np.mean(secs) - slope * np.mean(rows))
-    out = [0.0] * (max_rows + 1)
-    for r in range(1, max_rows + 1):
-        out[r] = samples.get(r, max(base + slope * r, 1e-9))
-    out[1:] = np.maximum.accumulate(out[1:]).tolist()
-    return out
+        slope = max(0.0, float(np.polyfit(rows, secs, 1)[0]), (secs[-1] - secs[-2]) / (rows[-1] - rows[-2]))
+        first_slope = max(0.0, (secs[1] - secs[0]) / (rows[1] - rows[0]))
+        below = secs[0] - first_slope * (rows[0] - np.arange(max_rows + 1, dtype=float))
+    r = np.arange(max_rows + 1, dtype=float)
+    out = np.where(r > rows[-1], secs[-1] + slope * (r - rows[-1]), np.interp(r, rows, secs))
+    out = np.where(r < rows[0], below, out)
+    out[1:] = np.maximum.accumulate(np.maximum(out[1:], 1e-9))
+    out[0] = 0.0
+    return out.tolist()
 
 
 @dataclass
@@ -78,8 +88,7 @@ class BatchPolicy:
     calls: dict[int, Window] = field(default_factory=dict)
     hits: np.ndarray = field(default_factory=lambda: np.zeros(8))
     tries: np.ndarray = field(default_factory=lambda: np.zeros(8))
-    first: Window = field(default_factory=lambda: Window(16))
-    step: Window = field(default_factory=lambda: Window(16))
+    drafter: dict[int, Window] = field(default_factory=dict)  # the drafter's calls by rows: catch-ups, later steps
     host: Window = field(default_factory=lambda: Window(16))
     probe_every: int = BATCH_PROBE_FIRST
     since_draft: int = 0
@@ -114,8 +123,7 @@ class BatchPolicy:
         costs = self.costs(n * (k_max + 1)) if k_max > 0 else None
         if costs is not None and len(self.calls.get(n, ())) >= MIN_SAMPLES:
             k, self.last_rates = best_length(
-                costs, n, self.acceptance(k_max), self.first.median(0.0), self.step.median(0.0),
-                self.host.median(0.0), k_max,
+                costs, n, self.acceptance(k_max), self.catch_up, self.catch_up(n), self.host.median(0.0), k_max,
             )  # fmt: skip
             if self.probing:  # judged with what the probe measured: one that still loses makes the next rarer
                 self.probe_every = BATCH_PROBE_FIRST if k > 0 else min(BATCH_PROBE_LAST, 2 * self.probe_every)
@@ -136,17 +144,29 @@ class BatchPolicy:
         if len(self.calls.get(2 * n, ())) < MIN_SAMPLES:
             return False
         kept = np.ones(1)
-        k, _ = best_length(costs, n, kept, self.first.median(0.0), self.step.median(0.0), self.host.median(0.0), 1)
+        k, _ = best_length(costs, n, kept, self.catch_up, self.catch_up(n), self.host.median(0.0), 1)
         return k == 0
+
+    def catch_up(self, rows: float) -> float:
+        """A drafter call on ``rows`` rows (a catch-up, or a later step's row per sequence), as measured by rows
+        (:func:`line_costs`), 0 before any was measured; a batch that drafts every round measures the rows it
+        needs, a probe after an idle stretch only a window of rows per sequence."""
+        known = {r: w.median(0.0) for r, w in self.drafter.items() if len(w)}
+        if not known:
+            return 0.0
+        lo = max(1, int(rows))
+        T = line_costs(known, lo + 1)
+        assert T is not None
+        return float(T[lo] + (max(1.0, rows) - lo) * (T[lo + 1] - T[lo]))
 
     def rounds_until_probe(self) -> int:
         """Rounds before the next probe while the batch does not draft (the feeds want features that early)."""
         return self.probe_every - self.since_draft
 
     def observe(self, rows: int, seconds: float, drafted: list[int], accepted: list[int], *,
-                first: float | None = None, step: float | None = None, host: float | None = None) -> None:  # fmt: skip
-        """One round: its call's rows and seconds, each sequence's drafts and how many were kept, and the
-        seconds of the drafter's first and later calls where they ran."""
+                drafter: list[tuple[int, float]] = (), host: float | None = None) -> None:  # fmt: skip
+        """One round: its call's rows and seconds, each sequence's drafts and how many were kept, and the drafter's
+        calls (rows, seconds): the first every sequence's catch-up, each later one a row per sequence still going."""
         self.calls.setdefault(rows, Window(16)).add(seconds)
         self.hits *= BATCH_DECAY
         self.tries *= BATCH_DECAY
@@ -154,10 +174,11 @@ class BatchPolicy:
             reached = min(d, a + 1)
             self.tries[:reached] += 1.0
             self.hits[:a] += 1.0
-        if first is not None:
-            self.first.add(first)
-        if step is not None:
-            self.step.add(step)
+        for r, s in drafter:
+            window = self.drafter.get(r)
+            if window is None:
+                window = self.drafter[r] = Window(16)
+            window.add(s)
         if host is not None:
             self.host.add(host)
 

@@ -1,8 +1,9 @@
 """Online estimates of what a speculative round costs, from the timings the engine measures anyway.
 
 The draft-length policy (``runtime.policy.draftlen``) needs the target call's cost for every row count it
-may verify, including counts it has not tried yet, one draft step's cost and the host time per
-round; on a shared machine single timings are noisy and now and then far off.
+may verify, including counts it has not tried yet, the drafter's catch-up by the rows it decodes, one later
+draft step's cost and the host time per round; on a shared machine single timings are noisy and now and then
+far off.
 """
 
 from __future__ import annotations
@@ -43,14 +44,82 @@ class Window:
         return 0.5 * (kth((n - 1) // 2) + kth(n // 2))
 
 
-class CostModel:
-    """Online estimates of a round's costs: the target call by rows, one draft step, host time per round.
+class RowCurve:
+    """A call's cost by the rows it decodes, as measured: not a line on every machine.
 
-    Every row count keeps a window of recent timings and uses its median, so a core stolen by another
-    process for one call does not move the estimate. Row counts with few samples lean on a line through
-    the 1-row time whose slope is the sample-weighted median of the measured rows' slopes. Its prior slope
-    is that of a target whose cost is proportional to its rows: a pessimistic start, safe on a CPU, that
-    a GPU's first few multi-row calls correct.
+    Every row count keeps a window of recent timings. A count measured ``min_samples`` times or more is a knot
+    at its median (with as many copies of the line's value below, so that a few noisy calls do not pin it), and
+    the curve runs straight between knots, so a knee (an Intel AMX CPU: 4 rows 1.4x one row, 5
+    rows 2.0x) stays where it was measured. Beyond the last knot, and at counts measured fewer times, the curve
+    leans on a line through the 1-row cost whose slope is the sample-weighted median of the measured counts'
+    slopes (the last knots' own slope where that is steeper): a single slow call cannot move a count, two or
+    three calls that agree do. The prior slope (``prior`` seconds a row, used until other counts are measured) is
+    the caller's: a cost in proportion to the rows is a pessimistic start, safe on a CPU, that a GPU's first few
+    multi-row calls correct.
+    """
+
+    def __init__(self, window: int = 128, min_samples: int = 4) -> None:
+        self.window = window
+        self.min_samples = min_samples
+        self._rows: dict[int, Window] = {}
+
+    def add(self, rows: int, seconds: float) -> None:
+        window = self._rows.get(rows)
+        if window is None:  # not setdefault: that would build a Window every round
+            window = self._rows[rows] = Window(self.window)
+        window.add(seconds)
+
+    def samples(self, rows: int) -> int:
+        return len(self._rows.get(rows, ()))
+
+    def deepest(self) -> int:
+        """The largest row count measured ``min_samples`` times (1 when none is)."""
+        return max((r for r, xs in self._rows.items() if len(xs) >= self.min_samples), default=1)
+
+    def table(self, max_rows: int, one: float, prior: float) -> np.ndarray:
+        """T[r] for r = 0..max_rows (T[0] = 0), nondecreasing; ``one``: the 1-row cost where none was measured."""
+        n = self.min_samples
+        ones = self._rows.get(1)
+        m1 = ones.median(one, pseudo=n) if ones else one
+        multi = [(r, xs, xs.median(0.0)) for r, xs in self._rows.items() if r > 1 and xs]
+        # a 1-row call never costs more than a bigger one: a 1-row time measured while the machine was busy is
+        # corrected by multi-row calls even when no 1-row call runs for a while
+        m1 = min([m1] + [m for _, xs, m in multi if len(xs) >= n])
+        slopes = [prior] + [(m - m1) / (r - 1) for r, _, m in multi]
+        fade = max(1e-3, 1.0 - sum(len(xs) for _, xs, _ in multi) / n)
+        weights = [fade] + [len(xs) for _, xs, _ in multi]
+        order = np.argsort(slopes)  # a weighted median, so that a row seen once, slowly, is outvoted
+        cum = np.cumsum(np.array(weights)[order])
+        slope = max(0.0, slopes[order[int(np.searchsorted(cum, cum[-1] / 2))]])
+        # a count measured min_samples times is a knot; its median still counts min_samples copies of the line's
+        # value, so that four noisy samples cannot pin it (twice as many outvote the line)
+        knots = sorted([(1, m1)] + [(r, xs.median(m1 + slope * (r - 1), pseudo=n)) for r, xs, _ in multi
+                                    if len(xs) >= n])  # fmt: skip
+        kx = np.array([r for r, _ in knots], dtype=float)
+        ky = np.maximum.accumulate(np.array([m for _, m in knots]))
+        if len(knots) > 1:
+            slope = max(slope, (ky[-1] - ky[-2]) / (kx[-1] - kx[-2]))
+        r = np.arange(1, max_rows + 1, dtype=float)
+        fit = np.where(r <= kx[-1], np.interp(r, kx, ky), ky[-1] + slope * (r - kx[-1]))
+        out = np.zeros(max_rows + 1)
+        out[1:] = fit
+        for rows, xs, _ in multi:
+            if rows <= max_rows and len(xs) < n:
+                out[rows] = xs.median(float(fit[rows - 1]), pseudo=n)
+        out[1:] = np.maximum.accumulate(np.maximum(out[1:], 1e-9))
+        return out
+
+
+class CostModel:
+    """Online estimates of a round's costs: the target call by rows, the drafter's catch-up by rows, one later
+    draft step, host time per round.
+
+    Every row count keeps a window of recent timings and uses its median (:class:`RowCurve`), so a core stolen by
+    another process for one call does not move the estimate. The catch-up, a round's first draft step, decodes
+    every row committed since the drafter last ran: the last round's one to four while the policy drafts every
+    round, a window of sixteen after an idle stretch. Its cost is learnt by those rows, so a probe's long catch-up
+    prices probes, not the rounds that follow it. ``steady_rows`` is the catch-up a policy drafting every round
+    pays (its tokens per round, which the policy sets from its plan).
     """
 
     def __init__(
@@ -69,26 +138,28 @@ class CostModel:
         self.prior_slope = prior_slope
         self.window = window
         self.min_samples = min_samples
-        self._rows: dict[int, Window] = {}
+        self._verify = RowCurve(window, min_samples)
+        self._catch = RowCurve(window, min_samples)
         self._draft = Window(window)
-        self._first = Window(window)
         self._host = Window(window)
         self._draft0 = 0.1 * t1 if draft_step is None else draft_step
         self._host0 = host
+        self.steady_rows = 1.0
+        self._learnt = 0  # catch-ups and later steps added: the first step's estimate is kept until either moves
+        self._first: tuple[tuple[int, float], float] | None = None
 
     def add_verify(self, rows: int, seconds: float) -> None:
-        window = self._rows.get(rows)
-        if window is None:  # not setdefault: that would build a Window every round
-            window = self._rows[rows] = Window(self.window)
-        window.add(seconds)
+        self._verify.add(rows, seconds)
 
     def add_draft(self, steps: int, seconds: float) -> None:
         if steps > 0:
             self._draft.add(seconds / steps)
+            self._learnt += 1
 
-    def add_first(self, seconds: float) -> None:
-        """A round's first draft step, catching the drafter up on the rows it skipped included."""
-        self._first.add(seconds)
+    def add_first(self, seconds: float, rows: int = 1) -> None:
+        """A round's first draft step: the drafter's catch-up on ``rows`` rows, its first draft included."""
+        self._catch.add(max(1, rows), seconds)
+        self._learnt += 1
 
     def add_host(self, seconds: float) -> None:
         self._host.add(max(0.0, seconds))
@@ -97,10 +168,25 @@ class CostModel:
     def draft_step(self) -> float:
         return self._draft.median(self._draft0)
 
+    def catch_up(self, rows: float) -> float:
+        """A first step that decodes ``rows`` rows (interpolated between whole rows): measured by rows, else a
+        later step's cost for one row and, until catch-ups of more were measured, a row more costing what a row
+        more costs the target (both are the same device's matrix products)."""
+        r = max(1.0, float(rows))
+        lo = int(r)
+        T2 = self._verify.table(2, self.t1, self.prior_slope * self.t1)
+        step = self.draft_step
+        T = self._catch.table(lo + 1, step, step * max(0.0, T2[2] / T2[1] - 1.0))
+        return float(T[lo] + (r - lo) * (T[lo + 1] - T[lo]))
+
     @property
     def first_step(self) -> float:
-        """The first step of a round; a later step's cost until one was measured."""
-        return self._first.median(self.draft_step)
+        """The first step of a round that follows a drafting round: its catch-up of ``steady_rows`` rows (read
+        every round by tree rounds, so kept until a timing or ``steady_rows`` changes)."""
+        key = (self._learnt, self.steady_rows)
+        if self._first is None or self._first[0] != key:
+            self._first = (key, self.catch_up(self.steady_rows))
+        return self._first[1]
 
     @property
     def host(self) -> float:
@@ -111,42 +197,21 @@ class CostModel:
         return None
 
     def samples(self, rows: int) -> int:
-        return len(self._rows.get(rows, ()))
+        return self._verify.samples(rows)
 
     def verify(self, max_rows: int, *, optimism: float = 0.0) -> np.ndarray:
-        """T[r] for r = 0..max_rows (T[0] = 0), nondecreasing: measured where known, fitted elsewhere.
+        """T[r] for r = 0..max_rows (T[0] = 0), nondecreasing: measured where known, interpolated between measured
+        row counts, extrapolated beyond them (:class:`RowCurve`).
 
-        A row count's estimate is the median of its samples together with ``min_samples`` copies of the
-        line's value, so two or three samples, one of them an outlier, cannot pin it far off (and with
-        it, through monotonicity, every larger count). ``optimism`` discounts the extra cost of row counts
-        with fewer than ``min_samples`` samples, so the policy tries them before ruling them out: only the
-        count one past the deepest measured one, so that depths are explored one at a time.
+        ``optimism`` discounts the extra cost of row counts with fewer than ``min_samples`` samples, so the policy
+        tries them before ruling them out: only the count one past the deepest measured one, so that depths are
+        explored one at a time.
         """
-        ones = self._rows.get(1)
-        m1 = ones.median(self.t1, pseudo=self.min_samples) if ones else self.t1
-        multi = [(r, xs) for r, xs in self._rows.items() if r > 1 and xs]
-        # a 1-row call never costs more than a bigger one: a t1 measured while the machine was busy is
-        # corrected by multi-row calls even when the policy runs no 1-row call for a while
-        m1 = min([m1] + [xs.median(0.0) for _, xs in multi if len(xs) >= self.min_samples])
-        slopes = [self.prior_slope * self.t1] + [(xs.median(0.0) - m1) / (r - 1) for r, xs in multi]
-        fade = max(1e-3, 1.0 - sum(len(xs) for _, xs in multi) / self.min_samples)
-        weights = [fade] + [len(xs) for _, xs in multi]
-        order = np.argsort(slopes)  # a weighted median, so that a row seen once, slowly, is outvoted
-        cum = np.cumsum(np.array(weights)[order])
-        b = max(0.0, slopes[order[int(np.searchsorted(cum, cum[-1] / 2))]])
-        a = m1 - b
-        out = np.zeros(max_rows + 1)
-        for r in range(1, max_rows + 1):
-            fit = a + b * r
-            xs = self._rows.get(r)
-            if xs:
-                fit = xs.median(fit, pseudo=self.min_samples)
-            out[r] = max(fit, 1e-9)
-        out[1:] = np.maximum.accumulate(out[1:])
+        out = self._verify.table(max_rows, self.t1, self.prior_slope * self.t1)
         if optimism > 0.0 and max_rows > 1:
             # one row count past the deepest well-measured one at a time: on a CPU every untried depth
             # would look worth a try at once, and each try of a deep verify costs several decodes
-            known = max((r for r in self._rows if self.samples(r) >= self.min_samples), default=1)
+            known = self._verify.deepest()
             n = self.min_samples
             seen = np.array([min(1.0, self.samples(r) / n) if r <= known + 1 else 1.0 for r in range(2, max_rows + 1)])
             out[2:] = out[1] + np.cumsum(np.diff(out[1:]) * (1.0 - optimism * (1.0 - seen)))
@@ -162,7 +227,7 @@ class DeafCosts(CostModel):
     def add_draft(self, steps: int, seconds: float) -> None:
         pass
 
-    def add_first(self, seconds: float) -> None:
+    def add_first(self, seconds: float, rows: int = 1) -> None:
         pass
 
     def add_host(self, seconds: float) -> None:
@@ -172,11 +237,11 @@ class DeafCosts(CostModel):
 class FixedCosts(DeafCosts):
     """Another machine's costs, fixed: the policy decides as it would there (``bench --decide-on``), whatever this
     machine's timings say. ``verify[r]``: a target call of r rows (index 0 unused, the last slope beyond the table);
-    ``drafter[r]``: a drafter call of r rows."""
+    ``drafter[r]``: a drafter call of r rows (a catch-up of r rows; a later step is its 1-row call)."""
 
     def __init__(self, verify: list[float], drafter: list[float], host: float = 0.0) -> None:
         super().__init__(verify[1], draft_step=drafter[1], host=host)
-        self._verify = list(verify)
+        self._verify_table = list(verify)
         self._drafter = list(drafter)
 
     def samples(self, rows: int) -> int:
@@ -185,8 +250,14 @@ class FixedCosts(DeafCosts):
     def call(self, rows: int) -> float | None:
         return _extended(self._drafter, rows)
 
+    def catch_up(self, rows: float) -> float:
+        r = max(1.0, float(rows))
+        lo = int(r)
+        a, b = _extended(self._drafter, lo), _extended(self._drafter, lo + 1)
+        return a + (r - lo) * (b - a)
+
     def verify(self, max_rows: int, *, optimism: float = 0.0) -> np.ndarray:
-        out = np.array([0.0] + [_extended(self._verify, r) for r in range(1, max_rows + 1)])
+        out = np.array([0.0] + [_extended(self._verify_table, r) for r in range(1, max_rows + 1)])
         out[1:] = np.maximum.accumulate(out[1:])
         return out
 

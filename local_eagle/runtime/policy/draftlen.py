@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from local_eagle.runtime.policy.defaults import IDLE_CONTEXT
 from local_eagle.runtime.policy.draftcost import CostModel
 
 _EPS = 1e-3
@@ -202,6 +203,9 @@ class PolicyState:
     take: tuple[float, ...]
     extend: tuple[float, ...]
     hopeless: bool = False  # a probe costs more than the token it may gain, at measured costs (``probes_cannot_pay``)
+    steady_rows: float = 1.0  # the catch-up rows ``first_step`` is priced at: the plan's tokens per round
+    probe_rows: int = 0  # the rows a probe's catch-up decodes after an idle stretch
+    probe_first_step: float = 0.0  # what that catch-up costs
 
 
 def quantiles(values: np.ndarray, q: np.ndarray) -> np.ndarray:
@@ -259,6 +263,7 @@ class DraftLengthPolicy:
         probe_warmup: int = 16,
         probe_idle_max: int = 2048,
         refresh_idle: int = 64,
+        probe_rows: int = IDLE_CONTEXT,
     ) -> None:
         if k_max < 0:
             raise ValueError(f"k_max must be >= 0, got {k_max}")
@@ -276,6 +281,7 @@ class DraftLengthPolicy:
         self.probe_idle_max = probe_idle_max
         self.refresh_idle = refresh_idle
         self._hopeless = False
+        self.probe_rows = probe_rows
         self.idle_rounds = 0
         self.rounds = 0
         self._q = (np.arange(support) + 0.5) / support
@@ -284,15 +290,28 @@ class DraftLengthPolicy:
         self.begin_round()
 
     def replan(self) -> Plan:
-        """Refit the acceptance model and solve the stopping rule again (every ``refresh_every`` rounds)."""
+        """Refit the acceptance model and solve the stopping rule again (every ``refresh_every`` rounds).
+
+        The first step is priced as the catch-up a policy drafting every round pays: the rows the last round
+        committed, about the plan's own tokens per round (solved again when they move the price), not the window a
+        probe decodes after an idle stretch. Priced by that long catch-up no round would ever pay, and a policy that
+        stays idle only ever measures such catch-ups (an Intel AMX CPU: 19 ms for 14 rows, 3.8 ms for 2).
+        """
         self.acceptance.refit(self.rounds)
         support = quantiles(np.fromiter(self._seen, float, len(self._seen)), self._q)
         acc = self.acceptance.many(support)
         k = max(self.k_max, 1)
         T = self.costs.verify(k + 1, optimism=self.optimism)
-        rate = getattr(self, "_plan", None)
-        self._plan = plan(T, self.costs.draft_step, self.costs.host, acc, k, primed=self.primed,
-                          first=self.costs.first_step, rate=rate.rate if rate else None)  # fmt: skip
+        last = getattr(self, "_plan", None)
+        costs = self.costs
+        for _ in range(3):
+            self._plan = plan(T, costs.draft_step, costs.host, acc, k, primed=self.primed, first=costs.first_step,
+                              rate=last.rate if last else None)  # fmt: skip
+            rows = max(1.0, round(self._plan.expected_tokens, 1))
+            if self.primed or abs(rows - costs.steady_rows) < 0.25:
+                break
+            costs.steady_rows = rows
+            last = self._plan
         self._hopeless = self.probes_cannot_pay()
         self.probe_interval = min(self.probe_interval, self.probe_cap())
         return self._plan
@@ -361,11 +380,11 @@ class DraftLengthPolicy:
 
     def end_round(self, accepted: int, *, verify_seconds: float, draft_seconds: float = 0.0,
                   draft_steps: int = 0, host_seconds: float | None = None,
-                  first_seconds: float | None = None) -> None:  # fmt: skip
+                  first_seconds: float | None = None, first_rows: int = 1) -> None:  # fmt: skip
         """Learn from the verified round; ``draft_steps`` counts the steps paid for this round.
 
-        ``first_seconds``, when given, is the part of ``draft_seconds`` the first step took (with the
-        drafter's catch-up), learnt apart from the later steps'.
+        ``first_seconds``, when given, is the part of ``draft_seconds`` the first step took (the drafter's
+        catch-up on ``first_rows`` rows), learnt by its rows apart from the later steps'.
         """
         taken = self._taken
         accepted = min(accepted, len(taken))
@@ -373,7 +392,9 @@ class DraftLengthPolicy:
             self.acceptance.observe(c, i < accepted, self.rounds)
         self.costs.add_verify(1 + len(taken), verify_seconds)
         if first_seconds is not None and draft_steps > 0:
-            self.costs.add_first(first_seconds)
+            self.costs.add_first(first_seconds, first_rows)
+            if self.probing:
+                self.probe_rows = max(1, first_rows)
             self.costs.add_draft(draft_steps - 1, max(0.0, draft_seconds - first_seconds))
         else:
             self.costs.add_draft(draft_steps, draft_seconds)
@@ -403,14 +424,17 @@ class DraftLengthPolicy:
         self.begin_round()
 
     def end_tree_round(self, judged: tuple[list[float], list[bool]], rows: int, *, verify_seconds: float,
-                       host_seconds: float | None = None) -> None:  # fmt: skip
+                       host_seconds: float | None = None, first_seconds: float | None = None,
+                       first_rows: int = 1) -> None:  # fmt: skip
         """Learn from a round that verified a draft tree instead of this policy's chain: the target's cost at
         its rows, and the calibration from every child the target judged (``VerifyTree.outcomes``: each slot's
         draft probability and whether it was accepted), so the chain's expected rate, which the tree is
-        compared with, stays current while trees run."""
+        compared with, stays current while trees run; and the catch-up on ``first_rows`` rows, by its rows."""
         for q, ok in zip(*judged, strict=True):
             self.acceptance.observe(q, ok, self.rounds)
         self.costs.add_verify(rows, verify_seconds)
+        if first_seconds is not None:
+            self.costs.add_first(first_seconds, first_rows)
         if host_seconds is not None:
             self.costs.add_host(host_seconds)
         self.idle_rounds = 0
@@ -434,25 +458,34 @@ class DraftLengthPolicy:
         return self._hopeless
 
     def probes_cannot_pay(self) -> bool:
-        """Does a probe cost more than nine tenths of the token it may gain, at the measured costs? (Gemma 3 270M
-        on a 2-core CPU: a 2-row verify of 2.3 decodes, its 262K-token output layer, and the drafter's catch-up.)
-        Then every probe fails, whatever the drafter gets right, and probing only re-checks the costs and the
-        calibration: it can be rarer and cheaper. Judged on three measured 2-row verifies at least (one slow call
-        is outvoted), never on the cost model's pessimistic prior alone, which says so for every machine."""
+        """Would even a draft the target always keeps cost more than nine tenths of the token it gains, drafting every
+        round at the measured costs? (Gemma 3 270M on a 2-core AMD CPU: a 2-row verify of 2.3 decodes, its 262K-token
+        output layer.) Then every probe fails, whatever the drafter gets right, and probing only re-checks the costs
+        and the calibration: it can be rarer and cheaper. Judged on three measured 2-row verifies at least (one slow
+        call is outvoted), never on the cost model's pessimistic prior alone, which says so for every machine."""
         if self.fixed or self.costs.samples(2) < 3:
             return False
-        return bool(self.probe_break_even() >= 0.9)
+        return bool(self.draft_break_even() >= 0.9)
+
+    def draft_break_even(self) -> float:
+        """The acceptance one draft a round needs to pay for itself while the policy drafts every round: its first
+        step (the catch-up of the last round's rows) and its verify's extra row, in tokens."""
+        T = self.costs.verify(2)
+        first = 0.0 if self.primed else self.costs.catch_up(2)
+        return (first + T[2] - T[1]) * self._plan.rate
 
     def probe_break_even(self) -> float:
-        """The acceptance a probe needs to pay for itself: its first step and its verify's extra row, in tokens.
+        """The acceptance a probe needs to pay for itself: its first step (the catch-up of the window of rows an idle
+        stretch leaves, ``probe_rows``) and its verify's extra row, in tokens.
 
         Probes halve the interval when accepted and multiply it by 2^(p/(1-p)) when not, which drifts neither
         way at a success rate of p: probing fades unless probes succeed more often than they cost. With a
         cheap extra row (a GPU) p is small and probes stay frequent; where a row costs a full decode (a small
-        CPU) it is near 1, and a drafter right 70% of the time is probed rarely.
+        CPU) it is near 1, and a drafter right 70% of the time is probed rarely. Where drafting every round pays,
+        the plan drafts and probes are not needed.
         """
         T = self.costs.verify(2)
-        first = 0.0 if self.primed else self.costs.first_step
+        first = 0.0 if self.primed else self.costs.catch_up(self.probe_rows)
         return (first + T[2] - T[1]) * self._plan.rate
 
     def shadow(self, confidence: float, accepted: bool) -> None:
@@ -477,4 +510,7 @@ class DraftLengthPolicy:
             take=tuple(p.take[1 : self.k_max + 1].tolist()),
             extend=tuple(p.extend[: self.k_max].tolist()),
             hopeless=self._hopeless,
+            steady_rows=self.costs.steady_rows,
+            probe_rows=self.probe_rows,
+            probe_first_step=0.0 if self.primed else self.costs.catch_up(self.probe_rows),
         )

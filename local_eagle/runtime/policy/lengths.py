@@ -97,8 +97,9 @@ class PolicyHolder:
         return self.policy
 
 
-def explain(policy: dict, draft_lengths: list[int]) -> str:
-    """One line on why the policy drafted as much or as little as it did, from its estimates (``state_dict``)."""
+def explain(policy: dict, draft_lengths: list[int], measured: dict | None = None) -> str:
+    """One line on why the policy drafted as much or as little as it did, from its estimates (``state_dict``), and
+    with ``measured`` (``GenerationStats.to_dict``) what that cost in the run: drafting's share of the decode."""
     rounds = sum(draft_lengths)
     if rounds == 0:
         return "no round ran"
@@ -106,25 +107,45 @@ def explain(policy: dict, draft_lengths: list[int]) -> str:
     mean = sum(k * n for k, n in enumerate(draft_lengths)) / rounds
     t = policy["verify_ms"]
     costs = f"a verify of 2 rows costs {t[1] / t[0]:.2f}x a 1-token decode ({t[0]:.1f} ms)" if len(t) > 1 else ""
-    costs += f", starting the drafter {policy['first_step_ms']:.1f} ms and a further draft step"
-    costs += f" {policy['draft_step_ms']:.1f} ms"
+    rows = policy.get("catch_up_rows")
+    first = f"{policy['first_step_ms']:.1f} ms"
+    if rows:  # the first step of a round after a drafting round catches up on that round's rows
+        first += f" (the drafter catching up on the {rows:.1f} rows a drafting round commits)"
+    costs += f", a round's first draft step {first} and a further draft step {policy['draft_step_ms']:.1f} ms"
+    if policy.get("probe_rows"):
+        costs += (f"; after an idle stretch the first step catches up on {policy['probe_rows']} rows "
+                  f"({policy['probe_first_step_ms']:.1f} ms)")  # fmt: skip
     gain = policy["expected_tokens_per_second"] / policy["target_tokens_per_second"]
+    spent = _spent(measured)
     if drafting < 0.1 and policy.get("hopeless"):
         return (
-            f"drafted in {drafting:.0%} of rounds: on this machine {costs}, so a probe of one draft costs more than "
-            f"the token it may gain, and only near-certain drafts would pay (expected gain {gain:.2f}x); probes, every "
-            f"{policy['probe_interval']} rounds by now (each failed one doubles the interval), re-check the costs"
+            f"drafted in {drafting:.0%} of rounds: on this machine {costs}, so even a draft the target always keeps "
+            f"costs more than the token it may gain, and only near-certain drafts would pay (expected gain "
+            f"{gain:.2f}x); probes, every {policy['probe_interval']} rounds by now (each failed one doubles the "
+            f"interval), re-check the costs{spent}"
         )
     if drafting < 0.1:
         return (
             f"drafted in {drafting:.0%} of rounds: on this machine {costs}, so only near-certain drafts would pay, "
             f"and too few of this drafter's were (expected gain {gain:.2f}x); probes every "
-            f"{policy['probe_interval']} rounds check whether the text has become easier to predict"
+            f"{policy['probe_interval']} rounds check whether the text has become easier to predict{spent}"
         )
     return (
         f"drafted {mean:.1f} tokens per round on average, in {drafting:.0%} of rounds: {costs}, and enough "
-        f"confident drafts were accepted to pay for that (expected gain {gain:.2f}x)"
+        f"confident drafts were accepted to pay for that (expected gain {gain:.2f}x){spent}"
     )
+
+
+def _spent(measured: dict | None) -> str:
+    """What drafting took in the run: the drafter's seconds against the decode's, and the catch-ups' rows."""
+    if not measured or not measured.get("decode_seconds"):
+        return ""
+    share = measured.get("drafter_seconds", 0.0) / measured["decode_seconds"]
+    text = f"; in this run the drafter took {share:.0%} of the decode time"
+    n = measured.get("catch_ups", 0)
+    if n:
+        text += f", its {n} catch-ups {measured.get('catch_up_rows', 0) / n:.1f} rows each on average"
+    return text
 
 
 def state_dict(state: PolicyState) -> dict:
@@ -141,4 +162,7 @@ def state_dict(state: PolicyState) -> dict:
         "probe_interval": state.probe_interval,
         "idle_rounds": state.idle_rounds,
         "hopeless": bool(state.hopeless),
+        "catch_up_rows": round(float(state.steady_rows), 2),
+        "probe_rows": int(state.probe_rows),
+        "probe_first_step_ms": round(1000 * state.probe_first_step, 3),
     }

@@ -167,7 +167,8 @@ class TreeChoice:
         lo = max(1, int(self.rows))
         T = self.verify_costs(policy)
         verify = float(T[lo] + (self.rows - lo) * (T[lo + 1] - T[lo]))
-        return self.tokens / (verify + costs.first_step + self.calls * self.call_cost(policy) + costs.host)
+        first = costs.catch_up(self.tokens)  # a tree every round catches up on the last tree round's tokens
+        return self.tokens / (verify + first + self.calls * self.call_cost(policy) + costs.host)
 
     def rate(self, policy: DraftLengthPolicy) -> float:
         """The best long-run tokens per second known: what a node's row must earn (Dinkelbach's parameter)."""
@@ -195,7 +196,7 @@ class TreeChoice:
         depth = min(shape.depth, shape.nodes)
         n = min(shape.nodes, depth + shape.width - 1)
         T = self.verify_costs(policy)
-        seconds = float(T[n + 1]) + costs.first_step + (depth - 1) * self.call_cost(policy) + costs.host
+        seconds = float(T[n + 1]) + costs.catch_up(depth + 1) + (depth - 1) * self.call_cost(policy) + costs.host
         return (depth + 1) / seconds
 
     def prefer_tree(self, policy: DraftLengthPolicy) -> bool:
