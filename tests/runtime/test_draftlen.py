@@ -359,3 +359,22 @@ def test_the_verify_curve_keeps_a_knee_measured_between_rows():
         assert T[rows] == pytest.approx(ms, rel=0.01)
     assert T[6] == pytest.approx(46.57 + (51.29 - 46.57) / 3, rel=0.01)
     assert T[10] >= 51.29 + 2 * (51.29 - 46.57) / 3 - 0.01  # beyond: at least the last counts' slope
+
+
+def test_the_why_line_says_what_the_first_step_catches_up_on_and_what_drafting_took():
+    """demo's 'why': the steady first step with the rows it catches up on, a probe's window and its price, and, from
+    the run's own statistics, the drafter's share of the decode and its catch-ups' rows."""
+    ms = 1e-3
+    pol = DraftLengthPolicy(23.4 * ms, 8)
+    for rows, seconds in ((2, 3.8), (16, 21.7)):
+        for _ in range(8):  # twice min_samples: the medians themselves
+            pol.costs.add_first(seconds * ms, rows)
+    pol.replan()
+    policy = json.loads(json.dumps(state_dict(pol.state())))
+    assert policy["probe_rows"] == 16 and policy["probe_first_step_ms"] == pytest.approx(21.7)
+    measured = {"decode_seconds": 2.0, "drafter_seconds": 0.25, "catch_ups": 40, "catch_up_rows": 80}
+    why = explain(policy, [10, 80, 10], measured)
+    assert f"first draft step {policy['first_step_ms']:.1f} ms (the drafter catching up on the" in why
+    assert "after an idle stretch the first step catches up on 16 rows (21.7 ms)" in why
+    assert why.endswith("the drafter took 12% of the decode time, its 40 catch-ups 2.0 rows each on average")
+    assert "the drafter took" not in explain(policy, [10, 80, 10])

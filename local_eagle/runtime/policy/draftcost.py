@@ -62,12 +62,15 @@ class RowCurve:
         self.window = window
         self.min_samples = min_samples
         self._rows: dict[int, Window] = {}
+        self._added = 0
+        self._table: tuple[tuple[int, float, float], np.ndarray] | None = None
 
     def add(self, rows: int, seconds: float) -> None:
         window = self._rows.get(rows)
         if window is None:  # not setdefault: that would build a Window every round
             window = self._rows[rows] = Window(self.window)
         window.add(seconds)
+        self._added += 1
 
     def samples(self, rows: int) -> int:
         return len(self._rows.get(rows, ()))
@@ -77,7 +80,14 @@ class RowCurve:
         return max((r for r, xs in self._rows.items() if len(xs) >= self.min_samples), default=1)
 
     def table(self, max_rows: int, one: float, prior: float) -> np.ndarray:
-        """T[r] for r = 0..max_rows (T[0] = 0), nondecreasing; ``one``: the 1-row cost where none was measured."""
+        """T[r] for r = 0..max_rows (T[0] = 0), nondecreasing; ``one``: the 1-row cost where none was measured. Kept
+        until a timing is added: a replan reads it several times."""
+        key = (self._added, one, prior)
+        if self._table is None or self._table[0] != key or len(self._table[1]) <= max_rows:
+            self._table = (key, self._build(max(max_rows, 16), one, prior))
+        return self._table[1][: max_rows + 1].copy()
+
+    def _build(self, max_rows: int, one: float, prior: float) -> np.ndarray:
         n = self.min_samples
         ones = self._rows.get(1)
         m1 = ones.median(one, pseudo=n) if ones else one

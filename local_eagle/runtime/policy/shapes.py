@@ -144,6 +144,7 @@ class TreeChoice:
         self.since_tree = 0
         self._key: tuple = ()
         self._T = np.zeros(0)
+        self._first = 0.0
         self._possible = False
 
     recheck = 16
@@ -157,6 +158,8 @@ class TreeChoice:
             self._key = key
             self._T = policy.costs.verify(max(self.shape.nodes + 2, self.shape.width))
             self._possible = self.ceiling(policy) > policy.rate
+            # a tree every round catches up on the last tree round's tokens
+            self._first = policy.costs.catch_up(self.tokens or 1.0)
         return self._T
 
     def tree_rate(self, policy: DraftLengthPolicy) -> float:
@@ -167,8 +170,7 @@ class TreeChoice:
         lo = max(1, int(self.rows))
         T = self.verify_costs(policy)
         verify = float(T[lo] + (self.rows - lo) * (T[lo + 1] - T[lo]))
-        first = costs.catch_up(self.tokens)  # a tree every round catches up on the last tree round's tokens
-        return self.tokens / (verify + first + self.calls * self.call_cost(policy) + costs.host)
+        return self.tokens / (verify + self._first + self.calls * self.call_cost(policy) + costs.host)
 
     def rate(self, policy: DraftLengthPolicy) -> float:
         """The best long-run tokens per second known: what a node's row must earn (Dinkelbach's parameter)."""
