@@ -374,7 +374,7 @@ def test_the_why_line_says_what_the_first_step_catches_up_on_and_what_drafting_t
     assert policy["probe_rows"] == 16 and policy["probe_first_step_ms"] == pytest.approx(21.7)
     measured = {"decode_seconds": 2.0, "drafter_seconds": 0.25, "catch_ups": 40, "catch_up_rows": 80}
     why = explain(policy, [10, 80, 10], measured)
-    assert f"first draft step {policy['first_step_ms']:.1f} ms (the drafter catching up on the" in why
+    assert f"first draft step {policy['first_step_ms']:.1f} ms after a drafting round (the drafter catching up" in why
     assert "after an idle stretch the first step catches up on 16 rows (21.7 ms)" in why
     assert why.endswith("the drafter took 12% of the decode time, its 40 catch-ups 2.0 rows each on average")
     assert "the drafter took" not in explain(policy, [10, 80, 10])

@@ -110,7 +110,7 @@ def explain(policy: dict, draft_lengths: list[int], measured: dict | None = None
     rows = policy.get("catch_up_rows")
     first = f"{policy['first_step_ms']:.1f} ms"
     if rows:  # the first step of a round after a drafting round catches up on that round's rows
-        first += f" (the drafter catching up on the {rows:.1f} rows a drafting round commits)"
+        first += f" after a drafting round (the drafter catching up on its {rows:.1f} rows)"
     costs += f", a round's first draft step {first} and a further draft step {policy['draft_step_ms']:.1f} ms"
     if policy.get("probe_rows"):
         costs += (f"; after an idle stretch the first step catches up on {policy['probe_rows']} rows "
