@@ -122,14 +122,15 @@ class BatchPolicy:
         k = 0
         costs = self.costs(n * (k_max + 1)) if k_max > 0 else None
         if costs is not None and len(self.calls.get(n, ())) >= MIN_SAMPLES:
+            drafter = self.drafter_costs(n * (k_max + 1))  # one table a round: best_length reads it per k
             k, self.last_rates = best_length(
-                costs, n, self.acceptance(k_max), self.catch_up, self.catch_up(n), self.host.median(0.0), k_max,
+                costs, n, self.acceptance(k_max), drafter, drafter(n), self.host.median(0.0), k_max,
             )  # fmt: skip
             if self.probing:  # judged with what the probe measured: one that still loses makes the next rarer
                 self.probe_every = BATCH_PROBE_FIRST if k > 0 else min(BATCH_PROBE_LAST, 2 * self.probe_every)
             # where even drafts that were always kept would not pay for their rows (measured), probes cannot win:
             # they only re-measure, rarely (a CPU whose calls cost in proportion to their rows)
-            self.hopeless = k == 0 and self._cannot_pay(costs, n)
+            self.hopeless = k == 0 and self._cannot_pay(costs, n, drafter)
             if self.hopeless:
                 self.probe_every = HOPELESS_PROBE_EVERY
             self.probing = k == 0 and self.rounds_until_probe() <= 0
@@ -139,25 +140,33 @@ class BatchPolicy:
         self.last_k = k
         return k
 
-    def _cannot_pay(self, costs: list[float], n: int) -> bool:
+    def _cannot_pay(self, costs: list[float], n: int, drafter: Callable[[float], float]) -> bool:
         """Would one draft per sequence lose even if every one were kept? Only once 2n-row calls were measured."""
         if len(self.calls.get(2 * n, ())) < MIN_SAMPLES:
             return False
         kept = np.ones(1)
-        k, _ = best_length(costs, n, kept, self.catch_up, self.catch_up(n), self.host.median(0.0), 1)
+        k, _ = best_length(costs, n, kept, drafter, drafter(n), self.host.median(0.0), 1)
         return k == 0
 
     def catch_up(self, rows: float) -> float:
         """A drafter call on ``rows`` rows (a catch-up, or a later step's row per sequence), as measured by rows
         (:func:`line_costs`), 0 before any was measured; a batch that drafts every round measures the rows it
         needs, a probe after an idle stretch only a window of rows per sequence."""
+        return self.drafter_costs(int(rows) + 1)(rows)
+
+    def drafter_costs(self, max_rows: int) -> Callable[[float], float]:
+        """:meth:`catch_up` from one table of up to ``max_rows`` rows (interpolated; the last slope beyond)."""
         known = {r: w.median(0.0) for r, w in self.drafter.items() if len(w)}
-        if not known:
-            return 0.0
-        lo = max(1, int(rows))
-        T = line_costs(known, lo + 1)
-        assert T is not None
-        return float(T[lo] + (max(1.0, rows) - lo) * (T[lo + 1] - T[lo]))
+        T = line_costs(known, max(2, max_rows + 1)) if known else None
+
+        def at(rows: float) -> float:
+            if T is None:
+                return 0.0
+            r = max(1.0, float(rows))
+            lo = min(int(r), len(T) - 2)
+            return float(T[lo] + (r - lo) * (T[lo + 1] - T[lo]))
+
+        return at
 
     def rounds_until_probe(self) -> int:
         """Rounds before the next probe while the batch does not draft (the feeds want features that early)."""
