@@ -12,7 +12,7 @@ before it were, d_1(r) the drafter's first call on r rows (every sequence's catc
 round, the n E_k rows the last round committed, E_k being a sequence's expected tokens a round) and d a later one
 (a row per sequence: the drafter runs each step for the whole batch at once, ``runtime.chain``), h the host's
 share. k = 0 is batched decoding without drafts, so once the costs are known the policy is never slower than it.
-Both calls are priced by their rows as measured (``RowCurve``: a knee stays where it was measured), so a probe's
+Both calls are priced by their rows as measured (:func:`line_costs`: a knee stays where it was measured), so a probe's
 catch-up of a window of rows per sequence prices probes, not the rounds of a batch that drafts. While k = 0 wins a
 probe drafts k = 1 every so often, because the costs and the a_j change with the machine's load and the text. Only
 the drafter's past and the call's timings decide, never this round's target output, so every sequence's output
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from local_eagle.runtime.policy.defaults import BATCH_DECAY, BATCH_PROBE_FIRST, BATCH_PROBE_LAST
-from local_eagle.runtime.policy.draftcost import Window
+from local_eagle.runtime.policy.draftcost import Window, at_rows
 
 HOPELESS_PROBE_EVERY = 16 * BATCH_PROBE_LAST
 MIN_SAMPLES = 2
@@ -158,15 +158,7 @@ class BatchPolicy:
         """:meth:`catch_up` from one table of up to ``max_rows`` rows (interpolated; the last slope beyond)."""
         known = {r: w.median(0.0) for r, w in self.drafter.items() if len(w)}
         T = line_costs(known, max(2, max_rows + 1)) if known else None
-
-        def at(rows: float) -> float:
-            if T is None:
-                return 0.0
-            r = max(1.0, float(rows))
-            lo = min(int(r), len(T) - 2)
-            return float(T[lo] + (r - lo) * (T[lo + 1] - T[lo]))
-
-        return at
+        return (lambda _rows: 0.0) if T is None else (lambda rows: at_rows(T, rows))
 
     def rounds_until_probe(self) -> int:
         """Rounds before the next probe while the batch does not draft (the feeds want features that early)."""

@@ -44,6 +44,14 @@ class Window:
         return 0.5 * (kth((n - 1) // 2) + kth(n // 2))
 
 
+def at_rows(T: np.ndarray | list[float], rows: float) -> float:
+    """``T`` (a cost by whole rows, index 0 unused) at ``rows``, straight between whole rows: a catch-up's rows are
+    priced at the expected tokens of a round, not a whole number. Past the table, its last entry's slope."""
+    r = max(1.0, float(rows))
+    lo = min(int(r), len(T) - 2)
+    return float(T[lo] + (r - lo) * (T[lo + 1] - T[lo]))
+
+
 class RowCurve:
     """A call's cost by the rows it decodes, as measured: not a line on every machine.
 
@@ -155,8 +163,6 @@ class CostModel:
         self._draft0 = 0.1 * t1 if draft_step is None else draft_step
         self._host0 = host
         self.steady_rows = 1.0
-        self._learnt = 0  # catch-ups and later steps added: the first step's estimate is kept until either moves
-        self._first: tuple[tuple[int, float], float] | None = None
 
     def add_verify(self, rows: int, seconds: float) -> None:
         self._verify.add(rows, seconds)
@@ -164,12 +170,10 @@ class CostModel:
     def add_draft(self, steps: int, seconds: float) -> None:
         if steps > 0:
             self._draft.add(seconds / steps)
-            self._learnt += 1
 
     def add_first(self, seconds: float, rows: int = 1) -> None:
         """A round's first draft step: the drafter's catch-up on ``rows`` rows, its first draft included."""
         self._catch.add(max(1, rows), seconds)
-        self._learnt += 1
 
     def add_host(self, seconds: float) -> None:
         self._host.add(max(0.0, seconds))
@@ -182,21 +186,14 @@ class CostModel:
         """A first step that decodes ``rows`` rows (interpolated between whole rows): measured by rows, else a
         later step's cost for one row and, until catch-ups of more were measured, a row more costing what a row
         more costs the target (both are the same device's matrix products)."""
-        r = max(1.0, float(rows))
-        lo = int(r)
         T2 = self._verify.table(2, self.t1, self.prior_slope * self.t1)
         step = self.draft_step
-        T = self._catch.table(lo + 1, step, step * max(0.0, T2[2] / T2[1] - 1.0))
-        return float(T[lo] + (r - lo) * (T[lo + 1] - T[lo]))
+        return at_rows(self._catch.table(int(max(1.0, rows)) + 1, step, step * max(0.0, T2[2] / T2[1] - 1.0)), rows)
 
     @property
     def first_step(self) -> float:
-        """The first step of a round that follows a drafting round: its catch-up of ``steady_rows`` rows (read
-        every round by tree rounds, so kept until a timing or ``steady_rows`` changes)."""
-        key = (self._learnt, self.steady_rows)
-        if self._first is None or self._first[0] != key:
-            self._first = (key, self.catch_up(self.steady_rows))
-        return self._first[1]
+        """The first step of a round that follows a drafting round: its catch-up of ``steady_rows`` rows."""
+        return self.catch_up(self.steady_rows)
 
     @property
     def host(self) -> float:
@@ -261,10 +258,8 @@ class FixedCosts(DeafCosts):
         return _extended(self._drafter, rows)
 
     def catch_up(self, rows: float) -> float:
-        r = max(1.0, float(rows))
-        lo = int(r)
-        a, b = _extended(self._drafter, lo), _extended(self._drafter, lo + 1)
-        return a + (r - lo) * (b - a)
+        lo = int(max(1.0, rows))
+        return at_rows([0.0, *(_extended(self._drafter, r) for r in range(1, lo + 2))], rows)
 
     def verify(self, max_rows: int, *, optimism: float = 0.0) -> np.ndarray:
         out = np.array([0.0] + [_extended(self._verify_table, r) for r in range(1, max_rows + 1)])
