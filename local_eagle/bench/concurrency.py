@@ -103,6 +103,7 @@ class ConcurrencyReport:
     rows: list[ConcurrencyRow]
     costs: dict | None = None  # bench.costs.CostCurve.to_dict(): a target call by rows, measured in this run
     repeat: int = 1  # passes over the prompts per setting and concurrency
+    arranged: dict | None = None  # bench.arranged's summary where the drafts were arranged (--arranged)
 
     @property
     def divergent(self) -> int:
@@ -116,6 +117,7 @@ class ConcurrencyReport:
             "rows": [r.to_dict() for r in self.rows],
             "costs": self.costs,
             "repeat": self.repeat,
+            "arranged": self.arranged,
         }
 
 

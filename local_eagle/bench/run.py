@@ -89,6 +89,7 @@ class BenchRow:
     # every round (verify rows, accepted, drafter calls, catch-up rows, later drafter rows); kept with --rounds
     rounds: list[tuple[int, int, int, int, int]] | None = None
     projected: dict[str, float] = field(default_factory=dict)  # cost profile -> projected speedup (a projection)
+    arranged: dict | None = None  # bench.arranged's summary where the drafts were arranged (--arranged)
 
     @property
     def label(self) -> str:

@@ -131,6 +131,16 @@ def bench(
     json_schema: JsonSchemaOpt = None,
     grammar: GrammarOpt = None,
     output_format: FormatOpt = None,
+    arranged: Annotated[
+        str | None,
+        typer.Option(
+            "--arranged",
+            help="Arranged acceptance, for a random-weight pair (python -m local_eagle.bench.pair): the real engine, "
+            "each drafter row rewritten so the target's next token sits at a rank recorded from a real pair: 'demo' "
+            "(the demo pair on held-out code) or a rank table (python -m local_eagle.bench.arranged record). The "
+            "verify is real; every output says 'arranged acceptance'.",
+        ),
+    ] = None,
 ) -> None:
     """Greedy baseline vs speculative decoding in one process: speedup, acceptance, chosen draft lengths, costs.
 
@@ -140,10 +150,8 @@ def bench(
     their own ``schema``) it runs the target alone under it, grammar-aware drafting and unconstrained drafting
     (llama-server's way) at each setting, and checks every output against its schema (docs/structured.md).
     """
-    from local_eagle.bench.run import DraftSetting, read_prompts, run_bench
-    from local_eagle.cli.run import draft_lengths_text
+    from local_eagle.bench.run import DraftSetting, read_prompts
     from local_eagle.runtime.policy.lengths import AUTO_DRAFT_MAX
-    from local_eagle.runtime.tree import TreeShape
 
     if no_tree and tree:
         raise LocalEagleError("give --tree N or --no-tree, not both")
@@ -177,7 +185,7 @@ def bench(
     if constraint is not None or has_schemas(prompts):
         others = [("--tree", tree), ("--plot", plot), ("--cost-profile", cost_profile), ("--decide-on", decide_on),
                   ("--rounds", keep_rounds), ("--concurrency", concurrency), ("--measure-costs", measure_costs)]
-        refused = [f for f, given in others if given]
+        refused = [f for f, given in [*others, ("--arranged", arranged)] if given]
         if refused:
             raise LocalEagleError(f"{', '.join(refused)}: not under a constraint (--json-schema, --grammar, --format "
                                   "or prompts with a schema: a constrained generation drafts chains)")  # fmt: skip
@@ -193,11 +201,46 @@ def bench(
                                       ("--decide-on", decide_on), ("--rounds", keep_rounds)] if given]  # fmt: skip
         if refused:
             raise LocalEagleError(f"{', '.join(refused)}: not with --concurrency (parallel sequences draft chains)")
+    if arranged is not None:
+        arrangement = _arrange(model, draft, texts, max_tokens, arranged, LoadOptions(ctx, gpu_layers, threads))
+        draft = arrangement.drafter
+    else:
+        arrangement = None
+    try:
+        _bench_texts(model, draft, texts, max_tokens, draft_max, fixed, tree, no_tree, tree_depth, tree_width,
+                     draft_p_min, as_json, plot, profiles, decided, measure_costs, keep_rounds, concurrency, repeat,
+                     ctx, gpu_layers, threads, ctx_beyond_training, arrangement)  # fmt: skip
+    finally:
+        if arrangement is not None:
+            arrangement.close()
+
+
+def _arrange(model: Path, draft: Path, texts: list[str], max_tokens: int, table: str, load: LoadOptions):
+    """``--arranged``: the target alone's texts, and the drafter copied with them in its draft vocabulary."""
+    from local_eagle.bench.arranged import arrange, load_table
+
+    rank_table = load_table(table)
+    with open_engine(model, None, replace(load, mtp=False, tree_nodes=0)) as alone:
+        return arrange(alone, draft, texts, max_tokens if max_tokens > 0 else 512, rank_table)
+
+
+def _bench_texts(model: Path, draft: Path, texts: list[str], max_tokens: int, draft_max, fixed: bool, tree, no_tree,
+                 tree_depth, tree_width, draft_p_min: float, as_json: bool, plot, profiles, decided, measure_costs,
+                 keep_rounds: bool, concurrency, repeat: int, ctx, gpu_layers: int, threads: int,
+                 ctx_beyond_training: bool, arrangement) -> None:  # fmt: skip
+    """The unconstrained benches: one request at a time, or ``--concurrency``; ``arrangement`` wraps the engine's
+    drafter (``--arranged``)."""
+    from local_eagle.bench.run import DraftSetting, run_bench
+    from local_eagle.cli.run import draft_lengths_text
+    from local_eagle.runtime.policy.lengths import AUTO_DRAFT_MAX
+    from local_eagle.runtime.tree import TreeShape
+
+    if concurrency is not None:
         values = [parse_draft_max(v) for v in draft_max or [AUTO]]
         chains = [DraftSetting(AUTO_DRAFT_MAX, True) if n is None else DraftSetting(n, not fixed) for n in values]
         _bench_concurrency(model, draft, texts, concurrency, chains, max_tokens, measure_costs, as_json,
                            LoadOptions(ctx, gpu_layers, threads, max(s.draft_max for s in chains),
-                                       ctx_beyond_training, tree_nodes=0), repeat)  # fmt: skip
+                                       ctx_beyond_training, tree_nodes=0), repeat, arrangement)  # fmt: skip
         return
     if repeat != 1:
         raise LocalEagleError("--repeat: only with --concurrency (the other rows alternate the target alone and "
@@ -218,6 +261,8 @@ def bench(
         tree_width=max([t.width for t in shapes] + [AUTO_TREE_WIDTH] * len(auto), default=AUTO_TREE_WIDTH),
     )  # fmt: skip
     with open_engine(model, draft, load) as engine:
+        if arrangement is not None:
+            arrangement.wrap(engine)
         n_tokens = max_tokens if max_tokens > 0 else engine.n_ctx  # Ollama's -1: until the context is full
         if shapes and engine.tree_refusal is not None:
             err.print(f"no draft trees for this target ({engine.tree_refusal}): its tree rows draft chains instead")
@@ -241,6 +286,8 @@ def bench(
     for r in rows:
         if not keep_rounds:
             r.rounds = None
+        if arrangement is not None:
+            r.arranged = arrangement.summary()
     if plot is not None:
         from local_eagle.bench.plot import plot_rows
 
@@ -248,7 +295,8 @@ def bench(
     if as_json:
         print(json.dumps([r.to_dict() for r in rows]))
     else:
-        t = Table(title=f"{model.name} + {draft.name}: greedy, {len(texts)} prompts x {max_tokens} tokens")
+        label = "" if arrangement is None else ", ARRANGED ACCEPTANCE"
+        t = Table(title=f"{model.name} + {draft.name}: greedy, {len(texts)} prompts x {max_tokens} tokens{label}")
         for c in ("k", "baseline tok/s", "spec tok/s", "speedup", "ideal", "accept len", "identical"):
             t.add_column(c)
         for p in profiles:
@@ -283,6 +331,8 @@ def bench(
                 f"{r.verify_call_ms:.2f}", f"{r.draft_ms_per_round:.2f}", f"{r.host_ms_per_round:.2f}", python,
             )  # fmt: skip
         out.print(c)
+        if arrangement is not None:
+            _print_arranged(arrangement.summary())
         _print_adaptive(rows, draft_lengths_text)
         for r in rows:
             for d in r.divergences:
@@ -365,9 +415,17 @@ def _print_structured(rows: list, title: str) -> None:
                           f"differ by {x['noise']:.3f} (logit range {x['scale']:.1f})", highlight=False)  # fmt: skip
 
 
+def _print_arranged(summary: dict) -> None:
+    s = summary
+    out.print(f"{s['note']}. Recorded acceptance by depth {s['recorded_acceptance']}; rows read {s['rows']}, on the "
+              f"text {s['on_path']}, its token placed {s['placed']}, of texts not known (left as computed) "
+              f"{s['unknown']}; {s['seconds']:.3f} s spent rewriting rows (inside the speculative rows' time).",
+              highlight=False)  # fmt: skip
+
+
 def _bench_concurrency(model: Path, draft: Path, texts: list[str], concurrency: str, settings: list, max_tokens: int,
                        measure_costs: Path | None, as_json: bool, load: LoadOptions,
-                       repeat: int = 1) -> None:  # fmt: skip
+                       repeat: int = 1, arrangement=None) -> None:  # fmt: skip
     """``--concurrency``: every setting and no drafting at each concurrency on one parallel engine, the outputs
     checked against a one-sequence engine's, then the cost of a target call by rows (bench.concurrency)."""
     from local_eagle.bench.concurrency import cost_rows, parse_concurrency, run_concurrency
@@ -379,6 +437,8 @@ def _bench_concurrency(model: Path, draft: Path, texts: list[str], concurrency: 
                               f"requests in flight; the prompts file has {len(texts)}")  # fmt: skip
     with open_engine(model, draft, replace(load, parallel=max(values))) as engine:
         with open_engine(model, draft, load) as single:
+            if arrangement is not None:  # the identity reference (single) runs the target alone: not wrapped
+                arrangement.wrap(engine)
             n_tokens = max_tokens if max_tokens > 0 else engine.n_ctx
             report = run_concurrency(engine, single, texts, values, settings, n_tokens, progress=not as_json,
                                      repeat=repeat)  # fmt: skip
@@ -387,6 +447,8 @@ def _bench_concurrency(model: Path, draft: Path, texts: list[str], concurrency: 
         rows = tuple(sorted(set(rows) | set(DEFAULT_ROWS)))
     curve = measure_cost_curve(model, draft, rows=rows, gpu_layers=load.gpu_layers, threads=load.threads)
     report.costs = curve.to_dict()
+    if arrangement is not None:
+        report.arranged = arrangement.summary()
     if measure_costs is not None:
         from local_eagle.bench.project import write_profile
 
@@ -396,6 +458,8 @@ def _bench_concurrency(model: Path, draft: Path, texts: list[str], concurrency: 
         print(json.dumps(report.to_dict()))
     else:
         _print_concurrency(report, f"{model.name} + {draft.name}")
+        if report.arranged is not None:
+            _print_arranged(report.arranged)
     if report.divergent:
         err.print("[red]an output diverged from the target alone's (not at a near-tie)[/]")
         raise typer.Exit(1)
