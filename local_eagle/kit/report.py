@@ -269,10 +269,12 @@ def _beside_alone(rows: list[dict], key: str, alone_key: str, number: str, unit:
 def _replay(r: dict) -> list[str]:
     j = r.get("json") or {}
     settings = j.get("settings") or []
-    lines = ["## End to end on the 8B-shaped pair, acceptance replayed from the Gemma pair's recorded rounds", "",
+    source = ("the engine's own arranged run above (`engine8b`)" if r.get("recorded") == "engine8b" else
+              "`drafters/results/decide-on-rtx4090-8b-q4-gemma3-270m.json`: the shipped Gemma 3 270M pair, the "
+              "default policy deciding on the RTX 4090 8B profile")  # fmt: skip
+    lines = ["## End to end on the 8B-shaped pair, recorded rounds replayed", "",
              "Every drafter and target call runs at its real cost on this machine; only accept/reject comes from the "
-             "record (`drafters/results/decide-on-rtx4090-8b-q4-gemma3-270m.json`: the shipped Gemma 3 270M pair, "
-             "the default policy deciding on the RTX 4090 8B profile). " + _sentence(j.get("note")), ""]  # fmt: skip
+             f"record ({source}). " + _sentence(j.get("note")), ""]  # fmt: skip
     if not settings:
         return [*lines, f"Not measured (exit {r.get('rc')}).", *_cmd(r)]
     base = j.get("baseline") or {}
@@ -291,6 +293,92 @@ def _replay(r: dict) -> list[str]:
     head = ["setting", "rounds replayed", "tok/s", "speedup", "tokens per target call", "per position (first 8)",
             "host ms/round", "projected tok/s", "projection error"]  # fmt: skip
     return [*lines, "", *_table(head, rows), *_cmd(r)]
+
+
+def _best(rows: list[dict], key: str, want) -> dict | None:
+    picked = [r for r in rows if want(r) and isinstance(r.get(key), int | float)]
+    return max(picked, key=lambda r: r[key]) if picked else None
+
+
+def _cell(r: dict | None, key: str, accept: str, label: bool = False) -> str:
+    if r is None:
+        return "-"
+    name = f"{_label(r) if 'setting' not in r else r['setting']}: " if label else ""
+    return f"{name}{_f(r.get(key))}x ({_f(r.get(accept))})"
+
+
+def _replayed_as(replay: dict, row: dict | None) -> str:
+    """The replay's figure for a bench row's own rounds (same label), and the projection's, as speedups."""
+    if row is None:
+        return "- / -"
+    j = replay.get("json") or {}
+    base = (j.get("baseline") or {}).get("tokens_per_second")
+    label = "auto" if row.get("adaptive") else (
+        f"tree {row['tree_nodes']}" if row.get("tree_nodes") else f"chain {row.get('draft_max')}")
+    x = next((x for x in j.get("settings") or [] if x.get("label") == label), None)
+    if x is None:
+        return "- / -"
+    proj = x.get("projected") or {}
+    head = proj.get("host_record") or proj.get("host_0") or {}
+    tps = head.get("tokens_per_second")
+    projected = _f(tps / base) + "x" if isinstance(tps, int | float) and base else "-"
+    return f"{_f(x.get('speedup'))}x / {projected}"
+
+
+def _engine(res: dict) -> list[str]:
+    """Item 1 of the GPU issue: target alone, the default, the best fixed chain and tree at 1, 4 and 16 requests,
+    the engine itself at arranged acceptance, beside the replay's and the projection's figures."""
+    e, c, rp = res.get("engine8b", {}), res.get("conc8b", {}), res.get("replay8b", {})
+    one = [r for r in e.get("json") or [] if isinstance(r, dict)]
+    many = [r for r in ((c.get("json") or {}).get("rows") or []) if isinstance(r, dict)]
+    lines = ["## The engine itself on the 8B-shaped pair at ARRANGED acceptance", ""]
+    arranged = (one[0].get("arranged") if one else None) or (c.get("json") or {}).get("arranged")
+    if not one and not many:
+        return [*lines, f"Not measured (exit {e.get('rc')} / {c.get('rc')}).", *_cmd(e), *_cmd(c)]
+    if arranged:
+        depths = " ".join(_f(a) for a in arranged.get("recorded_acceptance", []))
+        lines += [_sentence(arranged.get("note")) + f" Recorded acceptance by depth {depths}; rows read "
+                  f"{arranged.get('rows')}, "
+                  f"the text's token placed in {arranged.get('placed')}, rows of a text not known (a near-tie parted "
+                  f"it from the target alone's) {arranged.get('unknown')}.", ""]  # fmt: skip
+    table = []
+    for n in sorted({1} | {r.get("concurrency", 1) for r in many}):
+        at = [r for r in many if r.get("concurrency") == n]
+        none = next((r for r in at if r.get("draft_max") == 0), None)
+        alone = _f(none.get("aggregate_tps"), 1) if none else "-"
+        if n == 1 and one:
+            auto = next((r for r in one if r.get("adaptive")), None)
+            chain = _best(one, "speedup", lambda r: not r.get("adaptive") and not r.get("tree_nodes"))
+            tree = _best(one, "speedup", lambda r: bool(r.get("tree_nodes")))
+            alone = _f(auto.get("baseline_tps"), 1) if auto else alone
+            table.append(["1", alone, _cell(auto, "speedup", "acceptance_length"),
+                          _cell(chain, "speedup", "acceptance_length", True),
+                          _cell(tree, "speedup", "acceptance_length", True),
+                          _replayed_as(rp, auto), _replayed_as(rp, chain), _replayed_as(rp, tree)])  # fmt: skip
+            continue
+        auto = next((r for r in at if r.get("adaptive")), None)
+        chain = _best(at, "speedup", lambda r: not r.get("adaptive") and r.get("draft_max"))
+        gain = f", {_f(none.get('batching_gain'))}x one request" if none and none.get("batching_gain") else ""
+        table.append([str(n), alone + gain, _cell(auto, "speedup", "acceptance_length"),
+                      _cell(chain, "speedup", "acceptance_length", True), "- (batches draft chains)", "- / -",
+                      "- / -", "- / -"])  # fmt: skip
+    head = ["requests", "target alone tok/s", "default (accept len)", "best fixed chain", "best fixed tree",
+            "default: replay / projection", "chain: replay / projection", "tree: replay / projection"]  # fmt: skip
+    lines += ["Speedups against the target alone at the same number of requests, measured in the same run; the replay "
+              "runs the same rounds' calls alone (no engine), the projection prices them on the cost curve: the gap "
+              "between the engine and the replay is the engine's host work.", "", *_table(head, table)]  # fmt: skip
+    if one:
+        lines += ["", *_bench(e, "One request at a time (`bench --arranged`)"), *_host(e)]
+    if many:
+        rows = [[str(r.get("concurrency")), str(r.get("setting")), _f(r.get("aggregate_tps"), 1),
+                 _f(r.get("per_request_tps"), 1), _f(r.get("speedup")) + "x", _f(r.get("batching_gain")) + "x",
+                 _f(r.get("acceptance_length")),
+                 f"{r.get('identical')} + {r.get('near_ties')} near-tie, {r.get('divergent')} divergent"]
+                for r in many]  # fmt: skip
+        lines += ["", "### Many requests at once (`bench --arranged --concurrency`)", "",
+                  *_table(["requests", "drafting", "aggregate tok/s", "per-request tok/s", "speedup",
+                           "batching gain", "accept len", "outputs"], rows), *_cmd(c)]  # fmt: skip
+    return lines
 
 
 def _sentence(text: object) -> str:
@@ -321,6 +409,7 @@ def render(data: dict, title: str, command: str) -> str:
     lines += _curve((res.get("costs8b") or {}).get("json"), "Cost by rows")
     b = res.get("bench8b", {})
     lines += ["", *_bench(b, "bench: target alone and speculative, greedy identity"), *_host(b)]
+    lines += ["", *_engine(res)]
     lines += ["", *_replay(res.get("replay8b", {}))]
     lines += ["", *_fit(res)]
     if data.get("waiting"):

@@ -286,8 +286,8 @@ def test_each_calls_stages_fit_its_deadline_and_the_lossless_tests_have_call_2()
     returns; call 2 holds the lossless tests' own 210 s on a warm machine, and on a fresh one the install and the
     short selection: no case of the plan leaves a stage it lists without room."""
     one, warm, fresh = plan.call_budgets()
-    measuring = ["machine", "install", "doctor", "selfcheck", "pair8b", "costs8b", "fit8b", "bench8b", "replay8b",
-                 "conc8b", "grammar8b"]  # fmt: skip
+    measuring = ["machine", "install", "doctor", "selfcheck", "pair8b", "costs8b", "fit8b", "bench8b", "engine8b",
+                 "replay8b", "conc8b", "grammar8b"]  # fmt: skip
     assert [n for n, _ in one.stages] == measuring and one.seconds == plan.CALL_SECONDS[0] - plan.SLACK
     assert sum(s.budget for s in gpu.STAGES if s.call == 1) + gpu.RESERVE <= plan.CALL_SECONDS[0] - plan.SLACK
     assert warm.stages == (("lossless", gpu.LOSSLESS_BUDGET),) and warm.seconds == plan.CALL_SECONDS[1] - plan.SLACK
@@ -488,6 +488,10 @@ BENCH_ROW = {"draft_max": 4, "adaptive": False, "prompts": 2, "baseline_tps": 10
              "draft_ms_per_round": 2.0, "host_ms_per_round": 0.25}  # fmt: skip
 
 
+ARRANGED = {"label": "arranged acceptance", "note": "arranged acceptance: rows rewritten", "rows": 900, "placed": 400,
+            "unknown": 12, "recorded_acceptance": [0.8, 0.7]}
+
+
 def _results(tmp_path: Path, cuda_build: bool) -> Path:
     build = {"key": "k", "llama_cpp_python": "0.3.36", "toolkit": "13.0.88", "archs": ["90"], "objects": 286,
              "cuda_objects": 157, "object_minutes": 49.2, "packed_bytes": 30 * MIB, "packed_sha256": "ab" * 32,
@@ -514,6 +518,20 @@ def _results(tmp_path: Path, cuda_build: bool) -> Path:
                                                              "host_ms_per_round": 0.12,
                                                              "projected": {"host_record": {"tokens_per_second": 299.0}},
                                                              "projection_error": {"tokens_per_second": 0.031}}]}},
+                "engine8b": {"rc": 0, "command": "python -m local_eagle bench --arranged demo", "json": [
+                    {**BENCH_ROW, "draft_max": 8, "adaptive": True, "speedup": 1.62, "acceptance_length": 2.9,
+                     "baseline_tps": 300.0, "arranged": ARRANGED},
+                    {**BENCH_ROW, "draft_max": 3, "speedup": 1.7, "acceptance_length": 3.1},
+                    {**BENCH_ROW, "draft_max": 15, "tree_nodes": 15, "speedup": 1.9, "acceptance_length": 3.6}]},
+                "conc8b": {"rc": 0, "json": {"arranged": ARRANGED, "rows": [
+                    {"concurrency": 1, "setting": "none", "draft_max": 0, "adaptive": False, "aggregate_tps": 300.0,
+                     "speedup": 1.0, "batching_gain": 1.0, "acceptance_length": 1.0},
+                    {"concurrency": 4, "setting": "none", "draft_max": 0, "adaptive": False, "aggregate_tps": 900.0,
+                     "speedup": 1.0, "batching_gain": 3.0, "acceptance_length": 1.0},
+                    {"concurrency": 4, "setting": "auto<=8", "draft_max": 8, "adaptive": True, "aggregate_tps": 990.0,
+                     "speedup": 1.1, "batching_gain": 3.3, "acceptance_length": 2.2},
+                    {"concurrency": 4, "setting": "3", "draft_max": 3, "adaptive": False, "aggregate_tps": 1080.0,
+                     "speedup": 1.2, "batching_gain": 3.6, "acceptance_length": 2.8}]}},
                 "fit8b": {"json": {"measure": {"backend": "CUDA0", "rows": [
                     {"component": "target weights", "predicted": 110 * 2**20, "measured": 100 * 2**20}]}}},
             }}  # fmt: skip
@@ -532,6 +550,12 @@ def test_the_page_holds_every_figure_and_its_command(tmp_path: Path) -> None:
                    "| pair8b | 30 | not run | - |", "k=4 0.250 ms",
                    "| auto | 60/292 | 290.0 | 2.23x | 4.10 | 0.90 0.80 | 0.120 | 299.0 | +3.1% |",
                    "Target alone: 130.0 tok/s"):  # fmt: skip
+        assert figure in text, figure
+    # the engine at arranged acceptance: one row per number of requests, the replay beside the default's
+    for figure in ("ARRANGED acceptance", "| 1 | 300.0 | 1.62x (2.90) | k=3: 1.70x (3.10) | tree 15: 1.90x (3.60) | "
+                   "2.23x / 2.30x |", "| 4 | 900.0, 3.00x one request | 1.10x (2.20) | 3: 1.20x (2.80) | - (batches",
+                   "Recorded acceptance by depth 0.80 0.70", "rows of a text not known (a near-tie parted it from "
+                   "the target alone's) 12"):  # fmt: skip
         assert figure in text, figure
 
 
