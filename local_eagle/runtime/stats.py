@@ -9,7 +9,7 @@ at all on a GPU (docs/architecture.md): a draft-length policy weighs exactly tho
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 
 def _ratio(numerator: float, denominator: float) -> float:
@@ -268,31 +268,21 @@ class GenerationTotals:
     total: GenerationStats = field(default_factory=GenerationStats)
 
     def add(self, stats: GenerationStats) -> None:
+        """Every field at once, from the dataclass itself: counts and seconds summed, position counts added
+        position-wise, flags and the policy's estimates as the latest answer has them (a field added to
+        :class:`GenerationStats` is totalled without a line here)."""
         total = self.total
         self.answers += 1
-        total.prompt_tokens += stats.prompt_tokens
-        total.generated_tokens += stats.generated_tokens
-        total.target_calls += stats.target_calls
-        total.drafted_tokens += stats.drafted_tokens
-        total.accepted_tokens += stats.accepted_tokens
-        total.draft_steps += stats.draft_steps
-        total.adaptive = stats.adaptive
-        total.probes += stats.probes
-        total.captured_rounds += stats.captured_rounds
-        total.catch_ups += stats.catch_ups
-        total.catch_up_rows += stats.catch_up_rows
-        total.catch_up_seconds += stats.catch_up_seconds
-        total.replay_calls += stats.replay_calls
-        total.policy = stats.policy or total.policy
-        _add_counts(total.draft_lengths, stats.draft_lengths)
-        _add_counts(total.drafted_per_position, stats.drafted_per_position)
-        _add_counts(total.accepted_per_position, stats.accepted_per_position)
-        total.prefill_seconds += stats.prefill_seconds
-        total.target_seconds += stats.target_seconds
-        total.drafter_seconds += stats.drafter_seconds
-        total.decode_seconds += stats.decode_seconds
-        if stats.python_seconds is not None:
-            total.python_seconds = (total.python_seconds or 0.0) + stats.python_seconds
+        for f in fields(GenerationStats):
+            name = f.name
+            value, into = getattr(stats, name), getattr(total, name)
+            if name in _LATEST:
+                if value or name == "adaptive":
+                    setattr(total, name, value)
+            elif isinstance(value, list):
+                _add_counts(into, value)
+            elif value is not None:
+                setattr(total, name, (into or 0) + value)
 
     @property
     def acceptance_length(self) -> float:
@@ -301,6 +291,9 @@ class GenerationTotals:
     @property
     def acceptance_per_position(self) -> list[float]:
         return self.total.acceptance_per_position
+
+
+_LATEST = frozenset({"adaptive", "policy", "stop_reason"})  # not summed: the latest answer's
 
 
 def _add_counts(into: list[int], counts: list[int]) -> None:

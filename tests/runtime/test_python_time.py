@@ -81,3 +81,28 @@ def test_totals_keep_unmeasured_apart() -> None:
     t.add(GenerationStats(python_seconds=0.25))
     t.add(GenerationStats(python_seconds=0.5))
     assert t.total.python_seconds == 0.75
+
+
+def test_totals_sum_every_field_of_an_answer() -> None:
+    """A field of GenerationStats is totalled without a line of its own (forced_tokens and grammar_seconds were
+    dropped when the fields were copied by hand); flags and the policy are the latest answer's."""
+    from dataclasses import fields
+
+    from local_eagle.runtime.stats import GenerationStats
+
+    one = GenerationStats()
+    for i, f in enumerate(fields(GenerationStats)):
+        kind = type(getattr(one, f.name))
+        if kind in (int, float):
+            setattr(one, f.name, kind(i + 1))
+    one.drafted_per_position, one.policy, one.adaptive, one.stop_reason = [3, 2], {"k": 1}, True, "length"
+    t = GenerationTotals()
+    t.add(one)
+    t.add(GenerationStats(drafted_per_position=[1, 1, 1], python_seconds=0.5))
+    total = t.total
+    for f in fields(GenerationStats):
+        if type(getattr(one, f.name)) in (int, float) and f.name != "python_seconds":
+            assert getattr(total, f.name) == getattr(one, f.name), f.name
+    assert total.forced_tokens == one.forced_tokens and total.grammar_seconds == one.grammar_seconds
+    assert total.drafted_per_position == [4, 3, 1] and total.python_seconds == 0.5
+    assert total.policy == {"k": 1} and total.adaptive is False and total.stop_reason == "length"
