@@ -54,6 +54,7 @@ class RankTable:
     on: list[np.ndarray]  # per depth [n, K]
     ranks: list[np.ndarray]  # per depth [n]
     off: list[np.ndarray]  # per depth [m, K]
+    _logs: list | None = field(default=None, repr=False, compare=False)
 
     def acceptance(self) -> list[float]:
         """A greedy chain's acceptance at each depth given the drafts before it were: rank 0's share."""
@@ -68,15 +69,20 @@ class RankTable:
             d -= 1
         return d
 
-    def draw(self, depth: int, on_path: bool, rng: np.random.Generator) -> tuple[np.ndarray, int]:
-        """A recorded row at this depth: its candidates' probabilities and the text's token's rank (-1 off the path)."""
+    def draw(self, depth: int, on_path: bool, rng: Draws) -> tuple[np.ndarray, float, int]:
+        """A recorded row at this depth: its candidates' log-probabilities, the log of the mass the other ids share,
+        and the text's token's rank (-1 off the path)."""
+        if self._logs is None:  # once: a row rewritten costs no logarithm
+            self._logs = [tuple(_logs(rows) for rows in (on, off)) for on, off in zip(self.on, self.off, strict=True)]
         if on_path:
             d = self._depth(self.ranks, depth)
-            i = int(rng.integers(len(self.ranks[d])))
-            return self.on[d][i], int(self.ranks[d][i])
+            i = rng.index(len(self.ranks[d]))
+            logp, rest = self._logs[d][0]
+            return logp[i], float(rest[i]), int(self.ranks[d][i])
         d = self._depth(self.off, depth)
-        rows = self.off[d] if len(self.off[d]) else self.on[self._depth(self.ranks, depth)]
-        return rows[int(rng.integers(len(rows)))], -1
+        logp, rest = self._logs[d][1] if len(self.off[d]) else self._logs[self._depth(self.ranks, depth)][0]
+        i = rng.index(len(logp))
+        return logp[i], float(rest[i]), -1
 
     def to_dict(self) -> dict:
         return {"source": self.source, "k": K, "acceptance": [round(a, 4) for a in self.acceptance()],
@@ -120,6 +126,34 @@ class RankTable:
             tmp.write_text(json.dumps(self.to_dict()) + "\n")
 
 
+class Draws:
+    """Uniform draws from a generator taken a buffer at a time: a row rewritten costs no generator call."""
+
+    def __init__(self, seed: list[int] | int) -> None:
+        self._rng = np.random.default_rng(seed)
+        self._buf = np.empty(0)
+        self._at = 0
+
+    def _take(self, n: int) -> np.ndarray:
+        if self._at + n > len(self._buf):
+            self._buf, self._at = self._rng.random(4096), 0
+        out = self._buf[self._at : self._at + n]
+        self._at += n
+        return out
+
+    def index(self, n: int) -> int:
+        """One of ``range(n)``."""
+        return min(int(self._take(1)[0] * n), n - 1)
+
+    def indices(self, n: int, size: int) -> list[int]:
+        return np.minimum((self._take(size) * n).astype(np.int64), n - 1).tolist()
+
+
+def _logs(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Candidates' log-probabilities, and the log of what the rest of a row shares (at least 1e-6)."""
+    return np.log(np.maximum(rows, 1e-12)).astype(np.float32), np.log(np.maximum(1.0 - rows.sum(axis=1), 1e-6))
+
+
 BUILTIN = Path(__file__).parent / "ranks" / "gemma3-270m-eagle31.json"
 
 
@@ -132,7 +166,7 @@ class _Seq:
     last_on: int | None = None  # recording: the position of the last row found on the path
     text: list[int] = field(default_factory=list)  # the tokens its catch-ups showed, by index (-1: not shown)
     learnt: int | None = None  # the truth this sequence's text is written into, where it left every known text
-    rng: np.random.Generator = field(default_factory=np.random.default_rng)  # draws of its generation
+    rng: Draws = field(default_factory=lambda: Draws(0))  # draws of its generation
 
 
 @dataclass
@@ -204,6 +238,7 @@ class ArrangedDrafter:
             self._column = np.full(max(inner.n_vocab, int(ids.max()) + 1), -1, dtype=np.int64)
             self._column[ids] = np.arange(len(ids))
         self._n_draft = len(ids) if ids is not None else inner.n_vocab
+        self._log_others = float(np.log(max(1, self._n_draft - K)))  # the ids that share a row's rest
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -276,7 +311,7 @@ class ArrangedDrafter:
             del s.text[at[0] :]
             s.learnt = None
             # draws seeded by the text's first rows: a generation run again draws alike, whatever runs beside it
-            s.rng = np.random.default_rng([self.seed, *np.asarray(tokens[:16], dtype=np.int64).tolist()])
+            s.rng = Draws([self.seed, *np.asarray(tokens[:16], dtype=np.int64).tolist()])
         if len(s.text) <= at[-1]:
             s.text.extend([-1] * (at[-1] + 1 - len(s.text)))
         for i, t in zip(at.tolist(), np.asarray(tokens).tolist(), strict=True):
@@ -331,10 +366,6 @@ class ArrangedDrafter:
             return token
         return int(self._column[token]) if token < len(self._column) else -1
 
-    def _at(self, column: int, columns: np.ndarray | None) -> int:
-        """Where a column sits in a row the engine reads: itself in a row of columns, its target id in a whole row."""
-        return column if columns is not None or self._ids is None else int(self._ids[column])
-
     def _observe(self, row: np.ndarray, depth: int, nxt: int | None, columns: np.ndarray | None) -> None:
         q = row if columns is not None or self._ids is None else row[self._ids]
         q = np.exp(q - q.max())
@@ -348,32 +379,28 @@ class ArrangedDrafter:
         self.record.add(depth, top, rank if rank < K else -1)
 
     def _arrange(self, row: np.ndarray, depth: int, on: bool, nxt: int, columns: np.ndarray | None,
-                 rng: np.random.Generator) -> None:  # fmt: skip
+                 rng: Draws) -> None:  # fmt: skip
         """Rewrite the row: ``K`` candidates at the drawn probabilities (the text's next token at its drawn rank when
-        on the path), every other id of the draft vocabulary sharing what is left; the text's next token is never
-        a candidate otherwise."""
+        on the path), every other id sharing what is left; the text's next token is never a candidate otherwise.
+
+        A whole row (a batch's, or a penalised tree's) gets the rest's value at every id, not only the draft
+        vocabulary's: one fill, where -inf outside it would cost a scatter of 32K ids a row. A confidence is read
+        over the draft vocabulary alone and an argmax anywhere, so both are as drawn; only a penalised tree's
+        softmax over the whole row sees the rest spread wider."""
         assert self.table is not None
-        probs, rank = self.table.draw(depth, on, rng)
+        logp, rest, rank = self.table.draw(depth, on, rng)
         avoid = self._column_of(nxt)
         if on and rank >= 0 and avoid >= 0:
             self.counts.placed += 1
         else:
             rank = -1
-        rest = np.log(max(1.0 - float(probs.sum()), 1e-6) / max(1, self._n_draft - K))
-        if columns is None and self._ids is not None:  # a whole row: -inf outside the draft vocabulary, as computed
-            row.fill(-np.inf)
-            row[self._ids] = rest
-        else:
-            row.fill(rest)
-        fillers = [c for c in dict.fromkeys(rng.integers(self._n_draft, size=2 * K).tolist()) if c != avoid]
-        logp = np.log(np.maximum(probs, 1e-12))
-        j = 0
-        for r in range(K):
-            if r == rank:
-                row[self._at(avoid, columns)] = logp[r]
-            elif j < len(fillers):
-                row[self._at(fillers[j], columns)] = logp[r]
-                j += 1
+        row.fill(rest - self._log_others)
+        fillers = [c for c in dict.fromkeys(rng.indices(self._n_draft, K + 2)) if c != avoid][:K]
+        if rank >= 0:
+            fillers.insert(rank, avoid)
+        columns_at = np.asarray(fillers[:K], dtype=np.int64)
+        at = columns_at if columns is not None or self._ids is None else self._ids[columns_at]
+        row[at] = logp[: len(at)]
 
 
 def wrap(engine: Engine, truths: list[np.ndarray], table: RankTable | None = None, seed: int = 0) -> ArrangedDrafter:
