@@ -135,6 +135,9 @@ class Drafter:
         self.ctx.set_embeddings_nextn(True, True)
         self.n_embd = self.model.n_embd
         self.n_vocab = self.model.n_vocab
+        # sequences that hold every committed row beside sequence 0 (a tree's branch sequences): set, the catch-up
+        # decodes its rows into all of them at once, so no round copies the new rows to each (a scan of the cache)
+        self.prefix_seqs: tuple[int, ...] = ()
 
     def prepare_features(self, features: np.ndarray) -> np.ndarray:
         """Apply EAGLE 3.1's per-chunk FC norm (a no-op for EAGLE 3 drafters)."""
@@ -235,7 +238,7 @@ class Drafter:
         last = (n - 1) // step * step
         if last:
             self.decode_kv(tokens[:last], g[:last], positions[:last], seq)
-        self.ctx.decode(tokens[last:], positions[last:], True, g[last:], seq=seq)
+        self.ctx.decode(tokens[last:], positions[last:], True, g[last:], seqs=self._committed(n - last, seq), seq=seq)
         i = n - 1 - last
         logits = np.empty((1, self.n_vocab if columns is None else len(columns)), dtype=np.float32)
         read_row(self.ctx, i, self.n_vocab, columns, logits[0])
@@ -245,7 +248,13 @@ class Drafter:
         """Decode real rows whose outputs nobody reads: only their cache entries matter."""
         step = self.ctx.n_batch
         for s in range(0, len(tokens), step):
-            self.ctx.decode(tokens[s : s + step], positions[s : s + step], False, g[s : s + step], seq=seq)
+            rows = tokens[s : s + step]
+            self.ctx.decode(rows, positions[s : s + step], False, g[s : s + step], seqs=self._committed(len(rows), seq),
+                            seq=seq)  # fmt: skip
+
+    def _committed(self, n: int, seq: int) -> list[list[int]] | None:
+        """Each committed row's sequences: ``seq``'s, and with ``prefix_seqs`` theirs too (rows of sequence 0)."""
+        return [[seq, *self.prefix_seqs]] * n if self.prefix_seqs and seq == 0 else None
 
     def feedback(self, prenorm: np.ndarray) -> np.ndarray:
         """The state the next draft step takes as g: post-norm under EAGLE 3.1's norm_output."""

@@ -199,6 +199,8 @@ class Engine:
                 self.drafter = (ChainedMtpDrafter if chained else MtpDrafter)(self.ctx, drafter_options)
             else:
                 self.drafter = Drafter(draft, self.ctx, drafter_options, n_gpu_layers=options.n_gpu_layers)
+                if trees:
+                    self.drafter.prefix_seqs = tuple(range(1, drafter_sequences(options.tree_width)))
             self.feed = DrafterFeed(self.drafter, self.capture.width)
         self.n_ctx = self.ctx.n_ctx // parallel  # what one generation may use
         self.n_ubatch = self.ctx.n_ubatch

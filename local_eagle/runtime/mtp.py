@@ -236,6 +236,8 @@ class MtpDrafter:
     MTP context holds that row at ``P + 1``, as llama.cpp's ``draft-mtp`` does.
     """
 
+    prefix_seqs: tuple[int, ...] = ()  # its committed rows go to sequence 0 alone; trees share them by copies
+
     def __init__(self, target: Context, opts: ContextOptions | None = None) -> None:
         model = target.model
         refusal = mtp_refusal(model)

@@ -56,7 +56,7 @@ class TreeRounds:
         self.drafter = drafter
         # every draft id's logit is in the drafter's row; the repeat penalty needs whole rows (token ids)
         self.columns = None if gen.penalized else drafter.spec.draft_ids
-        self.branched = 0  # drafter branch sequences in use this round
+        self.dirty: set[int] = set()  # drafter branch sequences holding rows of this round's tree
         self.start = 0  # the drafter cache position of this round's first tree row
         self.expected: float | None = None  # the priced tree's expected tokens this round
         self.calibration = gen.engine.tree_calibration  # the engine's: what earlier answers taught carries over
@@ -183,17 +183,23 @@ class TreeRounds:
         # the first tree row's cache position (an MTP head's cache runs one ahead of the loop's positions): every
         # branch sequence shares the cells before it with sequence 0 (PrefixTags), and holds its ancestors after it
         self.start = start = ctx.pos_max(0) + 1
+        if self.drafter.prefix_seqs:  # the committed rows went into every branch sequence as they were decoded
+            tags.shared(self.drafter.prefix_seqs, start)
 
         def expand(depth: int, frontier: list[int]) -> None:
-            base = 1 + (depth % 2) * width  # alternate sets: the parents' sequences stay whole meanwhile
-            tags.share(ctx, base + len(frontier), start)
-            for i, node in enumerate(frontier):
+            # alternate sets: the parents' sequences stay whole meanwhile. Every cache edit scans llama.cpp's whole
+            # cache, so only the sequences this level uses get the prefix, and only one holding rows is cleared
+            base = 1 + (depth % 2) * width
+            seqs = range(base, base + len(frontier))
+            tags.share_with(ctx, seqs, start)
+            for seq, node in zip(seqs, frontier, strict=True):
                 parent = seq_of[tree.parents[node]]
-                ctx.seq_remove(base + i, start)  # a node's rows of two levels up
+                if seq in self.dirty:
+                    ctx.seq_remove(seq, start)  # a node's rows of two levels up
                 if parent:
-                    ctx.seq_copy(parent, base + i, start)  # its ancestors' rows (the root's: the prefix, shared)
-                seq_of[node] = base + i
-            self.branched = max(self.branched, base + len(frontier))
+                    ctx.seq_copy(parent, seq, start)  # its ancestors' rows (the root's: the prefix, shared)
+                seq_of[node] = seq
+            self.dirty.update(seqs)
             g = self.drafter.feedback(np.stack([prenorms[tree.parents[node]] for node in frontier]))
             rows, pre = self.drafter.decode_branches(
                 np.array([tree.tokens[node] for node in frontier], dtype=np.int32), g,
@@ -224,6 +230,6 @@ class TreeRounds:
 
     def _drop_branches(self) -> None:
         """The branches' rows go; the prefix stays shared with every branch sequence for the next tree."""
-        for seq in range(1, self.branched):
-            self.drafter.ctx.seq_remove(seq, self.start)
-        self.branched = 0
+        if self.dirty:  # sequence 0 holds nothing from ``start`` on: every row there is a branch's, gone in one edit
+            self.drafter.ctx.seq_remove(-1, self.start)
+        self.dirty.clear()
