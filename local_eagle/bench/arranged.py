@@ -305,7 +305,9 @@ class ArrangedDrafter:
         apart from the target alone's one-row decode): from there it is learnt as the engine writes it, a truth of
         its own, so a later run that parts there alike is arranged on (this one's rows stay unknown: the text's
         next token is not known before the target writes it)."""
-        s = self._seqs.setdefault(seq, _Seq())
+        s = self._seqs.get(seq)
+        if s is None:
+            s = self._seqs[seq] = _Seq()
         at = np.asarray(positions) + 1
         if at[0] <= 1 or (at[0] < len(s.text) and s.text[at[0]] != tokens[0]):  # a new generation, or a rewind
             del s.text[at[0] :]
