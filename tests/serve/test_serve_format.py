@@ -91,6 +91,31 @@ def test_openai_parse_with_a_pydantic_model(oai, seen):
     assert set(json.loads(seen[0].source)["properties"]) == {"name", "pets"}
 
 
+def test_a_default_pydantic_model_closes_as_in_llama_cpp(oll, oai):
+    """Issue 46: a pydantic model without ``extra="forbid"`` (no ``additionalProperties``) gets a complete reply
+    within ``num_predict`` through both clients, as llama.cpp reads the schema. With llguidance's own reading the
+    cycle model goes on after the last property with a key of its own (``"count": -0, "PABCD...``) until the limit.
+    Generated for real: the engine is not wrapped here."""
+    from typing import Literal
+
+    pydantic = pytest.importorskip("pydantic")
+
+    class Reading(pydantic.BaseModel):
+        unit: Literal["c", "f"]
+        value: float
+        count: int
+
+    r = oll.chat(model="cycle", messages=HI, format=Reading.model_json_schema(),
+                 options={"temperature": 0, "num_predict": 120})  # fmt: skip
+    assert r.done_reason == "stop"
+    assert set(json.loads(r.message.content)) == {"unit", "value", "count"}
+    Reading.model_validate_json(r.message.content)
+    parsed = oai.chat.completions.parse(model="cycle", messages=HI, max_tokens=120, temperature=0,
+                                        response_format=Reading)  # fmt: skip
+    assert parsed.choices[0].finish_reason == "stop"
+    assert isinstance(parsed.choices[0].message.parsed, Reading)
+
+
 @pytest.mark.parametrize(
     ("path", "body", "words"),
     [
