@@ -17,7 +17,15 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from local_eagle import __version__
-from local_eagle.serve.chatoutput import ChatOutput, Part, capabilities, chat_output, ollama_fields
+from local_eagle.serve.chatoutput import (
+    ChatOutput,
+    Part,
+    capabilities,
+    chat_output,
+    check_tools,
+    ollama_fields,
+    template_source,
+)
 from local_eagle.serve.errors import ApiError
 from local_eagle.serve.jobs import Job, Outcome, done_reason, off_loop, stream_response
 from local_eagle.serve.logprobs import ollama_logprobs, top_count
@@ -45,7 +53,7 @@ router = APIRouter()
 _COMMON: dict[str, Kind] = {"model": str, "stream": bool, "options": dict, "keep_alive": (str, int, float),
                             "think": (bool, str), "logprobs": bool, "top_logprobs": int}  # fmt: skip
 _GENERATE = _COMMON | {"prompt": str, "suffix": str, "system": str, "template": str, "context": list, "raw": bool,
-                       "images": list}  # fmt: skip
+                       "images": list, "tools": list}  # fmt: skip
 _CHAT = _COMMON | {"messages": list, "tools": list}
 _SHOW: dict[str, Kind] = {"model": str, "name": str, "verbose": bool}
 
@@ -208,6 +216,8 @@ async def generate(request: Request, server: Server) -> Response:
         return JSONResponse(reply.loaded("unload" if unloads(body) else "load"))
     system, template = body.get("system"), body.get("template")
     reply.output = chat_output(server, think_value(body.get("think")), None, template or None)
+    if body.get("tools"):  # Ollama's generate takes no tools; a model whose template cannot is refused all the same
+        check_tools(server, template_source(server, template or None))
     if body.get("raw"):
         tokens = await prompt_tokens(server, request, prompt)
     else:
