@@ -27,6 +27,17 @@ from local_eagle.serve.jobs import Job, off_loop
 from local_eagle.serve.server import EagleServer
 from local_eagle.serve.toolcalls import message_extras
 
+LOAD_SECONDS = "local_eagle.load_seconds"
+"""The ASGI scope's key under which the store front leaves how long it took to have the request's model loaded
+(a load the request caused, or one it waited for), so that Ollama's ``load_duration`` and ``total_duration`` include
+it as Ollama's do."""
+
+
+def load_seconds(request: Request) -> float:
+    """The seconds the store front spent having the request's model loaded (0 where it was loaded already, and on a
+    server of one model)."""
+    return float(request.scope.get(LOAD_SECONDS, 0.0))
+
 
 async def json_body(request: Request, limit: int) -> dict[str, Any]:
     """Read by hand, not by FastAPI's models: a bad body must be a 400 in the calling API's shape, and one over

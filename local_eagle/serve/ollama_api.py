@@ -34,6 +34,7 @@ from local_eagle.serve.models import (
     check_fields,
     check_keep_alive,
     json_body,
+    load_seconds,
     output_format,
     parse_messages,
     parse_tools,
@@ -84,6 +85,7 @@ class OllamaReply:
     model: str
     chat: bool
     output: ChatOutput | None = None  # the thinking and tool-call parsers, where the request needs them
+    load: float = 0.0  # seconds the store front spent loading the model for this request (models.load_seconds)
     media_type = "application/x-ndjson"
 
     def _text(self, text: str | Part) -> dict[str, Any]:
@@ -104,8 +106,8 @@ class OllamaReply:
             "created_at": _now_iso(),
             "done": True,
             "done_reason": done_reason(out.stop_reason),
-            "total_duration": _ns(out.total_seconds),
-            "load_duration": _ns(out.queue_seconds),
+            "total_duration": _ns(self.load + out.total_seconds),
+            "load_duration": _ns(self.load + out.queue_seconds),
             "prompt_eval_count": out.prompt_tokens,
             "prompt_eval_duration": _ns(out.prefill_seconds),
             "eval_count": out.generated_tokens,
@@ -153,7 +155,7 @@ async def ps(server: Server) -> dict[str, Any]:
     entry = server.model_entry()
     entry.update(
         expires_at="2099-01-01T00:00:00Z",
-        size_vram=entry["size"] if server.engine.options.n_gpu_layers != 0 else 0,
+        size_vram=server.size_vram(entry["size"]),
         context_length=server.engine.n_ctx,
     )
     return {"models": [entry]}
@@ -211,7 +213,7 @@ async def generate(request: Request, server: Server) -> Response:
     grammar = output_format(body.get("format"), "format")
     logprobs = ollama_logprobs_request(body)
     s = settings(server, body.get("options") or {}, "options.")
-    reply = OllamaReply(model, chat=False)
+    reply = OllamaReply(model, chat=False, load=load_seconds(request))
     if not prompt:  # Ollama: an empty prompt only loads the model (unloads it with keep_alive 0)
         return JSONResponse(reply.loaded("unload" if unloads(body) else "load"))
     system, template = body.get("system"), body.get("template")
@@ -239,7 +241,7 @@ async def chat(request: Request, server: Server) -> Response:
     grammar = output_format(body.get("format"), "format")
     logprobs = ollama_logprobs_request(body)
     s = settings(server, body.get("options") or {}, "options.")
-    reply = OllamaReply(model, chat=True)
+    reply = OllamaReply(model, chat=True, load=load_seconds(request))
     if unloads(body):  # Ollama: no messages and keep_alive 0 unload the model (serve -m keeps its one)
         return JSONResponse(reply.loaded("unload"))
     if body.get("messages") == []:  # Ollama: no messages only loads the model

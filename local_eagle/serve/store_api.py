@@ -341,9 +341,11 @@ def _ps(front: StoreFront) -> dict[str, Any]:
         c = x.server.config
         expires = "2318-01-01T00:00:00Z" if x.expires_at is None and x.users == 0 else _iso(
             time.time() + ((x.expires_at - now) if x.expires_at is not None else 300.0))  # fmt: skip
-        out.append({"name": x.name, "model": x.name, "size": x.size, "digest": "",
+        key = getattr(x.server, "key", None)  # the store's name of the model: listed as /api/tags lists it
+        name = key.short if key is not None else x.name
+        out.append({"name": name, "model": name, "size": x.size, "digest": "",
                     "details": _details_or_blank(front, c.model, c.draft), "expires_at": expires,
-                    "size_vram": x.size if x.server.engine.options.n_gpu_layers != 0 else 0,
+                    "size_vram": x.server.size_vram(x.size),
                     "context_length": x.server.engine.n_ctx})  # fmt: skip
     return {"models": out}
 

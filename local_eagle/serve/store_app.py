@@ -15,6 +15,7 @@ import asyncio
 import json
 import logging
 import threading
+import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -205,12 +206,14 @@ class StoreFront:
                 and not request.get("messages"):  # fmt: skip
             await self._unload(scope, send, ref, chat=scope["path"] == "/api/chat")
             return
+        asked = time.perf_counter()
         try:
             key = await asyncio.wait_for(in_thread(lambda: self.key_of(ref)), self.config.queue_timeout)
             got = await self.registry.acquire(ref, key)
         except Exception as e:
             await _error(send, scope, *self._load_failure(ref, e))
             return
+        scope = {**scope, models.LOAD_SECONDS: time.perf_counter() - asked}  # Ollama's load_duration includes it
         try:
             await self._app(got.key, got.server)(scope, _replay(body, receive), send)
         finally:
