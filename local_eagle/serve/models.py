@@ -259,6 +259,45 @@ async def prompt_tokens(server: EagleServer, request: Request, prompt: str | Cal
     return await off_loop(request, lambda: server.tokens(prompt() if callable(prompt) else prompt))
 
 
+class FittedChat(NamedTuple):
+    """A chat's prompt as it fits the context: its text, its tokens, and how many of the request's messages were
+    dropped from the start of the conversation to fit (0: none)."""
+
+    text: str
+    tokens: np.ndarray
+    dropped: int
+
+
+def fit_chat(
+    server: EagleServer,
+    messages: list[dict[str, Any]],
+    tools: list[Any] | None = None,
+    think: bool | str | None = None,
+) -> FittedChat:
+    """The chat's prompt, the oldest messages dropped until it fits the context, as Ollama's ``chatPrompt`` does:
+    the latest message is always kept, and so is every system message before the ones kept; from the newest back,
+    messages are added while the prompt still fits. Open WebUI's title and tag requests carry a whole long reply,
+    which Ollama answers this way rather than refusing. A prompt whose latest message alone cannot fit is a 400
+    (``JobSlot.tokens``). Runs off the event loop: it renders and tokenizes up to once a message."""
+    text = render(server, messages, None, None, tools, think)
+    tokens, why = server.fitting_tokens(text)
+    if why is None or len(messages) < 2:
+        return FittedChat(text, server.tokens(text) if why is not None else tokens, 0)
+    last = len(messages) - 1
+    best: tuple[str, np.ndarray, int] | None = None
+    for i in range(last, 0, -1):  # i: the first message kept besides the earlier system messages
+        kept = [m for m in messages[:i] if m.get("role") == "system"] + messages[i:]
+        text = render(server, kept, None, None, tools, think)
+        tokens, why = server.fitting_tokens(text)
+        if why is not None:
+            if best is None:  # the latest message (and the system messages) alone do not fit
+                raise ApiError(400, why)
+            break
+        best = (text, tokens, sum(1 for m in messages[:i] if m.get("role") != "system"))
+    assert best is not None
+    return FittedChat(*best)
+
+
 async def chat_tokens(
     server: EagleServer,
     request: Request,

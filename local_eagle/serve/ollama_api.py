@@ -33,6 +33,7 @@ from local_eagle.serve.models import (
     Kind,
     check_fields,
     check_keep_alive,
+    fit_chat,
     json_body,
     load_seconds,
     output_format,
@@ -86,6 +87,7 @@ class OllamaReply:
     chat: bool
     output: ChatOutput | None = None  # the thinking and tool-call parsers, where the request needs them
     load: float = 0.0  # seconds the store front spent loading the model for this request (models.load_seconds)
+    dropped: int = 0  # the oldest messages dropped to fit the context (models.fit_chat), said in the answer
     media_type = "application/x-ndjson"
 
     def _text(self, text: str | Part) -> dict[str, Any]:
@@ -115,6 +117,7 @@ class OllamaReply:
             "speculative": out.stats,
             **self._text(text),
             **({"logprobs": ollama_logprobs(out.logprobs)} if out.logprobs is not None else {}),
+            **({"dropped_messages": self.dropped} if self.dropped else {}),
         }
 
     def event(self, event: tuple) -> Iterator[bytes]:
@@ -250,8 +253,9 @@ async def chat(request: Request, server: Server) -> Response:
     tools = parse_tools(body.get("tools"))
     reply.output = chat_output(server, think_value(body.get("think")), tools)
     special, _ = await off_loop(request, partial(tool_settings, server, reply.output, tools, None))
-    render_it = partial(render, server, messages, None, None, tools, reply.output.think)
-    tokens = await prompt_tokens(server, request, reply.output.watch(render_it))
-    job = s.job(tokens, grammar)
+    fitted = await off_loop(request, partial(fit_chat, server, messages, tools, reply.output.think))
+    reply.output.watch(lambda: fitted.text)()  # a prompt that ends inside the thinking starts the answer there
+    reply.dropped = fitted.dropped
+    job = s.job(fitted.tokens, grammar)
     job.logprobs, job.special = logprobs, special
     return await reply.respond(server, job, request, body.get("stream"))
