@@ -294,8 +294,9 @@ def _resolve_models(model: Path | None, draft: Path | None, modelfile: Path | No
             return named_pair(str(model), draft)
         return ModelPair(model, hub_draft(draft, model))
     from local_eagle.ollama.modelfile import parse_file, resolve_draft, resolve_model
+    from local_eagle.store import NamedStores
 
-    m = parse_file(modelfile)
+    m = parse_file(modelfile, store=NamedStores())  # FROM a name of local-eagle's store, as of Ollama's
     for w in m.warnings:
         warn(w)
     mf_draft = resolve_draft(m) if m.draft is not None else None

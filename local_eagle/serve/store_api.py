@@ -33,6 +33,7 @@ from local_eagle.serve.errors import ApiError, install_error_handlers
 from local_eagle.serve.jobs import in_thread, off_loop
 from local_eagle.serve.models import check_fields, json_body
 from local_eagle.serve.store_app import MAX_NAME_CHARS
+from local_eagle.store import NamedStores
 
 if TYPE_CHECKING:
     from local_eagle.ollama.store import Name
@@ -422,7 +423,8 @@ def _create_modelfile(front: StoreFront, body: dict[str, Any]) -> Modelfile:
             raise ApiError(400, f"'{key}' is not supported: local-eagle references GGUFs where they are; give 'from'")
     try:
         if body.get("modelfile"):
-            return parse(body["modelfile"], base_dir=Path.cwd(), source="modelfile")
+            stores = NamedStores(front.config.local, front.config.ollama)  # FROM a name of either store
+            return parse(body["modelfile"], base_dir=Path.cwd(), source="modelfile", store=stores)
         base = body.get("from")
         if not isinstance(base, str) or not base:
             raise ApiError(400, "'from' is required: a GGUF path or a model name")

@@ -126,6 +126,15 @@ def test_create_streams_its_progress_and_its_error(served, pair, tmp_path: Path)
     assert "broken:latest" not in [m.model for m in client.list().models]
 
 
+def test_api_create_takes_a_modelfile_from_a_store_name(served) -> None:
+    """Issue 46: a Modelfile text ``FROM cyc`` (a name of local-eagle's store) is resolved as ``from`` is."""
+    front, client = served
+    body = {"model": "viafile", "modelfile": "FROM cyc\nPARAMETER num_predict 3\n", "stream": False}
+    r = httpx.post(f"{client._client.base_url}".rstrip("/") + "/api/create", json=body)
+    assert r.status_code == 200 and r.json() == {"status": "success"}, r.text
+    assert client.chat(model="viafile", messages=HI, options={"temperature": 0}).message.content == "PAB"
+
+
 def test_two_models_swap_under_a_small_budget(served) -> None:
     front, client = served
     client.copy("cyc", "other")
