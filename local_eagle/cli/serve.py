@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Annotated
 
 import typer
@@ -120,20 +121,24 @@ def serve(
         name=name, model=pair.model, draft=pair.draft, modelfile=pair.modelfile, settings=settings,
         queue_timeout=queue_timeout or None, generation_timeout=timeout or None, access=access,
     )  # fmt: skip
+    pair_name = pair.model.name + (f" + {pair.draft.name}" if pair.draft else "")
+    # a load takes seconds (the GGUFs read, the grammar vocabulary built): say what is happening meanwhile
+    err.print(f"loading {config.name} ({pair_name}, ctx {n_ctx})...", highlight=False, markup=False, soft_wrap=True)
+    started = time.perf_counter()
     # requests' draft_num_predict bounds the adaptive policy (or, with --fixed, is the draft length)
     try:
         server = load(config, load_options.engine_options(n_ctx), host, port, log_level)
     except LlamaError as e:
         raise explain_load_failure(e, pair.model, pair.draft) from None
+    loaded = time.perf_counter() - started
     note_tree_refusal(server.engine, mode.tree.explicit and mode.tree.nodes > 1)
     if host not in _LOOPBACK:
         err.print(f"[yellow]warning:[/] listening on {host}: whoever reaches it can use the model", soft_wrap=True)
-    pair_name = pair.model.name + (f" + {pair.draft.name}" if pair.draft else "")
     err.print(
-        f"serving [bold]{config.name}[/] ({pair_name}, ctx {server.engine.n_ctx}"
+        f"ready in {loaded:.1f} s: serving [bold]{config.name}[/] ({pair_name}, ctx {server.engine.n_ctx}"
         + (f", {parallel} requests at once" if parallel > 1 else "")
         + ") "
-        f"on http://{host}:{port}: Ollama API at /api, OpenAI API at /v1",
+        f'on http://{host}:{port}: Ollama API at /api, OpenAI API at /v1; clients ask for model "{config.name}"',
         highlight=False,
         soft_wrap=True,
     )

@@ -339,6 +339,9 @@ def test_serve_command_with_a_modelfile(pair):
         assert client.ps().models[0].context_length == 512
         assert client.generate(model="cyc", prompt="hi").response == "PABCD"  # the Modelfile's parameters
     assert "serving cyc" in output[0] and "Traceback" not in output[0]
+    # issue 46: what it loads, before the seconds of loading, then when it is ready and the name clients send
+    assert output[0].index("loading cyc (") < output[0].index("ready in ")
+    assert 'clients ask for model "cyc"' in " ".join(output[0].split())
 
 
 def test_serve_command_without_a_model_serves_the_store(pair, tmp_path, monkeypatch):
