@@ -49,7 +49,8 @@ _SAME_NAME += ("frequency_penalty", "presence_penalty")  # checked, as Ollama's,
 _COMMON: dict[str, Kind] = {"model": str, "stream": bool, "stream_options": dict, "max_tokens": int, "n": int,
                             "stop": (str, list), "user": str}  # fmt: skip
 _CHAT = _COMMON | {"messages": list, "tools": list, "response_format": dict, "logprobs": bool,
-                   "top_logprobs": int, "max_completion_tokens": int, "tool_choice": (str, dict)}  # fmt: skip
+                   "top_logprobs": int, "max_completion_tokens": int, "tool_choice": (str, dict),
+                   "think": (bool, str)}  # fmt: skip
 _COMPLETIONS = _COMMON | {"prompt": (str, list), "suffix": str, "echo": bool, "logprobs": int}
 
 
