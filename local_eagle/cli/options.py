@@ -83,11 +83,12 @@ OptionalThreadsOpt = Annotated[int | None, typer.Option("--threads", help=table_
 PARALLEL_ENV = "OLLAMA_NUM_PARALLEL"
 MAX_PARALLEL = 64  # runtime.tree.MAX_SEQ: the sequences one engine's caches hold
 ParallelOpt = Annotated[
-    int,
+    int | None,
     typer.Option(
-        "--parallel", envvar=PARALLEL_ENV, min=1, max=MAX_PARALLEL,
+        "--parallel", envvar=PARALLEL_ENV, min=1, max=MAX_PARALLEL, show_default=False,
         help="Requests a loaded model serves at once, each up to --ctx tokens, all verified in one target call a "
-        f"round; more wait their turn (Ollama's {PARALLEL_ENV}).",
+        f"round; more wait their turn (Ollama's {PARALLEL_ENV}). Default: 4 where their caches fit the free "
+        "memory, else 1, as Ollama's; 1 with --tree.",
     ),
 ]  # fmt: skip
 

@@ -10,6 +10,7 @@ import typer
 from local_eagle.cli.console import err, friendly
 from local_eagle.cli.loading import (
     BeyondTrainingOpt,
+    auto_parallel,
     explain_load_failure,
     note_tree_refusal,
     plan_context,
@@ -68,7 +69,7 @@ def serve(
     ] = 300.0,
     gpu_layers: OptionalGpuOpt = None,
     threads: OptionalThreadsOpt = None,
-    parallel: ParallelOpt = 1,
+    parallel: ParallelOpt = None,
     log_level: Annotated[str, typer.Option("--log-level", help="uvicorn's: warning, info, debug.")] = "info",
     ollama: Annotated[bool, typer.Option("--ollama", help="Without -m/-f: serve Ollama's models too.")] = False,
     max_memory: Annotated[
@@ -100,7 +101,8 @@ def serve(
 
     access = Access.configured(host, origins)  # a bad origin is refused before a model loads
     mode = draft_mode(fixed, tree)
-    if mode.tree.explicit and mode.tree.nodes > 1 and parallel > 1:
+    trees_asked = mode.tree.explicit and mode.tree.nodes > 1
+    if trees_asked and parallel is not None and parallel > 1:
         raise LocalEagleError("give --tree (one generation's draft trees) or --parallel (chains), not both")
     flags = given(draft_max=parse_draft_max(draft_max), ctx=ctx, gpu_layers=gpu_layers, threads=threads)
 
@@ -113,6 +115,10 @@ def serve(
     pair = resolve_models(model, draft, modelfile, mtp)
     if timeout < 0 or queue_timeout < 0:
         raise LocalEagleError("--timeout and --queue-timeout must be 0 (never) or positive")
+    if parallel is None:  # Ollama's default: 4 where they fit the free memory, else 1 (1 where trees are asked for)
+        alone = pair.settings(flags, mode, parallel=1, beyond_training=ctx_beyond_training).load()
+        parallel = 1 if trees_asked else auto_parallel(pair.model, pair.draft,
+                                                       plan_context(pair.model, pair.draft, alone), alone)  # fmt: skip
     settings = pair.settings(flags, mode, parallel=parallel, beyond_training=ctx_beyond_training)
     load_options = settings.load()
     n_ctx = plan_context(pair.model, pair.draft, load_options)
@@ -131,7 +137,7 @@ def serve(
     except LlamaError as e:
         raise explain_load_failure(e, pair.model, pair.draft) from None
     loaded = time.perf_counter() - started
-    note_tree_refusal(server.engine, mode.tree.explicit and mode.tree.nodes > 1)
+    note_tree_refusal(server.engine, trees_asked)
     if host not in _LOOPBACK:
         err.print(f"[yellow]warning:[/] listening on {host}: whoever reaches it can use the model", soft_wrap=True)
     err.print(

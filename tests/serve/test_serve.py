@@ -342,6 +342,8 @@ def test_serve_command_with_a_modelfile(pair):
     # issue 46: what it loads, before the seconds of loading, then when it is ready and the name clients send
     assert output[0].index("loading cyc (") < output[0].index("ready in ")
     assert 'clients ask for model "cyc"' in " ".join(output[0].split())
+    # issue 46: several requests at once by default, as Ollama's OLLAMA_NUM_PARALLEL (the tiny pair fits 4)
+    assert "4 requests at once" in " ".join(output[0].split())
 
 
 def test_serve_command_without_a_model_serves_the_store(pair, tmp_path, monkeypatch):
