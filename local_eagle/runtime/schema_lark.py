@@ -318,7 +318,8 @@ class _Writer:
         if not self.has_numbers(node):
             return self.delegate(node)
         kind = node.get("type")
-        if kind in ("number", "integer") and keys <= {"type", *_BOUNDS}:
+        # a number's "format" (OpenAPI's "float", "int64") is ignored, as llama.cpp ignores it
+        if kind in ("number", "integer") and keys <= {"type", "format", *_BOUNDS}:
             regexes = number_regexes(node)
             if regexes is not None:
                 terminal = self.prefix.upper() + f"NUM{self.count + 1}"

@@ -94,6 +94,9 @@ ALLOF = {
         (LIST, '{"l": [1, 2, 3]}', True),
         ({"type": "object", "properties": {"e": {"enum": ["a", "b"]}, "c": {"const": 5}}}, '{"e": "a", "c": 5}', True),
         (ALLOF, '{"a": "x", "b": "y"}', True),  # allOf members stay open to each other
+        ({"type": "object", "properties": {"p": {"type": "number", "format": "float"}}}, '{"p": 0.25}', True),
+        ({"type": "object", "properties": {"p": {"type": "number", "format": "float"}}}, '{"p": 0.12345678901234567}',
+         False),  # OpenAPI's format on a number changes nothing  # fmt: skip
     ],
 )
 def test_schemas_read_as_llama_cpp_reads_them(schema: dict[str, Any], text: str, allowed: bool) -> None:
