@@ -176,9 +176,9 @@ def _types(node: dict[str, Any]) -> list[Any]:
 def close_objects(node: Any, skip: frozenset[int] = frozenset()) -> Any:
     """A copy of ``node`` in which every object with ``properties`` and no ``additionalProperties`` (llama.cpp's
     rule) takes no other key, for the parts llguidance reads (``%json``). An ``allOf`` member, a node with an
-    ``allOf``, a schema ``skip`` names (by ``id``: the definitions an ``allOf`` refers to) and an object whose
-    ``required`` names a key outside ``properties`` stay open: ``allOf`` merges its members' keys, and closing one
-    member would refuse another's."""
+    ``allOf``, a definition ``skip`` names (by ``id``: those an ``allOf`` refers to) and an object whose
+    ``required`` names a key outside ``properties`` stay open (the objects inside them are closed): ``allOf`` merges
+    its members' keys, and closing one member would refuse another's."""
     if isinstance(node, list):
         return [close_objects(x, skip) for x in node]
     if not isinstance(node, dict):
@@ -189,7 +189,7 @@ def close_objects(node: Any, skip: frozenset[int] = frozenset()) -> Any:
             out[key] = [_close_children(x, skip) for x in value]
         elif key in ("properties", "$defs", "definitions", "patternProperties", "dependentSchemas") \
                 and isinstance(value, dict):  # fmt: skip
-            out[key] = {k: v if id(v) in skip else close_objects(v, skip) for k, v in value.items()}
+            out[key] = {k: (_close_children if id(v) in skip else close_objects)(v, skip) for k, v in value.items()}
         elif key in ("enum", "const", "default", "examples", "required"):
             out[key] = value
         else:
@@ -231,7 +231,6 @@ class _Writer:
         self.count = 0
         self.refs: dict[str, str] = {}
         self.any_value: str | None = None
-        self.numeric: dict[str, bool] = {}
         self.allof_refs = frozenset(id(t) for t in self._allof_targets())
         self.defs = {k: root[k] for k in ("$defs", "definitions") if isinstance(root.get(k), dict)}
 

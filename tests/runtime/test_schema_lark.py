@@ -68,6 +68,12 @@ ALLOF = {
     "allOf": [{"properties": {"a": {"type": "string"}}}, {"properties": {"b": {"type": "string"}}}],
 }
 
+ALLOF_REF = {
+    "$defs": {"A": {"properties": {"a": {"type": "string"}}}},
+    "type": "object",
+    "allOf": [{"$ref": "#/$defs/A"}, {"properties": {"b": {"type": "string"}}}],
+}
+
 
 @pytest.mark.parametrize(
     ("schema", "text", "allowed"),
@@ -94,6 +100,7 @@ ALLOF = {
         (LIST, '{"l": [1, 2, 3]}', True),
         ({"type": "object", "properties": {"e": {"enum": ["a", "b"]}, "c": {"const": 5}}}, '{"e": "a", "c": 5}', True),
         (ALLOF, '{"a": "x", "b": "y"}', True),  # allOf members stay open to each other
+        (ALLOF_REF, '{"a": "x", "b": "y"}', True),  # so does a definition an allOf refers to
         ({"type": "object", "properties": {"p": {"type": "number", "format": "float"}}}, '{"p": 0.25}', True),
         ({"type": "object", "properties": {"p": {"type": "number", "format": "float"}}}, '{"p": 0.12345678901234567}',
          False),  # OpenAPI's format on a number changes nothing  # fmt: skip
