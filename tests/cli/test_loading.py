@@ -174,3 +174,19 @@ def test_auto_parallel_is_four_where_they_fit_the_free_memory_else_one(pair, mon
     assert loading.auto_parallel(target, draft, 2048, LoadOptions()) == 1
     monkeypatch.setattr(loading, "available_memory", lambda: None)
     assert loading.auto_parallel(target, draft, 2048, LoadOptions()) == 1
+
+
+def test_auto_parallel_on_a_gpu_counts_the_weights_there(pair, monkeypatch):
+    """On a GPU build, four requests' caches must fit the GPU's free memory beside the weights (the planner's
+    ``parallel_bytes`` with the detected GPU's budget), whatever the RAM."""
+    from local_eagle.vram import gpus
+
+    _, target, draft = pair
+    monkeypatch.setattr("local_eagle.llamacpp.backends.gpu_offload_supported", lambda: True)
+    monkeypatch.setattr(loading, "available_memory", lambda: 0)
+    big = gpus.DetectedGPU("test GPU", 80 << 30, 80 << 30, 1)
+    monkeypatch.setattr(gpus, "detect", lambda: big)
+    assert loading.auto_parallel(target, draft, 2048, LoadOptions()) == 4
+    monkeypatch.setattr(gpus, "detect", lambda: gpus.DetectedGPU("test GPU", 80 << 30, 1 << 20, 1))
+    assert loading.auto_parallel(target, draft, 2048, LoadOptions()) == 1
+    assert loading.auto_parallel(target, draft, 2048, LoadOptions(gpu_layers=0)) == 1  # RAM then: none free
