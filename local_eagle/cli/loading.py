@@ -223,6 +223,55 @@ def _settings(n_ctx: int, load: LoadOptions):  # noqa: ANN202 - vram is imported
     )  # fmt: skip
 
 
+AUTO_PARALLEL = 4
+"""Requests a served model takes at once where none is asked for and their caches fit: Ollama's
+``OLLAMA_NUM_PARALLEL`` default (4, or 1 where memory is short)."""
+
+
+def available_memory() -> int | None:
+    """The RAM free for new allocations (Linux's ``MemAvailable``), else the whole of it; None where unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return physical_memory()
+
+
+def auto_parallel(model: Path, draft: Path | None, n_ctx: int, load: LoadOptions) -> int:
+    """How many requests a model serves at once when ``--parallel`` (``OLLAMA_NUM_PARALLEL``) is not given, as
+    Ollama decides it: :data:`AUTO_PARALLEL` where their KV caches and compute buffers (the planner's, as ``fit
+    --parallel`` prices them) fit, else 1. On a GPU build with layers on the GPU they must fit its free memory
+    beside the weights there (``vram.parallel_bytes`` with the detected GPU's budget); otherwise the free RAM. A
+    pair the planner cannot price gets 1. Open WebUI sends a chat's title request beside the chat; with one request
+    at a time the chat's first token waits for the title."""
+    from dataclasses import replace
+
+    from local_eagle import vram
+    from local_eagle.llamacpp.backends import gpu_offload_supported
+    from local_eagle.vram import gpus
+
+    four = replace(load, parallel=AUTO_PARALLEL, tree_nodes=0)  # several at once draft chains
+    gpu = gpu_offload_supported()
+    try:
+        if gpu and load.gpu_layers != 0:
+            found = gpus.detect()
+            if found is not None:
+                budget = gpus.budget(detector=lambda: found)
+                target = vram.read_shape(model, "target GGUF")
+                drafter = vram.read_shape(draft, "drafter GGUF") if draft is not None else None
+                settings = replace(_settings(n_ctx, four), n_gpu_layers=load.gpu_layers).with_parallel(AUTO_PARALLEL)
+                need, room = vram.parallel_bytes(target, drafter, settings, budget)
+                return AUTO_PARALLEL if need <= room else 1
+        need = buffer_bytes(model, draft, n_ctx, four, gpu)
+    except (LocalEagleError, ArithmeticError, LookupError, TypeError, ValueError, OSError):
+        return 1
+    free = available_memory()
+    return AUTO_PARALLEL if free is not None and need <= free else 1
+
+
 def physical_memory() -> int | None:
     """This machine's RAM in bytes (None where the OS does not say)."""
     try:

@@ -24,8 +24,9 @@ def show(
     """Print the Modelfile normalised, the way `ollama show --modelfile` prints one."""
     from local_eagle.ollama.modelfile import parse_file
     from local_eagle.ollama.modelfile import show as show_modelfile
+    from local_eagle.store import NamedStores
 
-    m = parse_file(file)
+    m = parse_file(file, store=NamedStores())  # FROM a name of local-eagle's store, as of Ollama's
     for w in m.warnings:
         warn(w)
     if as_json:
@@ -75,8 +76,9 @@ def render(
     """
     from local_eagle.ollama.conversation import read_messages, render_conversation
     from local_eagle.ollama.modelfile import parse_file
+    from local_eagle.store import NamedStores
 
-    m = parse_file(file)
+    m = parse_file(file, store=NamedStores())  # FROM a name of local-eagle's store, as of Ollama's
     for w in m.warnings:
         warn(w)
     prompt = render_conversation(m, read_messages(messages), system=system, raw=raw)

@@ -83,11 +83,12 @@ OptionalThreadsOpt = Annotated[int | None, typer.Option("--threads", help=table_
 PARALLEL_ENV = "OLLAMA_NUM_PARALLEL"
 MAX_PARALLEL = 64  # runtime.tree.MAX_SEQ: the sequences one engine's caches hold
 ParallelOpt = Annotated[
-    int,
+    int | None,
     typer.Option(
-        "--parallel", envvar=PARALLEL_ENV, min=1, max=MAX_PARALLEL,
+        "--parallel", envvar=PARALLEL_ENV, min=1, max=MAX_PARALLEL, show_default=False,
         help="Requests a loaded model serves at once, each up to --ctx tokens, all verified in one target call a "
-        f"round; more wait their turn (Ollama's {PARALLEL_ENV}).",
+        f"round; more wait their turn (Ollama's {PARALLEL_ENV}). Default: 4 where their caches fit the free "
+        "memory, else 1, as Ollama's; 1 with --tree.",
     ),
 ]  # fmt: skip
 
@@ -294,8 +295,9 @@ def _resolve_models(model: Path | None, draft: Path | None, modelfile: Path | No
             return named_pair(str(model), draft)
         return ModelPair(model, hub_draft(draft, model))
     from local_eagle.ollama.modelfile import parse_file, resolve_draft, resolve_model
+    from local_eagle.store import NamedStores
 
-    m = parse_file(modelfile)
+    m = parse_file(modelfile, store=NamedStores())  # FROM a name of local-eagle's store, as of Ollama's
     for w in m.warnings:
         warn(w)
     mf_draft = resolve_draft(m) if m.draft is not None else None

@@ -184,12 +184,20 @@ def chat(
     """Chat with the model as `ollama run` does: streamed answers, history, /commands (/? for help).
 
     With -f, the Modelfile gives the model, drafter, parameters, system prompt, template and
-    MESSAGE history; flags given on the command line override it. Ctrl+C stops an answer,
-    Ctrl+D or /bye exits.
+    MESSAGE history; flags given on the command line override it. With neither -m nor -f, the
+    built-in instruct pair (SmolLM2-135M-Instruct + its EAGLE 3.1 drafter; the chat extra, which
+    dev includes). Ctrl+C stops an answer, Ctrl+D or /bye exits.
     """
     from local_eagle.cli.chat import ChatSession, run_repl
 
     mode = draft_mode(fixed, tree, draft_p_min)
+    if model is None and modelfile is None:  # the built-in instruct pair, as demo's is for code
+        from local_eagle.assets import CHAT_MODELFILE
+
+        modelfile = CHAT_MODELFILE
+        err.print("chatting with the built-in pair: SmolLM2-135M-Instruct + its EAGLE 3.1 drafter "
+                  "(-m NAME or -f Modelfile for another model)", highlight=False, markup=False,
+                  soft_wrap=True)  # fmt: skip
     pair = resolve_models(model, draft, modelfile, mtp)
     if pair.modelfile is not None:
         session = ChatSession.from_modelfile(pair.modelfile, pair.model, pair.draft, mode=mode)

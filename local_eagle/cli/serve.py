@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Annotated
 
 import typer
@@ -9,6 +10,7 @@ import typer
 from local_eagle.cli.console import err, friendly
 from local_eagle.cli.loading import (
     BeyondTrainingOpt,
+    auto_parallel,
     explain_load_failure,
     note_tree_refusal,
     plan_context,
@@ -67,7 +69,7 @@ def serve(
     ] = 300.0,
     gpu_layers: OptionalGpuOpt = None,
     threads: OptionalThreadsOpt = None,
-    parallel: ParallelOpt = 1,
+    parallel: ParallelOpt = None,
     log_level: Annotated[str, typer.Option("--log-level", help="uvicorn's: warning, info, debug.")] = "info",
     ollama: Annotated[bool, typer.Option("--ollama", help="Without -m/-f: serve Ollama's models too.")] = False,
     max_memory: Annotated[
@@ -99,7 +101,8 @@ def serve(
 
     access = Access.configured(host, origins)  # a bad origin is refused before a model loads
     mode = draft_mode(fixed, tree)
-    if mode.tree.explicit and mode.tree.nodes > 1 and parallel > 1:
+    trees_asked = mode.tree.explicit and mode.tree.nodes > 1
+    if trees_asked and parallel is not None and parallel > 1:
         raise LocalEagleError("give --tree (one generation's draft trees) or --parallel (chains), not both")
     flags = given(draft_max=parse_draft_max(draft_max), ctx=ctx, gpu_layers=gpu_layers, threads=threads)
 
@@ -112,6 +115,10 @@ def serve(
     pair = resolve_models(model, draft, modelfile, mtp)
     if timeout < 0 or queue_timeout < 0:
         raise LocalEagleError("--timeout and --queue-timeout must be 0 (never) or positive")
+    if parallel is None:  # Ollama's default: 4 where they fit the free memory, else 1 (1 where trees are asked for)
+        alone = pair.settings(flags, mode, parallel=1, beyond_training=ctx_beyond_training).load()
+        parallel = 1 if trees_asked else auto_parallel(pair.model, pair.draft,
+                                                       plan_context(pair.model, pair.draft, alone), alone)  # fmt: skip
     settings = pair.settings(flags, mode, parallel=parallel, beyond_training=ctx_beyond_training)
     load_options = settings.load()
     n_ctx = plan_context(pair.model, pair.draft, load_options)
@@ -120,20 +127,24 @@ def serve(
         name=name, model=pair.model, draft=pair.draft, modelfile=pair.modelfile, settings=settings,
         queue_timeout=queue_timeout or None, generation_timeout=timeout or None, access=access,
     )  # fmt: skip
+    pair_name = pair.model.name + (f" + {pair.draft.name}" if pair.draft else "")
+    # a load takes seconds (the GGUFs read, the grammar vocabulary built): say what is happening meanwhile
+    err.print(f"loading {config.name} ({pair_name}, ctx {n_ctx})...", highlight=False, markup=False, soft_wrap=True)
+    started = time.perf_counter()
     # requests' draft_num_predict bounds the adaptive policy (or, with --fixed, is the draft length)
     try:
         server = load(config, load_options.engine_options(n_ctx), host, port, log_level)
     except LlamaError as e:
         raise explain_load_failure(e, pair.model, pair.draft) from None
-    note_tree_refusal(server.engine, mode.tree.explicit and mode.tree.nodes > 1)
+    loaded = time.perf_counter() - started
+    note_tree_refusal(server.engine, trees_asked)
     if host not in _LOOPBACK:
         err.print(f"[yellow]warning:[/] listening on {host}: whoever reaches it can use the model", soft_wrap=True)
-    pair_name = pair.model.name + (f" + {pair.draft.name}" if pair.draft else "")
     err.print(
-        f"serving [bold]{config.name}[/] ({pair_name}, ctx {server.engine.n_ctx}"
+        f"ready in {loaded:.1f} s: serving [bold]{config.name}[/] ({pair_name}, ctx {server.engine.n_ctx}"
         + (f", {parallel} requests at once" if parallel > 1 else "")
         + ") "
-        f"on http://{host}:{port}: Ollama API at /api, OpenAI API at /v1",
+        f'on http://{host}:{port}: Ollama API at /api, OpenAI API at /v1; clients ask for model "{config.name}"',
         highlight=False,
         soft_wrap=True,
     )

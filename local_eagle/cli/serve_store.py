@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from local_eagle.cli.console import err
-from local_eagle.cli.loading import LoadOptions, buffer_bytes, physical_memory
+from local_eagle.cli.loading import LoadOptions, auto_parallel, buffer_bytes, physical_memory
 from local_eagle.errors import LocalEagleError
 from local_eagle.settings import DEFAULT_CTX, DraftMode, resolve
 
@@ -50,7 +50,7 @@ def pair_bytes(load: LoadOptions, gpu: bool) -> Callable[[Path, Path | None, int
 
 def store_config(
     host: str, port: int, log_level: str, *, ollama: bool, flags: Mapping[str, Any], mode: DraftMode, timeout: float,
-    queue_timeout: float, max_memory: int | None, access: Access, parallel: int = 1, mtp: bool = True,
+    queue_timeout: float, max_memory: int | None, access: Access, parallel: int | None = 1, mtp: bool = True,
 ) -> StoreConfig:  # fmt: skip
     """The store server's settings from ``serve``'s flags: every model's defaults (``flags``, Ollama-named), under
     its Modelfile's parameters, resolved per model as it loads (``local_eagle.settings.resolve``), with the draft
@@ -62,7 +62,10 @@ def store_config(
     from local_eagle.serve.store_app import StoreConfig
     from local_eagle.store import LocalStore
 
-    defaults = resolve(defaults=flags, mode=mode, parallel=parallel, mtp=mtp)
+    trees = mode.tree.explicit and mode.tree.nodes > 1
+    # no --parallel: each model serves as many requests at once as fit when it loads (auto_parallel), 1 with trees
+    auto = parallel is None and not trees
+    defaults = resolve(defaults=flags, mode=mode, parallel=parallel or 1, mtp=mtp)
     load = defaults.load()
     probe = ServeConfig(name="-", model=Path("-"), settings=defaults, queue_timeout=queue_timeout or None,
                         generation_timeout=timeout or None)  # fmt: skip
@@ -71,7 +74,7 @@ def store_config(
         local=LocalStore(), ollama=OllamaStore() if ollama else None, defaults=defaults,
         queue_timeout=queue_timeout or None, generation_timeout=timeout or None,
         budget=max_memory or memory_budget(load.gpu_layers), size_of=pair_bytes(load, gpu_offload_supported()),
-        access=access,
+        access=access, parallel_of=auto_parallel if auto else None,
     )  # fmt: skip
 
 

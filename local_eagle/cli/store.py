@@ -38,12 +38,12 @@ def create(
 ) -> None:
     """Create a model from a Modelfile: GGUFs are referenced, not copied; a DRAFT checkpoint is converted once."""
     from local_eagle.ollama.modelfile import parse_file
-    from local_eagle.store import LocalStore
+    from local_eagle.store import LocalStore, NamedStores
     from local_eagle.store.models import checked_name
 
     store = LocalStore()
     checked = checked_name(name)
-    m = parse_file(file)
+    m = parse_file(file, store=NamedStores(store))
     for w in m.warnings:
         warn(w)
     err.print("gathering model components", highlight=False)

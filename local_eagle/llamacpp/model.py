@@ -114,6 +114,17 @@ class Model:
         n = self._params.n_gpu_layers
         return not gpu_offload_supported() or 0 <= n < self.n_layer
 
+    @property
+    def gpu_share(self) -> float:
+        """The share of the model's layers on a GPU: 0 on a CPU build or with ``n_gpu_layers`` 0, 1 with all of them
+        offloaded (-1, or at least ``n_layer``), else ``n_gpu_layers / n_layer``. ``/api/ps`` reports ``size_vram``
+        as this share of the size, so that a CPU-only machine shows 0 where Ollama's clients read "100% GPU" from
+        ``size_vram == size``."""
+        n = self._params.n_gpu_layers
+        if not gpu_offload_supported() or n == 0:
+            return 0.0
+        return 1.0 if n < 0 or n >= self.n_layer else n / max(self.n_layer, 1)
+
     def branching_refusal(self) -> str | None:
         """Why this model cannot verify a draft tree (None when it can): recurrent and hybrid models keep one
         state per sequence, so sequences cannot share a cached prefix and branch from it."""

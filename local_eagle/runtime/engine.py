@@ -212,6 +212,11 @@ class Engine:
             self.mtp_note = mtp_note(self.model, self.rollback_bound, tree_nodes, self.checkpoints)
 
     @property
+    def gpu_share(self) -> float:
+        """The share of the target's layers on a GPU (``Model.gpu_share``): ``/api/ps``'s ``size_vram``."""
+        return self.model.gpu_share
+
+    @property
     def model_path(self) -> Path:
         return self.model.path
 

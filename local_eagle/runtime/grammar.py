@@ -165,19 +165,35 @@ class GrammarSpec:
         return None
 
     def llguidance_grammar(self) -> str:
-        """The grammar in llguidance's own serialised form."""
+        """The grammar in llguidance's own serialised form. A schema is read as llama.cpp reads it
+        (:mod:`local_eagle.runtime.schema_lark`: no key its ``properties`` do not name unless
+        ``additionalProperties`` allows it, numbers of at most 16 + 16 digits), after llguidance has checked it."""
         m = _llg().LLMatcher
         if self.kind in ("json", "json_schema"):
-            try:
-                return m.grammar_from_json_schema(self.schema, defaults=_JSON_OPTIONS)
-            except ValueError as e:
-                raise GrammarError(f"schema: {_one_line(str(e))}") from None
+            from local_eagle.runtime.schema_lark import schema_to_lark
+
+            self._check_schema("schema")
+            return m.grammar_from_lark(schema_to_lark(self.schema or {}, JSON_STYLE))
         if self.kind == "lark":
             return m.grammar_from_lark(self.source)
         return m.grammar_from_regex(self.source)
 
+    def _check_schema(self, field: str) -> None:
+        """The schema as llguidance reads it, checked: its reasons (``Unimplemented keys``, ``Unsatisfiable
+        schema``) are the ones a user can act on."""
+        m = _llg().LLMatcher
+        try:
+            plain = m.grammar_from_json_schema(self.schema, defaults=_JSON_OPTIONS)
+        except ValueError as e:
+            raise GrammarError(f"{field}: {_one_line(str(e))}") from None
+        reason = m.validate_grammar(plain)
+        if reason:
+            raise GrammarError(f"{field}: {_one_line(reason)}")
+
     def check(self, field: str | None = None) -> None:
         """llguidance's validation without a vocabulary: a bad schema, grammar or regex raises, naming ``field``."""
+        if self.kind in ("json", "json_schema"):
+            self._check_schema(field or self.kind)
         reason = _llg().LLMatcher.validate_grammar(self.llguidance_grammar())
         if reason:
             raise GrammarError(f"{field or self.kind}: {_one_line(reason)}")

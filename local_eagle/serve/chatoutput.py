@@ -127,7 +127,32 @@ def chat_output(
     elif think:
         raise ApiError(400, f'"{server.config.name}" does not support thinking')
     names = tool_names(tools)
+    if names:
+        check_tools(server, src)
     return ChatOutput(think, tags, template_tool_tag(*src) if src and names else "{", names)
+
+
+def takes_tools(src: tuple[str, str] | None) -> bool:
+    """Whether a template (``("go", TEMPLATE)`` or ``("jinja", chat_template)``) can take tools, as Ollama decides
+    the ``tools`` capability: a Go template that reads ``.Tools``, a Jinja template that names ``tools``. One that
+    cannot drops the tool definitions and the ``role: tool`` results, so a round trip's answer never sees them."""
+    if src is None:
+        return False
+    kind, source = src
+    if kind == "go":
+        from local_eagle.ollama.template import parse_ollama
+
+        try:
+            return "tools" in parse_ollama(source).identifiers()
+        except Exception:  # a template that does not parse fails its render with a 400 of its own
+            return False
+    return "tools" in source
+
+
+def check_tools(server: Any, src: tuple[str, str] | None) -> None:
+    """Ollama's 400 for tools sent to a model whose template cannot take them: ``"NAME" does not support tools``."""
+    if not takes_tools(src):
+        raise ApiError(400, f'"{server.config.name}" does not support tools')
 
 
 def ollama_fields(part: Part, chat: bool) -> dict[str, Any]:
@@ -188,19 +213,9 @@ def capabilities(model: os.PathLike[str] | str, template: str | None) -> list[st
         src = ("jinja", jinja) if jinja else None
     if src is None:
         return caps
-    kind, source = src
-    if kind == "go":
-        from local_eagle.ollama.template import parse_ollama
-
-        try:
-            names = parse_ollama(source).identifiers()
-        except Exception:  # a template that does not parse fails its render with a 400 of its own
-            names = set()
-        tools = "tools" in names
-    else:
-        tools = "tools" in source
-    if tools:
+    if takes_tools(src):
         caps.append("tools")
+    kind, source = src
     opening, closing = template_thinking_tags(kind, source)
     if opening and closing:
         caps.append("thinking")

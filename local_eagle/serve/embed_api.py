@@ -26,7 +26,7 @@ from fastapi import APIRouter, Request
 from local_eagle.errors import LocalEagleError
 from local_eagle.serve.errors import ApiError
 from local_eagle.serve.jobs import off_loop
-from local_eagle.serve.models import Kind, check_fields, check_keep_alive, json_body, typed
+from local_eagle.serve.models import Kind, check_fields, check_keep_alive, json_body, load_seconds, typed
 from local_eagle.serve.runners import RemoteFailure, RunnerEngine, RunnerError
 from local_eagle.serve.server import EagleServer, Server
 
@@ -158,8 +158,9 @@ async def embed(request: Request, server: Server) -> dict[str, Any]:
     truncate = body.get("truncate") is not False
     vectors, tokens, waited = await embed_texts(server, request, texts, truncate=truncate,
                                                 dimensions=_dimensions(body.get("dimensions")))  # fmt: skip
-    return {"model": model, "embeddings": vectors, "total_duration": _ns(time.perf_counter() - received),
-            "load_duration": _ns(waited), "prompt_eval_count": tokens}  # fmt: skip
+    load = load_seconds(request)  # a load the store front did for this request
+    return {"model": model, "embeddings": vectors, "total_duration": _ns(load + time.perf_counter() - received),
+            "load_duration": _ns(load + waited), "prompt_eval_count": tokens}  # fmt: skip
 
 
 @router.post("/api/embeddings")

@@ -158,26 +158,35 @@ class JobSlot:
 
     def tokens(self, text: str) -> np.ndarray:
         """The prompt's tokens, counted against the context before the job queues for the model: a prompt that
-        cannot fit is refused at once, and tokenizing a long one does not hold the slot."""
+        cannot fit is refused at once (a 400), and tokenizing a long one does not hold the slot."""
+        tokens, why = self.fitting_tokens(text)
+        if why is not None:
+            raise ApiError(400, why)
+        if len(tokens) == 0:
+            raise ApiError(400, "the prompt is empty")
+        return tokens
+
+    def fitting_tokens(self, text: str) -> tuple[np.ndarray, str | None]:
+        """The prompt's tokens and None, or (whatever was counted, why) where it cannot fit the context: more bytes
+        than the context could hold as tokens (not tokenized then), or too many tokens. A chat drops its oldest
+        messages until its prompt fits (``models.fit_chat``)."""
         n_bytes = len(text.encode("utf-8", "surrogatepass"))
         if self.max_prompt_bytes is not None and n_bytes > self.max_prompt_bytes:
-            raise ApiError(
-                400, f"the prompt is {n_bytes} bytes long, more than {self.engine.n_ctx} tokens of this model can "
-                "hold; the context is the server's (serve --ctx)",
-            )  # fmt: skip
+            return np.zeros(0, dtype=np.int32), (
+                f"the prompt is {n_bytes} bytes long, more than {self.engine.n_ctx} tokens of this model can "
+                "hold; the context is the server's (serve --ctx)"
+            )
         with self.using_engine() as engine:
             try:
                 tokens = engine.tokenize(text)
             except RunnerError as e:  # its runner died: the request fails, the next one restarts it
                 raise ApiError(500, str(e)) from None
-        if len(tokens) == 0:
-            raise ApiError(400, "the prompt is empty")
         if len(tokens) >= engine.n_ctx:
-            raise ApiError(
-                400, f"the prompt has {len(tokens)} tokens, more than the context of {engine.n_ctx} allows; "
-                "the context is the server's (serve --ctx)",
-            )  # fmt: skip
-        return tokens
+            return tokens, (
+                f"the prompt has {len(tokens)} tokens, more than the context of {engine.n_ctx} allows; "
+                "the context is the server's (serve --ctx)"
+            )
+        return tokens, None
 
     def _work(self, job: Job, put: Callable[[tuple], None]) -> None:
         """The worker thread: wait for the engine, generate, pass pieces on, stop when cancelled."""

@@ -27,6 +27,17 @@ from local_eagle.serve.jobs import Job, off_loop
 from local_eagle.serve.server import EagleServer
 from local_eagle.serve.toolcalls import message_extras
 
+LOAD_SECONDS = "local_eagle.load_seconds"
+"""The ASGI scope's key under which the store front leaves how long it took to have the request's model loaded
+(a load the request caused, or one it waited for), so that Ollama's ``load_duration`` and ``total_duration`` include
+it as Ollama's do."""
+
+
+def load_seconds(request: Request) -> float:
+    """The seconds the store front spent having the request's model loaded (0 where it was loaded already, and on a
+    server of one model)."""
+    return float(request.scope.get(LOAD_SECONDS, 0.0))
+
 
 async def json_body(request: Request, limit: int) -> dict[str, Any]:
     """Read by hand, not by FastAPI's models: a bad body must be a 400 in the calling API's shape, and one over
@@ -246,6 +257,45 @@ async def prompt_tokens(server: EagleServer, request: Request, prompt: str | Cal
     """The prompt's tokens, made off the event loop (``prompt`` may be the rendering still to do): a slow
     template or a long prompt must not stall the other requests, nor hold the model slot."""
     return await off_loop(request, lambda: server.tokens(prompt() if callable(prompt) else prompt))
+
+
+class FittedChat(NamedTuple):
+    """A chat's prompt as it fits the context: its text, its tokens, and how many of the request's messages were
+    dropped from the start of the conversation to fit (0: none)."""
+
+    text: str
+    tokens: np.ndarray
+    dropped: int
+
+
+def fit_chat(
+    server: EagleServer,
+    messages: list[dict[str, Any]],
+    tools: list[Any] | None = None,
+    think: bool | str | None = None,
+) -> FittedChat:
+    """The chat's prompt, the oldest messages dropped until it fits the context, as Ollama's ``chatPrompt`` does:
+    the latest message is always kept, and so is every system message before the ones kept; from the newest back,
+    messages are added while the prompt still fits. Open WebUI's title and tag requests carry a whole long reply,
+    which Ollama answers this way rather than refusing. A prompt whose latest message alone cannot fit is a 400
+    (``JobSlot.tokens``). Runs off the event loop: it renders and tokenizes up to once a message."""
+    text = render(server, messages, None, None, tools, think)
+    tokens, why = server.fitting_tokens(text)
+    if why is None or len(messages) < 2:
+        return FittedChat(text, server.tokens(text) if why is not None else tokens, 0)
+    last = len(messages) - 1
+    best: tuple[str, np.ndarray, int] | None = None
+    for i in range(last, 0, -1):  # i: the first message kept besides the earlier system messages
+        kept = [m for m in messages[:i] if m.get("role") == "system"] + messages[i:]
+        text = render(server, kept, None, None, tools, think)
+        tokens, why = server.fitting_tokens(text)
+        if why is not None:
+            if best is None:  # the latest message (and the system messages) alone do not fit
+                raise ApiError(400, why)
+            break
+        best = (text, tokens, sum(1 for m in messages[:i] if m.get("role") != "system"))
+    assert best is not None
+    return FittedChat(*best)
 
 
 async def chat_tokens(

@@ -17,7 +17,15 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from local_eagle import __version__
-from local_eagle.serve.chatoutput import ChatOutput, Part, capabilities, chat_output, ollama_fields
+from local_eagle.serve.chatoutput import (
+    ChatOutput,
+    Part,
+    capabilities,
+    chat_output,
+    check_tools,
+    ollama_fields,
+    template_source,
+)
 from local_eagle.serve.errors import ApiError
 from local_eagle.serve.jobs import Job, Outcome, done_reason, off_loop, stream_response
 from local_eagle.serve.logprobs import ollama_logprobs, top_count
@@ -25,7 +33,9 @@ from local_eagle.serve.models import (
     Kind,
     check_fields,
     check_keep_alive,
+    fit_chat,
     json_body,
+    load_seconds,
     output_format,
     parse_messages,
     parse_tools,
@@ -45,7 +55,7 @@ router = APIRouter()
 _COMMON: dict[str, Kind] = {"model": str, "stream": bool, "options": dict, "keep_alive": (str, int, float),
                             "think": (bool, str), "logprobs": bool, "top_logprobs": int}  # fmt: skip
 _GENERATE = _COMMON | {"prompt": str, "suffix": str, "system": str, "template": str, "context": list, "raw": bool,
-                       "images": list}  # fmt: skip
+                       "images": list, "tools": list}  # fmt: skip
 _CHAT = _COMMON | {"messages": list, "tools": list}
 _SHOW: dict[str, Kind] = {"model": str, "name": str, "verbose": bool}
 
@@ -76,6 +86,8 @@ class OllamaReply:
     model: str
     chat: bool
     output: ChatOutput | None = None  # the thinking and tool-call parsers, where the request needs them
+    load: float = 0.0  # seconds the store front spent loading the model for this request (models.load_seconds)
+    dropped: int = 0  # the oldest messages dropped to fit the context (models.fit_chat), said in the answer
     media_type = "application/x-ndjson"
 
     def _text(self, text: str | Part) -> dict[str, Any]:
@@ -96,8 +108,8 @@ class OllamaReply:
             "created_at": _now_iso(),
             "done": True,
             "done_reason": done_reason(out.stop_reason),
-            "total_duration": _ns(out.total_seconds),
-            "load_duration": _ns(out.queue_seconds),
+            "total_duration": _ns(self.load + out.total_seconds),
+            "load_duration": _ns(self.load + out.queue_seconds),
             "prompt_eval_count": out.prompt_tokens,
             "prompt_eval_duration": _ns(out.prefill_seconds),
             "eval_count": out.generated_tokens,
@@ -105,6 +117,7 @@ class OllamaReply:
             "speculative": out.stats,
             **self._text(text),
             **({"logprobs": ollama_logprobs(out.logprobs)} if out.logprobs is not None else {}),
+            **({"dropped_messages": self.dropped} if self.dropped else {}),
         }
 
     def event(self, event: tuple) -> Iterator[bytes]:
@@ -145,7 +158,7 @@ async def ps(server: Server) -> dict[str, Any]:
     entry = server.model_entry()
     entry.update(
         expires_at="2099-01-01T00:00:00Z",
-        size_vram=entry["size"] if server.engine.options.n_gpu_layers != 0 else 0,
+        size_vram=server.size_vram(entry["size"]),
         context_length=server.engine.n_ctx,
     )
     return {"models": [entry]}
@@ -203,11 +216,13 @@ async def generate(request: Request, server: Server) -> Response:
     grammar = output_format(body.get("format"), "format")
     logprobs = ollama_logprobs_request(body)
     s = settings(server, body.get("options") or {}, "options.")
-    reply = OllamaReply(model, chat=False)
+    reply = OllamaReply(model, chat=False, load=load_seconds(request))
     if not prompt:  # Ollama: an empty prompt only loads the model (unloads it with keep_alive 0)
         return JSONResponse(reply.loaded("unload" if unloads(body) else "load"))
     system, template = body.get("system"), body.get("template")
     reply.output = chat_output(server, think_value(body.get("think")), None, template or None)
+    if body.get("tools"):  # Ollama's generate takes no tools; a model whose template cannot is refused all the same
+        check_tools(server, template_source(server, template or None))
     if body.get("raw"):
         tokens = await prompt_tokens(server, request, prompt)
     else:
@@ -229,7 +244,7 @@ async def chat(request: Request, server: Server) -> Response:
     grammar = output_format(body.get("format"), "format")
     logprobs = ollama_logprobs_request(body)
     s = settings(server, body.get("options") or {}, "options.")
-    reply = OllamaReply(model, chat=True)
+    reply = OllamaReply(model, chat=True, load=load_seconds(request))
     if unloads(body):  # Ollama: no messages and keep_alive 0 unload the model (serve -m keeps its one)
         return JSONResponse(reply.loaded("unload"))
     if body.get("messages") == []:  # Ollama: no messages only loads the model
@@ -238,8 +253,9 @@ async def chat(request: Request, server: Server) -> Response:
     tools = parse_tools(body.get("tools"))
     reply.output = chat_output(server, think_value(body.get("think")), tools)
     special, _ = await off_loop(request, partial(tool_settings, server, reply.output, tools, None))
-    render_it = partial(render, server, messages, None, None, tools, reply.output.think)
-    tokens = await prompt_tokens(server, request, reply.output.watch(render_it))
-    job = s.job(tokens, grammar)
+    fitted = await off_loop(request, partial(fit_chat, server, messages, tools, reply.output.think))
+    reply.output.watch(lambda: fitted.text)()  # a prompt that ends inside the thinking starts the answer there
+    reply.dropped = fitted.dropped
+    job = s.job(fitted.tokens, grammar)
     job.logprobs, job.special = logprobs, special
     return await reply.respond(server, job, request, body.get("stream"))

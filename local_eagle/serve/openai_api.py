@@ -24,12 +24,12 @@ from local_eagle.serve.logprobs import openai_chat_logprobs, openai_legacy_logpr
 from local_eagle.serve.models import (
     Kind,
     check_fields,
+    fit_chat,
     json_body,
     output_format,
     parse_messages,
     parse_tools,
     prompt_tokens,
-    render,
     settings,
     stream_flag,
     typed,
@@ -49,7 +49,8 @@ _SAME_NAME += ("frequency_penalty", "presence_penalty")  # checked, as Ollama's,
 _COMMON: dict[str, Kind] = {"model": str, "stream": bool, "stream_options": dict, "max_tokens": int, "n": int,
                             "stop": (str, list), "user": str}  # fmt: skip
 _CHAT = _COMMON | {"messages": list, "tools": list, "response_format": dict, "logprobs": bool,
-                   "top_logprobs": int, "max_completion_tokens": int, "tool_choice": (str, dict)}  # fmt: skip
+                   "top_logprobs": int, "max_completion_tokens": int, "tool_choice": (str, dict),
+                   "think": (bool, str)}  # fmt: skip
 _COMPLETIONS = _COMMON | {"prompt": (str, list), "suffix": str, "echo": bool, "logprobs": int}
 
 
@@ -103,6 +104,7 @@ class OpenAIReply:
     created: int = field(init=False)
     first: bool = field(init=False, default=True)  # a chat stream names the role in its first delta only
     output: ChatOutput | None = None  # the thinking and tool-call parsers, where the request needs them
+    dropped: int = 0  # the oldest messages dropped to fit the context (models.fit_chat), said in the answer
     media_type = "text/event-stream"
 
     def __post_init__(self) -> None:
@@ -120,7 +122,11 @@ class OpenAIReply:
             ch = {"index": 0, "text": out.text, "finish_reason": finish, "logprobs": self._logprobs(out)}
         obj = "chat.completion" if self.chat else "text_completion"
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model, "choices": [ch],
-                "usage": _usage(out), "speculative": out.stats}  # fmt: skip
+                "usage": _usage(out), "speculative": out.stats, **self._dropped()}  # fmt: skip
+
+    def _dropped(self) -> dict[str, int]:
+        """``dropped_messages``, where the oldest messages were left out to fit the context."""
+        return {"dropped_messages": self.dropped} if self.dropped else {}
 
     def _logprobs(self, out: Outcome) -> dict[str, Any] | None:
         """The choice's ``logprobs`` (None unless asked for): a stream sends them all with its last choice."""
@@ -159,7 +165,7 @@ class OpenAIReply:
             finish = finish_reason(done_reason(out.stop_reason), self.output)
             last = self._choice(None, finish)
             last["logprobs"] = self._logprobs(out)
-            yield self._chunk(last, speculative=out.stats)
+            yield self._chunk(last, speculative=out.stats, **self._dropped())
             if self.include_usage:
                 yield self._chunk(None, usage=_usage(out))
             yield b"data: [DONE]\n\n"
@@ -214,9 +220,10 @@ async def chat_completions(request: Request, server: Server) -> Any:
     if forced is not None and reply.output.thinking is not None:
         raise ApiError(400, "tool_choice forces a tool call, which leaves no room for thinking: ask with think off")
     special, call_grammar = await off_loop(request, partial(tool_settings, server, reply.output, tools, forced))
-    render_it = partial(render, server, messages, None, None, tools, reply.output.think)
-    tokens = await prompt_tokens(server, request, reply.output.watch(render_it))
-    job = s.job(tokens, grammar or call_grammar)
+    fitted = await off_loop(request, partial(fit_chat, server, messages, tools, reply.output.think))
+    reply.output.watch(lambda: fitted.text)()  # a prompt that ends inside the thinking starts the answer there
+    reply.dropped = fitted.dropped
+    job = s.job(fitted.tokens, grammar or call_grammar)
     job.logprobs, job.special = logprobs, special
     return await _respond(request, body, server, job, reply)
 

@@ -88,13 +88,14 @@ class Runner:
     def load(self, spec: dict[str, Any]) -> dict[str, Any]:
         """Open the engine (none for ``model: null``, the benchmark's echo runner) and describe it."""
         if spec.get("model") is None:
-            return {"n_ctx": 0, "options": {}, "max_prompt_bytes": None, "tree_refusal": None}
+            return {"n_ctx": 0, "options": {}, "max_prompt_bytes": None, "tree_refusal": None, "gpu_share": 0.0}
         from local_eagle.runtime.engine import Engine, EngineOptions
 
         self.engine = Engine(spec["model"], spec.get("draft"), EngineOptions(**spec["options"]))
         engine = self.engine
         return {"n_ctx": engine.n_ctx, "options": asdict(engine.options),
-                "max_prompt_bytes": max_prompt_bytes(engine), "tree_refusal": engine.tree_refusal}  # fmt: skip
+                "max_prompt_bytes": max_prompt_bytes(engine), "tree_refusal": engine.tree_refusal,
+                "gpu_share": engine.model.gpu_share}  # fmt: skip
 
     def serve(self, inp: BinaryIO) -> None:
         """Answer until stdin ends or the server says close."""

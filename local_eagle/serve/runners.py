@@ -285,6 +285,7 @@ class RunnerEngine:
         self.options = EngineOptions(**facts["options"]) if facts["options"] else EngineOptions()
         self.max_prompt_bytes: int | None = facts["max_prompt_bytes"]
         self.tree_refusal: str | None = facts["tree_refusal"]
+        self.gpu_share: float = float(facts.get("gpu_share", 0.0))  # the target's layers on a GPU (Model.gpu_share)
         self.restarts += 1
         return p
 

@@ -80,6 +80,11 @@ class EagleServer(JobSlot):
         if name not in (self.config.name, self.tag):
             raise ApiError(404, f"model '{name}' not found; this server runs '{self.config.name}'", "model_not_found")
 
+    def size_vram(self, size: int) -> int:
+        """``/api/ps``'s ``size_vram``: the bytes of ``size`` on a GPU, as the share of the target's layers there
+        (0 on a CPU-only machine, where Ollama's clients would read ``size_vram == size`` as "100% GPU")."""
+        return int(size * self.engine.gpu_share)
+
     def details(self) -> dict[str, Any]:
         return {
             "parent_model": "",

@@ -33,6 +33,7 @@ from local_eagle.serve.errors import ApiError, install_error_handlers
 from local_eagle.serve.jobs import in_thread, off_loop
 from local_eagle.serve.models import check_fields, json_body
 from local_eagle.serve.store_app import MAX_NAME_CHARS
+from local_eagle.store import NamedStores
 
 if TYPE_CHECKING:
     from local_eagle.ollama.store import Name
@@ -341,9 +342,11 @@ def _ps(front: StoreFront) -> dict[str, Any]:
         c = x.server.config
         expires = "2318-01-01T00:00:00Z" if x.expires_at is None and x.users == 0 else _iso(
             time.time() + ((x.expires_at - now) if x.expires_at is not None else 300.0))  # fmt: skip
-        out.append({"name": x.name, "model": x.name, "size": x.size, "digest": "",
+        key = getattr(x.server, "key", None)  # the store's name of the model: listed as /api/tags lists it
+        name = key.short if key is not None else x.name
+        out.append({"name": name, "model": name, "size": x.size, "digest": "",
                     "details": _details_or_blank(front, c.model, c.draft), "expires_at": expires,
-                    "size_vram": x.size if x.server.engine.options.n_gpu_layers != 0 else 0,
+                    "size_vram": x.server.size_vram(x.size),
                     "context_length": x.server.engine.n_ctx})  # fmt: skip
     return {"models": out}
 
@@ -420,7 +423,8 @@ def _create_modelfile(front: StoreFront, body: dict[str, Any]) -> Modelfile:
             raise ApiError(400, f"'{key}' is not supported: local-eagle references GGUFs where they are; give 'from'")
     try:
         if body.get("modelfile"):
-            return parse(body["modelfile"], base_dir=Path.cwd(), source="modelfile")
+            stores = NamedStores(front.config.local, front.config.ollama)  # FROM a name of either store
+            return parse(body["modelfile"], base_dir=Path.cwd(), source="modelfile", store=stores)
         base = body.get("from")
         if not isinstance(base, str) or not base:
             raise ApiError(400, "'from' is required: a GGUF path or a model name")

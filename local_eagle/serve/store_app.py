@@ -15,8 +15,9 @@ import asyncio
 import json
 import logging
 import threading
+import time
 from collections.abc import Awaitable, Callable, MutableMapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ from local_eagle.serve.models import parse_body
 from local_eagle.serve.registry import ModelRegistry, ServerBusy, keep_alive_seconds
 from local_eagle.serve.runners import RunnerEngine, RunnerError
 from local_eagle.serve.server import MAX_REQUEST_BYTES, EagleServer, ServeConfig
-from local_eagle.settings import DEFAULT_CTX, Settings, resolve
+from local_eagle.settings import DEFAULT_CTX, LoadOptions, Settings, resolve
 from local_eagle.store import LocalStore, resolve_name
 
 Scope = MutableMapping[str, Any]
@@ -85,6 +86,9 @@ class StoreConfig:
     size_of: Callable[[Path, Path | None, int], int] | None = None  # bytes a pair holds at a context
     access: Access = field(default_factory=Access)  # the web pages and host names it answers
     runner_env: dict[str, str] = field(default_factory=dict)  # added to each runner's environment (test hooks)
+    parallel_of: Callable[[Path, Path | None, int, LoadOptions], int] | None = None
+    """Where ``--parallel`` was not given: the requests a model serves at once, decided as it loads from its files,
+    context and load options (``cli.loading.auto_parallel``: 4 where they fit the free memory, else 1)."""
 
 
 MAX_NAME_CHARS = 600  # Ollama's name parts: a host of 350 characters, then 80 each
@@ -147,13 +151,16 @@ class StoreFront:
         settings = resolve(m.parameters, defaults=d.parameters, mode=d.mode, drafts=m.draft is not None or mtp,
                            parallel=d.parallel, mtp=mtp)  # fmt: skip
         n_ctx = int(settings.ctx or DEFAULT_CTX)
+        if c.parallel_of is not None:  # no --parallel: as many as fit, as Ollama decides OLLAMA_NUM_PARALLEL
+            settings = replace(settings, parallel=c.parallel_of(model, m.draft, n_ctx, settings.load()))
         config = ServeConfig(
             name=name.short.removesuffix(":latest"), model=model, draft=m.draft, modelfile=m, settings=settings,
             queue_timeout=c.queue_timeout, generation_timeout=c.generation_timeout,
             max_request_bytes=c.max_request_bytes,
         )  # fmt: skip
         options = settings.load().engine_options(n_ctx)
-        size = (c.size_of or _file_bytes)(model, m.draft, n_ctx)
+        # the caches grow with the requests at once: priced as one request of their whole context
+        size = (c.size_of or _file_bytes)(model, m.draft, n_ctx * (settings.parallel if c.parallel_of else 1))
 
         def load() -> EagleServer:
             # in a runner process of its own: a crash in llama.cpp fails this model's requests, not the server
@@ -205,12 +212,14 @@ class StoreFront:
                 and not request.get("messages"):  # fmt: skip
             await self._unload(scope, send, ref, chat=scope["path"] == "/api/chat")
             return
+        asked = time.perf_counter()
         try:
             key = await asyncio.wait_for(in_thread(lambda: self.key_of(ref)), self.config.queue_timeout)
             got = await self.registry.acquire(ref, key)
         except Exception as e:
             await _error(send, scope, *self._load_failure(ref, e))
             return
+        scope = {**scope, models.LOAD_SECONDS: time.perf_counter() - asked}  # Ollama's load_duration includes it
         try:
             await self._app(got.key, got.server)(scope, _replay(body, receive), send)
         finally:

@@ -188,13 +188,15 @@ def think_value(raw: Any, name: str = "think") -> bool | str | None:
 
 
 def openai_think(body: dict[str, Any]) -> bool | str | None:
-    """OpenAI's ``reasoning_effort`` or ``reasoning.effort`` as a think value, as Ollama's middleware reads them."""
+    """OpenAI's ``reasoning_effort`` or ``reasoning.effort`` as a think value, as Ollama's middleware reads them;
+    without either, Ollama's own ``think`` (true, false or a level), which clients written for Ollama send to
+    ``/v1`` as well (``extra_body``): ``think: false`` turns a thinking model's thinking off there too."""
     reasoning = body.get("reasoning")
     effort = reasoning.get("effort") if isinstance(reasoning, dict) else None
     if effort is None:
         effort = body.get("reasoning_effort")
     if effort is None or effort == "":
-        return None
+        return think_value(body.get("think"))
     if not isinstance(effort, str) or effort not in _EFFORTS:
         raise ApiError(400, f"invalid reasoning value: {effort!r} (must be one of {', '.join(_EFFORTS)})")
     return _EFFORTS[effort]

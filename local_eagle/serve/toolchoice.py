@@ -2,13 +2,13 @@
 
 The call is written as the model's template writes one (``toolcalls``: its tag, then the JSON), so that the model
 sees its own format and the server's parser reads it back: a Lark grammar (llguidance) of the tag's parts, then one
-call, an object ``{"name": NAME, "arguments": {...}}`` embedded as a JSON schema (``%json``) whose name is a const
-and whose arguments are the tool's ``parameters`` schema, then the template's closing text. The parts of the tag
-that are special tokens (Mistral's ``[TOOL_CALLS]``, Qwen's ``<tool_call>`` where the vocabulary has it as one
-token) are named by id (``<[ID]>``), the rest as text. Which key holds the arguments (``arguments``, or Llama 3.1's
-``parameters``), whether the calls are a list (``[TOOL_CALLS][...]``) and the closing tag (``</tool_call>``) are read
-from the template's source. One call is forced; a model that thinks is asked not to (a forced call leaves no
-room for thinking).
+call, an object ``{"name": NAME, "arguments": {...}}`` whose name is the tool's and whose arguments follow the
+tool's ``parameters`` schema as llama.cpp reads one (``runtime.schema_lark``), then the template's closing text.
+The parts of the tag that are special tokens (Mistral's ``[TOOL_CALLS]``, Qwen's ``<tool_call>`` where the
+vocabulary has it as one token) are named by id (``<[ID]>``), the rest as text. Which key holds the arguments
+(``arguments``, or Llama 3.1's ``parameters``), whether the calls are a list (``[TOOL_CALLS][...]``) and the closing
+tag (``</tool_call>``) are read from the template's source. One call is forced; a model that thinks is asked not to
+(a forced call leaves no room for thinking).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any
 
 from local_eagle.errors import LocalEagleError
 from local_eagle.runtime.grammar import JSON_STYLE, GrammarSpec
+from local_eagle.runtime.schema_lark import schema_rules
 from local_eagle.serve.errors import ApiError
 
 
@@ -64,21 +65,25 @@ def _literal(text: str) -> str:
     return json.dumps(text)
 
 
-def _call_schema(tool: Mapping[str, Any], key: str, where: str) -> dict[str, Any]:
+def _call_rules(tool: Mapping[str, Any], key: str, where: str, i: int) -> list[str]:
+    """The rules of one call to ``tool``, ``call_I``: ``{"name": NAME, KEY: ARGUMENTS}`` on one line, the arguments
+    read from the tool's ``parameters`` as llama.cpp reads a schema (``runtime.schema_lark``: no key its
+    ``properties`` do not name, numbers of llama.cpp's length), as for ``format`` and ``response_format``."""
     fn = tool.get("function") or {}
     params = fn.get("parameters")
     if params is None:
         params = {"type": "object"}
     if not isinstance(params, dict):
         raise ApiError(400, f"{where}.function.parameters must be a JSON schema object")
-    params = dict(params)
-    schema: dict[str, Any] = {"x-guidance": dict(JSON_STYLE), "type": "object",
-                              "properties": {"name": {"const": fn.get("name")}, key: params},
-                              "required": ["name", key], "additionalProperties": False}  # fmt: skip
-    for defs in ("$defs", "definitions"):  # references are to the schema's root: keep them there
-        if defs in params:
-            schema[defs] = params.pop(defs)
-    return schema
+    try:
+        GrammarSpec.json_schema(params, f"{where}.function.parameters")
+    except LocalEagleError as e:
+        raise ApiError(400, f"tool_choice: a tool's parameters cannot constrain the call: {e}") from None
+    args, rules = schema_rules(params, JSON_STYLE, prefix=f"t{i}_")
+    item, colon = json.dumps(JSON_STYLE["item_separator"]), json.dumps(JSON_STYLE["key_separator"])
+    name = _literal(json.dumps(fn.get("name"), ensure_ascii=False))
+    body = f'"{{" {_literal(json.dumps("name"))} {colon} {name} {item} {_literal(json.dumps(key))} {colon} {args} "}}"'
+    return [f"call_{i}: {body}", *rules]
 
 
 def tool_call_grammar(
@@ -113,7 +118,7 @@ def tool_call_grammar(
     rules = []
     for i, tool in enumerate(tools):
         where = f"tools[{list(all_tools).index(tool)}]" if tool in all_tools else f"tools[{i}]"
-        rules.append(f"call_{i}: %json {json.dumps(_call_schema(tool, key, where), ensure_ascii=False)}")
+        rules += _call_rules(tool, key, where, i)
     tail = []
     if closing:
         if closing.startswith("<"):

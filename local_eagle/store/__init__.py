@@ -7,6 +7,7 @@ describes an entry as ``ollama show`` does.
 """
 
 from local_eagle.store.models import Entry, FileRef, LocalStore, StoreEntryError, default_root
-from local_eagle.store.resolve import is_model_name, resolve_name
+from local_eagle.store.resolve import NamedStores, is_model_name, resolve_name
 
-__all__ = ["Entry", "FileRef", "LocalStore", "StoreEntryError", "default_root", "is_model_name", "resolve_name"]
+__all__ = ["Entry", "FileRef", "LocalStore", "NamedStores", "StoreEntryError", "default_root", "is_model_name",
+           "resolve_name"]  # fmt: skip

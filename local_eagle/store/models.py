@@ -202,8 +202,10 @@ class LocalStore:
     def create(self, ref: str, modelfile: str | os.PathLike[str], progress: bool = False) -> Entry:
         """``ollama create NAME -f Modelfile``: read it (FROM a name inherits from Ollama's store),
         resolve FROM and DRAFT to GGUFs (a checkpoint is converted into the store), and record them."""
+        from local_eagle.store.resolve import NamedStores  # resolve builds on this module
+
         name = checked_name(ref)
-        m = parse_file(modelfile)
+        m = parse_file(modelfile, store=NamedStores(self))
         return self.create_from(name, m, progress)
 
     def create_from(

@@ -14,8 +14,33 @@ from local_eagle.errors import LocalEagleError
 from local_eagle.hub.names import is_hub_name
 from local_eagle.ollama.modelfile import Modelfile, _looks_like_path, parse
 from local_eagle.ollama.modelfile_syntax import ModelfileError
-from local_eagle.ollama.store import OllamaStore, StoreError, check_name
+from local_eagle.ollama.store import OllamaStore, StoreError, StoreModel, check_name
 from local_eagle.store.models import LocalStore, StoreEntryError
+
+
+class NamedStores(OllamaStore):
+    """Where a Modelfile's ``FROM NAME`` is looked up: local-eagle's store first, then Ollama's (this object is
+    Ollama's store otherwise). ``show --modelfile`` suggests ``FROM NAME`` for a model of local-eagle's store, so
+    ``create``, ``modelfile render``, ``-f`` and ``/api/create`` must take that name as ``resolve_name`` does,
+    inheriting its GGUF, drafter, template, system prompt, parameters, messages and license as a FROM of
+    Ollama's store inherits them (``ollama.inherit``)."""
+
+    def __init__(self, local: LocalStore | None = None, ollama: OllamaStore | None = None) -> None:
+        super().__init__((ollama if ollama is not None else OllamaStore()).root)
+        self.local = local if local is not None else LocalStore()
+
+    def resolve(self, ref: str) -> StoreModel:
+        entry = None if is_hub_name(ref) else self.local.find(ref)
+        if entry is None:
+            return super().resolve(ref)
+        m = self.local.load(entry)
+        where = entry.path if entry.path is not None else self.local.root
+        return StoreModel(
+            name=entry.name, manifest=where, model=m.model, template=m.template, system=m.system,
+            parameters=dict(m.parameters), messages=[{"role": x.role, "content": x.content} for x in m.messages],
+            license=list(m.license), draft=m.draft, renderer=m.renderer, parser=m.parser, requires=m.requires,
+            sources={key: where for key in ("template", "system", "parameters", "messages")},
+        )  # fmt: skip
 
 
 def is_model_name(value: str | os.PathLike[str]) -> bool:

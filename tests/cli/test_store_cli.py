@@ -53,6 +53,25 @@ def test_show_summary_and_parts(created: Path, pair) -> None:
     assert 'stop                           "Q"' in params and "num_predict" in params
 
 
+def test_from_a_name_of_local_eagles_store(created: Path, pair, tmp_path: Path) -> None:
+    """Issue 46: ``show --modelfile`` suggests ``FROM cyc``; ``create``, ``modelfile render`` and ``modelfile
+    show`` take that name, inheriting the GGUF, the drafter, the template and the parameters, as a FROM of
+    Ollama's store does."""
+    mf = tmp_path / "Derived"
+    mf.write_text("FROM cyc\nPARAMETER num_predict 3\n")
+    r = runner.invoke(app, ["create", "derived", "-f", str(mf)])
+    assert r.exit_code == 0, r.output
+    shown = runner.invoke(app, ["show", "derived", "--modelfile"]).stdout
+    assert f"FROM {pair[1]}" in shown and f"DRAFT {pair[2]}" in shown and "TEMPLATE {{ .Prompt }}" in shown
+    assert "PARAMETER num_predict 3" in shown and "PARAMETER temperature 0" in shown
+    convo = tmp_path / "convo.json"
+    convo.write_text('[{"role": "user", "content": "hi"}]')
+    r = runner.invoke(app, ["modelfile", "render", "-f", str(mf), "--messages", str(convo)])
+    assert r.exit_code == 0 and r.stdout.startswith("hi"), r.output
+    r = runner.invoke(app, ["modelfile", "show", "-f", str(mf)])
+    assert r.exit_code == 0 and f"FROM {pair[1]}" in r.stdout, r.output
+
+
 def test_cp_and_rm(created: Path) -> None:
     assert runner.invoke(app, ["cp", "cyc", "cyc2"]).exit_code == 0
     r = runner.invoke(app, ["rm", "cyc"])

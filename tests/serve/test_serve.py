@@ -99,6 +99,9 @@ def test_ollama_listing(oll):
     assert "FROM" in s.modelfile and "DRAFT" in s.modelfile and s.details.format == "gguf"
     (p,) = oll.ps().models
     assert p.model == "cycle:latest" and p.context_length == 4096
+    from local_eagle.llamacpp.backends import gpu_offload_supported
+
+    assert p.size_vram == (p.size if gpu_offload_supported() else 0), "bytes on a GPU: none on a CPU build"
     assert httpx.get(str(oll._client.base_url) + "/api/version").json()["version"]
 
 
@@ -336,6 +339,11 @@ def test_serve_command_with_a_modelfile(pair):
         assert client.ps().models[0].context_length == 512
         assert client.generate(model="cyc", prompt="hi").response == "PABCD"  # the Modelfile's parameters
     assert "serving cyc" in output[0] and "Traceback" not in output[0]
+    # issue 46: what it loads, before the seconds of loading, then when it is ready and the name clients send
+    assert output[0].index("loading cyc (") < output[0].index("ready in ")
+    assert 'clients ask for model "cyc"' in " ".join(output[0].split())
+    # issue 46: several requests at once by default, as Ollama's OLLAMA_NUM_PARALLEL (the tiny pair fits 4)
+    assert "4 requests at once" in " ".join(output[0].split())
 
 
 def test_serve_command_without_a_model_serves_the_store(pair, tmp_path, monkeypatch):
@@ -349,7 +357,7 @@ def test_serve_command_without_a_model_serves_the_store(pair, tmp_path, monkeypa
     with serve_process() as (client, models, output):
         assert [m.model for m in models] == ["cyc:latest"]
         assert client.generate(model="cyc", prompt="hi").response == "PABCD"
-        assert [m.model for m in client.ps().models] == ["cyc"]
+        assert [m.model for m in client.ps().models] == ["cyc:latest"]
     assert "serving 1 model(s)" in output[0] and "Traceback" not in output[0]
 
 

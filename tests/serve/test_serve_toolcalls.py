@@ -135,6 +135,40 @@ def test_think_false_reaches_the_template_and_the_answer_is_content(served, monk
     assert g.response == "Four." and g.thinking == "The user wants the weather.\n"
 
 
+def test_ollamas_think_false_on_v1(served, monkeypatch):
+    """Issue 46: ``think: false`` in a /v1 body (``extra_body``, as clients written for Ollama send it) turns the
+    thinking off as on /api/chat; ``reasoning_effort`` wins where both are given; a bad value is a 400."""
+    server, base = served
+    prompts = _answer(server, monkeypatch, QWEN3, "Four.")
+    oai = openai.OpenAI(base_url=base + "/v1", api_key="x", max_retries=0)
+    ch = oai.chat.completions.create(model="m", messages=MSGS, extra_body={"think": False}).choices[0]
+    assert ch.message.content == "Four." and not (ch.message.model_extra or {}).get("reasoning_content")
+    assert prompts[-1].endswith("<think>\n\n</think>\n\n") and "/no_think" in prompts[-1]
+    oai.chat.completions.create(model="m", messages=MSGS, reasoning_effort="high", extra_body={"think": False})
+    assert not prompts[-1].endswith("<think>\n\n</think>\n\n")
+    with pytest.raises(openai.BadRequestError, match="invalid think value"):
+        oai.chat.completions.create(model="m", messages=MSGS, extra_body={"think": "very"})
+
+
+def test_a_call_written_inside_the_thinking_is_thinking(served, monkeypatch):
+    """Issue 46: as Ollama's chat handler, tool calls are read from the content after the thinking; one the model
+    writes inside its thinking stays there, and the call after it is the one answered."""
+    server, base = served
+    paris = QWEN_CALL.replace("Berlin", "Paris")
+    inner = f"<think>\nMaybe {paris}\n</think>\n\n"
+    _answer(server, monkeypatch, QWEN3, inner + QWEN_CALL)
+    r = ollama.Client(host=base).chat(model="m", messages=MSGS, tools=TOOLS)
+    assert '"Paris"' in r.message.thinking and [c.function.arguments for c in r.message.tool_calls] == [
+        {"city": "Berlin"}]  # fmt: skip
+    oai = openai.OpenAI(base_url=base + "/v1", api_key="x", max_retries=0)
+    ch = oai.chat.completions.create(model="m", messages=MSGS, tools=TOOLS).choices[0]
+    assert '"Paris"' in ch.message.model_extra["reasoning_content"]
+    assert [json.loads(c.function.arguments) for c in ch.message.tool_calls] == [{"city": "Berlin"}]
+    _answer(server, monkeypatch, QWEN3, inner + "No call after all.")
+    ch = oai.chat.completions.create(model="m", messages=MSGS, tools=TOOLS).choices[0]
+    assert ch.finish_reason == "stop" and not ch.message.tool_calls and ch.message.content == "No call after all."
+
+
 def test_think_on_a_model_that_does_not_think_is_a_400(served, monkeypatch):
     server, base = served
     _answer(server, monkeypatch, LLAMA31, "Hi.")

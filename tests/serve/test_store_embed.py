@@ -39,7 +39,7 @@ def test_the_store_server_embeds(store, pair) -> None:
         assert client.ps().models == []
         r = client.embed(model="cyc", input=TEXTS)
         assert np.allclose(np.array(r.embeddings), np.array(expected(pair[1], 512)), atol=1e-6)
-        assert [m.model for m in client.ps().models] == ["cyc"], "loaded for it, as a generation loads it"
+        assert [m.model for m in client.ps().models] == ["cyc:latest"], "loaded for it, as a generation loads it"
         o = openai.OpenAI(base_url=base + "/v1", api_key="x", max_retries=0).embeddings.create(model="cyc",
                                                                                                input=TEXTS)  # fmt: skip
         assert np.allclose([d.embedding for d in o.data], r.embeddings, atol=1e-6)

@@ -50,7 +50,8 @@ def test_the_ollama_client_on_the_store(served, pair) -> None:
     assert client.ps().models == []
     assert client.chat(model="cyc", messages=HI, options=GREEDY).message.content == "PABCD"
     ps = client.ps().models
-    assert [m.model for m in ps] == ["cyc"] and ps[0].size > 0 and ps[0].context_length == 512
+    assert [m.model for m in ps] == ["cyc:latest"] and ps[0].size > 0 and ps[0].context_length == 512
+    assert ps[0].name == "cyc:latest", "ps names a model as list does"
     shown = client.show("cyc")
     assert shown.template == "{{ .Prompt }}" and shown.modelinfo["local_eagle.eagle_version"] == "3.1"
     assert f"DRAFT {pair[2]}" in shown.modelfile
@@ -125,13 +126,22 @@ def test_create_streams_its_progress_and_its_error(served, pair, tmp_path: Path)
     assert "broken:latest" not in [m.model for m in client.list().models]
 
 
+def test_api_create_takes_a_modelfile_from_a_store_name(served) -> None:
+    """Issue 46: a Modelfile text ``FROM cyc`` (a name of local-eagle's store) is resolved as ``from`` is."""
+    front, client = served
+    body = {"model": "viafile", "modelfile": "FROM cyc\nPARAMETER num_predict 3\n", "stream": False}
+    r = httpx.post(f"{client._client.base_url}".rstrip("/") + "/api/create", json=body)
+    assert r.status_code == 200 and r.json() == {"status": "success"}, r.text
+    assert client.chat(model="viafile", messages=HI, options={"temperature": 0}).message.content == "PAB"
+
+
 def test_two_models_swap_under_a_small_budget(served) -> None:
     front, client = served
     client.copy("cyc", "other")
     assert client.chat(model="cyc", messages=HI, options=GREEDY).message.content == "PABCD"
-    assert [m.model for m in client.ps().models] == ["cyc"]
+    assert [m.model for m in client.ps().models] == ["cyc:latest"]
     assert client.chat(model="other", messages=HI, options=GREEDY).message.content == "PABCD"
-    assert [m.model for m in client.ps().models] == ["other"], "the least recently used went to make room"
+    assert [m.model for m in client.ps().models] == ["other:latest"], "the least recently used went to make room"
 
 
 def test_keep_alive(served) -> None:
@@ -139,13 +149,33 @@ def test_keep_alive(served) -> None:
     client.chat(model="cyc", messages=HI, options=GREEDY, keep_alive=0)
     assert client.ps().models == [], "keep_alive 0 unloads at once"
     client.chat(model="cyc", messages=HI, options=GREEDY, keep_alive="600ms")
-    assert [m.model for m in client.ps().models] == ["cyc"]
+    assert [m.model for m in client.ps().models] == ["cyc:latest"]
     deadline = time.monotonic() + 10
     while client.ps().models:
         assert time.monotonic() < deadline, "keep_alive did not expire"
         time.sleep(0.1)
     client.chat(model="cyc", messages=HI, options=GREEDY, keep_alive=-1)
     assert client.ps().models[0].expires_at.year > 2100
+
+
+def test_durations_include_the_load_and_size_vram_is_the_gpus(served) -> None:
+    """Issue 46: after an unload, the next reply's ``load_duration`` (and ``total_duration``) cover the load it
+    caused, as Ollama's do; once loaded, they do not. ``size_vram`` is the bytes on a GPU: 0 on a CPU build."""
+    from local_eagle.llamacpp.backends import gpu_offload_supported
+
+    front, client = served
+    assert client.generate(model="cyc", keep_alive=0).done_reason == "unload"
+    t0 = time.perf_counter()
+    cold = client.chat(model="cyc", messages=HI, options=GREEDY)
+    t1 = time.perf_counter()
+    warm = client.chat(model="cyc", messages=HI, options=GREEDY)
+    t2 = time.perf_counter()
+    load = (t1 - t0) - (t2 - t1)  # the wall time the load added
+    assert load > 0 and cold.load_duration / 1e9 > 0.5 * load, (cold.load_duration, load)
+    assert cold.total_duration >= cold.load_duration and cold.total_duration / 1e9 > 0.5 * (t1 - t0)
+    assert warm.load_duration < cold.load_duration / 10
+    (p,) = client.ps().models
+    assert p.size_vram == (p.size if gpu_offload_supported() else 0)
 
 
 def test_keep_alive_zero_without_a_prompt_unloads(served) -> None:
@@ -155,7 +185,7 @@ def test_keep_alive_zero_without_a_prompt_unloads(served) -> None:
     assert client.generate(model="cyc", keep_alive=0).done_reason == "unload"
     assert client.ps().models == [] and front.registry.loaded == {}
     assert client.generate(model="cyc").done_reason == "load"
-    assert [m.model for m in client.ps().models] == ["cyc"]
+    assert [m.model for m in client.ps().models] == ["cyc:latest"]
     r = client.generate(model="cyc:latest", prompt="", keep_alive="0s")
     assert (r.done, r.done_reason, r.response) == (True, "unload", "")
     assert client.ps().models == []
