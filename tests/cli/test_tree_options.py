@@ -143,10 +143,12 @@ def _free_port() -> int:
 
 @pytest.mark.parametrize(
     ("args", "nodes", "tree"),
-    [([], AUTO_TREE_NODES, None), (["--tree", "off"], 0, None), (["--fixed", "--tree", "9"], 9, 9),
-     (["--fixed"], 0, None)],
+    [([], None, None), (["--parallel", "1"], AUTO_TREE_NODES, None), (["--tree", "off"], 0, None),
+     (["--fixed", "--tree", "9"], 9, 9), (["--fixed"], 0, None)],
 )  # fmt: skip
-def test_serve_opens_its_engine_for_trees_by_default(pair, monkeypatch, args, nodes, tree):
+def test_serve_opens_its_engine_for_trees_where_it_takes_one_request_at_a_time(pair, monkeypatch, args, nodes, tree):
+    """By default a served model takes 4 requests at once where they fit (as Ollama), and several at once draft
+    chains; one at a time (--parallel 1, or where 4 do not fit) it is opened for trees."""
     import local_eagle.serve.app as serve_app
 
     served = []
@@ -157,6 +159,8 @@ def test_serve_opens_its_engine_for_trees_by_default(pair, monkeypatch, args, no
     assert r.exit_code == 0, r.output
     (server,) = served
     try:
+        if nodes is None:
+            nodes = 0 if server.engine.options.parallel > 1 else AUTO_TREE_NODES
         assert server.engine.options.tree_nodes == nodes
         assert server.tree == (TreeShape.for_nodes(tree) if tree else None)
     finally:
