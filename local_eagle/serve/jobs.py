@@ -24,7 +24,7 @@ from fastapi.responses import StreamingResponse
 
 from local_eagle.errors import LocalEagleError
 from local_eagle.runtime.engine import STOP_CANCELLED, STOP_CONTEXT, STOP_LENGTH, Engine
-from local_eagle.runtime.grammar import GrammarSpec
+from local_eagle.runtime.grammar import GrammarError, GrammarSpec
 from local_eagle.runtime.sampling import SamplingParams
 from local_eagle.runtime.tree import TreeShape
 from local_eagle.serve.errors import ApiError
@@ -48,6 +48,7 @@ class Job:
     draft_max: int
     stop: list[str]
     grammar: GrammarSpec | None = None  # Ollama's format, OpenAI's response_format: the output's constraint
+    grammar_field: str = "format"  # the request field it came from, which a grammar failing at run time names
     logprobs: int | None = None  # None: none; n: each token's logprob and the n likeliest alternatives
     special: bool = False  # control tokens written as text (a tool-call tag that is one: Mistral's [TOOL_CALLS])
     cancel: threading.Event = field(default_factory=threading.Event)
@@ -194,6 +195,9 @@ class JobSlot:
                     self._generate(job, put, started, run)
         except ApiError as e:  # the server shuts down
             run.reason, run.final = CANCELLED, ("error", e)
+        except GrammarError as e:  # a constraint that validated and failed once it ran: the request's, not ours
+            run.error = str(e)
+            run.final = ("error", ApiError(400, f"{job.grammar_field} cannot be followed: {e}"))
         except RunnerError as e:  # the model's runner died or hung: this job fails, the server goes on
             run.error = str(e)
             run.final = ("error", ApiError(500, run.error))

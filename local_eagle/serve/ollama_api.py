@@ -26,11 +26,11 @@ from local_eagle.serve.models import (
     check_fields,
     check_keep_alive,
     json_body,
-    output_format,
     parse_messages,
     parse_tools,
     prompt_tokens,
     render,
+    request_format,
     settings,
     stream_flag,
     unloads,
@@ -200,7 +200,7 @@ async def generate(request: Request, server: Server) -> Response:
     for key in ("images", "suffix", "context"):
         if body.get(key):
             raise ApiError(400, f"'{key}' is not supported by local-eagle serve")
-    grammar = output_format(body.get("format"), "format")
+    grammar = await request_format(request, body.get("format"), "format")
     logprobs = ollama_logprobs_request(body)
     s = settings(server, body.get("options") or {}, "options.")
     reply = OllamaReply(model, chat=False)
@@ -226,7 +226,7 @@ async def chat(request: Request, server: Server) -> Response:
     check_keep_alive(body.get("keep_alive"))
     model = body.get("model")
     server.check_model(model)
-    grammar = output_format(body.get("format"), "format")
+    grammar = await request_format(request, body.get("format"), "format")
     logprobs = ollama_logprobs_request(body)
     s = settings(server, body.get("options") or {}, "options.")
     reply = OllamaReply(model, chat=True)

@@ -25,11 +25,11 @@ from local_eagle.serve.models import (
     Kind,
     check_fields,
     json_body,
-    output_format,
     parse_messages,
     parse_tools,
     prompt_tokens,
     render,
+    request_format,
     settings,
     stream_flag,
     typed,
@@ -201,7 +201,7 @@ async def chat_completions(request: Request, server: Server) -> Any:
     check_fields(body, _CHAT)
     server.check_model(body.get("model"))
     logprobs = chat_logprobs(body)
-    grammar = output_format(body.get("response_format"), "response_format", openai=True)
+    grammar = await request_format(request, body.get("response_format"), "response_format", openai=True)
     s = settings(server, openai_options(body))
     reply = _reply(body, server, chat=True)
     tools = parse_tools(body.get("tools"))
@@ -216,7 +216,7 @@ async def chat_completions(request: Request, server: Server) -> Any:
     special, call_grammar = await off_loop(request, partial(tool_settings, server, reply.output, tools, forced))
     render_it = partial(render, server, messages, None, None, tools, reply.output.think)
     tokens = await prompt_tokens(server, request, reply.output.watch(render_it))
-    job = s.job(tokens, grammar or call_grammar)
+    job = s.job(tokens, grammar or call_grammar, "response_format" if grammar is not None else "tool_choice")
     job.logprobs, job.special = logprobs, special
     return await _respond(request, body, server, job, reply)
 

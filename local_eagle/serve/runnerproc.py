@@ -157,7 +157,7 @@ class Runner:
     def _stream(self, msg: dict[str, Any]) -> None:
         """One generation: pieces as they come, a tick at most each second of a prefill, then the end."""
         from local_eagle.errors import LocalEagleError
-        from local_eagle.runtime.grammar import GrammarSpec
+        from local_eagle.runtime.grammar import GrammarError, GrammarSpec
         from local_eagle.runtime.sampling import SamplingParams
         from local_eagle.runtime.tree import TreeShape
 
@@ -199,6 +199,8 @@ class Runner:
             if end is not None and getattr(result, "logprobs", None) is not None:
                 end["logprobs"] = logprobs_wire(result.logprobs)
             self.send({"id": rid, "end": end})
+        except GrammarError as e:  # the request's constraint failed once it ran: a 400, not the runner's fault
+            self.send({"id": rid, "refused": str(e)})
         except Exception as e:
             self.send({"id": rid, "failed": f"{type(e).__name__}: {e}"})
         finally:

@@ -34,6 +34,7 @@ import numpy as np
 
 from local_eagle.errors import CheckpointError, GGUFError, LlamaError, LocalEagleError
 from local_eagle.runtime.engine import EngineOptions
+from local_eagle.runtime.grammar import GrammarError
 from local_eagle.runtime.rounds import TokenLogprob
 from local_eagle.serve.runnerproc import read_frame, write_frame
 
@@ -425,6 +426,8 @@ class RunnerStream:
                 self.ended = True
                 if "failed" in msg:
                     raise RemoteFailure(msg["failed"])
+                if "refused" in msg:  # the grammar failed once it ran (runnerproc): the request's error
+                    raise GrammarError(msg["refused"])
                 end = msg.get("end")
                 if end is not None:
                     st = end["stats"]

@@ -23,6 +23,8 @@ from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
+from local_eagle import jsontext
+from local_eagle.jsontext import JSONTextError
 from local_eagle.serve.errors import ApiError
 
 # tags that chat templates write before a call, in the order they are looked for in a Jinja template
@@ -152,7 +154,7 @@ def _find_map(name: str, obj: Mapping[str, Any]) -> dict[str, Any] | None:
     if isinstance(v, str):
         try:
             parsed = json.loads(v)
-        except ValueError:
+        except (ValueError, RecursionError):  # the model's own text: not arguments
             return None
         return parsed if isinstance(parsed, dict) else None
     return None
@@ -313,13 +315,17 @@ def openai_calls(calls: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _call_arguments(raw: Any, where: str) -> dict[str, Any]:
+    """A history call's arguments: an object, or OpenAI's JSON text of one, read with the request body's bounds
+    (the body's depth check cannot see inside a string)."""
     if raw is None or raw == "":
         return {}
     if isinstance(raw, str):
+        if not raw.lstrip().startswith("{"):
+            raise ApiError(400, f"{where}.arguments is not a JSON object: {raw[:80]!r}")
         try:
-            raw = json.loads(raw)
-        except ValueError:
-            raise ApiError(400, f"{where}.arguments is not a JSON object: {raw[:80]!r}") from None
+            raw = jsontext.loads(raw, f"{where}.arguments")
+        except JSONTextError as e:
+            raise ApiError(400, str(e)) from None
     if not isinstance(raw, dict):
         raise ApiError(400, f"{where}.arguments must be a JSON object")
     return raw
