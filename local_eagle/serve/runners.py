@@ -333,10 +333,18 @@ class RunnerEngine:
         msg = self._ask({"op": "tag", "text": text})
         return [int(t) for t in msg["tokens"]], [bool(x) for x in msg["special"]]
 
-    def embed(self, request: dict[str, Any]) -> dict[str, Any]:
+    def embed(self, request: dict[str, Any], cancelled: Callable[[], bool] | None = None) -> dict[str, Any]:
         """``llamacpp.embed.answer`` in the runner: ``{"embeddings", "tokens", "pooling"}``, or ``{"error"}`` for
-        input it cannot take (``serve.embed_api`` makes that a 400)."""
-        msg = self._ask({"op": "embed", "request": request})
+        input it cannot take (``serve.embed_api`` makes that a 400). The runner's ticks keep the watchdog off while
+        it works; once ``cancelled()`` (the client left) it is told to stop, and this raises RemoteFailure."""
+        p = self.ensure()
+        rid, answers = p.call({"op": "embed", "request": request})
+        try:
+            msg = _Call(self, p, rid, answers, cancelled).next()
+        finally:
+            p.done(rid)
+        if "failed" in msg:
+            raise RemoteFailure(msg["failed"])
         return {k: v for k, v in msg.items() if k != "id"}
 
     def stream(self, prompt: np.ndarray, cancelled: Callable[[], bool] | None = None, since: float | None = None,
@@ -377,23 +385,21 @@ class RunnerEngine:
             self.process.close()
 
 
-class RunnerStream:
-    """``Engine.stream``'s stream from a runner: iterate for pieces; ``result`` once it ended by itself.
-
-    While it waits it asks ``cancelled`` and passes a cancellation on; closing it early cancels the generation
-    and waits for the runner to end it, so that the next job finds the engine free."""
+class _Call:
+    """One call's answers as they come: ticks keep the watchdog off (a runner silent for ``answer_seconds`` is
+    killed as hung), and once ``cancelled()`` the runner is told to stop, and killed if it has not within
+    ``cancel_grace``."""
 
     def __init__(self, engine: RunnerEngine, p: _Process, rid: int, answers: queue.Queue[dict[str, Any]],
                  cancelled: Callable[[], bool] | None) -> None:  # fmt: skip
         self.engine, self.p, self.rid, self.answers = engine, p, rid, answers
         self.cancelled = cancelled
-        self.result: RemoteResult | None = None
-        self.ended = False
+        self.ended = False  # the call's last answer (or the runner's death) has come
         self._cancel_sent: float | None = None
 
-    def _next(self) -> dict[str, Any]:
-        """The next piece or end; ticks only keep the deadline off."""
-        quiet = 0.0
+    def next(self) -> dict[str, Any]:
+        """The next answer that is not a tick; raises RunnerError once the runner is gone."""
+        heard = time.monotonic()
         while True:
             if self._cancel_sent is None and self.cancelled is not None and self.cancelled():
                 self.cancel()
@@ -404,22 +410,38 @@ class RunnerStream:
             except queue.Empty:
                 if self.p.failure is not None:  # its death was read already (by an earlier call here)
                     raise RunnerError(self.p.failure) from None
-                quiet += 0.1
-                if quiet >= self.engine.answer_seconds:  # hung: killed, its death comes next
+                if time.monotonic() - heard >= self.engine.answer_seconds:  # hung: killed, its death comes next
                     self.p.kill(f"did not answer within {self.engine.answer_seconds:g}s")
                 continue
             if "died" in msg:
                 self.ended = True
                 raise RunnerError(msg["died"])
             if "tick" in msg:
-                quiet = 0.0
+                heard = time.monotonic()
                 continue
             return msg
+
+    def cancel(self) -> None:
+        if self._cancel_sent is None:
+            self._cancel_sent = time.monotonic()
+            self.p.send({"op": "cancel", "id": self.rid})
+
+
+class RunnerStream(_Call):
+    """``Engine.stream``'s stream from a runner: iterate for pieces; ``result`` once it ended by itself.
+
+    While it waits it asks ``cancelled`` and passes a cancellation on; closing it early cancels the generation
+    and waits for the runner to end it, so that the next job finds the engine free."""
+
+    def __init__(self, engine: RunnerEngine, p: _Process, rid: int, answers: queue.Queue[dict[str, Any]],
+                 cancelled: Callable[[], bool] | None) -> None:  # fmt: skip
+        super().__init__(engine, p, rid, answers, cancelled)
+        self.result: RemoteResult | None = None
 
     def __iter__(self) -> Iterator[str]:
         try:
             while True:
-                msg = self._next()
+                msg = self.next()
                 if "piece" in msg:
                     yield msg["piece"]
                     continue
@@ -437,11 +459,6 @@ class RunnerStream:
         finally:
             self.close()
 
-    def cancel(self) -> None:
-        if self._cancel_sent is None:
-            self._cancel_sent = time.monotonic()
-            self.p.send({"op": "cancel", "id": self.rid})
-
     def close(self) -> None:
         """Stop the generation (if it runs) and wait until the runner is done with it."""
         try:
@@ -449,7 +466,7 @@ class RunnerStream:
                 self.cancel()
                 with contextlib.suppress(RunnerError):
                     while True:
-                        msg = self._next()
+                        msg = self.next()
                         if "piece" not in msg:
                             break
                 self.ended = True
