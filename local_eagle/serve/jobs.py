@@ -53,6 +53,7 @@ class Job:
     special: bool = False  # control tokens written as text (a tool-call tag that is one: Mistral's [TOOL_CALLS])
     cancel: threading.Event = field(default_factory=threading.Event)
     received: float = field(default_factory=time.perf_counter)
+    seen: Any = None  # the model's runner as the request found it (RunnerEngine.live): its death is this job's
 
 
 @dataclass
@@ -214,18 +215,18 @@ class JobSlot:
 
     def _generate(self, job: Job, put: Callable[[tuple], None], started: float, run: _Run) -> None:
         """One generation under the lock and a use of the engine; what happened is left in ``run``."""
-        # a runner that died since the job arrived fails it rather than restart under it
-        since: dict[str, Any] = {"since": job.received} if self.runner else {}
+        # a runner that died after the job saw it alive fails it rather than restart under it
+        extra: dict[str, Any] = {"seen": job.seen} if self.runner else {}
         if job.grammar is not None:  # only then: an engine without constraints keeps its signature
-            since["grammar"] = job.grammar
+            extra["grammar"] = job.grammar
         if job.logprobs is not None:
-            since["logprobs"] = job.logprobs
+            extra["logprobs"] = job.logprobs
         if job.special:
-            since["special"] = True
+            extra["special"] = True
         try:
             stream = self.engine.stream(
                 job.prompt, max_tokens=job.max_tokens, sampling=job.sampling, draft_max=job.draft_max,
-                stop=job.stop, tree=self.tree, cancelled=lambda: job.cancel.is_set() or self.closing, **since,
+                stop=job.stop, tree=self.tree, cancelled=lambda: job.cancel.is_set() or self.closing, **extra,
             )  # fmt: skip
         except RunnerError:
             raise
@@ -322,6 +323,8 @@ class JobSlot:
         if await request.is_disconnected():  # gone while its prompt was prepared: never take the slot
             job.cancel.set()
             return
+        if self.runner is not None:
+            job.seen = self.runner.live()
         loop = asyncio.get_running_loop()
         q: asyncio.Queue[tuple] = asyncio.Queue()
 

@@ -102,7 +102,7 @@ class _Process:
         self.pid = self.proc.pid
         self.stderr: deque[str] = deque(maxlen=20)
         self.failure: str | None = None  # why it is gone, once it is
-        self.died_at: float | None = None  # perf_counter, as Job.received
+        self.reaped = threading.Event()  # set once ``failure`` is
         self.killed_for: str | None = None
         self.closing = False
         self._ids = itertools.count(1)
@@ -200,8 +200,9 @@ class _Process:
         last = f"; its last line: {self.stderr[-1]}" if self.stderr else ""
         why = f"the runner of model '{self.label}' (pid {self.pid}) {how}{last}"
         with self._lock:
-            self.failure, self.died_at = why, time.perf_counter()
+            self.failure = why
             calls = list(self._calls.values())
+        self.reaped.set()
         if not (self.closing and status == 0 and self.killed_for is None):
             _log.error("%s", why)
         for answers in calls:
@@ -211,7 +212,14 @@ class _Process:
                 pipe.close()  # type: ignore[union-attr]
 
     def alive(self) -> bool:
-        return self.failure is None
+        """Not known to be gone: the kernel's word (``poll``), not only the reader's, which learns of a death when
+        stdout ends and sets ``failure`` only once the group is reaped (seconds later, with its stderr drained)."""
+        return self.failure is None and self.proc.poll() is None
+
+    def death(self) -> str:
+        """Why it is gone (``failure``), waiting for the reader to reap it if it has not yet."""
+        self.reaped.wait(CLOSE_SECONDS + 10)
+        return self.failure or f"the runner of model '{self.label}' (pid {self.pid}) exited"
 
     def close(self) -> None:
         """Ask the runner to free its model and leave; kill its group if it does not in time."""
@@ -238,8 +246,9 @@ def kill_all() -> None:
 class RunnerEngine:
     """A model in a runner process, with the Engine surface the server uses (module docstring).
 
-    A runner that died fails the requests that were already there (their ``since`` is before its death); a
-    later request starts a new runner. ``env`` adds to the runner's environment (tests: the fault hook)."""
+    A runner that died fails the requests that were already there (those that saw it alive, :meth:`live`); a
+    request that came after its death, even the instant after, starts a new runner. ``env`` adds to the runner's
+    environment (tests: the fault hook)."""
 
     answer_seconds = ANSWER_SECONDS
     cancel_grace = CANCEL_GRACE_SECONDS
@@ -289,32 +298,48 @@ class RunnerEngine:
         self.restarts += 1
         return p
 
-    def ensure(self, since: float | None = None) -> _Process:
-        """The live runner. One that died after ``since`` (a request's arrival, ``perf_counter``) fails that
-        request with its death's line; one that died before is replaced by a new one."""
+    def live(self) -> _Process | None:
+        """The runner as a request finds it when it comes (``JobSlot.run``): the process if it is alive, None if it
+        is gone (the request then starts a new one). Cheap, for the event loop: it starts nothing."""
+        p = self.process
+        return p if p.alive() else None
+
+    def ensure(self, seen: _Process | None = None) -> _Process:
+        """The live runner. A request that ``seen`` this runner alive (:meth:`live`) and finds it dead fails with
+        its death's line (it was running or queued for it); any other call replaces it with a new one."""
         with self._start_lock:
             p = self.process
             if self.closed:
                 raise RunnerError(f"the model '{self.name}' is closed")
             if p.alive():
                 return p
-            assert p.failure is not None and p.died_at is not None
-            if since is not None and p.died_at >= since:
-                raise RunnerError(p.failure)
+            if seen is p:
+                raise RunnerError(p.death())
             _log.info("restarting the runner of model '%s'", self.name)
             self.process = self._start()
             return self.process
 
     def _ask(self, message: dict[str, Any]) -> dict[str, Any]:
-        p = self.ensure()
-        rid, answers = p.call(message)
-        try:
-            msg = p.wait(answers, self.answer_seconds)
-        finally:
-            p.done(rid)
+        """A call that changes nothing in the runner (a tokenization, a vocabulary read): if the runner dies under
+        it, it is asked once more of a new one, so that a request that came the instant a runner died is answered."""
+        for attempt in (1, 2):
+            p = self.ensure()
+            try:
+                msg = self._ask_once(p, message)
+                break
+            except RunnerError:
+                if attempt == 2 or self.closed or p.killed_for is not None:  # not killed by its own watchdog again
+                    raise
         if "failed" in msg:
             raise RemoteFailure(msg["failed"])
         return msg
+
+    def _ask_once(self, p: _Process, message: dict[str, Any]) -> dict[str, Any]:
+        rid, answers = p.call(message)
+        try:
+            return p.wait(answers, self.answer_seconds)
+        finally:
+            p.done(rid)
 
     def tokenize(self, text: str) -> np.ndarray:
         return np.asarray(self._ask({"op": "tokenize", "text": text})["tokens"], dtype=np.int32)
@@ -347,7 +372,7 @@ class RunnerEngine:
             raise RemoteFailure(msg["failed"])
         return {k: v for k, v in msg.items() if k != "id"}
 
-    def stream(self, prompt: np.ndarray, cancelled: Callable[[], bool] | None = None, since: float | None = None,
+    def stream(self, prompt: np.ndarray, cancelled: Callable[[], bool] | None = None, seen: _Process | None = None,
                **kwargs: Any) -> RunnerStream:  # fmt: skip
         """Start a generation in the runner; raises what ``Engine.stream`` raises on a bad request."""
         kw = dict(kwargs)
@@ -357,15 +382,15 @@ class RunnerEngine:
         if kw.get("grammar") is not None:
             kw["grammar"] = kw["grammar"].to_dict()
         tokens = [int(t) for t in np.asarray(prompt).reshape(-1)]
-        return self._open({"op": "stream", "prompt": tokens, "kwargs": kw}, cancelled, since)
+        return self._open({"op": "stream", "prompt": tokens, "kwargs": kw}, cancelled, seen)
 
     def bench(self, n: int, piece: str = "tok") -> RunnerStream:
         """``n`` pieces sent as fast as the wire goes (``runnerbench``: the cost a token)."""
         return self._open({"op": "bench", "n": n, "piece": piece}, None, None)
 
-    def _open(self, message: dict[str, Any], cancelled: Callable[[], bool] | None, since: float | None
+    def _open(self, message: dict[str, Any], cancelled: Callable[[], bool] | None, seen: _Process | None
               ) -> RunnerStream:  # fmt: skip
-        p = self.ensure(since)
+        p = self.ensure(seen)
         rid, answers = p.call(message)
         try:
             first = p.wait(answers, self.answer_seconds)
