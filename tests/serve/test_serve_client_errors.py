@@ -203,3 +203,14 @@ def test_grammar_specs_refuse_what_fails_at_run_time_without_a_model() -> None:
     GrammarSpec.json_schema({"type": "string", "pattern": "^x{1000}$"})  # long but finite: fine
     optional = {"$defs": RECURSIVE["$defs"], "type": "object", "properties": {"c": {"$ref": "#/$defs/n"}}}
     GrammarSpec.json_schema(optional)  # the recursion left to a free choice: fine until a model takes it
+
+
+def test_a_grammar_too_long_is_refused_before_any_work() -> None:
+    from local_eagle.jsontext import longer_than
+    from local_eagle.runtime.grammar import MAX_SOURCE_CHARS
+
+    assert longer_than({"a": ["x" * 10]}, 12) and not longer_than({"a": [1, "xy"]}, 100)
+    with pytest.raises(GrammarError, match=f"format is more than {MAX_SOURCE_CHARS} characters long as JSON"):
+        GrammarSpec.json_schema({"enum": ["v" * 1000] * 1100}, "format")
+    with pytest.raises(GrammarError, match=f"regex is {MAX_SOURCE_CHARS + 1} characters long, more than"):
+        GrammarSpec.regex("a" * (MAX_SOURCE_CHARS + 1))
