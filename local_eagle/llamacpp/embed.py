@@ -59,6 +59,11 @@ def model_pooling(model: Model) -> int:
         return POOLING_NONE
 
 
+def embedding_width(model: Model) -> int:
+    """How many values one of ``model``'s vectors has (its output embedding, else its hidden size)."""
+    return int(C.llama_model_n_embd_out(model.ptr)) or model.n_embd
+
+
 def context_limit(model: Model, n_ctx: int) -> int:
     """The most tokens one text may have: the server's context, and never past the model's training length (an
     encoder's position table ends there)."""
@@ -136,7 +141,7 @@ class _EmbedContext:
         self.batch = C.llama_batch_ext_init(self.ptr)
         self.kind = ENCODE if C.llama_model_has_encoder(model.ptr) and not C.llama_model_has_decoder(model.ptr) \
             else DECODE  # fmt: skip
-        self.width = int(C.llama_model_n_embd_out(model.ptr)) or model.n_embd
+        self.width = embedding_width(model)
         self._pos = ctypes.c_int32(0)
 
     def run(self, tokens: np.ndarray, progress: Callable[[], None] | None = None) -> np.ndarray:
@@ -189,6 +194,10 @@ def embed(model: Model, texts: list[str], n_ctx: int, n_threads: int = 0, trunca
         raise EmbedInputError(f"{model.path.name} is a reranking model: it scores pairs, it does not embed text")
     if pooling not in POOLING_NAMES:
         raise LlamaError(f"{model.path.name}: unknown pooling type {pooling}")
+    width = embedding_width(model)
+    if dimensions is not None and dimensions > width:  # OpenAI's answer too: the vector cannot be made longer
+        raise EmbedInputError(f"dimensions must be at most {width}, the length of {model.path.name}'s vectors, got "
+                              f"{dimensions}")  # fmt: skip
     limit = context_limit(model, n_ctx)
     token_lists = tokens_of(model, texts, limit, truncate, progress)
     if not token_lists:
@@ -209,7 +218,7 @@ def embed(model: Model, texts: list[str], n_ctx: int, n_threads: int = 0, trunca
                 raise LlamaError("the embedding holds NaN or infinite values")
             if normalize:
                 v = normalized(v)
-            if dimensions is not None and 0 < dimensions < len(v):
+            if dimensions is not None and 0 < dimensions < len(v):  # equal: the vector as it is
                 v = normalized(v[:dimensions])
             vectors.append([float(x) for x in v.astype(np.float32)])
             if progress is not None:

@@ -214,3 +214,20 @@ def test_a_grammar_too_long_is_refused_before_any_work() -> None:
         GrammarSpec.json_schema({"enum": ["v" * 1000] * 1100}, "format")
     with pytest.raises(GrammarError, match=f"regex is {MAX_SOURCE_CHARS + 1} characters long, more than"):
         GrammarSpec.regex("a" * (MAX_SOURCE_CHARS + 1))
+
+
+def test_negative_temperature_and_top_k_mean_what_ollama_reads_them_as(served) -> None:
+    """Not mistakes (issue 47, item 5): as in Ollama (llama.cpp's sampler), a temperature of 0 or less is greedy and
+    a top_k of 0 or less keeps every token; both APIs take them so, as Ollama's OpenAI middleware passes them on."""
+    _, base = served
+
+    def text(path: str, **options: Any) -> str:
+        if path == "/api/generate":
+            body = {"model": "cyc", "prompt": "hi", "stream": False, "options": {"num_predict": 12, **options}}
+            return httpx.post(base + path, json=body, timeout=120).json()["response"]
+        body = {"model": "cyc", "prompt": "hi", "max_tokens": 12, **options}
+        return httpx.post(base + path, json=body, timeout=120).json()["choices"][0]["text"]
+
+    for path in ("/api/generate", "/v1/completions"):
+        assert text(path, temperature=-1) == text(path, temperature=0)
+        assert text(path, temperature=0.9, top_k=-1, seed=7) == text(path, temperature=0.9, top_k=0, seed=7)
