@@ -10,6 +10,7 @@ is refused here with one line naming the field, so that the code after it never 
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
@@ -38,20 +39,25 @@ def loads(data: bytes | str, what: str) -> Any:
         raise JSONTextError(f"{what} has a number with more digits than any field takes") from None
     raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
     surrogates = bool(_ESCAPED_SURROGATE.search(raw))
-    if surrogates or raw.count(b"[") + raw.count(b"{") > MAX_DEPTH:  # else neither can be there: no walk
+    constants = b"NaN" in raw or b"Infinity" in raw  # Python's json reads them; JSON has no such numbers
+    if surrogates or constants or raw.count(b"[") + raw.count(b"{") > MAX_DEPTH:  # else none can be there: no walk
         check(value, what if what != "the request body" else "", surrogates)
     return value
 
 
 def check(value: Any, where: str = "", surrogates: bool = True) -> None:
-    """``value`` (decoded JSON) no deeper than :data:`MAX_DEPTH` and, with ``surrogates``, no string or key in it
-    holding a lone surrogate; walked without recursion, so that a deep value cannot exhaust the stack here, and
+    """``value`` (decoded JSON) no deeper than :data:`MAX_DEPTH`, no number in it NaN or infinite (``NaN`` and
+    ``Infinity``, which Python's json reads and Go's refuses) and, with ``surrogates``, no string or key in it holding
+    a lone surrogate; walked without recursion, so that a deep value cannot exhaust the stack here, and
     without paths (half a second for a schema of 480,000 values with them) until it fails: then again, to name it."""
     todo: list[tuple[Any, int]] = [(value, 1)]
     while todo:
         v, depth = todo.pop()
         if isinstance(v, str):
             if surrogates and _SURROGATE.search(v):
+                break
+        elif isinstance(v, float):
+            if not math.isfinite(v):
                 break
         elif isinstance(v, dict):
             if depth > MAX_DEPTH or surrogates and any(_SURROGATE.search(k) for k in v if isinstance(k, str)):
@@ -75,6 +81,9 @@ def _name_the_problem(value: Any, where: str, surrogates: bool) -> None:
             if surrogates:
                 _check_text(v, where, path)
             continue
+        if isinstance(v, float) and not math.isfinite(v):
+            raise JSONTextError(f"{_name(where, path) or 'the request body'} must be a finite number, got {v} (JSON "
+                                "has no NaN or Infinity)")  # fmt: skip
         if not isinstance(v, dict | list):
             continue
         if depth > MAX_DEPTH:

@@ -172,14 +172,14 @@ class GrammarSpec:
             return json.loads(self.source)
         return None
 
-    def llguidance_grammar(self) -> str:
-        """The grammar in llguidance's own serialised form."""
+    def llguidance_grammar(self, field: str = "schema") -> str:
+        """The grammar in llguidance's own serialised form; a schema it cannot read raises, naming ``field``."""
         m = _llg().LLMatcher
         if self.kind in ("json", "json_schema"):
             try:
                 return m.grammar_from_json_schema(self.schema, defaults=_JSON_OPTIONS)
-            except ValueError as e:
-                raise GrammarError(f"schema: {_one_line(str(e))}") from None
+            except (ValueError, OverflowError) as e:  # an integer past 64 bits: "not JSON serializable"
+                raise GrammarError(f"{field}: {_one_line(str(e))}") from None
         if self.kind == "lark":
             return m.grammar_from_lark(self.source)
         return m.grammar_from_regex(self.source)
@@ -194,7 +194,7 @@ class GrammarSpec:
         if len(self.source) > MAX_SOURCE_CHARS:
             raise GrammarError(f"{name} is {len(self.source)} characters long, more than the {MAX_SOURCE_CHARS} a "
                                "grammar may have")  # fmt: skip
-        grammar = self.llguidance_grammar()
+        grammar = self.llguidance_grammar(name)
         reason = _llg().LLMatcher.validate_grammar(grammar)
         if reason:
             raise GrammarError(f"{name}: {_one_line(reason)}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import math
 import threading
 from typing import Any
 
@@ -70,6 +71,10 @@ CASES = [
      "response_format.json_schema.schema cannot be followed"),
     ("/v1/chat/completions", {"messages": HI, "response_format": _schema_format(DEEP)},
      f"response_format.json_schema.schema is nested more than {MAX_DEPTH} levels deep"),
+    ("/api/generate", {"prompt": "hi", "format": {"type": "string", "maxLength": 10**30}},
+     "format: Value is not JSON serializable"),
+    ("/api/chat", {"messages": HI, "tools": _tool("f", {"type": "object", "properties": {"a": {"minimum": math.nan}}})},
+     "tools[0].function.parameters.properties.a.minimum must be a finite number"),
     ("/v1/chat/completions", {"messages": HI, "tools": _tool("f", RECURSIVE), "tool_choice": "required"},
      "tool_choice: a tool's parameters cannot constrain the call: tools cannot be followed: parser error"),
     ("/v1/chat/completions",
@@ -141,6 +146,7 @@ def test_json_text_names_where_it_fails() -> None:
         ),
         (b"[" * 100_000, f"the request body is nested more than {MAX_DEPTH} levels deep"),
         (b"9" * 5000, "has a number with more digits"),
+        (b'{"options": {"seed": -Infinity}}', "options.seed must be a finite number, got -inf"),
         (b"{", "is not valid JSON"),
     ]:
         with pytest.raises(JSONTextError) as e:
