@@ -25,7 +25,7 @@ import numpy as np
 
 from local_eagle.errors import LlamaError, LocalEagleError
 from local_eagle.llamacpp.lib import C, last_log_error
-from local_eagle.llamacpp.model import DECODE, ENCODE, Model, usable_threads
+from local_eagle.llamacpp.model import DECODE, ENCODE, Model, prefix_tokens, usable_threads
 
 POOLING_NONE, POOLING_MEAN, POOLING_CLS, POOLING_LAST, POOLING_RANK = 0, 1, 2, 3, 4  # enum llama_pooling_type
 POOLING_NAMES = {POOLING_NONE: "none", POOLING_MEAN: "mean", POOLING_CLS: "cls", POOLING_LAST: "last",
@@ -71,24 +71,11 @@ def context_limit(model: Model, n_ctx: int) -> int:
     return max(1, min(n_ctx, train) if train > 0 else n_ctx)
 
 
-CLIP_MARGIN = 16  # tokens past the limit a clipped text must still give, so that its cut is past the kept tokens
-_CHARS_PER_TOKEN = 4  # a first guess at a text's characters per token; a prefix too short for it is doubled
-
-
-def text_tokens(model: Model, text: str, limit: int, truncate: bool) -> np.ndarray:
-    """``text``'s tokens as :func:`tokens_of` keeps them, without tokenizing more of a long text than it needs: a
-    prefix of ``(limit + CLIP_MARGIN) * 4`` characters first, doubled while it gives fewer than ``limit +
-    CLIP_MARGIN`` tokens, so that 16 texts of a megabyte each cost what 16 texts of the context's length do (the
-    tokenizer's time grows with the text, and on long words faster). A prefix that gives more tokens than that
-    has the whole text's first ``limit`` tokens (a cut changes only the tokens next to it); a text no longer than
-    twice the prefix is tokenized whole. Without ``truncate`` the prefix's count is enough to refuse it."""
-    size = (limit + CLIP_MARGIN) * _CHARS_PER_TOKEN
-    while True:
-        whole = len(text) <= 2 * size
-        tokens = model.tokenize(text if whole else text[:size], add_special=True, parse_special=True)
-        if whole or len(tokens) > limit + CLIP_MARGIN or not truncate and len(tokens) > limit:
-            return tokens
-        size *= 2
+def text_tokens(model: Model, text: str, limit: int) -> np.ndarray:
+    """``text``'s tokens as :func:`tokens_of` keeps them, without tokenizing more of a long text than it needs
+    (:func:`~local_eagle.llamacpp.model.prefix_tokens`): 16 texts of a megabyte each cost what 16 texts of the
+    context's length do, and with ``truncate`` off the prefix's count is enough to refuse one."""
+    return prefix_tokens(lambda t: model.tokenize(t, add_special=True, parse_special=True), text, limit)
 
 
 def tokens_of(model: Model, texts: list[str], limit: int, truncate: bool,
@@ -99,7 +86,7 @@ def tokens_of(model: Model, texts: list[str], limit: int, truncate: bool,
     add_eos = bool(C.llama_vocab_get_add_eos(model.vocab)) or bool(C.llama_vocab_get_add_sep(model.vocab))
     out = []
     for i, text in enumerate(texts):
-        tokens = text_tokens(model, text, limit, truncate)
+        tokens = text_tokens(model, text, limit)
         if len(tokens) == 0:
             raise EmbedInputError(f"input {i} has no tokens")
         if len(tokens) > limit:

@@ -23,6 +23,7 @@ from fastapi import Request
 from fastapi.responses import StreamingResponse
 
 from local_eagle.errors import LocalEagleError
+from local_eagle.llamacpp.model import PREFIX_MARGIN, prefix_tokens
 from local_eagle.runtime.engine import STOP_CANCELLED, STOP_CONTEXT, STOP_LENGTH, Engine
 from local_eagle.runtime.grammar import GrammarError, GrammarSpec
 from local_eagle.runtime.sampling import SamplingParams
@@ -168,15 +169,16 @@ class JobSlot:
                 "hold; the context is the server's (serve --ctx)",
             )  # fmt: skip
         with self.using_engine() as engine:
-            try:
-                tokens = engine.tokenize(text)
+            try:  # a prompt far past the context is refused on a prefix's tokens, not tokenized whole
+                tokens = prefix_tokens(engine.tokenize, text, engine.n_ctx)
             except RunnerError as e:  # its runner died: the request fails, the next one restarts it
                 raise ApiError(500, str(e)) from None
         if len(tokens) == 0:
             raise ApiError(400, "the prompt is empty")
         if len(tokens) >= engine.n_ctx:
+            some = "at least " if len(tokens) > engine.n_ctx + PREFIX_MARGIN else ""  # maybe a prefix's count
             raise ApiError(
-                400, f"the prompt has {len(tokens)} tokens, more than the context of {engine.n_ctx} allows; "
+                400, f"the prompt has {some}{len(tokens)} tokens, more than the context of {engine.n_ctx} allows; "
                 "the context is the server's (serve --ctx)",
             )  # fmt: skip
         return tokens

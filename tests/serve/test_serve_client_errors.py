@@ -237,3 +237,30 @@ def test_negative_temperature_and_top_k_mean_what_ollama_reads_them_as(served) -
     for path in ("/api/generate", "/v1/completions"):
         assert text(path, temperature=-1) == text(path, temperature=0)
         assert text(path, temperature=0.9, top_k=-1, seed=7) == text(path, temperature=0.9, top_k=0, seed=7)
+
+
+def test_a_prompt_far_past_the_context_is_refused_on_a_prefix(pair, monkeypatch) -> None:
+    """As an embedding's text (``prefix_tokens``): a prompt whose first characters already hold more tokens than the
+    context is refused without tokenizing the rest (llama.cpp's tokenizer takes its time on megabytes)."""
+    from fastapi.testclient import TestClient
+
+    from local_eagle.runtime.engine import Engine
+
+    _, target, draft = pair
+    server = EagleServer(Engine(target, draft, EngineOptions(n_ctx=256, n_threads=1)),
+                         ServeConfig(name="cyc", model=target, draft=draft))  # fmt: skip
+    seen: list[int] = []
+    real = server.engine.tokenize
+    monkeypatch.setattr(server.engine, "tokenize", lambda text: seen.append(len(text)) or real(text))
+    from local_eagle.llamacpp import model as llama_model
+
+    monkeypatch.setattr(llama_model, "_CHARS_PER_TOKEN", 1)  # this vocabulary's pieces are short: a shorter start
+    prompt = ("PA" * server.max_prompt_bytes)[: server.max_prompt_bytes]  # as long as the byte check lets through
+    assert len(prompt) > 2 * (256 + llama_model.PREFIX_MARGIN)
+    try:
+        with TestClient(create_app(server), base_url="http://127.0.0.1:11434") as client:
+            r = client.post("/api/generate", json={"model": "cyc", "prompt": prompt, "raw": True, "stream": False})
+    finally:
+        server.close()
+    assert r.status_code == 400 and "more than the context of 256 allows" in r.json()["error"], r.text
+    assert seen and max(seen) < len(prompt), (len(prompt), seen)
