@@ -48,10 +48,15 @@ async def json_body(request: Request, limit: int) -> dict[str, Any]:
                 chunks.append(chunk)
     except TimeoutError:
         raise body_too_slow() from None
-    data = b"".join(chunks)
+    return await decode_body(b"".join(chunks))
+
+
+async def decode_body(data: bytes) -> dict[str, Any]:
+    """:func:`parse_body`, off the event loop for a body of :data:`PARSE_IN_THREAD_BYTES` or more (megabytes of
+    JSON take a while to decode and check), one such body at a time."""
     if len(data) < PARSE_IN_THREAD_BYTES:
         return parse_body(data)
-    return await in_thread(partial(_parse_big_body, data))  # megabytes of JSON take the loop for a while
+    return await in_thread(partial(_parse_big_body, data))
 
 
 BODY_SECONDS = 60.0  # a body must be in by then: one sent a byte at a time would hold its connection for good
