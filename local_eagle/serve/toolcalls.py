@@ -41,8 +41,14 @@ class ToolParser:
         self.tag = tag
         self.names = [n for n in tool_names if n]
         self.state = _LOOKING
-        self.buffer = ""
         self.n = 0  # calls found so far: each call's index
+        self._set_buffer("")
+
+    def _set_buffer(self, text: str) -> None:
+        """The buffer, replaced (not added to): what was read of the old one counts no more."""
+        self.buffer = text
+        self._objects = _Objects()  # where the search for a call's object stands in the buffer
+        self._closing = _Closing(*_PAIRS.get(self.tag, ("{", "}")))  # where _done's count stands
 
     def add(self, s: str) -> tuple[list[dict[str, Any]], str]:
         if self.state == _DONE:
@@ -52,12 +58,14 @@ class ToolParser:
         if self.state == _LOOKING:
             i, found = self._find_tag()
             if i == -1:
-                content, self.buffer = self.buffer, ""
+                content, rest = self.buffer, ""
             else:
-                content, self.buffer = self.buffer[:i], self.buffer[i:]
+                content, rest = self.buffer[:i], self.buffer[i:]
+            self._set_buffer(rest)
             if self.tag in ("{", "[") and content.strip():  # bare JSON calls only at the very start
                 self.state = _DONE
-                rest, self.buffer = content + self.buffer, ""
+                rest = content + self.buffer
+                self._set_buffer("")
                 return [], rest
             if not found:
                 return [], content
@@ -68,7 +76,7 @@ class ToolParser:
         if self._done():
             self.state = _DONE
             content += self.buffer
-            self.buffer = ""
+            self._set_buffer("")
         return calls, content
 
     def finish(self) -> str:
@@ -76,7 +84,8 @@ class ToolParser:
         held back as a possible call and turned out not to be one."""
         if self.n > 0:
             return ""
-        rest, self.buffer = self.buffer, ""
+        rest = self.buffer
+        self._set_buffer("")
         return rest
 
     def _find_tag(self) -> tuple[int, bool]:
@@ -89,41 +98,107 @@ class ToolParser:
         return -1, False
 
     def _parse_call(self) -> dict[str, Any] | None:
+        """:func:`find_arguments` on the buffer, read on from where the last piece's search stopped: a stream's
+        search must not read its whole buffer again at every piece (a long unclosed call took seconds of the
+        event loop, growing with the square of its length)."""
         name, end = find_tool(self.names, self.buffer)
         if name is None:
             return None
-        found = find_arguments(name, self.buffer)
+        found = self._objects.arguments(name, self.buffer)
         if found is None:
             return None
         args, i = found
         call = {"function": {"index": self.n, "name": name, "arguments": args}}
         self.n += 1
-        self.buffer = self.buffer[max(end, i) :]
+        self._set_buffer(self.buffer[max(end, i) :])
         return call
 
     def _done(self) -> bool:
         """Ollama's ``done``: with a ``{`` or ``[`` tag, the first object or list has closed."""
-        pairs = {"{": ("{", "}"), "[": ("[", "]")}
-        if self.tag not in pairs:
-            return False
-        open_, close = pairs[self.tag]
-        count, in_string, escaped = 0, False, False
-        for c in self.buffer:
-            if escaped:
-                escaped = False
+        return self.tag in _PAIRS and self._closing.closed(self.buffer)
+
+
+_PAIRS = {"{": ("{", "}"), "[": ("[", "]")}
+
+
+class _Objects:
+    """:func:`find_arguments`'s reading of a text that keeps its place: each character is read once however often
+    the text grows and is asked again (the top-level objects' braces, outside strings, as Ollama counts them)."""
+
+    def __init__(self) -> None:
+        self.pos, self.start, self.braces, self.in_string, self.escaped = 0, -1, 0, False, False
+
+    def arguments(self, tool: str, buf: str) -> tuple[dict[str, Any], int] | None:
+        """The first object of ``buf`` (from where the last call stopped) that parses, read for ``tool``'s
+        arguments, and where it ends; None while none has closed, or where one names the call without arguments
+        (read again next time, as it would be from the start)."""
+        while self.pos < len(buf):
+            i, c = self.pos, buf[self.pos]
+            self.pos += 1
+            if self.escaped:
+                self.escaped = False
             elif c == "\\":
-                escaped = True
+                self.escaped = True
             elif c == '"':
-                in_string = not in_string
-            elif in_string:
+                self.in_string = not self.in_string
+            elif self.in_string:
                 continue
-            elif c == open_:
-                count += 1
-            elif c == close:
-                count -= 1
-                if count == 0:
+            elif c == "{":
+                if self.braces == 0:
+                    self.start = i
+                self.braces += 1
+            elif c == "}":
+                self.braces -= 1
+                if self.braces == 0 and self.start != -1:
+                    start, self.start = self.start, -1
+                    data = _object(buf[start : i + 1])
+                    if data is None:
+                        continue
+                    found = _find_object(tool, data)
+                    if found is _NO_ARGS:
+                        self.pos = start  # at top level, outside any string: the same place as before it
+                        return None
+                    return (found if found is not None else data), i
+                self.braces = max(self.braces, 0)
+        return None
+
+
+class _Closing:
+    """Ollama's ``done`` count (``open_`` up, ``close`` down, outside strings) kept between calls."""
+
+    def __init__(self, open_: str, close: str) -> None:
+        self.open, self.close = open_, close
+        self.pos, self.count, self.in_string, self.escaped = 0, 0, False, False
+
+    def closed(self, buf: str) -> bool:
+        """Whether the count has come back to 0 on a closing bracket in ``buf`` (read from where it stopped)."""
+        while self.pos < len(buf):
+            c = buf[self.pos]
+            self.pos += 1
+            if self.escaped:
+                self.escaped = False
+            elif c == "\\":
+                self.escaped = True
+            elif c == '"':
+                self.in_string = not self.in_string
+            elif self.in_string:
+                continue
+            elif c == self.open:
+                self.count += 1
+            elif c == self.close:
+                self.count -= 1
+                if self.count == 0:
                     return True
         return False
+
+
+def _object(text: str) -> dict[str, Any] | None:
+    """``text`` as a JSON object, or None (not JSON, not an object, nested past what Python's json takes)."""
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def find_tool(names: Sequence[str], buf: str) -> tuple[str | None, int]:
@@ -183,40 +258,7 @@ def find_arguments(tool: str, buf: str) -> tuple[dict[str, Any], int] | None:
     """Ollama's ``findArguments``: the first JSON object in ``buf`` that parses, read for ``tool``'s arguments
     (``{"name": ..., "arguments": {...}}``, ``"parameters"``, ``{tool: {...}}``, or nested), else the object
     itself; with where it ends (its closing brace). None while no object is complete."""
-    start, braces, in_string, escaped = -1, 0, False, False
-    for i, c in enumerate(buf):
-        if escaped:
-            escaped = False
-            continue
-        if c == "\\":
-            escaped = True
-            continue
-        if c == '"':
-            in_string = not in_string
-            continue
-        if in_string:
-            continue
-        if c == "{":
-            if braces == 0:
-                start = i
-            braces += 1
-        elif c == "}":
-            braces -= 1
-            if braces == 0 and start != -1:
-                try:
-                    data = json.loads(buf[start : i + 1])
-                except (ValueError, RecursionError):
-                    start = -1
-                    continue
-                if not isinstance(data, dict):
-                    start = -1
-                    continue
-                found = _find_object(tool, data)
-                if found is _NO_ARGS:
-                    return None
-                return (found if found is not None else data), i
-            braces = max(braces, 0)
-    return None
+    return _Objects().arguments(tool, buf)
 
 
 def go_tool_tag(template: Any) -> str:
