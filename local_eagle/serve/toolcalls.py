@@ -16,6 +16,7 @@ no call, gives that text back as content instead of dropping it.
 
 from __future__ import annotations
 
+import bisect
 import json
 import secrets
 import string
@@ -40,6 +41,7 @@ class ToolParser:
     def __init__(self, tag: str, tool_names: Sequence[str]) -> None:
         self.tag = tag
         self.names = [n for n in tool_names if n]
+        self._names = _Names(self.names)  # the search for a tool's name in the buffer
         self.state = _LOOKING
         self.n = 0  # calls found so far: each call's index
         self._set_buffer("")
@@ -48,6 +50,7 @@ class ToolParser:
         """The buffer, replaced (not added to): what was read of the old one counts no more."""
         self.buffer = text
         self._objects = _Objects()  # where the search for a call's object stands in the buffer
+        self._names.reset()
         self._closing = _Closing(*_PAIRS.get(self.tag, ("{", "}")))  # where _done's count stands
 
     def add(self, s: str) -> tuple[list[dict[str, Any]], str]:
@@ -101,7 +104,7 @@ class ToolParser:
         """:func:`find_arguments` on the buffer, read on from where the last piece's search stopped: a stream's
         search must not read its whole buffer again at every piece (a long unclosed call took seconds of the
         event loop, growing with the square of its length)."""
-        name, end = find_tool(self.names, self.buffer)
+        name, end = self._names.find(self.buffer)
         if name is None:
             return None
         found = self._objects.arguments(name, self.buffer)
@@ -204,22 +207,53 @@ def _object(text: str) -> dict[str, Any] | None:
 def find_tool(names: Sequence[str], buf: str) -> tuple[str | None, int]:
     """The tool whose name occurs first in ``buf`` (the longest at one place) and where its name ends; none
     while ``buf`` ends with what may be the start of a longer name (``get`` of ``get_weather``)."""
-    if not buf:
-        return None, 0
-    longest = max((len(n) for n in names), default=0)
-    for i in range(1, min(len(buf), longest) + 1):
-        tail = buf[-i:]
-        if any(len(tail) < len(n) and n.startswith(tail) for n in names):
+    return _Names(names).find(buf)
+
+
+class _Names:
+    """:func:`find_tool` over a buffer that grows, keeping what it found: the earliest name is looked for again
+    only where new text can hold one, and the tail's check is a binary search in the sorted names, so that a piece
+    costs what it adds, not the buffer's length times the number of tools (a request may bring thousands)."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.names = list(names)
+        self.sorted = sorted(set(self.names))
+        self.longest = max((len(n) for n in self.names), default=0)
+        self.reset()
+
+    def reset(self) -> None:
+        """For a new buffer: nothing of it looked through yet."""
+        self.searched = 0  # how much of the buffer has been looked through
+        self.found: str | None = None
+        self.start = self.end = -1
+
+    def find(self, buf: str) -> tuple[str | None, int]:
+        if not buf:
             return None, 0
-    found, start, end = None, -1, -1
-    for n in names:
-        pos = buf.find(n)
-        if pos == -1:
-            continue
-        if start != -1 and (pos > start or (pos == start and len(n) <= len(found or ""))):
-            continue
-        found, start, end = n, pos, pos + len(n)
-    return (found, end) if found is not None else (None, 0)
+        for i in range(1, min(len(buf), self.longest) + 1):
+            if self._starts_a_longer_name(buf[-i:]):
+                return None, 0
+        window = max(0, self.searched - self.longest + 1)  # a match in new text starts here at the earliest
+        if self.found is None or self.start >= window:
+            for n in self.names:
+                pos = buf.find(n, window)
+                if pos == -1:
+                    continue
+                if self.start != -1 and (pos > self.start or (pos == self.start and len(n) <= len(self.found or ""))):
+                    continue
+                self.found, self.start, self.end = n, pos, pos + len(n)
+        self.searched = len(buf)
+        return (self.found, self.end) if self.found is not None else (None, 0)
+
+    def _starts_a_longer_name(self, tail: str) -> bool:
+        """Whether some name begins with ``tail`` and goes on after it: the names from ``tail`` on, sorted, start
+        with those that begin with it."""
+        i = bisect.bisect_left(self.sorted, tail)
+        while i < len(self.sorted) and self.sorted[i].startswith(tail):
+            if len(self.sorted[i]) > len(tail):
+                return True
+            i += 1
+        return False
 
 
 def _find_map(name: str, obj: Mapping[str, Any]) -> dict[str, Any] | None:
