@@ -71,6 +71,9 @@ CASES = [
      "response_format.json_schema.schema cannot be followed"),
     ("/v1/chat/completions", {"messages": HI, "response_format": _schema_format(DEEP)},
      f"response_format.json_schema.schema is nested more than {MAX_DEPTH} levels deep"),
+    ("/api/generate", {"prompt": "hi", "options": {"stop": ["x"] * 257}}, "options.stop takes at most 256 strings"),
+    ("/v1/chat/completions", {"messages": HI, "stop": [f"s{i}" for i in range(1000)]}, "stop takes at most 256"),
+    ("/api/generate", {"prompt": "hi", "options": {"stop": [1] * 100_000}}, "options.stop must be a list of strings"),
     ("/api/generate", {"prompt": "hi", "format": {"type": "string", "maxLength": 10**30}},
      "format: Value is not JSON serializable"),
     ("/api/chat", {"messages": HI, "tools": _tool("f", {"type": "object", "properties": {"a": {"minimum": math.nan}}})},
@@ -121,7 +124,7 @@ def test_a_clients_mistake_is_a_400_naming_the_field(served, log, path, body, wo
     r = httpx.post(base + path, content=content, headers={"content-type": "application/json"}, timeout=120)
     assert r.status_code == 400, r.text
     message = r.json()["error"]["message"] if path.startswith("/v1") else r.json()["error"]
-    assert words in message and "\n" not in message
+    assert words in message and "\n" not in message and len(message) < 1000
     assert not [rec for rec in log if rec.exc_info or "Traceback" in rec.getMessage()]
     assert server.engine.pid == pid and server.engine.process.alive()
 
