@@ -26,11 +26,11 @@ from local_eagle.serve.models import (
     check_fields,
     check_keep_alive,
     json_body,
-    parse_messages,
     parse_tools,
     prompt_tokens,
     render,
     request_format,
+    request_messages,
     settings,
     stream_flag,
     unloads,
@@ -234,7 +234,7 @@ async def chat(request: Request, server: Server) -> Response:
         return JSONResponse(reply.loaded("unload"))
     if body.get("messages") == []:  # Ollama: no messages only loads the model
         return JSONResponse(reply.loaded())
-    messages = parse_messages(body.get("messages"))
+    messages = await request_messages(request, body.get("messages"))
     tools = parse_tools(body.get("tools"))
     reply.output = chat_output(server, think_value(body.get("think")), tools)
     special, _ = await off_loop(request, partial(tool_settings, server, reply.output, tools, None))

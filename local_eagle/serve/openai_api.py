@@ -25,11 +25,11 @@ from local_eagle.serve.models import (
     Kind,
     check_fields,
     json_body,
-    parse_messages,
     parse_tools,
     prompt_tokens,
     render,
     request_format,
+    request_messages,
     settings,
     stream_flag,
     typed,
@@ -208,7 +208,7 @@ async def chat_completions(request: Request, server: Server) -> Any:
     forced = forced_tools(body.get("tool_choice"), tools)
     if forced is not None and grammar is not None:
         raise ApiError(400, "tool_choice forces a tool call, which response_format cannot constrain as well")
-    messages = parse_messages(body.get("messages"))
+    messages = await request_messages(request, body.get("messages"))
     think = openai_think(body)
     reply.output = chat_output(server, False if forced is not None and think is None else think, tools)
     if forced is not None and reply.output.thinking is not None:

@@ -71,6 +71,7 @@ CASES = [
      "response_format.json_schema.schema cannot be followed"),
     ("/v1/chat/completions", {"messages": HI, "response_format": _schema_format(DEEP)},
      f"response_format.json_schema.schema is nested more than {MAX_DEPTH} levels deep"),
+    ("/api/chat", {"messages": HI * 299 + [{"role": 5}]}, "messages[299] must be an object with a role"),  # off loop
     ("/api/generate", {"prompt": "hi", "options": {"stop": ["x"] * 257}}, "options.stop takes at most 256 strings"),
     ("/v1/chat/completions", {"messages": HI, "stop": [f"s{i}" for i in range(1000)]}, "stop takes at most 256"),
     ("/api/generate", {"prompt": "hi", "options": {"stop": [1] * 100_000}}, "options.stop must be a list of strings"),
