@@ -446,6 +446,26 @@ def tokenize_bytes(vocab: ctypes.c_void_p, data: bytes, add_special: bool = Fals
     return np.frombuffer(buffer, dtype=np.int32, count=n_tokens).copy()  # np.ctypeslib: 5 ms to import at first use
 
 
+PREFIX_MARGIN = 16  # tokens past a limit a prefix must give, so that its cut lies past the tokens that count
+_CHARS_PER_TOKEN = 4  # a first guess at a text's characters per token; a prefix too short for it is doubled
+
+
+def prefix_tokens(tokenize: Callable[[str], np.ndarray], text: str, limit: int) -> np.ndarray:
+    """``text``'s tokens, or those of a prefix of it that already gives more than ``limit + PREFIX_MARGIN``: a
+    prefix of ``(limit + PREFIX_MARGIN) * 4`` characters first, doubled while it gives fewer, so that a text far past
+    a context costs what one of the context's length does (llama.cpp's tokenizer takes time with the text, on long
+    words more than in proportion). A prefix's first ``limit`` tokens are the whole text's (a cut changes only the
+    tokens next to it), and its count already says the text has more than ``limit``. A text no longer than twice the
+    prefix is tokenized whole; the work is at most twice the whole text's."""
+    size = (limit + PREFIX_MARGIN) * _CHARS_PER_TOKEN
+    while True:
+        whole = len(text) <= 2 * size
+        tokens = tokenize(text if whole else text[:size])
+        if whole or len(tokens) > limit + PREFIX_MARGIN:
+            return tokens
+        size *= 2
+
+
 def float_view(ptr: ctypes._Pointer, shape: tuple[int, ...]) -> np.ndarray:
     """llama.cpp's float buffer at ``ptr`` (not NULL) as a numpy view of ``shape``, valid while llama.cpp keeps it.
 

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from local_eagle import jsontext
 from local_eagle.errors import LocalEagleError
 
 if TYPE_CHECKING:
@@ -45,6 +46,10 @@ to be accepted), and a small model cannot write whitespace for ever, as it can w
 
 _JSON_OPTIONS: Any = JSON_STYLE
 _MAX_REASON = 300
+MAX_SOURCE_CHARS = 1 << 20
+"""The longest grammar source (a schema as JSON text, a Lark grammar, a regex) a spec may have: llguidance's own
+lexer limit refuses an enum of about 100,000 values (1.3 MB) after half a second of work; past this length a spec is
+refused before any. OpenAI's structured outputs allow far less (120,000 characters of names and values)."""
 
 
 class GrammarError(LocalEagleError):
@@ -52,7 +57,7 @@ class GrammarError(LocalEagleError):
 
 
 def _one_line(text: str) -> str:
-    line = " ".join(str(text).split())
+    line = " ".join(str(text).replace("<non-verbose/>", "").split())  # llguidance's marker of its short form
     return line if len(line) <= _MAX_REASON else line[: _MAX_REASON - 3] + "..."
 
 
@@ -89,13 +94,16 @@ class GrammarSpec:
         """A JSON schema (a dict, or its JSON text), checked by llguidance without a vocabulary."""
         if isinstance(schema, str):
             try:
-                schema = json.loads(schema)
-            except json.JSONDecodeError as e:
-                raise GrammarError(f"{field} is not valid JSON: {e}") from None
+                schema = jsontext.loads(schema, field)
+            except jsontext.JSONTextError as e:
+                raise GrammarError(str(e)) from None
         if isinstance(schema, bool):  # JSON Schema's true/false
             raise GrammarError(f"{field} must be a JSON schema object, got {json.dumps(schema)}")
         if not isinstance(schema, dict):
             raise GrammarError(f"{field} must be a JSON schema object, got {type(schema).__name__}")
+        if jsontext.longer_than(schema, MAX_SOURCE_CHARS):  # before the work: json.dumps holds the GIL throughout
+            raise GrammarError(f"{field} is more than {MAX_SOURCE_CHARS} characters long as JSON, the most a "
+                               "grammar may have")  # fmt: skip
         spec = cls("json_schema", json.dumps(schema, ensure_ascii=False))
         spec.check(field)
         return spec
@@ -164,15 +172,16 @@ class GrammarSpec:
             return json.loads(self.source)
         return None
 
-    def llguidance_grammar(self) -> str:
+    def llguidance_grammar(self, field: str = "schema") -> str:
         """The grammar in llguidance's own serialised form. A schema is read as llama.cpp reads it
         (:mod:`local_eagle.runtime.schema_lark`: no key its ``properties`` do not name unless
-        ``additionalProperties`` allows it, numbers of at most 16 + 16 digits), after llguidance has checked it."""
+        ``additionalProperties`` allows it, numbers of at most 16 + 16 digits), after llguidance has checked it;
+        a schema it cannot read raises, naming ``field``."""
         m = _llg().LLMatcher
         if self.kind in ("json", "json_schema"):
             from local_eagle.runtime.schema_lark import schema_to_lark
 
-            self._check_schema("schema")
+            self._check_schema(field)
             return m.grammar_from_lark(schema_to_lark(self.schema or {}, JSON_STYLE))
         if self.kind == "lark":
             return m.grammar_from_lark(self.source)
@@ -184,19 +193,29 @@ class GrammarSpec:
         m = _llg().LLMatcher
         try:
             plain = m.grammar_from_json_schema(self.schema, defaults=_JSON_OPTIONS)
-        except ValueError as e:
+        except (ValueError, OverflowError) as e:  # an integer past 64 bits: "not JSON serializable"
             raise GrammarError(f"{field}: {_one_line(str(e))}") from None
         reason = m.validate_grammar(plain)
         if reason:
             raise GrammarError(f"{field}: {_one_line(reason)}")
 
     def check(self, field: str | None = None) -> None:
-        """llguidance's validation without a vocabulary: a bad schema, grammar or regex raises, naming ``field``."""
-        if self.kind in ("json", "json_schema"):
-            self._check_schema(field or self.kind)
-        reason = _llg().LLMatcher.validate_grammar(self.llguidance_grammar())
+        """llguidance's validation without a model's vocabulary: a bad schema, grammar or regex raises, naming
+        ``field``. Then a dry run over a vocabulary of single bytes (:func:`dry_run`): a grammar that validates can
+        still fail once it runs (a required recursive ``$ref`` forces output without end: "Too many items"; a
+        ``pattern`` of ``x{4294967295}`` builds a lexer too big), and that must be the request's 400, found before
+        it reaches a model, not a failed generation."""
+        name = field or self.kind
+        if len(self.source) > MAX_SOURCE_CHARS:
+            raise GrammarError(f"{name} is {len(self.source)} characters long, more than the {MAX_SOURCE_CHARS} a "
+                               "grammar may have")  # fmt: skip
+        grammar = self.llguidance_grammar(name)
+        reason = _llg().LLMatcher.validate_grammar(grammar)
         if reason:
-            raise GrammarError(f"{field or self.kind}: {_one_line(reason)}")
+            raise GrammarError(f"{name}: {_one_line(reason)}")
+        reason = dry_run(grammar)
+        if reason:
+            raise GrammarError(f"{name} cannot be followed: {_one_line(reason)}")
 
     # the runner's wire ----------------------------------------------------------------------------------------
 
@@ -210,6 +229,48 @@ class GrammarSpec:
     def describe(self) -> str:
         """A few words for logs and stats: ``json``, ``json_schema``, ``lark``, ``regex``."""
         return self.kind
+
+
+def dry_run(grammar: str) -> str | None:
+    """Why ``grammar`` (llguidance's serialised form) fails once it runs, or None: a matcher over a vocabulary of
+    the 256 bytes, its forced start consumed and the next mask computed, as a generation's first step does. The
+    forced start is where a grammar with no free choice fails (a required recursion forces text for ever); llguidance
+    bounds the work (its parser limits), and a byte vocabulary keeps it small and the same for every model."""
+    llg = _llg()
+    m = llg.LLMatcher(_byte_tokenizer(), grammar, log_level=0, limits=llg.LLParserLimits(verbose_errors=False))
+    if not m.is_error():
+        forced = m.compute_ff_tokens()
+        if forced and not m.is_error():
+            m.consume_tokens(forced)
+        if not m.is_error():
+            m.compute_bitmask()
+    return m.get_error() if m.is_error() else None
+
+
+class _Bytes:
+    """A ``TokenizerWrapper`` of the 256 bytes and an end token: the vocabulary of :func:`dry_run`."""
+
+    is_tokenizer_wrapper = True
+
+    def __init__(self) -> None:
+        self.tokens = [bytes([b]) for b in range(256)] + [b"\xff<end>"]
+        self.eos_token_id = 256
+        self.bos_token_id = None
+        self.special_token_ids: list[int] = []
+
+    def __call__(self, text: str | bytes) -> list[int]:
+        return list(text.encode("utf-8") if isinstance(text, str) else bytes(text))
+
+
+_byte_tokenizer_lock = threading.Lock()
+_byte_tokenizers: list[Any] = []
+
+
+def _byte_tokenizer() -> llguidance.LLTokenizer:
+    with _byte_tokenizer_lock:
+        if not _byte_tokenizers:
+            _byte_tokenizers.append(_llg().LLTokenizer(_Bytes(), eos_token=[256]))
+        return _byte_tokenizers[0]
 
 
 # the vocabulary, once per model ---------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ holds the model from queued generations for its whole length nor outlives a clie
 from __future__ import annotations
 
 import base64
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -70,17 +71,22 @@ def _dimensions(value: Any) -> int | None:
     return int(value)
 
 
-def _in_process(engine: Any, payload: dict[str, Any]) -> dict[str, Any]:
+def _in_process(engine: Any, payload: dict[str, Any], cancel: threading.Event) -> dict[str, Any]:
     """One group's answer from the process that holds the model: the runner's (``RunnerEngine.embed``), or this
-    one's for an engine loaded here."""
+    one's for an engine loaded here. Either stops between texts and decode batches once ``cancel`` is set."""
     from local_eagle.llamacpp.embed import answer
 
     if isinstance(engine, RunnerEngine):
         ask = getattr(engine, "embed", None)
         if ask is None:
             raise ApiError(501, "this server's model runners do not compute embeddings yet")
-        return ask(payload)
-    return answer(engine.model, payload, engine.n_ctx, engine.options.n_threads)
+        return ask(payload, cancel.is_set)
+
+    def progress() -> None:
+        if cancel.is_set():
+            raise ApiError(499, "client closed the request")
+
+    return answer(engine.model, payload, engine.n_ctx, engine.options.n_threads, progress)
 
 
 def _clip(server: EagleServer, text: str, truncate: bool) -> str:
@@ -108,20 +114,25 @@ async def embed_texts(server: EagleServer, request: Request, texts: list[str], *
     texts = [_clip(server, t, truncate) for t in texts]
     vectors: Vectors = []
     tokens, waited = 0, 0.0
-    for start in range(0, len(texts), GROUP):
-        payload = {"texts": texts[start : start + GROUP], "truncate": truncate, "normalize": normalize,
-                   "dimensions": dimensions}  # fmt: skip
-        got, wait = await off_loop(request, _turn(server, payload))
-        if "error" in got:
-            raise ApiError(400, got["error"])
-        vectors += got["embeddings"]
-        tokens += int(got["tokens"])
-        waited += wait
+    cancel = threading.Event()  # set when this request ends early: the group running stops where it is
+    try:
+        for start in range(0, len(texts), GROUP):
+            payload = {"texts": texts[start : start + GROUP], "truncate": truncate, "normalize": normalize,
+                       "dimensions": dimensions}  # fmt: skip
+            got, wait = await off_loop(request, _turn(server, payload, cancel))
+            if "error" in got:
+                raise ApiError(400, got["error"])
+            vectors += got["embeddings"]
+            tokens += int(got["tokens"])
+            waited += wait
+    finally:
+        cancel.set()
     return vectors, tokens, waited
 
 
-def _turn(server: EagleServer, payload: dict[str, Any]) -> Callable[[], tuple[dict[str, Any], float]]:
-    """One group on the model, in a worker thread: wait for the model's lock, then embed."""
+def _turn(server: EagleServer, payload: dict[str, Any], cancel: threading.Event
+          ) -> Callable[[], tuple[dict[str, Any], float]]:  # fmt: skip
+    """One group on the model, in a worker thread: wait for the model's lock, then embed (until ``cancel``)."""
 
     def run() -> tuple[dict[str, Any], float]:
         asked = time.perf_counter()
@@ -130,8 +141,10 @@ def _turn(server: EagleServer, payload: dict[str, Any]) -> Callable[[], tuple[di
             raise ApiError(503, f"the server is busy: waited {timeout:g}s for the model")
         waited = time.perf_counter() - asked
         try:
+            if cancel.is_set():  # the client left while this group waited for the model
+                raise ApiError(499, "client closed the request")
             with server.using_engine() as engine:
-                return _in_process(engine, payload), waited
+                return _in_process(engine, payload, cancel), waited
         except (RunnerError, RemoteFailure) as e:
             raise ApiError(500, f"embedding failed: {e}") from None
         except LocalEagleError as e:  # llama.cpp could not make the context or compute the vectors

@@ -23,8 +23,9 @@ from fastapi import Request
 from fastapi.responses import StreamingResponse
 
 from local_eagle.errors import LocalEagleError
+from local_eagle.llamacpp.model import PREFIX_MARGIN, prefix_tokens
 from local_eagle.runtime.engine import STOP_CANCELLED, STOP_CONTEXT, STOP_LENGTH, Engine
-from local_eagle.runtime.grammar import GrammarSpec
+from local_eagle.runtime.grammar import GrammarError, GrammarSpec
 from local_eagle.runtime.sampling import SamplingParams
 from local_eagle.runtime.tree import TreeShape
 from local_eagle.serve.errors import ApiError
@@ -48,10 +49,12 @@ class Job:
     draft_max: int
     stop: list[str]
     grammar: GrammarSpec | None = None  # Ollama's format, OpenAI's response_format: the output's constraint
+    grammar_field: str = "format"  # the request field it came from, which a grammar failing at run time names
     logprobs: int | None = None  # None: none; n: each token's logprob and the n likeliest alternatives
     special: bool = False  # control tokens written as text (a tool-call tag that is one: Mistral's [TOOL_CALLS])
     cancel: threading.Event = field(default_factory=threading.Event)
     received: float = field(default_factory=time.perf_counter)
+    seen: Any = None  # the model's runner as the request found it (RunnerEngine.live): its death is this job's
 
 
 @dataclass
@@ -177,13 +180,14 @@ class JobSlot:
                 "hold; the context is the server's (serve --ctx)"
             )
         with self.using_engine() as engine:
-            try:
-                tokens = engine.tokenize(text)
+            try:  # a prompt far past the context is refused on a prefix's tokens, not tokenized whole
+                tokens = prefix_tokens(engine.tokenize, text, engine.n_ctx)
             except RunnerError as e:  # its runner died: the request fails, the next one restarts it
                 raise ApiError(500, str(e)) from None
         if len(tokens) >= engine.n_ctx:
+            some = "at least " if len(tokens) > engine.n_ctx + PREFIX_MARGIN else ""  # maybe a prefix's count
             return tokens, (
-                f"the prompt has {len(tokens)} tokens, more than the context of {engine.n_ctx} allows; "
+                f"the prompt has {some}{len(tokens)} tokens, more than the context of {engine.n_ctx} allows; "
                 "the context is the server's (serve --ctx)"
             )
         return tokens, None
@@ -203,6 +207,9 @@ class JobSlot:
                     self._generate(job, put, started, run)
         except ApiError as e:  # the server shuts down
             run.reason, run.final = CANCELLED, ("error", e)
+        except GrammarError as e:  # a constraint that validated and failed once it ran: the request's, not ours
+            run.error = str(e)
+            run.final = ("error", ApiError(400, f"{job.grammar_field} cannot be followed: {e}"))
         except RunnerError as e:  # the model's runner died or hung: this job fails, the server goes on
             run.error = str(e)
             run.final = ("error", ApiError(500, run.error))
@@ -219,18 +226,18 @@ class JobSlot:
 
     def _generate(self, job: Job, put: Callable[[tuple], None], started: float, run: _Run) -> None:
         """One generation under the lock and a use of the engine; what happened is left in ``run``."""
-        # a runner that died since the job arrived fails it rather than restart under it
-        since: dict[str, Any] = {"since": job.received} if self.runner else {}
+        # a runner that died after the job saw it alive fails it rather than restart under it
+        extra: dict[str, Any] = {"seen": job.seen} if self.runner else {}
         if job.grammar is not None:  # only then: an engine without constraints keeps its signature
-            since["grammar"] = job.grammar
+            extra["grammar"] = job.grammar
         if job.logprobs is not None:
-            since["logprobs"] = job.logprobs
+            extra["logprobs"] = job.logprobs
         if job.special:
-            since["special"] = True
+            extra["special"] = True
         try:
             stream = self.engine.stream(
                 job.prompt, max_tokens=job.max_tokens, sampling=job.sampling, draft_max=job.draft_max,
-                stop=job.stop, tree=self.tree, cancelled=lambda: job.cancel.is_set() or self.closing, **since,
+                stop=job.stop, tree=self.tree, cancelled=lambda: job.cancel.is_set() or self.closing, **extra,
             )  # fmt: skip
         except RunnerError:
             raise
@@ -327,6 +334,8 @@ class JobSlot:
         if await request.is_disconnected():  # gone while its prompt was prepared: never take the slot
             job.cancel.set()
             return
+        if self.runner is not None:
+            job.seen = self.runner.live()
         loop = asyncio.get_running_loop()
         q: asyncio.Queue[tuple] = asyncio.Queue()
 

@@ -36,11 +36,11 @@ from local_eagle.serve.models import (
     fit_chat,
     json_body,
     load_seconds,
-    output_format,
-    parse_messages,
     parse_tools,
     prompt_tokens,
     render,
+    request_format,
+    request_messages,
     settings,
     stream_flag,
     unloads,
@@ -213,7 +213,7 @@ async def generate(request: Request, server: Server) -> Response:
     for key in ("images", "suffix", "context"):
         if body.get(key):
             raise ApiError(400, f"'{key}' is not supported by local-eagle serve")
-    grammar = output_format(body.get("format"), "format")
+    grammar = await request_format(request, body.get("format"), "format")
     logprobs = ollama_logprobs_request(body)
     s = settings(server, body.get("options") or {}, "options.")
     reply = OllamaReply(model, chat=False, load=load_seconds(request))
@@ -241,7 +241,7 @@ async def chat(request: Request, server: Server) -> Response:
     check_keep_alive(body.get("keep_alive"))
     model = body.get("model")
     server.check_model(model)
-    grammar = output_format(body.get("format"), "format")
+    grammar = await request_format(request, body.get("format"), "format")
     logprobs = ollama_logprobs_request(body)
     s = settings(server, body.get("options") or {}, "options.")
     reply = OllamaReply(model, chat=True, load=load_seconds(request))
@@ -249,7 +249,7 @@ async def chat(request: Request, server: Server) -> Response:
         return JSONResponse(reply.loaded("unload"))
     if body.get("messages") == []:  # Ollama: no messages only loads the model
         return JSONResponse(reply.loaded())
-    messages = parse_messages(body.get("messages"))
+    messages = await request_messages(request, body.get("messages"))
     tools = parse_tools(body.get("tools"))
     reply.output = chat_output(server, think_value(body.get("think")), tools)
     special, _ = await off_loop(request, partial(tool_settings, server, reply.output, tools, None))

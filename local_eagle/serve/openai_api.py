@@ -26,10 +26,10 @@ from local_eagle.serve.models import (
     check_fields,
     fit_chat,
     json_body,
-    output_format,
-    parse_messages,
     parse_tools,
     prompt_tokens,
+    request_format,
+    request_messages,
     settings,
     stream_flag,
     typed,
@@ -207,14 +207,14 @@ async def chat_completions(request: Request, server: Server) -> Any:
     check_fields(body, _CHAT)
     server.check_model(body.get("model"))
     logprobs = chat_logprobs(body)
-    grammar = output_format(body.get("response_format"), "response_format", openai=True)
+    grammar = await request_format(request, body.get("response_format"), "response_format", openai=True)
     s = settings(server, openai_options(body))
     reply = _reply(body, server, chat=True)
     tools = parse_tools(body.get("tools"))
     forced = forced_tools(body.get("tool_choice"), tools)
     if forced is not None and grammar is not None:
         raise ApiError(400, "tool_choice forces a tool call, which response_format cannot constrain as well")
-    messages = parse_messages(body.get("messages"))
+    messages = await request_messages(request, body.get("messages"))
     think = openai_think(body)
     reply.output = chat_output(server, False if forced is not None and think is None else think, tools)
     if forced is not None and reply.output.thinking is not None:
@@ -223,7 +223,7 @@ async def chat_completions(request: Request, server: Server) -> Any:
     fitted = await off_loop(request, partial(fit_chat, server, messages, tools, reply.output.think))
     reply.output.watch(lambda: fitted.text)()  # a prompt that ends inside the thinking starts the answer there
     reply.dropped = fitted.dropped
-    job = s.job(fitted.tokens, grammar or call_grammar)
+    job = s.job(fitted.tokens, grammar or call_grammar, "response_format" if grammar is not None else "tool_choice")
     job.logprobs, job.special = logprobs, special
     return await _respond(request, body, server, job, reply)
 

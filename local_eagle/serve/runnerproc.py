@@ -13,12 +13,14 @@ answers carry, so that tokenizations run beside a generation. The server's side:
 "options"}`` first, answered by ``{"ready": facts}`` or ``{"failed", "kind"}``; then ``tokenize``, ``count``,
 ``pieces`` (tokens' texts), ``tag`` (a tool-call tag's tokens), ``stream`` (answered ``started`` or ``error``,
 then one ``piece`` each, ``tick`` during long prefills, and ``end``: the text, the stats and, when asked for, the
-logprobs as ``[[token, logprob, [[token, logprob], ...]], ...]``), ``cancel``, ``embed`` (answered ``embeddings``
-or ``error``), ``bench`` and ``close``. The end of stdin (the server gone, killed even) ends the runner.
+logprobs as ``[[token, logprob, [[token, logprob], ...]], ...]``; ``refused`` for a grammar that failed as it ran),
+``cancel``, ``embed`` (``tick`` while it works, then ``embeddings`` or ``error``; a ``cancel`` stops it), ``bench``
+and ``close``. The end of stdin (the server gone, killed even) ends the runner.
 
 Test hook: where ``LOCAL_EAGLE_RUNNER_FAULT`` names a file, a generation that has sent its first piece while
 that file exists deletes it and does what it says: ``abort`` (``os.abort()``, as a GGML_ASSERT does), ``kill``
-(SIGKILL itself), ``exit`` or ``hang``. The GGUF checks refuse the crafted files that made llama.cpp abort
+(SIGKILL itself), ``exit`` or ``hang``; while it holds ``slow``, each step of an embedding (a text's tokens, a decode
+batch) takes a quarter of a second more. The GGUF checks refuse the crafted files that made llama.cpp abort
 before it reads them, so the tests stand in for one with this.
 """
 
@@ -146,19 +148,39 @@ class Runner:
 
     def _embed(self, msg: dict[str, Any]) -> None:
         """A few texts' embeddings (``llamacpp.embed``), in a context of their own on the engine's model; the
-        server sends them one group at a time, under the model's lock."""
+        server sends them one group at a time, under the model's lock. Between texts and decode batches it says it
+        is alive (a tick at most each second, as a prefill does: the server's watchdog must not take a long group
+        for a hung runner) and stops if the server cancels it (its client left)."""
         from local_eagle.llamacpp.embed import answer
 
+        rid = msg["id"]
+        cancel = self.cancels[rid] = threading.Event()
+        last_tick = time.monotonic()
+
+        def progress() -> None:
+            nonlocal last_tick
+            _slow_fault()
+            if cancel.is_set():
+                raise _Cancelled
+            if time.monotonic() - last_tick >= TICK_SECONDS:
+                last_tick = time.monotonic()
+                self.send({"id": rid, "tick": True})
+
         try:
-            got = answer(self.engine.model, msg["request"], self.engine.n_ctx, self.engine.options.n_threads)
-            self.send({"id": msg["id"], **got})
+            got = answer(self.engine.model, msg["request"], self.engine.n_ctx, self.engine.options.n_threads,
+                         progress)  # fmt: skip
+            self.send({"id": rid, **got})
+        except _Cancelled:
+            self.send({"id": rid, "failed": "cancelled"})
         except Exception as e:
-            self.send({"id": msg["id"], "failed": f"{type(e).__name__}: {e}"})
+            self.send({"id": rid, "failed": f"{type(e).__name__}: {e}"})
+        finally:
+            self.cancels.pop(rid, None)
 
     def _stream(self, msg: dict[str, Any]) -> None:
         """One generation: pieces as they come, a tick at most each second of a prefill, then the end."""
         from local_eagle.errors import LocalEagleError
-        from local_eagle.runtime.grammar import GrammarSpec
+        from local_eagle.runtime.grammar import GrammarError, GrammarSpec
         from local_eagle.runtime.sampling import SamplingParams
         from local_eagle.runtime.tree import TreeShape
 
@@ -200,6 +222,8 @@ class Runner:
             if end is not None and getattr(result, "logprobs", None) is not None:
                 end["logprobs"] = logprobs_wire(result.logprobs)
             self.send({"id": rid, "end": end})
+        except GrammarError as e:  # the request's constraint failed once it ran: a 400, not the runner's fault
+            self.send({"id": rid, "refused": str(e)})
         except Exception as e:
             self.send({"id": rid, "failed": f"{type(e).__name__}: {e}"})
         finally:
@@ -258,6 +282,20 @@ def tag_tokens(model: Any, text: str) -> tuple[list[int], list[bool]]:
     return tokens, special
 
 
+class _Cancelled(Exception):
+    """The server cancelled the call (its client left): the work stops where it is."""
+
+
+def _slow_fault() -> None:
+    """The test hook for a long embedding: while the fault file holds ``slow``, each step of one (a text's tokens,
+    a decode batch) takes a quarter of a second more, as a big model's do; the file is left in place."""
+    path = os.environ.get(FAULT_ENV)
+    if path and os.path.exists(path):
+        with open(path) as f:
+            if f.read().strip() == "slow":
+                time.sleep(0.25)
+
+
 def _fault() -> None:
     """The test hook (module docstring): act on the fault file once, if there is one."""
     path = os.environ.get(FAULT_ENV)
@@ -265,6 +303,8 @@ def _fault() -> None:
         return
     with open(path) as f:
         what = f.read().strip()
+    if what == "slow":  # the embeddings' hook (_slow_fault), not a generation's
+        return
     os.unlink(path)
     print(f"local-eagle runner: test fault {what!r} ({FAULT_ENV})", file=sys.stderr, flush=True)
     if what == "abort":

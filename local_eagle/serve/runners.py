@@ -34,6 +34,7 @@ import numpy as np
 
 from local_eagle.errors import CheckpointError, GGUFError, LlamaError, LocalEagleError
 from local_eagle.runtime.engine import EngineOptions
+from local_eagle.runtime.grammar import GrammarError
 from local_eagle.runtime.rounds import TokenLogprob
 from local_eagle.serve.runnerproc import read_frame, write_frame
 
@@ -101,7 +102,7 @@ class _Process:
         self.pid = self.proc.pid
         self.stderr: deque[str] = deque(maxlen=20)
         self.failure: str | None = None  # why it is gone, once it is
-        self.died_at: float | None = None  # perf_counter, as Job.received
+        self.reaped = threading.Event()  # set once ``failure`` is
         self.killed_for: str | None = None
         self.closing = False
         self._ids = itertools.count(1)
@@ -199,8 +200,9 @@ class _Process:
         last = f"; its last line: {self.stderr[-1]}" if self.stderr else ""
         why = f"the runner of model '{self.label}' (pid {self.pid}) {how}{last}"
         with self._lock:
-            self.failure, self.died_at = why, time.perf_counter()
+            self.failure = why
             calls = list(self._calls.values())
+        self.reaped.set()
         if not (self.closing and status == 0 and self.killed_for is None):
             _log.error("%s", why)
         for answers in calls:
@@ -210,7 +212,14 @@ class _Process:
                 pipe.close()  # type: ignore[union-attr]
 
     def alive(self) -> bool:
-        return self.failure is None
+        """Not known to be gone: the kernel's word (``poll``), not only the reader's, which learns of a death when
+        stdout ends and sets ``failure`` only once the group is reaped (seconds later, with its stderr drained)."""
+        return self.failure is None and self.proc.poll() is None
+
+    def death(self) -> str:
+        """Why it is gone (``failure``), waiting for the reader to reap it if it has not yet."""
+        self.reaped.wait(CLOSE_SECONDS + 10)
+        return self.failure or f"the runner of model '{self.label}' (pid {self.pid}) exited"
 
     def close(self) -> None:
         """Ask the runner to free its model and leave; kill its group if it does not in time."""
@@ -237,8 +246,9 @@ def kill_all() -> None:
 class RunnerEngine:
     """A model in a runner process, with the Engine surface the server uses (module docstring).
 
-    A runner that died fails the requests that were already there (their ``since`` is before its death); a
-    later request starts a new runner. ``env`` adds to the runner's environment (tests: the fault hook)."""
+    A runner that died fails the requests that were already there (those that saw it alive, :meth:`live`); a
+    request that came after its death, even the instant after, starts a new runner. ``env`` adds to the runner's
+    environment (tests: the fault hook)."""
 
     answer_seconds = ANSWER_SECONDS
     cancel_grace = CANCEL_GRACE_SECONDS
@@ -289,32 +299,48 @@ class RunnerEngine:
         self.restarts += 1
         return p
 
-    def ensure(self, since: float | None = None) -> _Process:
-        """The live runner. One that died after ``since`` (a request's arrival, ``perf_counter``) fails that
-        request with its death's line; one that died before is replaced by a new one."""
+    def live(self) -> _Process | None:
+        """The runner as a request finds it when it comes (``JobSlot.run``): the process if it is alive, None if it
+        is gone (the request then starts a new one). Cheap, for the event loop: it starts nothing."""
+        p = self.process
+        return p if p.alive() else None
+
+    def ensure(self, seen: _Process | None = None) -> _Process:
+        """The live runner. A request that ``seen`` this runner alive (:meth:`live`) and finds it dead fails with
+        its death's line (it was running or queued for it); any other call replaces it with a new one."""
         with self._start_lock:
             p = self.process
             if self.closed:
                 raise RunnerError(f"the model '{self.name}' is closed")
             if p.alive():
                 return p
-            assert p.failure is not None and p.died_at is not None
-            if since is not None and p.died_at >= since:
-                raise RunnerError(p.failure)
+            if seen is p:
+                raise RunnerError(p.death())
             _log.info("restarting the runner of model '%s'", self.name)
             self.process = self._start()
             return self.process
 
     def _ask(self, message: dict[str, Any]) -> dict[str, Any]:
-        p = self.ensure()
-        rid, answers = p.call(message)
-        try:
-            msg = p.wait(answers, self.answer_seconds)
-        finally:
-            p.done(rid)
+        """A call that changes nothing in the runner (a tokenization, a vocabulary read): if the runner dies under
+        it, it is asked once more of a new one, so that a request that came the instant a runner died is answered."""
+        for attempt in (1, 2):
+            p = self.ensure()
+            try:
+                msg = self._ask_once(p, message)
+                break
+            except RunnerError:
+                if attempt == 2 or self.closed or p.killed_for is not None:  # not killed by its own watchdog again
+                    raise
         if "failed" in msg:
             raise RemoteFailure(msg["failed"])
         return msg
+
+    def _ask_once(self, p: _Process, message: dict[str, Any]) -> dict[str, Any]:
+        rid, answers = p.call(message)
+        try:
+            return p.wait(answers, self.answer_seconds)
+        finally:
+            p.done(rid)
 
     def tokenize(self, text: str) -> np.ndarray:
         return np.asarray(self._ask({"op": "tokenize", "text": text})["tokens"], dtype=np.int32)
@@ -333,13 +359,21 @@ class RunnerEngine:
         msg = self._ask({"op": "tag", "text": text})
         return [int(t) for t in msg["tokens"]], [bool(x) for x in msg["special"]]
 
-    def embed(self, request: dict[str, Any]) -> dict[str, Any]:
+    def embed(self, request: dict[str, Any], cancelled: Callable[[], bool] | None = None) -> dict[str, Any]:
         """``llamacpp.embed.answer`` in the runner: ``{"embeddings", "tokens", "pooling"}``, or ``{"error"}`` for
-        input it cannot take (``serve.embed_api`` makes that a 400)."""
-        msg = self._ask({"op": "embed", "request": request})
+        input it cannot take (``serve.embed_api`` makes that a 400). The runner's ticks keep the watchdog off while
+        it works; once ``cancelled()`` (the client left) it is told to stop, and this raises RemoteFailure."""
+        p = self.ensure()
+        rid, answers = p.call({"op": "embed", "request": request})
+        try:
+            msg = _Call(self, p, rid, answers, cancelled).next()
+        finally:
+            p.done(rid)
+        if "failed" in msg:
+            raise RemoteFailure(msg["failed"])
         return {k: v for k, v in msg.items() if k != "id"}
 
-    def stream(self, prompt: np.ndarray, cancelled: Callable[[], bool] | None = None, since: float | None = None,
+    def stream(self, prompt: np.ndarray, cancelled: Callable[[], bool] | None = None, seen: _Process | None = None,
                **kwargs: Any) -> RunnerStream:  # fmt: skip
         """Start a generation in the runner; raises what ``Engine.stream`` raises on a bad request."""
         kw = dict(kwargs)
@@ -349,15 +383,15 @@ class RunnerEngine:
         if kw.get("grammar") is not None:
             kw["grammar"] = kw["grammar"].to_dict()
         tokens = [int(t) for t in np.asarray(prompt).reshape(-1)]
-        return self._open({"op": "stream", "prompt": tokens, "kwargs": kw}, cancelled, since)
+        return self._open({"op": "stream", "prompt": tokens, "kwargs": kw}, cancelled, seen)
 
     def bench(self, n: int, piece: str = "tok") -> RunnerStream:
         """``n`` pieces sent as fast as the wire goes (``runnerbench``: the cost a token)."""
         return self._open({"op": "bench", "n": n, "piece": piece}, None, None)
 
-    def _open(self, message: dict[str, Any], cancelled: Callable[[], bool] | None, since: float | None
+    def _open(self, message: dict[str, Any], cancelled: Callable[[], bool] | None, seen: _Process | None
               ) -> RunnerStream:  # fmt: skip
-        p = self.ensure(since)
+        p = self.ensure(seen)
         rid, answers = p.call(message)
         try:
             first = p.wait(answers, self.answer_seconds)
@@ -377,23 +411,21 @@ class RunnerEngine:
             self.process.close()
 
 
-class RunnerStream:
-    """``Engine.stream``'s stream from a runner: iterate for pieces; ``result`` once it ended by itself.
-
-    While it waits it asks ``cancelled`` and passes a cancellation on; closing it early cancels the generation
-    and waits for the runner to end it, so that the next job finds the engine free."""
+class _Call:
+    """One call's answers as they come: ticks keep the watchdog off (a runner silent for ``answer_seconds`` is
+    killed as hung), and once ``cancelled()`` the runner is told to stop, and killed if it has not within
+    ``cancel_grace``."""
 
     def __init__(self, engine: RunnerEngine, p: _Process, rid: int, answers: queue.Queue[dict[str, Any]],
                  cancelled: Callable[[], bool] | None) -> None:  # fmt: skip
         self.engine, self.p, self.rid, self.answers = engine, p, rid, answers
         self.cancelled = cancelled
-        self.result: RemoteResult | None = None
-        self.ended = False
+        self.ended = False  # the call's last answer (or the runner's death) has come
         self._cancel_sent: float | None = None
 
-    def _next(self) -> dict[str, Any]:
-        """The next piece or end; ticks only keep the deadline off."""
-        quiet = 0.0
+    def next(self) -> dict[str, Any]:
+        """The next answer that is not a tick; raises RunnerError once the runner is gone."""
+        heard = time.monotonic()
         while True:
             if self._cancel_sent is None and self.cancelled is not None and self.cancelled():
                 self.cancel()
@@ -404,28 +436,46 @@ class RunnerStream:
             except queue.Empty:
                 if self.p.failure is not None:  # its death was read already (by an earlier call here)
                     raise RunnerError(self.p.failure) from None
-                quiet += 0.1
-                if quiet >= self.engine.answer_seconds:  # hung: killed, its death comes next
+                if time.monotonic() - heard >= self.engine.answer_seconds:  # hung: killed, its death comes next
                     self.p.kill(f"did not answer within {self.engine.answer_seconds:g}s")
                 continue
             if "died" in msg:
                 self.ended = True
                 raise RunnerError(msg["died"])
             if "tick" in msg:
-                quiet = 0.0
+                heard = time.monotonic()
                 continue
             return msg
+
+    def cancel(self) -> None:
+        if self._cancel_sent is None:
+            self._cancel_sent = time.monotonic()
+            self.p.send({"op": "cancel", "id": self.rid})
+
+
+class RunnerStream(_Call):
+    """``Engine.stream``'s stream from a runner: iterate for pieces; ``result`` once it ended by itself.
+
+    While it waits it asks ``cancelled`` and passes a cancellation on; closing it early cancels the generation
+    and waits for the runner to end it, so that the next job finds the engine free."""
+
+    def __init__(self, engine: RunnerEngine, p: _Process, rid: int, answers: queue.Queue[dict[str, Any]],
+                 cancelled: Callable[[], bool] | None) -> None:  # fmt: skip
+        super().__init__(engine, p, rid, answers, cancelled)
+        self.result: RemoteResult | None = None
 
     def __iter__(self) -> Iterator[str]:
         try:
             while True:
-                msg = self._next()
+                msg = self.next()
                 if "piece" in msg:
                     yield msg["piece"]
                     continue
                 self.ended = True
                 if "failed" in msg:
                     raise RemoteFailure(msg["failed"])
+                if "refused" in msg:  # the grammar failed once it ran (runnerproc): the request's error
+                    raise GrammarError(msg["refused"])
                 end = msg.get("end")
                 if end is not None:
                     st = end["stats"]
@@ -435,11 +485,6 @@ class RunnerStream:
         finally:
             self.close()
 
-    def cancel(self) -> None:
-        if self._cancel_sent is None:
-            self._cancel_sent = time.monotonic()
-            self.p.send({"op": "cancel", "id": self.rid})
-
     def close(self) -> None:
         """Stop the generation (if it runs) and wait until the runner is done with it."""
         try:
@@ -447,7 +492,7 @@ class RunnerStream:
                 self.cancel()
                 with contextlib.suppress(RunnerError):
                     while True:
-                        msg = self._next()
+                        msg = self.next()
                         if "piece" not in msg:
                             break
                 self.ended = True

@@ -28,7 +28,7 @@ from local_eagle.serve import models
 from local_eagle.serve.access import Access, AccessGuard
 from local_eagle.serve.errors import ApiError
 from local_eagle.serve.jobs import in_thread
-from local_eagle.serve.models import parse_body
+from local_eagle.serve.models import decode_body
 from local_eagle.serve.registry import ModelRegistry, ServerBusy, keep_alive_seconds
 from local_eagle.serve.runners import RunnerEngine, RunnerError
 from local_eagle.serve.server import MAX_REQUEST_BYTES, EagleServer, ServeConfig
@@ -198,7 +198,7 @@ class StoreFront:
             await _error(send, scope, 413, "request body too large")
             return
         try:
-            request = parse_body(body or b"{}")
+            request = await decode_body(body or b"{}")
             ref = request.get("model")
             keep = keep_alive_seconds(request.get("keep_alive"))
             check_ref(ref)

@@ -16,6 +16,7 @@ no call, gives that text back as content instead of dropping it.
 
 from __future__ import annotations
 
+import bisect
 import json
 import secrets
 import string
@@ -23,6 +24,8 @@ from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
+from local_eagle import jsontext
+from local_eagle.jsontext import JSONTextError
 from local_eagle.serve.errors import ApiError
 
 # tags that chat templates write before a call, in the order they are looked for in a Jinja template
@@ -38,9 +41,17 @@ class ToolParser:
     def __init__(self, tag: str, tool_names: Sequence[str]) -> None:
         self.tag = tag
         self.names = [n for n in tool_names if n]
+        self._names = _Names(self.names)  # the search for a tool's name in the buffer
         self.state = _LOOKING
-        self.buffer = ""
         self.n = 0  # calls found so far: each call's index
+        self._set_buffer("")
+
+    def _set_buffer(self, text: str) -> None:
+        """The buffer, replaced (not added to): what was read of the old one counts no more."""
+        self.buffer = text
+        self._objects = _Objects()  # where the search for a call's object stands in the buffer
+        self._names.reset()
+        self._closing = _Closing(*_PAIRS.get(self.tag, ("{", "}")))  # where _done's count stands
 
     def add(self, s: str) -> tuple[list[dict[str, Any]], str]:
         if self.state == _DONE:
@@ -50,12 +61,14 @@ class ToolParser:
         if self.state == _LOOKING:
             i, found = self._find_tag()
             if i == -1:
-                content, self.buffer = self.buffer, ""
+                content, rest = self.buffer, ""
             else:
-                content, self.buffer = self.buffer[:i], self.buffer[i:]
+                content, rest = self.buffer[:i], self.buffer[i:]
+            self._set_buffer(rest)
             if self.tag in ("{", "[") and content.strip():  # bare JSON calls only at the very start
                 self.state = _DONE
-                rest, self.buffer = content + self.buffer, ""
+                rest = content + self.buffer
+                self._set_buffer("")
                 return [], rest
             if not found:
                 return [], content
@@ -66,7 +79,7 @@ class ToolParser:
         if self._done():
             self.state = _DONE
             content += self.buffer
-            self.buffer = ""
+            self._set_buffer("")
         return calls, content
 
     def finish(self) -> str:
@@ -74,7 +87,8 @@ class ToolParser:
         held back as a possible call and turned out not to be one."""
         if self.n > 0:
             return ""
-        rest, self.buffer = self.buffer, ""
+        rest = self.buffer
+        self._set_buffer("")
         return rest
 
     def _find_tag(self) -> tuple[int, bool]:
@@ -87,62 +101,159 @@ class ToolParser:
         return -1, False
 
     def _parse_call(self) -> dict[str, Any] | None:
-        name, end = find_tool(self.names, self.buffer)
+        """:func:`find_arguments` on the buffer, read on from where the last piece's search stopped: a stream's
+        search must not read its whole buffer again at every piece (a long unclosed call took seconds of the
+        event loop, growing with the square of its length)."""
+        name, end = self._names.find(self.buffer)
         if name is None:
             return None
-        found = find_arguments(name, self.buffer)
+        found = self._objects.arguments(name, self.buffer)
         if found is None:
             return None
         args, i = found
         call = {"function": {"index": self.n, "name": name, "arguments": args}}
         self.n += 1
-        self.buffer = self.buffer[max(end, i) :]
+        self._set_buffer(self.buffer[max(end, i) :])
         return call
 
     def _done(self) -> bool:
         """Ollama's ``done``: with a ``{`` or ``[`` tag, the first object or list has closed."""
-        pairs = {"{": ("{", "}"), "[": ("[", "]")}
-        if self.tag not in pairs:
-            return False
-        open_, close = pairs[self.tag]
-        count, in_string, escaped = 0, False, False
-        for c in self.buffer:
-            if escaped:
-                escaped = False
+        return self.tag in _PAIRS and self._closing.closed(self.buffer)
+
+
+_PAIRS = {"{": ("{", "}"), "[": ("[", "]")}
+
+
+class _Objects:
+    """:func:`find_arguments`'s reading of a text that keeps its place: each character is read once however often
+    the text grows and is asked again (the top-level objects' braces, outside strings, as Ollama counts them)."""
+
+    def __init__(self) -> None:
+        self.pos, self.start, self.braces, self.in_string, self.escaped = 0, -1, 0, False, False
+
+    def arguments(self, tool: str, buf: str) -> tuple[dict[str, Any], int] | None:
+        """The first object of ``buf`` (from where the last call stopped) that parses, read for ``tool``'s
+        arguments, and where it ends; None while none has closed, or where one names the call without arguments
+        (read again next time, as it would be from the start)."""
+        while self.pos < len(buf):
+            i, c = self.pos, buf[self.pos]
+            self.pos += 1
+            if self.escaped:
+                self.escaped = False
             elif c == "\\":
-                escaped = True
+                self.escaped = True
             elif c == '"':
-                in_string = not in_string
-            elif in_string:
+                self.in_string = not self.in_string
+            elif self.in_string:
                 continue
-            elif c == open_:
-                count += 1
-            elif c == close:
-                count -= 1
-                if count == 0:
+            elif c == "{":
+                if self.braces == 0:
+                    self.start = i
+                self.braces += 1
+            elif c == "}":
+                self.braces -= 1
+                if self.braces == 0 and self.start != -1:
+                    start, self.start = self.start, -1
+                    data = _object(buf[start : i + 1])
+                    if data is None:
+                        continue
+                    found = _find_object(tool, data)
+                    if found is _NO_ARGS:
+                        self.pos = start  # at top level, outside any string: the same place as before it
+                        return None
+                    return (found if found is not None else data), i
+                self.braces = max(self.braces, 0)
+        return None
+
+
+class _Closing:
+    """Ollama's ``done`` count (``open_`` up, ``close`` down, outside strings) kept between calls."""
+
+    def __init__(self, open_: str, close: str) -> None:
+        self.open, self.close = open_, close
+        self.pos, self.count, self.in_string, self.escaped = 0, 0, False, False
+
+    def closed(self, buf: str) -> bool:
+        """Whether the count has come back to 0 on a closing bracket in ``buf`` (read from where it stopped)."""
+        while self.pos < len(buf):
+            c = buf[self.pos]
+            self.pos += 1
+            if self.escaped:
+                self.escaped = False
+            elif c == "\\":
+                self.escaped = True
+            elif c == '"':
+                self.in_string = not self.in_string
+            elif self.in_string:
+                continue
+            elif c == self.open:
+                self.count += 1
+            elif c == self.close:
+                self.count -= 1
+                if self.count == 0:
                     return True
         return False
+
+
+def _object(text: str) -> dict[str, Any] | None:
+    """``text`` as a JSON object, or None (not JSON, not an object, nested past what Python's json takes)."""
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def find_tool(names: Sequence[str], buf: str) -> tuple[str | None, int]:
     """The tool whose name occurs first in ``buf`` (the longest at one place) and where its name ends; none
     while ``buf`` ends with what may be the start of a longer name (``get`` of ``get_weather``)."""
-    if not buf:
-        return None, 0
-    longest = max((len(n) for n in names), default=0)
-    for i in range(1, min(len(buf), longest) + 1):
-        tail = buf[-i:]
-        if any(len(tail) < len(n) and n.startswith(tail) for n in names):
+    return _Names(names).find(buf)
+
+
+class _Names:
+    """:func:`find_tool` over a buffer that grows, keeping what it found: the earliest name is looked for again
+    only where new text can hold one, and the tail's check is a binary search in the sorted names, so that a piece
+    costs what it adds, not the buffer's length times the number of tools (a request may bring thousands)."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.names = list(names)
+        self.sorted = sorted(set(self.names))
+        self.longest = max((len(n) for n in self.names), default=0)
+        self.reset()
+
+    def reset(self) -> None:
+        """For a new buffer: nothing of it looked through yet."""
+        self.searched = 0  # how much of the buffer has been looked through
+        self.found: str | None = None
+        self.start = self.end = -1
+
+    def find(self, buf: str) -> tuple[str | None, int]:
+        if not buf:
             return None, 0
-    found, start, end = None, -1, -1
-    for n in names:
-        pos = buf.find(n)
-        if pos == -1:
-            continue
-        if start != -1 and (pos > start or (pos == start and len(n) <= len(found or ""))):
-            continue
-        found, start, end = n, pos, pos + len(n)
-    return (found, end) if found is not None else (None, 0)
+        for i in range(1, min(len(buf), self.longest) + 1):
+            if self._starts_a_longer_name(buf[-i:]):
+                return None, 0
+        window = max(0, self.searched - self.longest + 1)  # a match in new text starts here at the earliest
+        if self.found is None or self.start >= window:
+            for n in self.names:
+                pos = buf.find(n, window)
+                if pos == -1:
+                    continue
+                if self.start != -1 and (pos > self.start or (pos == self.start and len(n) <= len(self.found or ""))):
+                    continue
+                self.found, self.start, self.end = n, pos, pos + len(n)
+        self.searched = len(buf)
+        return (self.found, self.end) if self.found is not None else (None, 0)
+
+    def _starts_a_longer_name(self, tail: str) -> bool:
+        """Whether some name begins with ``tail`` and goes on after it: the names from ``tail`` on, sorted, start
+        with those that begin with it."""
+        i = bisect.bisect_left(self.sorted, tail)
+        while i < len(self.sorted) and self.sorted[i].startswith(tail):
+            if len(self.sorted[i]) > len(tail):
+                return True
+            i += 1
+        return False
 
 
 def _find_map(name: str, obj: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -152,7 +263,7 @@ def _find_map(name: str, obj: Mapping[str, Any]) -> dict[str, Any] | None:
     if isinstance(v, str):
         try:
             parsed = json.loads(v)
-        except ValueError:
+        except (ValueError, RecursionError):  # the model's own text: not arguments
             return None
         return parsed if isinstance(parsed, dict) else None
     return None
@@ -181,40 +292,7 @@ def find_arguments(tool: str, buf: str) -> tuple[dict[str, Any], int] | None:
     """Ollama's ``findArguments``: the first JSON object in ``buf`` that parses, read for ``tool``'s arguments
     (``{"name": ..., "arguments": {...}}``, ``"parameters"``, ``{tool: {...}}``, or nested), else the object
     itself; with where it ends (its closing brace). None while no object is complete."""
-    start, braces, in_string, escaped = -1, 0, False, False
-    for i, c in enumerate(buf):
-        if escaped:
-            escaped = False
-            continue
-        if c == "\\":
-            escaped = True
-            continue
-        if c == '"':
-            in_string = not in_string
-            continue
-        if in_string:
-            continue
-        if c == "{":
-            if braces == 0:
-                start = i
-            braces += 1
-        elif c == "}":
-            braces -= 1
-            if braces == 0 and start != -1:
-                try:
-                    data = json.loads(buf[start : i + 1])
-                except (ValueError, RecursionError):
-                    start = -1
-                    continue
-                if not isinstance(data, dict):
-                    start = -1
-                    continue
-                found = _find_object(tool, data)
-                if found is _NO_ARGS:
-                    return None
-                return (found if found is not None else data), i
-            braces = max(braces, 0)
-    return None
+    return _Objects().arguments(tool, buf)
 
 
 def go_tool_tag(template: Any) -> str:
@@ -313,13 +391,17 @@ def openai_calls(calls: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _call_arguments(raw: Any, where: str) -> dict[str, Any]:
+    """A history call's arguments: an object, or OpenAI's JSON text of one, read with the request body's bounds
+    (the body's depth check cannot see inside a string)."""
     if raw is None or raw == "":
         return {}
     if isinstance(raw, str):
+        if not raw.lstrip().startswith("{"):
+            raise ApiError(400, f"{where}.arguments is not a JSON object: {raw[:80]!r}")
         try:
-            raw = json.loads(raw)
-        except ValueError:
-            raise ApiError(400, f"{where}.arguments is not a JSON object: {raw[:80]!r}") from None
+            raw = jsontext.loads(raw, f"{where}.arguments")
+        except JSONTextError as e:
+            raise ApiError(400, str(e)) from None
     if not isinstance(raw, dict):
         raise ApiError(400, f"{where}.arguments must be a JSON object")
     return raw

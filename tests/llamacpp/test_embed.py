@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from local_eagle.llamacpp import embed as emb
-from local_eagle.llamacpp.model import Context, ContextOptions, Model
+from local_eagle.llamacpp.model import PREFIX_MARGIN, Context, ContextOptions, Model
 from local_eagle.testing.gguf_edit import with_keys
 from local_eagle.testing.tiny import write_tiny_target
 
@@ -100,3 +100,41 @@ def test_truncation_dimensions_and_refusals(model: Model, tiny: Path, tmp_path: 
         assert "reranking model" in emb.answer(rank, {"texts": ["a"]}, 256)["error"]
     finally:
         rank.close()
+
+
+@pytest.mark.parametrize("text", ["x" * 50_000, "the cat and the hat " * 5000, "é 😀 w1 " * 8000, "a" * 700])
+def test_a_long_text_is_tokenized_from_a_prefix_with_the_same_first_tokens(model: Model, text: str) -> None:
+    """Truncation tokenizes a prefix sized from the context (doubled while too short), not the whole text: the tokens
+    kept are the whole text's first ones, and a text that fits is tokenized whole."""
+    whole = model.tokenize(text, add_special=True, parse_special=True)
+    got = emb.text_tokens(model, text, 256)
+    assert np.array_equal(got[:256], whole[:256])
+    assert len(got) < len(whole) or np.array_equal(got, whole)
+    calls: list[int] = []
+    real = model.tokenize
+
+    def counted(t: str, **kw: object) -> np.ndarray:
+        calls.append(len(t))
+        return real(t, **kw)
+
+    model.tokenize = counted  # type: ignore[method-assign]
+    try:
+        emb.tokens_of(model, [text], 256, truncate=True)
+    finally:
+        del model.tokenize
+    assert max(calls) <= max(8 * (256 + PREFIX_MARGIN) * 4, len(text) if len(text) <= 4096 else 0), calls
+
+
+def test_progress_is_called_through_an_embedding_and_can_stop_it(model: Model) -> None:
+    steps: list[int] = []
+    emb.embed(model, ["hello world", "the cat"], n_ctx=256, n_threads=1, progress=lambda: steps.append(1))
+    assert len(steps) >= 4  # each text's tokens and each text's vector
+
+    class Stop(Exception):
+        pass
+
+    def stop() -> None:
+        raise Stop
+
+    with pytest.raises(Stop):
+        emb.embed(model, ["hello world"], n_ctx=256, n_threads=1, progress=stop)

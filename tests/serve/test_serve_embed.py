@@ -47,6 +47,7 @@ def test_ollama_embed(served, expected) -> None:
     one = client.embed(model="tiny:latest", input="hello world")
     assert np.allclose(one.embeddings[0], r.embeddings[0], atol=1e-6)
     assert client.embed(model="tiny", input="").embeddings == []  # Ollama: only loads the model
+    assert len(client.embed(model="tiny", input="hello world", dimensions=64).embeddings[0]) == 64  # all of it
     short = client.embed(model="tiny", input="hello world", dimensions=8).embeddings[0]
     assert len(short) == 8 and abs(np.linalg.norm(short) - 1) < 1e-5
     cut = client.embed(model="tiny", input="x" * 5000)  # truncated to the context, as Ollama's default
@@ -85,6 +86,8 @@ def test_openai_embeddings(served, expected) -> None:
         ("/api/embed", {"input": "x" * 5000, "truncate": False}, "more than"),
         ("/api/embed", {"input": "a", "truncate": "no"}, "truncate has the wrong type"),
         ("/api/embed", {"input": "a", "dimensions": 0}, "dimensions must be a positive number"),
+        ("/api/embed", {"input": "a", "dimensions": 10**9}, "dimensions must be at most 64, the length of"),
+        ("/v1/embeddings", {"input": "a", "dimensions": 65}, "dimensions must be at most 64"),
         ("/api/embeddings", {"prompt": ["a"]}, "prompt has the wrong type"),
         ("/v1/embeddings", {"input": []}, "input is empty"),
         ("/v1/embeddings", {"input": ""}, "input is empty"),

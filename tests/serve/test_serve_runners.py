@@ -208,3 +208,45 @@ def test_serve_leaves_no_runner_behind(pair) -> None:
     with socket.socket() as s:  # nothing of the server, its runner included, holds the port: a restart can listen
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind(("127.0.0.1", port))
+
+
+@pytest.mark.parametrize("how", ["generate", "chat", "embed"])
+def test_a_request_sent_the_instant_a_runner_dies_is_answered_by_a_new_one(pair, how, monkeypatch) -> None:
+    """The reader learns of a death when the runner's stdout ends, and reaps it after (its group killed, its stderr
+    drained: up to seconds for a big model): a request that came in between found it 'alive' and got the old
+    death's 500. Here the reaping is made a second slower to open that window wide; the kernel's word now counts
+    (``poll``), and a call that changes nothing is asked once more of a new runner. Four deaths in a row."""
+    from local_eagle.serve import runners
+
+    real = runners._Process._ended
+
+    def slow_reaping(self: runners._Process) -> None:
+        time.sleep(1.0)
+        real(self)
+
+    monkeypatch.setattr(runners._Process, "_ended", slow_reaping)
+    _, target, draft = pair
+    engine = RunnerEngine("cyc", target, draft, EngineOptions(n_ctx=256, n_threads=1))
+    server = EagleServer(engine, ServeConfig(name="cyc", model=target, draft=draft))
+    uv, thread, base = start_server(create_app(server))
+    pids = [engine.pid]
+    bodies = {"generate": ("/api/generate", {"prompt": "hi", "raw": True, "options": GREEDY}),
+              "chat": ("/api/chat", {"messages": [{"role": "user", "content": "hi"}], "options": GREEDY}),
+              "embed": ("/api/embed", {"input": ["hello", "world"]})}  # fmt: skip
+    path, body = bodies[how]
+    try:
+        expected = httpx.post(base + path, json={"model": "cyc", "stream": False, **body}, timeout=60).json()
+        for _ in range(4):
+            os.kill(engine.pid, signal.SIGKILL)
+            r = httpx.post(base + path, json={"model": "cyc", "stream": False, **body}, timeout=60)
+            assert r.status_code == 200, r.text
+            got = r.json()
+            for key in ("response", "message", "embeddings"):
+                assert got.get(key) == expected.get(key)
+            assert engine.pid not in pids
+            pids.append(engine.pid)
+    finally:
+        uv.should_exit = True
+        thread.join(timeout=30)
+        server.close()
+    assert _wait_gone(pids) == [], "a runner outlived the server"

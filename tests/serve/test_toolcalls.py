@@ -4,6 +4,7 @@ serve/chatoutput.py): pure functions over realistic outputs of Llama 3.1, Qwen 2
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from chat_templates import DEEPSEEK_R1_JINJA, LLAMA31, LLAMA31_JINJA, MISTRAL, MISTRAL_JINJA, QWEN3, QWEN3_JINJA, QWEN25
@@ -215,3 +216,57 @@ def test_bad_tool_calls_in_messages_are_400s():
         message_extras({"role": "assistant", "tool_calls": [{"function": {}}]}, 1)
     with pytest.raises(ApiError, match="arguments"):
         message_extras({"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{x"}}]}, 1)
+
+
+@pytest.mark.parametrize("tag", ["<tool_call>", "{", "[TOOL_CALLS]["])
+def test_a_stream_is_read_once_and_split_anywhere_reads_as_a_whole(tag: str) -> None:
+    """The parser reads on from where the last piece stopped (issue 47's hostile-output pass: a long unclosed call
+    was read whole again at every piece, 5 s of the event loop for 24,000 characters): every way of cutting an
+    output gives what the whole does, and a long unclosed call costs time in proportion to its length."""
+    pre = "" if tag == "{" else tag
+    outputs = [
+        pre + '{"name": "f", "arguments": {"a": "x}y\\\\"}} ' + '{"name": "g", "parameters": {"b": [1, {"c": 2}]}}',
+        pre + '{"name": "f"} {"name": "f", "arguments": {"z": 1}}',  # a call without arguments first: held back
+        pre + '{not json} {"name": "g", "arguments": "{\\"k\\": 3}"} tail',
+        "plain text, no call",
+    ]
+    if tag == "{":  # bare JSON: a stream is done once its first object closes (Ollama's done), a whole text is not
+        outputs = ['{"name": "f", "arguments": {"a": "x}y\\\\"}}', '{"name": "f"} trailing', "plain text, no call"]
+    for text in outputs:
+        whole = ToolParser(tag, ["f", "g"])
+        calls, content = whole.add(text)
+        want = ([c["function"] for c in calls], content + whole.finish())
+        for step in (1, 2, 3, 7):
+            p = ToolParser(tag, ["f", "g"])
+            got_calls, got_content = [], ""
+            for i in range(0, len(text), step):
+                c, t = p.add(text[i : i + step])
+                got_calls += [x["function"] for x in c]
+                got_content += t
+            assert (got_calls, got_content + p.finish()) == want, (tag, text, step)
+    p = ToolParser(tag, ["get_weather"])
+    long = pre + '{"name": "get_weather", "arguments": {"city": "' + "Par}s " * 4000
+    t0 = time.perf_counter()
+    for i in range(0, len(long), 4):
+        p.add(long[i : i + 4])
+    assert time.perf_counter() - t0 < 1.5  # 0.05 s here; 5 s when every piece read the buffer from its start
+
+
+def test_the_tool_name_search_keeps_its_place_and_its_answers() -> None:
+    """``_Names`` over a growing buffer answers what ``find_tool`` does on the whole of it (the longest name at the
+    earliest place, none while the buffer ends with the start of a longer name), and with a thousand tools a long
+    output costs a tenth of a second, not seconds of the event loop."""
+    from local_eagle.serve.toolcalls import _Names, find_tool
+
+    names = ["get", "get_weather", "weather", "set", "x"]
+    text = 'a call: {"name": "get_weather", "arguments": {}} then set and weather and get'
+    grown = _Names(names)
+    for i in range(len(text) + 1):
+        assert grown.find(text[:i]) == find_tool(names, text[:i]), text[:i]
+    many = [f"tool_number_{i}_with_a_long_descriptive_name" for i in range(1000)]
+    p = ToolParser("<tool_call>", many)
+    long = '<tool_call>{"name": "tool_number_7_with_a_long_descriptive_name", "arguments": {"a": "' + "x" * 16000
+    t0 = time.perf_counter()
+    for i in range(0, len(long), 4):
+        p.add(long[i : i + 4])
+    assert time.perf_counter() - t0 < 3.0  # 0.1 s here; every piece searched the buffer for every name before
