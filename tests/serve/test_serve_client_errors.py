@@ -14,8 +14,10 @@ from typing import Any
 
 import httpx
 import pytest
+from chat_templates import QWEN25
 
 from local_eagle.jsontext import MAX_DEPTH, JSONTextError, loads
+from local_eagle.ollama.modelfile import Modelfile
 from local_eagle.runtime.engine import EngineOptions
 from local_eagle.runtime.grammar import GrammarError, GrammarSpec
 from local_eagle.serve.app import EagleServer, ServeConfig, create_app
@@ -80,11 +82,13 @@ CASES = [
     ("/api/chat", {"messages": HI, "tools": _tool("f", {"type": "object", "properties": {"a": {"minimum": math.nan}}})},
      "tools[0].function.parameters.properties.a.minimum must be a finite number"),
     ("/v1/chat/completions", {"messages": HI, "tools": _tool("f", RECURSIVE), "tool_choice": "required"},
-     "tool_choice: a tool's parameters cannot constrain the call: tools cannot be followed: parser error"),
+     "tool_choice: a tool's parameters cannot constrain the call: "
+     "tools[0].function.parameters cannot be followed: parser"),
     ("/v1/chat/completions",
      {"messages": HI, "tools": _tool("f", HUGE_PATTERN),
       "tool_choice": {"type": "function", "function": {"name": "f"}}},
-     "tool_choice: a tool's parameters cannot constrain the call: tools cannot be followed: lexer error"),
+     "tool_choice: a tool's parameters cannot constrain the call: "
+     "tools[0].function.parameters cannot be followed: lexer"),
 ]  # fmt: skip
 
 
@@ -97,11 +101,16 @@ class _Records(logging.Handler):
         self.records.append(record)
 
 
+def _config(target: Any, draft: Any) -> ServeConfig:
+    """A template that takes tools: one that cannot answers a request with tools a 400 before its tools are read."""
+    return ServeConfig(name="cyc", model=target, draft=draft, modelfile=Modelfile(model=target, template=QWEN25))
+
+
 @pytest.fixture(scope="module")
 def served(pair):
     _, target, draft = pair
     engine = RunnerEngine("cyc", target, draft, EngineOptions(n_ctx=256, n_threads=1))
-    server = EagleServer(engine, ServeConfig(name="cyc", model=target, draft=draft))
+    server = EagleServer(engine, _config(target, draft))
     with running(create_app(server)) as base:
         yield server, base
     server.close()
@@ -167,8 +176,7 @@ def test_a_grammar_failing_while_it_runs_is_a_400_naming_its_field(pair, monkeyp
     from local_eagle.runtime.engine import Engine
 
     _, target, draft = pair
-    server = EagleServer(Engine(target, draft, EngineOptions(n_ctx=256, n_threads=1)),
-                         ServeConfig(name="cyc", model=target, draft=draft))  # fmt: skip
+    server = EagleServer(Engine(target, draft, EngineOptions(n_ctx=1024, n_threads=1)), _config(target, draft))
 
     class Failing:
         result = None
@@ -251,8 +259,7 @@ def test_a_prompt_far_past_the_context_is_refused_on_a_prefix(pair, monkeypatch)
     from local_eagle.runtime.engine import Engine
 
     _, target, draft = pair
-    server = EagleServer(Engine(target, draft, EngineOptions(n_ctx=256, n_threads=1)),
-                         ServeConfig(name="cyc", model=target, draft=draft))  # fmt: skip
+    server = EagleServer(Engine(target, draft, EngineOptions(n_ctx=256, n_threads=1)), _config(target, draft))
     seen: list[int] = []
     real = server.engine.tokenize
     monkeypatch.setattr(server.engine, "tokenize", lambda text: seen.append(len(text)) or real(text))
