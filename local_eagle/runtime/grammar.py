@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from local_eagle import jsontext
 from local_eagle.errors import LocalEagleError
+from local_eagle.runtime import jsontext
 
 if TYPE_CHECKING:
     import llguidance

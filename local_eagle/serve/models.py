@@ -18,12 +18,12 @@ from typing import Any, NamedTuple
 import numpy as np
 from fastapi import Request
 
-from local_eagle import jsontext
 from local_eagle.errors import LocalEagleError
-from local_eagle.jsontext import JSONTextError
 from local_eagle.ollama import parameters
 from local_eagle.ollama.parameters import ParameterError
+from local_eagle.runtime import jsontext
 from local_eagle.runtime.grammar import GrammarSpec
+from local_eagle.runtime.jsontext import JSONTextError
 from local_eagle.runtime.sampling import SamplingParams
 from local_eagle.serve.errors import ApiError
 from local_eagle.serve.jobs import Job, in_thread, off_loop
@@ -123,7 +123,7 @@ def _trim() -> None:
 
 
 def parse_body(data: bytes) -> dict[str, Any]:
-    """A request body as a JSON object, or a 400 (:func:`local_eagle.jsontext.loads`: nesting bounded, as Go's
+    """A request body as a JSON object, or a 400 (:func:`local_eagle.runtime.jsontext.loads`: nesting bounded, as Go's
     decoder, Ollama's, stops at 10000; no number Python cannot read; no lone surrogate in any string)."""
     try:
         body = jsontext.loads(data, "the request body")

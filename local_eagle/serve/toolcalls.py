@@ -24,8 +24,8 @@ from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
-from local_eagle import jsontext
-from local_eagle.jsontext import JSONTextError
+from local_eagle.runtime import jsontext
+from local_eagle.runtime.jsontext import JSONTextError
 from local_eagle.serve.errors import ApiError
 
 # tags that chat templates write before a call, in the order they are looked for in a Jinja template

@@ -16,10 +16,10 @@ import httpx
 import pytest
 from chat_templates import QWEN25
 
-from local_eagle.jsontext import MAX_DEPTH, JSONTextError, loads
 from local_eagle.ollama.modelfile import Modelfile
 from local_eagle.runtime.engine import EngineOptions
 from local_eagle.runtime.grammar import GrammarError, GrammarSpec
+from local_eagle.runtime.jsontext import MAX_DEPTH, JSONTextError, loads
 from local_eagle.serve.app import EagleServer, ServeConfig, create_app
 from local_eagle.serve.harness import running
 from local_eagle.serve.runners import RunnerEngine
@@ -224,8 +224,8 @@ def test_grammar_specs_refuse_what_fails_at_run_time_without_a_model() -> None:
 
 
 def test_a_grammar_too_long_is_refused_before_any_work() -> None:
-    from local_eagle.jsontext import longer_than
     from local_eagle.runtime.grammar import MAX_SOURCE_CHARS
+    from local_eagle.runtime.jsontext import longer_than
 
     assert longer_than({"a": ["x" * 10]}, 12) and not longer_than({"a": [1, "xy"]}, 100)
     with pytest.raises(GrammarError, match=f"format is more than {MAX_SOURCE_CHARS} characters long as JSON"):
