@@ -44,6 +44,8 @@ class ChainDraft:
         if lengths is not None:
             if isinstance(lengths, DraftLengthPolicy):  # where probes cannot pay, they mostly re-check the costs
                 gen.feed.window = PROBE_CONTEXT if lengths.hopeless else gen.window
+                if lengths.hopeless:  # rows queued under a wider window (a prompt's) are trimmed to this one too
+                    gen.feed.trim()
             lengths.begin_round(self.bound, ready=gen.feed.ready(gen.n_past))
             self.active = lengths.extend()
         if not self.active:
