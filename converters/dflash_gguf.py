@@ -1,0 +1,410 @@
+"""Pack a DFlash block drafter checkpoint into the ``dflash`` GGUF that the pinned llama.cpp loads.
+
+DFlash (z-lab, "block diffusion for flash speculative decoding") drafts a whole block in one
+forward pass: the block ``[last token, <mask> * (block_size - 1)]`` attends over K/V that the
+target's hidden states (captured at ``target_layer_ids``, fused by ``fc`` + ``hidden_norm``)
+put into the drafter's cache. Its body is a Qwen3 decoder stack without embeddings or head: the
+drafter borrows both from the target at run time.
+
+The GGUF written here holds what llama.cpp's own converter (``conversion/qwen.py``,
+``DFlashModel``) writes for the same checkpoint -- the Qwen3 text-model keys under ``dflash.``,
+``dflash.target_layers`` / ``target_hidden_size`` / ``block_size`` / ``mask_token_id`` and the
+target's tokenizer -- with the tensor names ``src/models/dflash.cpp`` loads. The tokenizer comes
+from the target's GGUF rather than its Hugging Face folder (the same keys, as llama.cpp wrote
+them for the target), and the mask token is also written as ``tokenizer.ggml.mask_token_id``,
+which is where ``common/speculative.cpp``'s ``draft-dflash`` reads it (``llama_vocab_mask``).
+
+DSpark (a Markov and a confidence head) and DFlash2 (per-layer dynamic convolutions and a
+candidate selector) share the architecture but their checkpoints are refused here for now:
+see docs/block-drafters.md.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from gguf import GGUFValueType, GGUFWriter
+
+from converters.eagle3_gguf import FILE_TYPES, OUTTYPES, _encode_all, _write_all
+from converters.formats import _to_numpy, checkpoint_files, load_weights
+from local_eagle.errors import CheckpointError, LocalEagleError
+from local_eagle.files import atomic_output, check_output_file
+from local_eagle.gguf import ModelInfo, copy_fields, model_info, open_gguf
+from local_eagle.gguf.check import read_json
+
+ARCH = "dflash"
+# The Hugging Face architecture names llama.cpp's converter registers for DFlash (``DFlashModel``).
+DFLASH_ARCHITECTURES = ("DFlashDraftModel",)
+# Sibling families of the same GGUF architecture that this converter does not write yet.
+UNSUPPORTED_ARCHITECTURES = {
+    "Qwen3DSparkModel": "DSpark",
+    "DSparkForCausalLM": "DSpark",
+    "DsparkSpeculator": "DSpark",
+    "DeepseekV4DSparkModel": "DSpark",
+    "DeepseekV41DSparkModel": "DSpark",
+    "DFlash2DraftModel": "DFlash2",
+}
+UNSUPPORTED_TENSOR = re.compile(
+    r"(^|\.)(markov_head|markov_w1|markov_w2|confidence_head|conf_proj)\.|"
+    r"(^|\.)(selector|selector_hidden|selector_predecessor|selector_successor)(\.|$)|"
+    r"(^|\.)(attn_conv|ffn_conv|conv_base|conv_proj)"
+)
+
+LAYER_TENSORS = {
+    "input_layernorm.weight": "attn_norm.weight",
+    "self_attn.q_proj.weight": "attn_q.weight",
+    "self_attn.k_proj.weight": "attn_k.weight",
+    "self_attn.v_proj.weight": "attn_v.weight",
+    "self_attn.o_proj.weight": "attn_output.weight",
+    "self_attn.q_norm.weight": "attn_q_norm.weight",
+    "self_attn.k_norm.weight": "attn_k_norm.weight",
+    "post_attention_layernorm.weight": "ffn_norm.weight",
+    "mlp.gate_proj.weight": "ffn_gate.weight",
+    "mlp.up_proj.weight": "ffn_up.weight",
+    "mlp.down_proj.weight": "ffn_down.weight",
+}
+TOP_TENSORS = {
+    "fc.weight": "fc.weight",
+    "hidden_norm.weight": "enc.output_norm.weight",  # DFLASH_HIDDEN_NORM: the loader's output_norm_enc
+    "norm.weight": "output_norm.weight",
+    "embed_tokens.weight": "token_embd.weight",  # optional: drafts that carry their own embeddings
+    "lm_head.weight": "output.weight",  # optional: drafts that carry their own head
+}
+REQUIRED_TOP = ("fc.weight", "hidden_norm.weight", "norm.weight")
+IGNORED = re.compile(r"(^|\.)rotary_emb\.inv_freq$")
+CONFIG_INTS = (
+    "hidden_size",
+    "intermediate_size",
+    "num_attention_heads",
+    "num_hidden_layers",
+    "max_position_embeddings",
+)
+LAYER_NAME = re.compile(r"^layers\.(\d+)\.(.+)$")
+
+
+@dataclass
+class DFlashResult:
+    """What ``convert_dflash`` wrote, for the CLI's one line and ``--json``."""
+
+    outfile: Path
+    family: str
+    target_layers: list[int]
+    block_size: int
+    mask_token_id: int
+    block_count: int
+    tensor_count: int
+    nbytes: int
+
+
+def is_block_drafter(draft_dir: str | os.PathLike[str]) -> bool:
+    """Whether a checkpoint directory holds a DFlash / DSpark / DFlash2 drafter (so ``convert`` picks this path).
+
+    Judged by config.json alone: its architectures or a ``dflash_config`` block; anything unreadable is
+    left to the EAGLE reader, which reports it in its own words.
+    """
+    path = Path(draft_dir) / "config.json"
+    try:
+        raw = read_json(path)
+    except LocalEagleError:
+        return False
+    if not isinstance(raw, dict):
+        return False
+    archs = raw.get("architectures") or []
+    names = set(DFLASH_ARCHITECTURES) | set(UNSUPPORTED_ARCHITECTURES)
+    return isinstance(raw.get("dflash_config"), dict) or any(isinstance(a, str) and a in names for a in archs)
+
+
+def _int_field(raw: dict[str, Any], key: str, path: Path, lo: int = 1, hi: int = 1 << 24) -> int:
+    v = raw.get(key)
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        raise CheckpointError(f"{path}: '{key}' is {str(v)[:40]}, expected an integer from {lo} to {hi}")
+    return v
+
+
+def _float_field(raw: dict[str, Any], key: str, path: Path, default: float) -> float:
+    v = raw.get(key, default)
+    if v is None:
+        v = default
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v) or v <= 0:
+        raise CheckpointError(f"{path}: '{key}' is {str(v)[:40]}, expected a positive number")
+    return float(v)
+
+
+def read_dflash_config(draft_dir: Path) -> dict[str, Any]:
+    """config.json of a DFlash checkpoint, checked and flattened: the fields the GGUF is written from."""
+    path = draft_dir / "config.json"
+    if not draft_dir.is_dir():
+        raise CheckpointError(f"{draft_dir}: not a directory (expected a DFlash checkpoint directory)")
+    if not path.is_file():
+        raise CheckpointError(f"{path}: missing config.json")
+    raw = read_json(path)
+    if not isinstance(raw, dict):
+        raise CheckpointError(f"{path}: expected a JSON object")
+    for a in raw.get("architectures") or []:
+        if a in UNSUPPORTED_ARCHITECTURES:
+            raise CheckpointError(
+                f"{path}: architectures names {a}, a {UNSUPPORTED_ARCHITECTURES[a]} drafter; local-eagle converts "
+                "DFlash (DFlashDraftModel) checkpoints only so far (docs/block-drafters.md)"
+            )
+    dcfg = raw.get("dflash_config", {})
+    if dcfg is None:
+        dcfg = {}
+    if not isinstance(dcfg, dict):
+        raise CheckpointError(f"{path}: 'dflash_config' is {str(dcfg)[:40]}, expected a JSON object")
+    cfg: dict[str, Any] = {k: _int_field(raw, k, path) for k in CONFIG_INTS}
+    cfg["num_key_value_heads"] = _int_field(
+        {"num_key_value_heads": raw.get("num_key_value_heads", cfg["num_attention_heads"])}, "num_key_value_heads", path
+    )
+    head_dim = raw.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+    cfg["head_dim"] = _int_field({"head_dim": head_dim}, "head_dim", path)
+    cfg["rms_norm_eps"] = _float_field(raw, "rms_norm_eps", path, 1e-6)
+    cfg["rope_theta"] = _float_field(raw, "rope_theta", path, 10000.0)
+    block = raw.get("block_size", dcfg.get("block_size", 16))
+    cfg["block_size"] = _int_field({"block_size": block}, "block_size", path, 2, 1024)
+    rs = raw.get("rope_scaling")
+    kind = str((rs or {}).get("rope_type") or (rs or {}).get("type") or "default").lower() if rs else "default"
+    if kind != "default":
+        raise CheckpointError(
+            f"{path}: rope_scaling type {kind!r} is not supported for DFlash drafters yet (plain RoPE only)"
+        )
+    layer_types = raw.get("layer_types") or []
+    if any(t == "sliding_attention" for t in layer_types):
+        raise CheckpointError(
+            f"{path}: layer_types has sliding_attention layers; sliding-window DFlash drafters are not supported yet"
+        )
+    layers = dcfg.get("target_layer_ids", raw.get("target_layer_ids"))
+    if layers is not None and (
+        not isinstance(layers, list) or not layers or any(isinstance(x, bool) or not isinstance(x, int) for x in layers)
+    ):
+        raise CheckpointError(
+            f"{path}: 'dflash_config.target_layer_ids' is {str(layers)[:60]}, expected a list of ints"
+        )
+    cfg["target_layer_ids"] = layers
+    mask = dcfg.get("mask_token_id", raw.get("mask_token_id"))
+    if mask is not None and (isinstance(mask, bool) or not isinstance(mask, int) or mask < 0):
+        raise CheckpointError(f"{path}: 'dflash_config.mask_token_id' is {str(mask)[:40]}, expected a token id")
+    cfg["mask_token_id"] = mask
+    ths = raw.get("target_hidden_size")
+    cfg["target_hidden_size"] = None if ths is None else _int_field(raw, "target_hidden_size", path)
+    return cfg
+
+
+def default_target_layers(n_target: int, n_draft: int) -> list[int]:
+    """llama.cpp's fallback when a config names no layers: evenly spaced over the target (SpecForge's rule)."""
+    return [max(0, (i + 1) * n_target // (n_draft + 1) - 1) for i in range(n_draft)]
+
+
+def read_dflash_tensors(draft_dir: Path, cfg: dict[str, Any]) -> dict[str, np.ndarray]:
+    """The checkpoint's tensors under their canonical (un-prefixed) names, each one accounted for."""
+    out: dict[str, np.ndarray] = {}
+    n_layer = cfg["num_hidden_layers"]
+    for name, t in load_weights(draft_dir).items():
+        if IGNORED.search(name):
+            continue
+        cname = name.removeprefix("model.")
+        if UNSUPPORTED_TENSOR.search(cname):
+            raise CheckpointError(
+                f"{draft_dir}: tensor '{name}' belongs to a DSpark / DFlash2 head, which local-eagle does not convert "
+                "yet; DFlash checkpoints only (docs/block-drafters.md)"
+            )
+        if cname in ("d2t", "t2d"):
+            arr = _to_numpy(t)
+            if cname == "d2t" and arr.size and np.any(arr != 0):
+                raise CheckpointError(
+                    f"{draft_dir}: tensor 'd2t' maps a reduced draft vocabulary; DFlash drafters share the target's "
+                    "vocabulary and llama.cpp's converter drops d2t, so a non-identity map cannot be kept"
+                )
+            continue  # identity maps: llama.cpp's converter drops them too
+        m = LAYER_NAME.match(cname)
+        if m:
+            if int(m.group(1)) >= n_layer or m.group(2) not in LAYER_TENSORS:
+                raise CheckpointError(
+                    f"{draft_dir}: unexpected tensor '{name}' for a DFlash drafter with {n_layer} layers"
+                )
+        elif cname not in TOP_TENSORS:
+            raise CheckpointError(f"{draft_dir}: unexpected tensor '{name}' for a DFlash drafter")
+        if cname in out:
+            raise CheckpointError(f"{draft_dir}: tensor '{cname}' appears twice (with and without 'model.')")
+        out[cname] = _to_numpy(t)
+    for name in REQUIRED_TOP:
+        if name not in out:
+            raise CheckpointError(f"{draft_dir}: missing tensor '{name}'")
+    for i in range(n_layer):
+        for suffix in LAYER_TENSORS:
+            if f"layers.{i}.{suffix}" not in out:
+                raise CheckpointError(f"{draft_dir}: missing tensor 'layers.{i}.{suffix}'")
+    return out
+
+
+def expected_shapes(cfg: dict[str, Any], n_layers_in: int, n_vocab: int) -> dict[str, tuple[int, ...]]:
+    """Every tensor's torch shape, as ``dflash.cpp``'s ``load_arch_tensors`` will demand it (reversed)."""
+    h, ff, hd = cfg["hidden_size"], cfg["intermediate_size"], cfg["head_dim"]
+    nq, nkv = cfg["num_attention_heads"] * hd, cfg["num_key_value_heads"] * hd
+    per_layer = {
+        "input_layernorm.weight": (h,),
+        "self_attn.q_proj.weight": (nq, h),
+        "self_attn.k_proj.weight": (nkv, h),
+        "self_attn.v_proj.weight": (nkv, h),
+        "self_attn.o_proj.weight": (h, nq),
+        "self_attn.q_norm.weight": (hd,),
+        "self_attn.k_norm.weight": (hd,),
+        "post_attention_layernorm.weight": (h,),
+        "mlp.gate_proj.weight": (ff, h),
+        "mlp.up_proj.weight": (ff, h),
+        "mlp.down_proj.weight": (h, ff),
+    }
+    shapes = {
+        "fc.weight": (h, n_layers_in * h),
+        "hidden_norm.weight": (h,),
+        "norm.weight": (h,),
+        "embed_tokens.weight": (n_vocab, h),
+        "lm_head.weight": (n_vocab, h),
+    }
+    for i in range(cfg["num_hidden_layers"]):
+        shapes.update({f"layers.{i}.{k}": v for k, v in per_layer.items()})
+    return shapes
+
+
+def plan_dflash(
+    draft_dir: Path, target: ModelInfo, target_kv: dict[str, Any], target_layers: list[int] | None
+) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """Check a DFlash checkpoint against its target; return (resolved config, canonical tensors)."""
+    cfg = read_dflash_config(draft_dir)
+    cpath = draft_dir / "config.json"
+    h = cfg["hidden_size"]
+    if h % cfg["num_attention_heads"] or cfg["num_attention_heads"] % cfg["num_key_value_heads"]:
+        raise CheckpointError(
+            f"{cpath}: num_attention_heads {cfg['num_attention_heads']} must divide hidden_size {h} and be a "
+            f"multiple of num_key_value_heads {cfg['num_key_value_heads']}"
+        )
+    ths = cfg["target_hidden_size"] or target.n_embd
+    if ths != target.n_embd:
+        raise CheckpointError(
+            f"{cpath}: target_hidden_size is {ths} but target {target.path.name} has embedding_length {target.n_embd}"
+        )
+    if h != target.n_embd:
+        # dflash.cpp sizes fc as {n_target_layers * n_embd, n_embd} with the drafter's own n_embd, and the
+        # drafter embeds its block with the target's token_embd: both widths must agree
+        raise CheckpointError(
+            f"{cpath}: hidden_size is {h} but target {target.path.name} has embedding_length {target.n_embd}; "
+            "llama.cpp's dflash drafter shares the target's embeddings and needs the same width"
+        )
+    cfg["target_hidden_size"] = ths
+    layers = target_layers or cfg["target_layer_ids"] or default_target_layers(target.n_layer, cfg["num_hidden_layers"])
+    for lid in layers:
+        if not 0 <= lid < target.n_layer:
+            raise CheckpointError(
+                f"{cpath}: target layer id {lid} is out of range for target {target.path.name} "
+                f"with {target.n_layer} layers (expected 0..{target.n_layer - 1})"
+            )
+    cfg["target_layers"] = [int(x) for x in layers]
+    mask = cfg["mask_token_id"]
+    if mask is None:
+        mask = target_kv.get("tokenizer.ggml.mask_token_id")
+        if not isinstance(mask, int):
+            raise CheckpointError(
+                f"{cpath}: no 'dflash_config.mask_token_id' and the target's tokenizer names no mask token; "
+                "the drafter fills its block with that token"
+            )
+    if not 0 <= mask < target.n_vocab:
+        raise CheckpointError(
+            f"{cpath}: mask_token_id {mask} is outside the target vocabulary of {target.n_vocab} tokens"
+        )
+    cfg["mask_token_id"] = int(mask)
+    tensors = read_dflash_tensors(draft_dir, cfg)
+    shapes = expected_shapes(cfg, len(cfg["target_layers"]), target.n_vocab)
+    for name, arr in tensors.items():
+        want = shapes[name]
+        if tuple(arr.shape) != want:
+            hint = ""
+            if name == "fc.weight" and arr.ndim == 2 and arr.shape[0] == h and arr.shape[1] % h == 0:
+                hint = f" ({arr.shape[1] // h} target layers, but {len(cfg['target_layers'])} are named)"
+            raise CheckpointError(
+                f"{draft_dir}: tensor '{name}' has shape {list(arr.shape)}, expected {list(want)}{hint}"
+            )
+    return cfg, tensors
+
+
+def gguf_tensors(tensors: dict[str, np.ndarray]) -> list[tuple[str, np.ndarray]]:
+    """The tensors under their GGUF names, top-level first and then by block (llama.cpp's Qwen3 RoPE is NEOX:
+    q/k rows keep Hugging Face's order, unlike the llama-family permute of the EAGLE path)."""
+    out = [(TOP_TENSORS[k], v) for k, v in tensors.items() if k in TOP_TENSORS]
+    order = list(LAYER_TENSORS)
+    blocks = []
+    for k, v in tensors.items():
+        m = LAYER_NAME.match(k)
+        if m:
+            bid, part = int(m.group(1)), m.group(2)
+            blocks.append((bid, order.index(part), f"blk.{bid}.{LAYER_TENSORS[part]}", v))
+    out += [(name, v) for _, _, name, v in sorted(blocks, key=lambda b: (b[0], b[1]))]
+    return out
+
+
+def convert_dflash(
+    draft_dir: str | os.PathLike[str],
+    target_gguf: str | os.PathLike[str],
+    outfile: str | os.PathLike[str],
+    outtype: str = "f16",
+    target_layers: list[int] | None = None,
+    progress: bool = False,
+) -> DFlashResult:
+    """Convert a DFlash checkpoint directory into a ``dflash`` GGUF paired with ``target_gguf``."""
+    if outtype not in OUTTYPES:
+        raise LocalEagleError(f"--outtype: expected one of {', '.join(OUTTYPES)}, got {outtype!r}")
+    inputs = [("target GGUF", target_gguf), *(("checkpoint file", f) for f in checkpoint_files(draft_dir))]
+    out = check_output_file(outfile, "--outfile", inputs)
+    reader = open_gguf(target_gguf, "target GGUF", keep=lambda k: k.startswith("tokenizer."))
+    target = model_info(reader, Path(target_gguf), "target GGUF")
+    if target.arch in (ARCH, "eagle3"):
+        raise LocalEagleError(f"{target_gguf}: is a {target.arch} drafter, expected the target model's GGUF")
+    cfg, tensors = plan_dflash(Path(draft_dir), target, reader.kv, target_layers)
+    ordered = gguf_tensors(tensors)
+    with atomic_output(out) as tmp:
+        w = GGUFWriter(tmp, ARCH)
+        w.add_name(f"{target.name or target.path.stem} DFlash drafter")
+        w.add_file_type(FILE_TYPES[outtype])
+        w.add_quantization_version(2)
+        # the Qwen3 text-model keys (TextModel.set_gguf_parameters)
+        w.add_uint32(f"{ARCH}.block_count", cfg["num_hidden_layers"])
+        w.add_uint32(f"{ARCH}.context_length", cfg["max_position_embeddings"])
+        w.add_uint32(f"{ARCH}.embedding_length", cfg["hidden_size"])
+        w.add_uint32(f"{ARCH}.feed_forward_length", cfg["intermediate_size"])
+        w.add_uint32(f"{ARCH}.attention.head_count", cfg["num_attention_heads"])
+        w.add_uint32(f"{ARCH}.attention.head_count_kv", cfg["num_key_value_heads"])
+        w.add_float32(f"{ARCH}.rope.freq_base", cfg["rope_theta"])
+        w.add_float32(f"{ARCH}.attention.layer_norm_rms_epsilon", cfg["rms_norm_eps"])
+        w.add_uint32(f"{ARCH}.attention.key_length", cfg["head_dim"])
+        w.add_uint32(f"{ARCH}.attention.value_length", cfg["head_dim"])
+        # the DFlash keys (DFlashModel.set_gguf_parameters)
+        w.add_key_value(f"{ARCH}.target_layers", cfg["target_layers"], GGUFValueType.ARRAY, GGUFValueType.INT32)
+        w.add_uint32(f"{ARCH}.target_hidden_size", cfg["target_hidden_size"])
+        w.add_uint32(f"{ARCH}.block_size", cfg["block_size"])
+        w.add_uint32(f"{ARCH}.mask_token_id", cfg["mask_token_id"])
+        for key, val, vtype, sub in copy_fields(reader, "tokenizer."):
+            if key != "tokenizer.ggml.mask_token_id":
+                w.add_key_value(key, val, vtype, sub)
+        w.add_uint32("tokenizer.ggml.mask_token_id", cfg["mask_token_id"])
+        encoded = _encode_all(ordered, outtype, progress)
+        for name, data, raw in encoded:
+            w.add_tensor_info(name, data.shape, data.dtype, data.nbytes, raw_dtype=raw)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_ti_data_to_file()
+        _write_all(w, encoded, progress)
+        w.close()
+        nbytes = tmp.stat().st_size
+    return DFlashResult(
+        outfile=out,
+        family="dflash",
+        target_layers=cfg["target_layers"],
+        block_size=cfg["block_size"],
+        mask_token_id=cfg["mask_token_id"],
+        block_count=cfg["num_hidden_layers"],
+        tensor_count=len(encoded),
+        nbytes=nbytes,
+    )
