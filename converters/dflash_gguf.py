@@ -194,6 +194,17 @@ def read_dflash_config(draft_dir: Path) -> dict[str, Any]:
     return cfg
 
 
+def parse_layer_list(text: str) -> list[int]:
+    """``--target-layers`` for a block drafter: one or more comma-separated layer ids (DFlash drafters take 5 or so)."""
+    try:
+        layers = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise LocalEagleError(f"--target-layers: expected integers like 1,9,17,25,33, got {text[:60]!r}") from None
+    if not layers or any(x < 0 for x in layers):
+        raise LocalEagleError(f"--target-layers: expected non-negative layer ids, got {text[:60]!r}")
+    return layers
+
+
 def default_target_layers(n_target: int, n_draft: int) -> list[int]:
     """llama.cpp's fallback when a config names no layers: evenly spaced over the target (SpecForge's rule)."""
     return [max(0, (i + 1) * n_target // (n_draft + 1) - 1) for i in range(n_draft)]

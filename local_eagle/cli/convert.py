@@ -25,10 +25,14 @@ def convert(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
-    """Convert an EAGLE 3 / 3.1 drafter checkpoint into a GGUF for llama.cpp."""
+    """Convert an EAGLE 3 / 3.1 or DFlash drafter checkpoint into a GGUF for llama.cpp."""
+    from converters.dflash_gguf import is_block_drafter
     from converters.eagle3_gguf import convert as do_convert
     from converters.eagle3_gguf import parse_target_layers
 
+    if is_block_drafter(draft_dir):
+        _convert_block_drafter(draft_dir, target, outfile, outtype, target_layers, as_json)
+        return
     layers = parse_target_layers(target_layers) if target_layers else None
     res = do_convert(draft_dir, target, outfile, outtype=outtype, target_layers=layers, progress=not as_json)
     if as_json:
@@ -39,6 +43,27 @@ def convert(
     out.print(
         f"wrote [bold]{escape(str(res.outfile))}[/] ({human_bytes(res.nbytes)}): EAGLE {res.eagle_version} drafter "
         f"from a {res.format} checkpoint, target layers {res.target_layers}, draft vocab {res.draft_vocab_size}",
+        highlight=False,
+    )
+
+
+def _convert_block_drafter(
+    draft_dir: Path, target: Path, outfile: Path, outtype: str, target_layers: str | None, as_json: bool
+) -> None:
+    """``convert`` for a DFlash checkpoint: any number of target layers, the block size and mask token reported."""
+    from converters.dflash_gguf import convert_dflash, parse_layer_list
+
+    layers = parse_layer_list(target_layers) if target_layers else None
+    res = convert_dflash(draft_dir, target, outfile, outtype=outtype, target_layers=layers, progress=not as_json)
+    if as_json:
+        d = dict(res.__dict__)
+        d["outfile"] = str(res.outfile)
+        print(json.dumps(d))
+        return
+    out.print(
+        f"wrote [bold]{escape(str(res.outfile))}[/] ({human_bytes(res.nbytes)}): DFlash drafter of "
+        f"{res.block_count} layers, block size {res.block_size}, target layers {res.target_layers}, "
+        f"mask token {res.mask_token_id}",
         highlight=False,
     )
 
