@@ -321,6 +321,15 @@ class Context:
         """
         C.llama_synchronize(self.ptr)
 
+    def decode_rows(self, rows: np.ndarray, positions: np.ndarray) -> None:
+        """Decode embedding rows with no outputs: a DFlash drafter fuses rows of its target's captured hidden states
+        (``len(target_layers) * n_embd`` wide) and injects them into its K/V cache so, as ``draft-dflash`` does."""
+        rows = np.ascontiguousarray(rows, dtype=np.float32)
+        C.llama_batch_ext_clear(self.batch)
+        for i in range(len(rows)):
+            self._add_embd(rows[i], int(positions[i]), False)
+        self._run(DECODE, "decode")
+
     def encode_rows(self, rows: np.ndarray, positions: np.ndarray) -> None:
         """Run the encoder graph over embedding rows (every row is an output)."""
         rows = np.ascontiguousarray(rows, dtype=np.float32)
