@@ -8,11 +8,12 @@ drafter borrows both from the target at run time.
 
 The GGUF written here holds what llama.cpp's own converter (``conversion/qwen.py``,
 ``DFlashModel``) writes for the same checkpoint -- the Qwen3 text-model keys under ``dflash.``,
-``dflash.target_layers`` / ``target_hidden_size`` / ``block_size`` / ``mask_token_id`` and the
-target's tokenizer -- with the tensor names ``src/models/dflash.cpp`` loads. The tokenizer comes
-from the target's GGUF rather than its Hugging Face folder (the same keys, as llama.cpp wrote
-them for the target), and the mask token is also written as ``tokenizer.ggml.mask_token_id``,
-which is where ``common/speculative.cpp``'s ``draft-dflash`` reads it (``llama_vocab_mask``).
+``dflash.target_layers`` (the checkpoint's ids plus one, ``gguf_target_layers``) / ``target_hidden_size`` /
+``block_size`` / ``mask_token_id`` and the target's tokenizer -- with the tensor names
+``src/models/dflash.cpp`` loads. The tokenizer comes from the target's GGUF rather than its Hugging
+Face folder (the same keys, as llama.cpp wrote them for the target), and the mask token is also
+written as ``tokenizer.ggml.mask_token_id``, which is where ``common/speculative.cpp``'s
+``draft-dflash`` reads it (``llama_vocab_mask``).
 
 DSpark (a Markov and a confidence head) and DFlash2 (per-layer dynamic convolutions and a
 candidate selector) share the architecture but their checkpoints are refused here for now:
@@ -93,7 +94,8 @@ class DFlashResult:
 
     outfile: Path
     family: str
-    target_layers: list[int]
+    target_layers: list[int]  # dflash.target_layers: the captured layer inputs
+    checkpoint_layers: list[int]  # the checkpoint's target_layer_ids: the layers whose outputs those are
     block_size: int
     mask_token_id: int
     block_count: int
@@ -205,6 +207,18 @@ def parse_layer_list(text: str) -> list[int]:
     return layers
 
 
+def gguf_target_layers(layer_ids: list[int]) -> list[int]:
+    """``dflash.target_layers`` for a checkpoint's ``target_layer_ids``: each id plus one.
+
+    DFlash checkpoints name the target layer whose *output* the drafter was trained on (z-lab's and
+    SpecForge's ``hidden_states[id + 1]``); llama.cpp captures layer *inputs*
+    (``llama_set_embeddings_layer_inp``: layer 0's input is the token embeddings), and the output of
+    layer ``id`` is the input of layer ``id + 1``. llama.cpp's converter writes the ids so shifted
+    (a Qwen3-8B drafter's ``[1, 9, 17, 25, 33]`` loads as ``extract_layers = [2, 10, 18, 26, 34]``).
+    """
+    return [int(x) + 1 for x in layer_ids]
+
+
 def default_target_layers(n_target: int, n_draft: int) -> list[int]:
     """llama.cpp's fallback when a config names no layers: evenly spaced over the target (SpecForge's rule)."""
     return [max(0, (i + 1) * n_target // (n_draft + 1) - 1) for i in range(n_draft)]
@@ -307,13 +321,21 @@ def plan_dflash(
         )
     cfg["target_hidden_size"] = ths
     layers = target_layers or cfg["target_layer_ids"] or default_target_layers(target.n_layer, cfg["num_hidden_layers"])
+    last = target.n_layer - 1
     for lid in layers:
-        if not 0 <= lid < target.n_layer:
+        if lid == last:
+            raise CheckpointError(
+                f"{cpath}: target layer id {lid} is the last layer of target {target.path.name}: its output is the "
+                "target's final hidden state, which llama.cpp cannot capture (it captures layer inputs, "
+                f"of layers 0..{last})"
+            )
+        if not 0 <= lid < last:
             raise CheckpointError(
                 f"{cpath}: target layer id {lid} is out of range for target {target.path.name} "
-                f"with {target.n_layer} layers (expected 0..{target.n_layer - 1})"
+                f"with {target.n_layer} layers (expected 0..{last - 1})"
             )
-    cfg["target_layers"] = [int(x) for x in layers]
+    cfg["checkpoint_layers"] = [int(x) for x in layers]
+    cfg["target_layers"] = gguf_target_layers(layers)
     mask = cfg["mask_token_id"]
     if mask is None:
         mask = target_kv.get("tokenizer.ggml.mask_token_id")
@@ -413,6 +435,7 @@ def convert_dflash(
         outfile=out,
         family="dflash",
         target_layers=cfg["target_layers"],
+        checkpoint_layers=cfg["checkpoint_layers"],
         block_size=cfg["block_size"],
         mask_token_id=cfg["mask_token_id"],
         block_count=cfg["num_hidden_layers"],

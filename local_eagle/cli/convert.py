@@ -62,7 +62,8 @@ def _convert_block_drafter(
         return
     out.print(
         f"wrote [bold]{escape(str(res.outfile))}[/] ({human_bytes(res.nbytes)}): DFlash drafter of "
-        f"{res.block_count} layers, block size {res.block_size}, target layers {res.target_layers}, "
+        f"{res.block_count} layers, block size {res.block_size}, target layers {res.checkpoint_layers} (their "
+        f"outputs: llama.cpp layer inputs {res.target_layers}), "
         f"mask token {res.mask_token_id}",
         highlight=False,
     )

@@ -115,7 +115,7 @@ def test_converts_with_every_upstream_key_and_tensor(tmp_path: Path, target_gguf
     missing = [k for k in UPSTREAM_KEYS if k not in g.fields]
     assert not missing, missing
     assert field(g, "general.architecture") == "dflash"
-    assert field(g, "dflash.target_layers") == list(SPEC.target_layers)
+    assert field(g, "dflash.target_layers") == [x + 1 for x in SPEC.target_layers]  # outputs -> inputs
     assert field(g, "dflash.block_size") == SPEC.block_size
     assert field(g, "dflash.mask_token_id") == field(g, "tokenizer.ggml.mask_token_id") == SPEC.mask_token_id
     assert field(g, "dflash.block_count") == SPEC.n_layer
@@ -127,7 +127,7 @@ def test_converts_with_every_upstream_key_and_tensor(tmp_path: Path, target_gguf
     shapes = {t.name: tuple(int(x) for x in t.shape) for t in g.tensors}
     assert shapes == loader_shapes(SPEC)
     assert UPSTREAM_TOP | {f"blk.{i}.{n}" for i in range(SPEC.n_layer) for n in UPSTREAM_BLOCK} == set(shapes)
-    assert (res.tensor_count, res.block_count, res.target_layers) == (len(shapes), SPEC.n_layer, [1, 3, 4])
+    assert (res.tensor_count, res.block_count, res.checkpoint_layers) == (len(shapes), SPEC.n_layer, [1, 3, 4])
 
     # values travel unchanged (Qwen3 RoPE is NEOX: no q/k permute), each under its llama.cpp name
     sd = dflash_state_dict(SPEC, prefix=prefix)
@@ -155,27 +155,27 @@ def test_loads_in_the_pinned_llama_cpp(tmp_path: Path, target_gguf: Path, outtyp
     load: dflash.cpp borrows the target's embeddings and head only when it builds a decoding graph)."""
     from local_eagle.llamacpp.model import Model
 
-    spec = replace(SPEC, target_layers=(0, 2, 5), block_size=8)
+    spec = replace(SPEC, target_layers=(0, 2, 4), block_size=8)
     ckpt = write_dflash_checkpoint(tmp_path / "ckpt", spec)
     out = convert_dflash(ckpt, target_gguf, tmp_path / "d.gguf", outtype=outtype).outfile
     m = Model(out, n_gpu_layers=0, what="DFlash drafter")
     assert m.arch() == "dflash"
     assert (m.n_layer, m.n_embd, m.n_vocab) == (spec.n_layer, spec.n_embd, 265)
-    assert m.target_layer_ids() == [0, 2, 5]
+    assert m.target_layer_ids() == [1, 3, 5]
 
 
 def test_cli_converts_a_dflash_checkpoint(tmp_path: Path, target_gguf: Path) -> None:
     ckpt = write_dflash_checkpoint(tmp_path / "ckpt", SPEC)
     out = tmp_path / "d.gguf"
-    args = ["convert", str(ckpt), "--target", str(target_gguf), "-o", str(out), "--target-layers", "0,5", "--json"]
+    args = ["convert", str(ckpt), "--target", str(target_gguf), "-o", str(out), "--target-layers", "0,4", "--json"]
     res = runner.invoke(app, args)
     assert res.exit_code == 2  # fc.weight takes 3 target layers, 2 are named
     assert "fc.weight" in res.output and "3 target layers" in " ".join(res.output.split())
-    args[-2] = "5,0,3"
+    args[-2] = "4,0,3"
     res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output
-    assert json.loads(res.output)["target_layers"] == [5, 0, 3]
-    assert field(GGUFReader(out), "dflash.target_layers") == [5, 0, 3]
+    assert json.loads(res.output)["checkpoint_layers"] == [4, 0, 3]
+    assert field(GGUFReader(out), "dflash.target_layers") == [5, 1, 4]
 
 
 def _cfg(**edits: Any) -> dict[str, Any]:
@@ -209,6 +209,11 @@ BAD: dict[str, tuple[dict[str, Any] | None, dict[str, np.ndarray] | None, tuple[
         _cfg(dflash_config={"mask_token_id": 1, "target_layer_ids": [1, 3, 6]}),
         None,
         ("config.json", "target layer id 6", "6 layers"),
+    ),
+    "the target's last layer": (
+        _cfg(dflash_config={"mask_token_id": 1, "target_layer_ids": [1, 3, 5]}),
+        None,
+        ("config.json", "target layer id 5", "last layer", "cannot capture"),
     ),
     "mask outside the vocabulary": (
         _cfg(dflash_config={"mask_token_id": 265, "target_layer_ids": [1, 3, 4]}),
@@ -292,3 +297,21 @@ def test_a_checkpoint_without_dflash_config_goes_to_the_eagle_reader(tmp_path: P
     assert not is_block_drafter(d)
     (d / "config.json").write_text("{not json")
     assert not is_block_drafter(d)
+
+
+def test_llama_cpp_captures_layer_inputs(target_gguf: Path) -> None:
+    """Why ``dflash.target_layers`` is each checkpoint id plus one: the pinned llama.cpp's capture of layer 0 is the
+    token embeddings, the input of layer 0, so capture ``id + 1`` is the output of layer ``id``, the state a DFlash
+    checkpoint's ``target_layer_ids`` name."""
+    from local_eagle.llamacpp.model import Context, ContextOptions, Model
+    from local_eagle.llamacpp.staging import staging
+
+    embd = {t.name: np.asarray(t.data) for t in GGUFReader(target_gguf).tensors}["token_embd.weight"]
+    ctx = Context(Model(target_gguf, n_gpu_layers=0), ContextOptions(n_ctx=64, n_batch=16, n_ubatch=16, type_k=0))
+    for il in (0, 1):
+        staging.set_embeddings_layer_inp(ctx.ptr, il, True)
+    tokens = np.array([1, 50, 60, 70])
+    ctx.decode(tokens, np.arange(4), outputs=True)
+    rows = [np.ctypeslib.as_array(staging.get_embeddings_layer_inp(ctx.ptr, il), shape=(4, 64)) for il in (0, 1)]
+    np.testing.assert_allclose(rows[0], embd[tokens], rtol=0, atol=1e-6)
+    assert np.abs(rows[1] - embd[tokens]).max() > 0.1
