@@ -1,7 +1,8 @@
 """DFlash block drafters: a tiny generated checkpoint converts to the GGUF llama.cpp's own converter writes,
 the pinned llama.cpp loads it as a ``dflash`` model, and bad input gets one line naming the file or field.
 
-The expected names are transcribed from llama.cpp's sources (the tree llama-cpp-python 0.3.36 vendors):
+The expected names are transcribed from llama.cpp's sources (upstream versions whose loader matches the
+strings and symbols of the libllama llama-cpp-python 0.3.36 ships; its exact vendored tree was not at hand):
 ``conversion/qwen.py`` ``DFlashModel`` (a ``Qwen3Model``: ``TextModel.set_gguf_parameters`` plus
 ``dflash.target_layers`` / ``target_hidden_size`` / ``block_size`` / ``mask_token_id`` and the target's
 tokenizer), ``src/models/dflash.cpp`` ``load_arch_tensors`` (the tensor table and shapes) and
