@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from gguf import Keys
 
 from local_eagle.errors import LlamaError
 from local_eagle.gguf.info import check_gguf
@@ -72,7 +73,7 @@ class Model:
 
     def arch(self) -> str:
         buffer = ctypes.create_string_buffer(128)
-        C.llama_model_meta_val_str(self.ptr, b"general.architecture", buffer, len(buffer))
+        C.llama_model_meta_val_str(self.ptr, Keys.General.ARCHITECTURE.encode(), buffer, len(buffer))
         return buffer.value.decode()
 
     def target_layer_ids(self) -> list[int]:

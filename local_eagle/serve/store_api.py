@@ -21,10 +21,12 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from gguf import Keys
 
 from local_eagle import __version__
 from local_eagle.errors import LocalEagleError, path_too_long, too_long
 from local_eagle.files import sha256_file
+from local_eagle.gguf.keys import KEY_PARAMETER_COUNT
 from local_eagle.ollama.modelfile import Modelfile, encode_value, format_modelfile, format_parameter, parse
 from local_eagle.ollama.modelfile_syntax import MAX_MODELFILE
 from local_eagle.ollama.store import StoreError, read_manifest
@@ -378,9 +380,10 @@ def _show(front: StoreFront, ref: str, m: Modelfile) -> dict[str, Any]:
     )
     try:
         s = summarize(m.model, m.draft)
-        info: dict[str, Any] = {"general.architecture": s.architecture, "general.parameter_count": s.parameters,
-                                f"{s.architecture}.context_length": s.context_length,
-                                f"{s.architecture}.embedding_length": s.embedding_length}  # fmt: skip
+        arch = s.architecture
+        info: dict[str, Any] = {Keys.General.ARCHITECTURE: arch, KEY_PARAMETER_COUNT: s.parameters,
+                                Keys.LLM.CONTEXT_LENGTH.format(arch=arch): s.context_length,
+                                Keys.LLM.EMBEDDING_LENGTH.format(arch=arch): s.embedding_length}  # fmt: skip
         if m.draft is not None:
             info |= {"local_eagle.draft": str(m.draft), "local_eagle.eagle_version": s.eagle_version,
                      "local_eagle.target_layers": s.target_layers,
