@@ -1,7 +1,7 @@
 """``local-eagle fit``: will a target (and drafter) fit in VRAM, and what would?
 
 The planning is :mod:`local_eagle.vram`'s; this module turns flags into its
-:class:`~local_eagle.vram.plan.Settings`, runs the plan (and with ``--suggest`` the search,
+:class:`~local_eagle.vram.settings.MemoryConfig`, runs the plan (and with ``--suggest`` the search,
 with ``--measure`` llama.cpp's own dry-run load), and prints or serialises what came out.
 """
 
@@ -31,7 +31,7 @@ from local_eagle.errors import LocalEagleError
 from local_eagle.ollama.parameters import PARAMETERS
 
 if TYPE_CHECKING:
-    from local_eagle.vram import ModelShape, Plan, Settings, Suggestion
+    from local_eagle.vram import MemoryConfig, ModelShape, Plan, Suggestion
     from local_eagle.vram.report import Row
 
 
@@ -54,7 +54,7 @@ def _settings(
     ctx: int | None, gpu_layers: str, kv_type: str | None, kv_type_k: str | None, kv_type_v: str | None,
     draft_kv_type: str, flash_attn: bool, parallel: int, batch: int, ubatch: int, draft_ubatch: int,
     draft_max: int, swa_full: bool,
-) -> Settings:  # fmt: skip
+) -> MemoryConfig:  # fmt: skip
     """The planner's settings from fit's flags, checked before anything is planned (bad input: exit status 2)."""
     from local_eagle import vram
 
@@ -65,7 +65,7 @@ def _settings(
             ngl = check_option("gpu_layers", int(gpu_layers))
         except ValueError:
             raise LocalEagleError(f"--gpu-layers {gpu_layers!r}: expected a number or auto") from None
-    s = vram.Settings(
+    s = vram.MemoryConfig(
         n_ctx=ctx or 8192,
         n_batch=batch,
         n_ubatch=ubatch,
@@ -85,8 +85,8 @@ def _settings(
 
 
 def _mtp_settings(
-    target: ModelShape, drafter: ModelShape | None, s: Settings, on: bool, off_by: str = "--no-mtp"
-) -> tuple[Settings, str | None]:
+    target: ModelShape, drafter: ModelShape | None, s: MemoryConfig, on: bool, off_by: str = "--no-mtp"
+) -> tuple[MemoryConfig, str | None]:
     """Price the target's own MTP head where the engine would draft with it, else say why a head goes unpriced."""
     from local_eagle.vram.shapes import mtp_refusal
 
@@ -146,7 +146,7 @@ class _Outcome:
 
 
 def _measure(
-    model: Path, draft: Path | None, target: ModelShape, drafter: ModelShape | None, s: Settings
+    model: Path, draft: Path | None, target: ModelShape, drafter: ModelShape | None, s: MemoryConfig
 ) -> tuple[str, list[Row]]:
     """llama.cpp's dry-run load of the pair, row by row against what the planner predicts for its backend."""
     from local_eagle.llamacpp import bindings

@@ -222,7 +222,7 @@ def _parallel_refusal(
 def _settings(n_ctx: int, load: LoadOptions):  # noqa: ANN202 - vram is imported late
     from local_eagle import vram
 
-    return vram.Settings(
+    return vram.MemoryConfig(
         n_ctx=n_ctx, n_batch=N_BATCH, n_ubatch=N_BATCH, n_gpu_layers=0, draft_batch=N_BATCH, draft_ubatch=N_BATCH,
         draft_max=min(load.draft_max, N_BATCH - 1),
     )  # fmt: skip

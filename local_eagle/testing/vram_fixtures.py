@@ -378,7 +378,7 @@ FIT_TABLE_CONTEXTS = (8192, 32768, 131072)
 
 def fit_table(workdir: str | os.PathLike[str]) -> str:
     """docs/fit.md's RTX 4090 table: predicted VRAM per component for common pairs (markdown, GiB)."""
-    from local_eagle.vram import GiB, Settings, make_plan, read_shape
+    from local_eagle.vram import GiB, MemoryConfig, make_plan, read_shape
     from local_eagle.vram.gpus import budget
 
     d = Path(workdir)
@@ -402,7 +402,7 @@ def fit_table(workdir: str | os.PathLike[str]) -> str:
         if extra.get("swa_full") is False:
             label += " (--no-swa-full)"
         for ctx in FIT_TABLE_CONTEXTS:
-            s = replace(Settings(n_ctx=ctx, n_gpu_layers=-1), **extra)  # type: ignore[arg-type]
+            s = replace(MemoryConfig(n_ctx=ctx, n_gpu_layers=-1), **extra)  # type: ignore[arg-type]
             p = make_plan(t, dr, s, b)
             q = make_plan(t, dr, replace(s, type_k="q8_0", type_v="q8_0"), b)
             dtot = sum(p.component(k).gpu for k in ("draft_weights", "draft_kv", "draft_compute")) if dr else 0

@@ -1,6 +1,6 @@
 """The llama.cpp settings that change memory, and the sizes a context derives from them.
 
-One frozen ``Settings`` is one configuration: the plan prices it and ``--suggest`` searches over
+One frozen ``MemoryConfig`` is one configuration: the plan prices it and ``--suggest`` searches over
 copies of it, so everything here is a value with no reference to a model.
 """
 
@@ -17,8 +17,11 @@ MAX_SEQ = 256
 
 
 @dataclass(frozen=True)
-class Settings:
+class MemoryConfig:
     """One llama.cpp configuration: the knobs that change memory.
+
+    Not :class:`local_eagle.settings.Settings` (what a user asked for, resolved from flags, Modelfile and request):
+    this is only what the planner prices, which the loader derives from those settings.
 
     ``n_gpu_layers`` None means "auto": the most layers that fit. The drafter context is created
     at the target's context (its KV cache covers the whole context) with its own batch sizes.
@@ -62,7 +65,7 @@ class Settings:
         """The context llama.cpp is asked for (before padding): ``n_ctx`` for each of the ``parallel`` requests."""
         return self.n_ctx * self.parallel
 
-    def with_parallel(self, n: int) -> Settings:
+    def with_parallel(self, n: int) -> MemoryConfig:
         """These settings for ``n`` requests at once, as the engine opens them: both contexts at ``n`` x ``n_ctx``
         cells, ``n`` sequences in one unified cache (``n_seq_max``, ``kv_unified``), no draft-tree sequences.
         ``n`` = 1 is the plain one-sequence context."""
@@ -109,7 +112,7 @@ class Settings:
 
 @dataclass(frozen=True)
 class CtxDims:
-    """The sizes llama.cpp derives from Settings (``llama_context`` constructor)."""
+    """The sizes llama.cpp derives from MemoryConfig (``llama_context`` constructor)."""
 
     n_ctx: int
     n_ctx_seq: int
