@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from local_eagle import DEFAULT_CTX
 from local_eagle.cli.console import friendly, out
 from local_eagle.cli.options import (
     OFF,
@@ -66,7 +67,7 @@ def _settings(
         except ValueError:
             raise LocalEagleError(f"--gpu-layers {gpu_layers!r}: expected a number or auto") from None
     s = vram.MemoryConfig(
-        n_ctx=ctx or 8192,
+        n_ctx=ctx or DEFAULT_CTX,
         n_batch=batch,
         n_ubatch=ubatch,
         type_k=kv_type_k or kv_type or "f16",
@@ -171,7 +172,9 @@ def fit(
     ] = None,
     ctx: Annotated[
         int | None,
-        typer.Option(help=PARAMETERS["num_ctx"].help + " Default 8192; with --suggest, the model's trained one."),
+        typer.Option(
+            help=PARAMETERS["num_ctx"].help + f" Default {DEFAULT_CTX}; with --suggest, the model's trained one."
+        ),
     ] = None,
     gpu: Annotated[str | None, typer.Option(help="GPU preset: rtx4090, rtx3090, rtx4080, rtx4070ti, ...")] = None,
     vram_gb: Annotated[float | None, typer.Option(help="GPU memory in GiB instead of a preset.")] = None,

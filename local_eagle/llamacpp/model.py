@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 from gguf import Keys
 
+from local_eagle import DEFAULT_CTX
 from local_eagle.errors import LlamaError
 from local_eagle.gguf.info import check_gguf
 from local_eagle.llamacpp.backends import gpu_offload_supported
@@ -149,7 +150,7 @@ class Model:
 
 @dataclass
 class ContextOptions:
-    n_ctx: int = 2048
+    n_ctx: int = DEFAULT_CTX
     n_batch: int = 512
     n_ubatch: int = 512
     n_threads: int = 0  # 0: all cores

@@ -22,6 +22,7 @@ import numpy as np
 from gguf import Keys
 
 from converters.eagle3_gguf import OUTTYPES
+from local_eagle import DEFAULT_CTX
 from local_eagle.errors import LocalEagleError
 from local_eagle.files import check_output_dir, check_output_file
 from local_eagle.gguf import ModelInfo, field_value, model_info, open_gguf, tensor_f32
@@ -156,7 +157,7 @@ def _target_shape(target: str | os.PathLike[str]) -> dict[str, Any]:
         "n_ff": int(ff or 4 * info.n_embd),
         "rope_theta": float(field_value(reader, Keys.Rope.FREQ_BASE.format(arch=arch), 10000.0)),
         "eps": float(field_value(reader, Keys.Attention.LAYERNORM_RMS_EPS.format(arch=arch), 1e-6)),
-        "n_ctx": int(field_value(reader, Keys.LLM.CONTEXT_LENGTH.format(arch=arch), 4096)),
+        "n_ctx": int(field_value(reader, Keys.LLM.CONTEXT_LENGTH.format(arch=arch), DEFAULT_CTX)),
     }
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from local_eagle import DEFAULT_CTX
 from local_eagle.gguf import pad
 from local_eagle.vram.types import KV_TYPES, PlanError
 
@@ -32,7 +33,7 @@ class MemoryConfig:
     sets the sequence fields to match.
     """
 
-    n_ctx: int = 8192
+    n_ctx: int = DEFAULT_CTX
     n_seq: int = 1
     n_batch: int = 2048
     n_ubatch: int = 512
