@@ -57,9 +57,10 @@ def builtin_heads(target: Path, arch: str) -> int:
     """The MTP (NextN) heads a target GGUF carries (``<arch>.nextn_predict_layers``), 0 for none."""
     from local_eagle.errors import GGUFError
     from local_eagle.gguf import read_header
+    from local_eagle.gguf.keys import KEY_NEXTN_PREDICT_LAYERS
 
     try:
-        n = read_header(target, "target GGUF").kv.get(f"{arch}.nextn_predict_layers", 0)
+        n = read_header(target, "target GGUF").kv.get(KEY_NEXTN_PREDICT_LAYERS.format(arch=arch), 0)
     except GGUFError:
         return 0
     return int(n) if isinstance(n, int) and n > 0 else 0

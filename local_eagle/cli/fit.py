@@ -1,7 +1,7 @@
 """``local-eagle fit``: will a target (and drafter) fit in VRAM, and what would?
 
 The planning is :mod:`local_eagle.vram`'s; this module turns flags into its
-:class:`~local_eagle.vram.plan.Settings`, runs the plan (and with ``--suggest`` the search,
+:class:`~local_eagle.vram.settings.MemoryConfig`, runs the plan (and with ``--suggest`` the search,
 with ``--measure`` llama.cpp's own dry-run load), and prints or serialises what came out.
 """
 
@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from local_eagle import DEFAULT_CTX
 from local_eagle.cli.console import friendly, out
 from local_eagle.cli.options import (
     OFF,
@@ -31,7 +32,7 @@ from local_eagle.errors import LocalEagleError
 from local_eagle.ollama.parameters import PARAMETERS
 
 if TYPE_CHECKING:
-    from local_eagle.vram import ModelShape, Plan, Settings, Suggestion
+    from local_eagle.vram import MemoryConfig, ModelShape, Plan, Suggestion
     from local_eagle.vram.report import Row
 
 
@@ -54,7 +55,7 @@ def _settings(
     ctx: int | None, gpu_layers: str, kv_type: str | None, kv_type_k: str | None, kv_type_v: str | None,
     draft_kv_type: str, flash_attn: bool, parallel: int, batch: int, ubatch: int, draft_ubatch: int,
     draft_max: int, swa_full: bool,
-) -> Settings:  # fmt: skip
+) -> MemoryConfig:  # fmt: skip
     """The planner's settings from fit's flags, checked before anything is planned (bad input: exit status 2)."""
     from local_eagle import vram
 
@@ -65,8 +66,8 @@ def _settings(
             ngl = check_option("gpu_layers", int(gpu_layers))
         except ValueError:
             raise LocalEagleError(f"--gpu-layers {gpu_layers!r}: expected a number or auto") from None
-    s = vram.Settings(
-        n_ctx=ctx or 8192,
+    s = vram.MemoryConfig(
+        n_ctx=ctx or DEFAULT_CTX,
         n_batch=batch,
         n_ubatch=ubatch,
         type_k=kv_type_k or kv_type or "f16",
@@ -85,8 +86,8 @@ def _settings(
 
 
 def _mtp_settings(
-    target: ModelShape, drafter: ModelShape | None, s: Settings, on: bool, off_by: str = "--no-mtp"
-) -> tuple[Settings, str | None]:
+    target: ModelShape, drafter: ModelShape | None, s: MemoryConfig, on: bool, off_by: str = "--no-mtp"
+) -> tuple[MemoryConfig, str | None]:
     """Price the target's own MTP head where the engine would draft with it, else say why a head goes unpriced."""
     from local_eagle.vram.shapes import mtp_refusal
 
@@ -146,7 +147,7 @@ class _Outcome:
 
 
 def _measure(
-    model: Path, draft: Path | None, target: ModelShape, drafter: ModelShape | None, s: Settings
+    model: Path, draft: Path | None, target: ModelShape, drafter: ModelShape | None, s: MemoryConfig
 ) -> tuple[str, list[Row]]:
     """llama.cpp's dry-run load of the pair, row by row against what the planner predicts for its backend."""
     from local_eagle.llamacpp import bindings
@@ -171,7 +172,9 @@ def fit(
     ] = None,
     ctx: Annotated[
         int | None,
-        typer.Option(help=PARAMETERS["num_ctx"].help + " Default 8192; with --suggest, the model's trained one."),
+        typer.Option(
+            help=PARAMETERS["num_ctx"].help + f" Default {DEFAULT_CTX}; with --suggest, the model's trained one."
+        ),
     ] = None,
     gpu: Annotated[str | None, typer.Option(help="GPU preset: rtx4090, rtx3090, rtx4080, rtx4070ti, ...")] = None,
     vram_gb: Annotated[float | None, typer.Option(help="GPU memory in GiB instead of a preset.")] = None,

@@ -67,7 +67,10 @@ def own_head(model: Path, draft: Path | None, mtp: bool) -> bool | None:
     """Whether the target's own MTP head drafts, for a chat's draft bound (``ChatSession.mtp``): True where the GGUF
     has NextN layers and no drafter is named, False where ``mtp`` is off (``--no-mtp``, ``DRAFT none``), None where
     a drafter drafts instead or there is no head (the engine decides what it can draft with, ``Engine.mtp_refusal``)."""
+    from gguf import Keys
+
     from local_eagle.gguf import read_header
+    from local_eagle.gguf.keys import KEY_NEXTN_PREDICT_LAYERS
 
     if draft is not None:
         return None
@@ -77,7 +80,7 @@ def own_head(model: Path, draft: Path | None, mtp: bool) -> bool | None:
         kv = read_header(model, "target GGUF").kv
     except GGUFError:
         return None
-    heads = kv.get(f"{kv.get('general.architecture')}.nextn_predict_layers", 0)
+    heads = kv.get(KEY_NEXTN_PREDICT_LAYERS.format(arch=kv.get(Keys.General.ARCHITECTURE)), 0)
     return True if isinstance(heads, int) and heads > 0 else None
 
 
@@ -87,16 +90,18 @@ def plan_context(model: Path, draft: Path | None, load: LoadOptions, note: Calla
     A header that cannot be read is left to llama.cpp (and :func:`explain_load_failure`): only
     llama.cpp decides what it can load.
     """
+    from gguf import Keys
+
     from local_eagle.gguf import DRAFTER_ARCH, read_header
 
     try:
         kv = read_header(model, "target GGUF").kv
     except GGUFError:
         return load.ctx or DEFAULT_CTX
-    arch = kv.get("general.architecture")
+    arch = kv.get(Keys.General.ARCHITECTURE)
     if arch == DRAFTER_ARCH:
         raise LocalEagleError(f"{model} is an EAGLE drafter; give it with --draft and its target with --model")
-    trained = kv.get(f"{arch}.context_length")
+    trained = kv.get(Keys.LLM.CONTEXT_LENGTH.format(arch=arch))
     trained = trained if isinstance(trained, int) and trained > 0 else None
     n_ctx = capped_context(load.ctx, trained, load.beyond_training, note or _note)
     check_memory(model, draft, n_ctx, load)
@@ -217,7 +222,7 @@ def _parallel_refusal(
 def _settings(n_ctx: int, load: LoadOptions):  # noqa: ANN202 - vram is imported late
     from local_eagle import vram
 
-    return vram.Settings(
+    return vram.MemoryConfig(
         n_ctx=n_ctx, n_batch=N_BATCH, n_ubatch=N_BATCH, n_gpu_layers=0, draft_batch=N_BATCH, draft_ubatch=N_BATCH,
         draft_max=min(load.draft_max, N_BATCH - 1),
     )  # fmt: skip

@@ -30,8 +30,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from gguf import Keys
 
 from local_eagle.errors import CheckpointError, GGUFError
+from local_eagle.gguf.keys import DRAFTER_ARCH, KEY_FC_NORM_EPS, KEY_RMS_EPS, KEY_VOCAB_SIZE
 
 if TYPE_CHECKING:
     from local_eagle.gguf.reader import GGUFHeader, Tensor
@@ -133,17 +135,17 @@ def check_keys(path: Path, what: str, kv: dict[str, Any], types: dict[str, tuple
         t, sub = types[key]
         return t, sub, kv[key]
 
-    if "general.architecture" in kv:
-        t, sub, v = typed("general.architecture")
+    if Keys.General.ARCHITECTURE in kv:
+        t, sub, v = typed(Keys.General.ARCHITECTURE)
         if t != STRING or not v:
-            raise _fail(path, what, "general.architecture", t, sub, v, "a non-empty STRING")
-    for key in ("general.name", "tokenizer.ggml.model", "tokenizer.ggml.pre"):
+            raise _fail(path, what, Keys.General.ARCHITECTURE, t, sub, v, "a non-empty STRING")
+    for key in (Keys.General.NAME, Keys.Tokenizer.MODEL, Keys.Tokenizer.PRE):
         if key in kv and types[key][0] != STRING:
             raise _fail(path, what, key, *typed(key), "a STRING")
-    for key in ("split.count", "split.no"):
+    for key in (Keys.Split.LLM_KV_SPLIT_COUNT, Keys.Split.LLM_KV_SPLIT_NO):
         if key in kv:
             _int(path, what, key, *typed(key), 0, 99_999)  # split files are numbered with 5 digits
-    arch = kv.get("general.architecture")
+    arch = kv.get(Keys.General.ARCHITECTURE)
     n_layer: int | None = None
     if isinstance(arch, str):
         pre = f"{arch}."
@@ -241,7 +243,7 @@ def _check_eagle3_keys(
 
 def _check_tokenizer(path: Path, what: str, kv: dict[str, Any], types: dict[str, tuple[int, int | None]]) -> None:
     """The vocabulary arrays as llama-vocab.cpp reads them: strings, then scores and types at least as long."""
-    key = "tokenizer.ggml.tokens"
+    key = Keys.Tokenizer.LIST
     n_tokens = None
     if key in kv:
         t, sub = types[key]
@@ -249,8 +251,8 @@ def _check_tokenizer(path: Path, what: str, kv: dict[str, Any], types: dict[str,
             raise _fail(path, what, key, t, sub, kv[key], "a non-empty array of STRING")
         n_tokens = len(kv[key])
     for key, subs, want in (
-        ("tokenizer.ggml.scores", {FLOAT32, 5}, "FLOAT32 or INT32"),
-        ("tokenizer.ggml.token_type", {5}, "INT32"),
+        (Keys.Tokenizer.SCORES, {FLOAT32, 5}, "FLOAT32 or INT32"),
+        (Keys.Tokenizer.TOKEN_TYPE, {5}, "INT32"),
     ):
         if key not in kv:
             continue
@@ -258,7 +260,7 @@ def _check_tokenizer(path: Path, what: str, kv: dict[str, Any], types: dict[str,
         if t != ARRAY or sub not in subs or (n_tokens is not None and len(kv[key]) < n_tokens):
             n = f"{n_tokens} " if n_tokens is not None else ""
             raise _fail(path, what, key, t, sub, kv[key], f"an array of {n}{want}")
-    key = "tokenizer.ggml.merges"
+    key = Keys.Tokenizer.MERGES
     if key in kv and types[key] != (ARRAY, STRING):
         raise _fail(path, what, key, *types[key], kv[key], "an array of STRING")
     for key in kv:
@@ -283,7 +285,7 @@ def check_tensor_info(path: Path, what: str, name: str, ne: tuple[int, ...], see
 
 def check_alignment(path: Path, what: str, kv: dict[str, Any], types: dict[str, tuple[int, int | None]]) -> int:
     """``general.alignment``: a UINT32 power of two (gguf.cpp refuses anything else), 32 when absent."""
-    key = "general.alignment"
+    key = Keys.General.ALIGNMENT
     if key not in kv:
         return 32
     t, sub = types[key]
@@ -307,34 +309,35 @@ def check_model(header: GGUFHeader, what: str = "GGUF", path: Path | None = None
     """
     path = path or header.path
     kv = header.kv
-    arch = kv.get("general.architecture")
+    arch = kv.get(Keys.General.ARCHITECTURE)
     if not isinstance(arch, str):
         return
-    split = int(kv.get("split.count", 0) or 0) > 1
-    n_layer = kv.get(f"{arch}.block_count")
+    split = int(kv.get(Keys.Split.LLM_KV_SPLIT_COUNT, 0) or 0) > 1
+    block_count = Keys.LLM.BLOCK_COUNT.format(arch=arch)
+    n_layer = kv.get(block_count)
     if n_layer is not None and header.tensors and (header.splits_read or not split):
         found = layer_indices(header.tensors)
         if len(found) != n_layer or max(found, default=-1) >= n_layer:
             have = f"blk.{min(found)} to blk.{max(found)}" if found else "no blk.N tensors"
             raise GGUFError(
-                f"{path}: {what} key '{arch}.block_count' is {n_layer}, but the file has tensors for "
+                f"{path}: {what} key '{block_count}' is {n_layer}, but the file has tensors for "
                 f"{len(found)} layers ({have}); expected one blk.N for each layer"
             )
-    if arch == "eagle3":
+    if arch == DRAFTER_ARCH:
         _check_d2t(header, what, path, split)
 
 
 def _check_d2t(header: GGUFHeader, what: str, path: Path, split: bool) -> None:
     """``d2t`` maps draft ids to absolute target ids: llama.cpp asserts on its type and scatters logits by its
     values, and the runtime indexes the target's vocabulary with them."""
-    eps = "eagle3.attention.layer_norm_rms_epsilon"
-    if eps not in header.kv and "eagle3.fc_norm.epsilon" not in header.kv:
+    eps = KEY_RMS_EPS
+    if eps not in header.kv and KEY_FC_NORM_EPS not in header.kv:
         raise GGUFError(f"{path}: {what} lacks the key '{eps}' (the drafter's RMSNorm epsilon)")
     t = header.tensor("d2t")
     if t is None or split:
         return
-    tokens = header.kv.get("tokenizer.ggml.tokens")
-    n_vocab = len(tokens) if tokens is not None else int(header.kv.get("eagle3.vocab_size", 0) or 0)
+    tokens = header.kv.get(Keys.Tokenizer.LIST)
+    n_vocab = len(tokens) if tokens is not None else int(header.kv.get(KEY_VOCAB_SIZE, 0) or 0)
     if t.type != 27 or len(t.ne) != 1:  # GGML_TYPE_I64
         raise GGUFError(f"{path}: {what} tensor 'd2t' has ggml type {t.type} and shape {list(t.ne)}, expected 1-D I64")
     if n_vocab and t.ne[0] > n_vocab:

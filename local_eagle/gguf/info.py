@@ -8,11 +8,20 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from gguf import GGMLQuantizationType
+from gguf import GGMLQuantizationType, Keys
 
 from local_eagle.errors import GGUFError
 from local_eagle.gguf.check import check_model
-from local_eagle.gguf.keys import DRAFTER_ARCH, FILE_TYPES
+from local_eagle.gguf.keys import (
+    DRAFTER_ARCH,
+    FILE_TYPES,
+    KEY_FC_NORM,
+    KEY_NORM_BEFORE_FC,
+    KEY_NORM_BEFORE_RESIDUAL,
+    KEY_NORM_OUTPUT,
+    KEY_TARGET_HIDDEN,
+    KEY_TARGET_LAYERS,
+)
 from local_eagle.gguf.reader import GGUFHeader, read_header, split_tensors
 
 
@@ -91,7 +100,7 @@ def model_info(header: GGUFHeader, path: Path | None = None, what: str = "GGUF")
     count, ``d2t``), is refused in one line."""
     path = path or header.path
     kv = header.kv
-    arch = kv.get("general.architecture")
+    arch = kv.get(Keys.General.ARCHITECTURE)
     if not isinstance(arch, str):
         raise GGUFError(f"{path}: {what} has no general.architecture")
 
@@ -101,11 +110,12 @@ def model_info(header: GGUFHeader, path: Path | None = None, what: str = "GGUF")
             raise GGUFError(f"{path}: {what} lacks the key '{key}'")
         return int(v)
 
-    tokens = kv.get("tokenizer.ggml.tokens")
+    tokens = kv.get(Keys.Tokenizer.LIST)
+    vocab_size = Keys.LLM.VOCAB_SIZE.format(arch=arch)
     if tokens is not None:
         n_vocab = len(tokens)
-    elif kv.get(f"{arch}.vocab_size") is not None:
-        n_vocab = int(kv[f"{arch}.vocab_size"])
+    elif kv.get(vocab_size) is not None:
+        n_vocab = int(kv[vocab_size])
     else:
         raise GGUFError(f"{path}: {what} has no tokenizer.ggml.tokens (a GGUF without its vocabulary)")
     check_model(header, what, path)
@@ -124,28 +134,28 @@ def model_info(header: GGUFHeader, path: Path | None = None, what: str = "GGUF")
     info = ModelInfo(
         path=path,
         arch=arch,
-        n_layer=need_int(f"{arch}.block_count"),
-        n_embd=need_int(f"{arch}.embedding_length"),
+        n_layer=need_int(Keys.LLM.BLOCK_COUNT.format(arch=arch)),
+        n_embd=need_int(Keys.LLM.EMBEDDING_LENGTH.format(arch=arch)),
         n_vocab=n_vocab,
-        name=kv.get("general.name"),
+        name=kv.get(Keys.General.NAME),
         tensor_count=len(header.tensors),
         tensor_bytes=dict(by_type),
         tensor_counts=dict(count_by_type),
         tensor_shapes=shapes,
         layer_bytes=dict(layer_bytes),
-        file_type=_file_type(kv.get("general.file_type")),
+        file_type=_file_type(kv.get(Keys.General.FILE_TYPE)),
     )
     if arch == DRAFTER_ARCH:
-        layers = kv.get(f"{arch}.target_layers")
+        layers = kv.get(KEY_TARGET_LAYERS)
         info.target_layers = [int(x) for x in layers] if layers is not None else None
-        ths = kv.get(f"{arch}.target_hidden_size")
+        ths = kv.get(KEY_TARGET_HIDDEN)
         info.target_hidden_size = int(ths) if ths is not None else None
         d2t = shapes.get("d2t")
         info.draft_vocab_size = d2t[0] if d2t else n_vocab
-        info.fc_norm = bool(kv.get(f"{arch}.fc_norm", False))
-        info.norm_output = bool(kv.get(f"{arch}.norm_output", False))
-        info.norm_before_fc = bool(kv.get(f"{arch}.norm_before_fc", False))
-        info.norm_before_residual = bool(kv.get(f"{arch}.norm_before_residual", False))
+        info.fc_norm = bool(kv.get(KEY_FC_NORM, False))
+        info.norm_output = bool(kv.get(KEY_NORM_OUTPUT, False))
+        info.norm_before_fc = bool(kv.get(KEY_NORM_BEFORE_FC, False))
+        info.norm_before_residual = bool(kv.get(KEY_NORM_BEFORE_RESIDUAL, False))
         info.has_own_embeddings = "token_embd.weight" in shapes
         info.has_own_lm_head = "output.weight" in shapes
     return info

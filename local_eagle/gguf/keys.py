@@ -1,5 +1,8 @@
 """The GGUF key schema of an ``eagle3`` drafter: llama.cpp's own keys and the EAGLE 3.1 keys of ours.
 
+Every GGUF key the package reads or writes is spelled once: llama.cpp's standard keys by gguf-py's ``gguf.Keys``,
+the rest here, so that a renamed key is one edit and a typo cannot read as a missing key.
+
 Stock llama.cpp 0.3.36 ignores the keys of ours; the runtime applies FC norm and the post-norm
 feedback on the host from them (docs/architecture.md, "EAGLE 3.1 on llama.cpp").
 """
@@ -19,11 +22,36 @@ FILE_TYPES = {
 KEY_TARGET_LAYERS = f"{DRAFTER_ARCH}.target_layers"
 KEY_TARGET_HIDDEN = f"{DRAFTER_ARCH}.target_hidden_size"
 KEY_RMS_EPS = f"{DRAFTER_ARCH}.attention.layer_norm_rms_epsilon"
+KEY_VOCAB_SIZE = f"{DRAFTER_ARCH}.vocab_size"
 
 # keys of our own (stock llama.cpp ignores them)
 KEY_FC_NORM = f"{DRAFTER_ARCH}.fc_norm"
 KEY_FC_NORM_WEIGHT = f"{DRAFTER_ARCH}.fc_norm.weight"
 KEY_FC_NORM_EPS = f"{DRAFTER_ARCH}.fc_norm.epsilon"
 KEY_NORM_OUTPUT = f"{DRAFTER_ARCH}.norm_output"
+KEY_NORM_BEFORE_FC = f"{DRAFTER_ARCH}.norm_before_fc"
+KEY_NORM_BEFORE_RESIDUAL = f"{DRAFTER_ARCH}.norm_before_residual"
 KEY_DRAFT_VOCAB = f"{DRAFTER_ARCH}.draft_vocab_size"
 KEY_SOURCE_FORMAT = f"{DRAFTER_ARCH}.source_format"
+
+# llama.cpp's standard keys are gguf-py's ``gguf.Keys`` (``Keys.LLM.CONTEXT_LENGTH.format(arch=...)``); the few
+# below are llama.cpp's or Ollama's too, but gguf-py 0.17 (the oldest the package allows) does not name them
+KEY_PARAMETER_COUNT = "general.parameter_count"
+"""Ollama's ``/api/show`` ``model_info`` entry for the weights' count (not in the file: Ollama counts it)."""
+KEY_NEXTN_PREDICT_LAYERS = "{arch}.nextn_predict_layers"
+KEY_RECURRENT_LAYERS = "{arch}.attention.recurrent_layers"
+
+# DeepSeek V4's keys (src/llama-arch.cpp LLM_KV_*), which the installed gguf-py does not name yet: the tiny
+# DeepSeek V4 fixture writes them
+KEY_DSV4_SWIGLU_CLAMP_EXP = "{arch}.swiglu_clamp_exp"
+KEY_DSV4_INDEXER_HEAD_COUNT = "{arch}.attention.indexer.head_count"
+KEY_DSV4_INDEXER_KEY_LENGTH = "{arch}.attention.indexer.key_length"
+KEY_DSV4_INDEXER_TOP_K = "{arch}.attention.indexer.top_k"
+KEY_DSV4_OUTPUT_GROUP_COUNT = "{arch}.attention.output_group_count"
+KEY_DSV4_OUTPUT_LORA_RANK = "{arch}.attention.output_lora_rank"
+KEY_DSV4_COMPRESS_ROPE_FREQ_BASE = "{arch}.attention.compress_rope_freq_base"
+KEY_DSV4_COMPRESS_RATIOS = "{arch}.attention.compress_ratios"
+KEY_DSV4_HC_COUNT = "{arch}.hyper_connection.count"
+KEY_DSV4_HC_SINKHORN_ITERATIONS = "{arch}.hyper_connection.sinkhorn_iterations"
+KEY_DSV4_HC_EPSILON = "{arch}.hyper_connection.epsilon"
+KEY_DSV4_HASH_LAYER_COUNT = "{arch}.hash_layer_count"

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType, Keys
 
 from local_eagle.errors import GGUFError
 from local_eagle.gguf.check import MAX_DIMS, check_alignment, check_keys, check_tensor_info
@@ -114,11 +114,11 @@ def split_tensors(header: GGUFHeader, what: str = "GGUF") -> list[Tensor]:
     llama.cpp loads every split when given the first, so whatever judges a model by its tensors
     (the planner, the pair check) must see them all; none for a file that is not split.
     """
-    count = int(header.kv.get("split.count", 0) or 0)
+    count = int(header.kv.get(Keys.Split.LLM_KV_SPLIT_COUNT, 0) or 0)
     if count <= 1:
         return []
     p = header.path
-    no = int(header.kv.get("split.no", 0) or 0)
+    no = int(header.kv.get(Keys.Split.LLM_KV_SPLIT_NO, 0) or 0)
     m = re.match(r"(.*)-(\d{5})-of-(\d{5})\.gguf$", p.name)
     if no != 0:
         first = f"{m.group(1)}-00001-of-{m.group(3)}.gguf" if m else "the first split"

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from gguf import Keys
 
 from local_eagle.errors import LlamaError, LocalEagleError
 from local_eagle.llamacpp.lib import C, last_log_error
@@ -50,7 +51,7 @@ class Embedded:
 def model_pooling(model: Model) -> int:
     """The pooling the GGUF names (``{arch}.pooling_type``), POOLING_NONE when it names none (a generation model)."""
     buffer = ctypes.create_string_buffer(32)
-    key = f"{model.arch()}.pooling_type".encode()
+    key = Keys.LLM.POOLING_TYPE.format(arch=model.arch()).encode()
     if C.llama_model_meta_val_str(model.ptr, key, buffer, len(buffer)) < 0:
         return POOLING_NONE
     try:

@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from gguf import Keys
 
+from local_eagle import DEFAULT_CTX
 from local_eagle.errors import LlamaError
 from local_eagle.gguf.info import check_gguf
 from local_eagle.llamacpp.backends import gpu_offload_supported
@@ -72,7 +74,7 @@ class Model:
 
     def arch(self) -> str:
         buffer = ctypes.create_string_buffer(128)
-        C.llama_model_meta_val_str(self.ptr, b"general.architecture", buffer, len(buffer))
+        C.llama_model_meta_val_str(self.ptr, Keys.General.ARCHITECTURE.encode(), buffer, len(buffer))
         return buffer.value.decode()
 
     def target_layer_ids(self) -> list[int]:
@@ -148,7 +150,7 @@ class Model:
 
 @dataclass
 class ContextOptions:
-    n_ctx: int = 2048
+    n_ctx: int = DEFAULT_CTX
     n_batch: int = 512
     n_ubatch: int = 512
     n_threads: int = 0  # 0: all cores

@@ -133,15 +133,17 @@ def _draft(base: StoreModel, at: str, warnings: list[str]) -> Path | None:
     """The model's own draft layer, if it is an EAGLE 3 drafter local-eagle can use."""
     if base.draft is None:
         return None
-    from local_eagle.gguf import read_header
+    from gguf import Keys
+
+    from local_eagle.gguf import DRAFTER_ARCH, read_header
 
     try:
-        arch = read_header(base.draft, "draft GGUF").kv.get("general.architecture")
+        arch = read_header(base.draft, "draft GGUF").kv.get(Keys.General.ARCHITECTURE)
     except (LocalEagleError, OSError, ValueError) as e:
         raise ModelfileError(
             f"{at}: FROM {base.name.short}: its draft model {base.draft} cannot be read: {e}"
         ) from None
-    if arch == "eagle3":
+    if arch == DRAFTER_ARCH:
         return base.draft
     warnings.append(f"{at}: FROM {base.name.short}: its draft model ({arch}) is not an EAGLE 3 drafter, so it is "
                     "not used; add DRAFT ./drafter.gguf")  # fmt: skip

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from local_eagle import DEFAULT_CTX
 from local_eagle.errors import LocalEagleError
 from local_eagle.ollama.template import go_float
 from local_eagle.runtime.sampling import SamplingParams
@@ -104,7 +105,7 @@ PARAMETERS: dict[str, Parameter] = {
         _p("seed", int, "Sampling seed (negative = random).", None),
         _p("num_predict", int, "Most tokens per answer (-1 = until the context is full).", -1, 1, None, (-1,)),
         _p("stop", list, "Stop string (repeatable); it is never emitted.", None, None, MAX_STOPS),
-        _p("num_ctx", int, "Context length in tokens.", 4096, MIN_CTX, MAX_CTX, load=True),
+        _p("num_ctx", int, "Context length in tokens.", DEFAULT_CTX, MIN_CTX, MAX_CTX, load=True),
         _p("num_thread", int, "CPU threads (0 = all cores).", 0, 0, MAX_THREADS, load=True),
         _p("num_batch", int, "Ollama: prompt tokens per batch.", None, used=False),
         _p("num_gpu", int, "Layers offloaded to the GPU (-1 = all).", -1, 0, 1 << 16, (-1,), load=True),

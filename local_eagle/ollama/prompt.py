@@ -61,28 +61,25 @@ class ChatTemplate:
     add_eos: bool = False
 
 
-_WANTED = {
-    "tokenizer.chat_template",
-    "tokenizer.ggml.model",
-    "tokenizer.ggml.bos_token_id",
-    "tokenizer.ggml.eos_token_id",
-    "tokenizer.ggml.add_bos_token",
-    "tokenizer.ggml.add_eos_token",
-}
-
-
 def _gguf_tokenizer_keys(path: str | os.PathLike[str]) -> tuple[dict[str, Any], list[str]]:
     """The few tokenizer keys prompts need and the token texts, from the fast header reader."""
+    from gguf import Keys
+
     from local_eagle.gguf import read_header
 
-    h = read_header(path, keep=lambda k: k == "tokenizer.ggml.tokens")
-    raw = h.kv.get("tokenizer.ggml.tokens") or []
+    tk = Keys.Tokenizer
+    wanted = {tk.CHAT_TEMPLATE, tk.MODEL, tk.BOS_ID, tk.EOS_ID, tk.ADD_BOS, tk.ADD_EOS}
+    h = read_header(path, keep=lambda k: k == tk.LIST)
+    raw = h.kv.get(tk.LIST) or []
     tokens = [t.decode("utf-8", "replace") if isinstance(t, bytes) else t for t in raw]
-    return {k: v for k, v in h.kv.items() if k in _WANTED}, tokens
+    return {k: v for k, v in h.kv.items() if k in wanted}, tokens
 
 
 def read_chat_template(gguf_path: str | os.PathLike[str]) -> ChatTemplate:
     """``tokenizer.chat_template`` and the BOS/EOS texts and flags from a GGUF's header."""
+    from gguf import Keys
+
+    tk = Keys.Tokenizer
     kv, tokens = _gguf_tokenizer_keys(gguf_path)
 
     def token(key: str) -> str:
@@ -90,14 +87,14 @@ def read_chat_template(gguf_path: str | os.PathLike[str]) -> ChatTemplate:
         return tokens[int(tid)] if tid is not None and 0 <= int(tid) < len(tokens) else ""
 
     # llama.cpp's defaults by tokenizer type, then the explicit keys
-    model = kv.get("tokenizer.ggml.model")
-    add_bos = kv.get("tokenizer.ggml.add_bos_token", model in ("llama", "bert"))
-    add_eos = kv.get("tokenizer.ggml.add_eos_token", model == "t5")
-    tmpl = kv.get("tokenizer.chat_template")
+    model = kv.get(tk.MODEL)
+    add_bos = kv.get(tk.ADD_BOS, model in ("llama", "bert"))
+    add_eos = kv.get(tk.ADD_EOS, model == "t5")
+    tmpl = kv.get(tk.CHAT_TEMPLATE)
     return ChatTemplate(
         template=tmpl if isinstance(tmpl, str) and tmpl else None,
-        bos_token=token("tokenizer.ggml.bos_token_id"),
-        eos_token=token("tokenizer.ggml.eos_token_id"),
+        bos_token=token(tk.BOS_ID),
+        eos_token=token(tk.EOS_ID),
         add_bos=bool(add_bos),
         add_eos=bool(add_eos),
     )

@@ -163,6 +163,10 @@ def _part_problem(kind: str, s: str) -> str:
     return ""
 
 
+MAX_NAME_CHARS = 600
+"""The longest model name a request may give: Ollama's name parts, a host of 350 characters, then 80 each."""
+
+
 def check_name(ref: str) -> Name:
     """The name ``ref`` stands for, validated as Ollama validates it; a ``:local`` suffix is dropped.
 

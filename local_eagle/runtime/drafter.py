@@ -27,7 +27,7 @@ from local_eagle.gguf import (
     tensor_f32,
 )
 from local_eagle.gguf import check_pair as gguf_check_pair
-from local_eagle.gguf.keys import KEY_FC_NORM, KEY_FC_NORM_EPS, KEY_FC_NORM_WEIGHT, KEY_NORM_OUTPUT
+from local_eagle.gguf.keys import KEY_FC_NORM, KEY_FC_NORM_EPS, KEY_FC_NORM_WEIGHT, KEY_NORM_OUTPUT, KEY_RMS_EPS
 from local_eagle.llamacpp.model import GGML_TYPE_F16, Context, ContextOptions, Model
 from local_eagle.runtime.norms import fc_norm, rms_norm
 
@@ -55,9 +55,7 @@ def read_spec(path: str | os.PathLike[str]) -> DrafterSpec:
     require_drafter(info)
     if info.target_layers is None or len(info.target_layers) != 3:
         raise LocalEagleError(f"{path}: {DRAFTER_ARCH}.target_layers must hold 3 layer ids")
-    eps = float(
-        field_value(reader, KEY_FC_NORM_EPS) or field_value(reader, f"{DRAFTER_ARCH}.attention.layer_norm_rms_epsilon")
-    )
+    eps = float(field_value(reader, KEY_FC_NORM_EPS) or field_value(reader, KEY_RMS_EPS))
     w = None
     if field_value(reader, KEY_FC_NORM, False):
         raw = field_value(reader, KEY_FC_NORM_WEIGHT)

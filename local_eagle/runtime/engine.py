@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from local_eagle import DEFAULT_CTX
 from local_eagle.errors import LocalEagleError
 from local_eagle.llamacpp.model import Context, ContextOptions, Model
 from local_eagle.runtime.batch import Batcher
@@ -62,7 +63,7 @@ __all__ = [
 
 @dataclass
 class EngineOptions:
-    n_ctx: int = 4096
+    n_ctx: int = DEFAULT_CTX
     n_batch: int = 512
     n_gpu_layers: int = -1
     n_threads: int = 0

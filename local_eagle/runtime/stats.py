@@ -151,33 +151,21 @@ class SpecStats:
         return max(0.0, self.decode_seconds - self.target_seconds - self.drafter_seconds)
 
     def generation_stats(self, prompt_tokens: int, generated_tokens: int, stop_reason: str) -> GenerationStats:
-        return GenerationStats(
-            prompt_tokens=prompt_tokens,
-            generated_tokens=generated_tokens,
-            target_calls=self.rounds,
-            drafted_tokens=self.drafted_tokens,
-            accepted_tokens=self.accepted_tokens,
-            drafted_per_position=list(self.drafted_per_position),
-            accepted_per_position=list(self.accepted_per_position),
-            draft_steps=self.draft_steps,
-            adaptive=self.adaptive,
-            draft_lengths=self.verify_calls_by_rows[1:],
-            probes=self.probes,
-            captured_rounds=self.captured_rounds,
-            catch_ups=self.catch_ups,
-            catch_up_rows=self.catch_up_rows,
-            catch_up_seconds=self.catch_up_seconds,
-            policy=self.policy,
-            prefill_seconds=self.prefill_seconds,
-            target_seconds=self.target_seconds,
-            drafter_seconds=self.drafter_seconds,
-            decode_seconds=self.decode_seconds,
-            stop_reason=stop_reason,
-            forced_tokens=self.forced_tokens,
-            grammar_seconds=self.grammar_seconds,
-            replay_calls=self.replay_calls,
-            python_seconds=self.python_seconds,
-        )
+        """The generation's :class:`GenerationStats`: every field of it this record has under the same name (a field
+        or a property; lists copied), and the few it names otherwise. A field added to both is carried without a
+        line here, and one added to ``GenerationStats`` alone fails here (``AttributeError``), not silently."""
+        given: dict[str, object] = {
+            "prompt_tokens": prompt_tokens,
+            "generated_tokens": generated_tokens,
+            "stop_reason": stop_reason,
+            "target_calls": self.rounds,
+            "draft_lengths": self.verify_calls_by_rows[1:],
+        }
+        for name in _GENERATION_FIELDS:
+            if name not in given:
+                value = getattr(self, name)
+                given[name] = list(value) if isinstance(value, list) else value
+        return GenerationStats(**given)  # type: ignore[arg-type]
 
 
 @dataclass
@@ -294,6 +282,7 @@ class GenerationTotals:
 
 
 _LATEST = frozenset({"adaptive", "policy", "stop_reason"})  # not summed: the latest answer's
+_GENERATION_FIELDS = tuple(f.name for f in fields(GenerationStats))
 
 
 def _add_counts(into: list[int], counts: list[int]) -> None:

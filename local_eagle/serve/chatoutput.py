@@ -185,11 +185,12 @@ def finish_reason(reason: str, output: ChatOutput | None) -> str:
 
 @lru_cache(maxsize=64)
 def _pools(path: str, mtime_ns: int) -> bool:
+    from gguf import Keys
+
     from local_eagle.gguf.reader import read_header
 
     kv = read_header(path).kv
-    arch = kv.get("general.architecture")
-    return f"{arch}.pooling_type" in kv
+    return Keys.LLM.POOLING_TYPE.format(arch=kv.get(Keys.General.ARCHITECTURE)) in kv
 
 
 def capabilities(model: os.PathLike[str] | str, template: str | None) -> list[str]:

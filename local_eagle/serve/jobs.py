@@ -31,7 +31,7 @@ from local_eagle.runtime.tree import TreeShape
 from local_eagle.serve.errors import ApiError
 from local_eagle.serve.logprobs import TokenEntry, resolve
 from local_eagle.serve.runnerproc import max_prompt_bytes, tag_tokens, token_pieces
-from local_eagle.serve.runners import RemoteFailure, RunnerEngine, RunnerError
+from local_eagle.serve.runners import SERVED_STATS, RemoteFailure, RunnerEngine, RunnerError
 
 CANCELLED = STOP_CANCELLED
 TIMEOUT = "timeout"
@@ -278,11 +278,11 @@ class JobSlot:
         queue_seconds, total = started - job.received, now - job.received
         if result is not None:
             st = result.stats
+            served = {k: getattr(st, k) for k in SERVED_STATS}  # the stats' own fields of the same names
+            served["stop_reason"] = reason or st.stop_reason
             return Outcome(
-                text=result.text, stop_reason=reason or st.stop_reason, prompt_tokens=st.prompt_tokens,
-                generated_tokens=st.generated_tokens, queue_seconds=queue_seconds, prefill_seconds=st.prefill_seconds,
-                decode_seconds=st.decode_seconds, total_seconds=total, stats=st.to_dict(),
-                logprobs=self._logprobs(job, result),
+                text=result.text, queue_seconds=queue_seconds, total_seconds=total, stats=st.to_dict(),
+                logprobs=self._logprobs(job, result), **served,
             )  # fmt: skip
         # stopped by the server's timeout: the engine's stats ended with its stream, so count the
         # text and take the first piece's arrival as the end of the prefill

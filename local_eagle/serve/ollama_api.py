@@ -15,6 +15,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from gguf import Keys
 
 from local_eagle import __version__
 from local_eagle.serve.chatoutput import (
@@ -184,8 +185,8 @@ def _show(server: EagleServer) -> dict[str, Any]:
     )
     info = server.info
     model_info = {
-        "general.architecture": info["arch"],
-        f"{info['arch']}.context_length": server.engine.n_ctx,
+        Keys.General.ARCHITECTURE: info["arch"],
+        Keys.LLM.CONTEXT_LENGTH.format(arch=info["arch"]): server.engine.n_ctx,
         "local_eagle.draft": str(server.config.draft) if server.config.draft else None,
         "local_eagle.draft_num_predict": server.config.draft_max if server.config.draft else 0,
     }

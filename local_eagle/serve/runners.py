@@ -26,7 +26,7 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +46,6 @@ START_SECONDS = 900.0  # the longest a model's load may take
 _LOAD_ERRORS: dict[str, type[LocalEagleError]] = {
     c.__name__: c for c in (LocalEagleError, LlamaError, GGUFError, CheckpointError)
 }
-_STATS = ("stop_reason", "prompt_tokens", "generated_tokens", "prefill_seconds", "decode_seconds")
 _LIVE: weakref.WeakSet[_Process] = weakref.WeakSet()
 
 
@@ -71,6 +70,11 @@ class RemoteStats:
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.data)
+
+
+SERVED_STATS: tuple[str, ...] = tuple(f.name for f in fields(RemoteStats) if f.name != "data")
+"""The stats the server reads of a finished generation, by the names ``GenerationStats`` and ``RemoteStats`` share:
+named once, here, for the runner's answer and the job's outcome (``jobs.Outcome``) alike."""
 
 
 @dataclass
@@ -479,7 +483,7 @@ class RunnerStream(_Call):
                 end = msg.get("end")
                 if end is not None:
                     st = end["stats"]
-                    stats = RemoteStats(st, **{k: st[k] for k in _STATS if k in st})
+                    stats = RemoteStats(st, **{k: st[k] for k in SERVED_STATS if k in st})
                     self.result = RemoteResult(end["text"], stats, logprobs_from_wire(end.get("logprobs")))
                 return
         finally:

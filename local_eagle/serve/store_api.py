@@ -17,28 +17,48 @@ import time
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from gguf import Keys
 
 from local_eagle import __version__
 from local_eagle.errors import LocalEagleError, path_too_long, too_long
 from local_eagle.files import sha256_file
+from local_eagle.gguf.keys import KEY_PARAMETER_COUNT
 from local_eagle.ollama.modelfile import Modelfile, encode_value, format_modelfile, format_parameter, parse
 from local_eagle.ollama.modelfile_syntax import MAX_MODELFILE
-from local_eagle.ollama.store import StoreError, read_manifest
+from local_eagle.ollama.store import MAX_NAME_CHARS, StoreError, read_manifest
 from local_eagle.serve.chatoutput import capabilities
 from local_eagle.serve.errors import ApiError, install_error_handlers
 from local_eagle.serve.jobs import in_thread, off_loop
 from local_eagle.serve.models import check_fields, json_body
-from local_eagle.serve.store_app import MAX_NAME_CHARS
 from local_eagle.store import NamedStores
 
 if TYPE_CHECKING:
-    from local_eagle.ollama.store import Name
-    from local_eagle.serve.store_app import StoreFront
+    from local_eagle.ollama.store import Name, OllamaStore
+    from local_eagle.serve.registry import ModelRegistry
+    from local_eagle.store import LocalStore
     from local_eagle.store.models import Entry
+
+
+class StoreSources(Protocol):
+    """What the store API reads of the store server's configuration (``store_app.StoreConfig``)."""
+
+    local: LocalStore
+    ollama: OllamaStore | None
+    max_request_bytes: int
+
+
+class StoreFront(Protocol):
+    """The store server as its API sees it (``store_app.StoreFront``, which builds the API): declared here so that
+    the API does not import the app that imports it."""
+
+    config: StoreSources
+    registry: ModelRegistry
+
+    def resolve(self, ref: str) -> tuple[Name, Modelfile]: ...
 
 _CREATE = {"model": str, "name": str, "from": str, "modelfile": str, "draft": str, "template": str, "system": str,
            "parameters": dict, "messages": list, "license": (str, list), "stream": bool}  # fmt: skip
@@ -378,9 +398,10 @@ def _show(front: StoreFront, ref: str, m: Modelfile) -> dict[str, Any]:
     )
     try:
         s = summarize(m.model, m.draft)
-        info: dict[str, Any] = {"general.architecture": s.architecture, "general.parameter_count": s.parameters,
-                                f"{s.architecture}.context_length": s.context_length,
-                                f"{s.architecture}.embedding_length": s.embedding_length}  # fmt: skip
+        arch = s.architecture
+        info: dict[str, Any] = {Keys.General.ARCHITECTURE: arch, KEY_PARAMETER_COUNT: s.parameters,
+                                Keys.LLM.CONTEXT_LENGTH.format(arch=arch): s.context_length,
+                                Keys.LLM.EMBEDDING_LENGTH.format(arch=arch): s.embedding_length}  # fmt: skip
         if m.draft is not None:
             info |= {"local_eagle.draft": str(m.draft), "local_eagle.eagle_version": s.eagle_version,
                      "local_eagle.target_layers": s.target_layers,

@@ -23,7 +23,7 @@ from typing import Any
 
 from local_eagle.errors import LlamaError, LocalEagleError
 from local_eagle.ollama.modelfile import Modelfile, resolve_model
-from local_eagle.ollama.store import Name, OllamaStore, StoreError, check_name
+from local_eagle.ollama.store import MAX_NAME_CHARS, Name, OllamaStore, StoreError, check_name
 from local_eagle.serve import models
 from local_eagle.serve.access import Access, AccessGuard
 from local_eagle.serve.errors import ApiError
@@ -32,6 +32,7 @@ from local_eagle.serve.models import decode_body
 from local_eagle.serve.registry import ModelRegistry, ServerBusy, keep_alive_seconds
 from local_eagle.serve.runners import RunnerEngine, RunnerError
 from local_eagle.serve.server import MAX_REQUEST_BYTES, EagleServer, ServeConfig
+from local_eagle.serve.store_api import create_store_api
 from local_eagle.settings import DEFAULT_CTX, LoadOptions, Settings, resolve
 from local_eagle.store import LocalStore, resolve_name
 
@@ -91,9 +92,6 @@ class StoreConfig:
     context and load options (``cli.loading.auto_parallel``: 4 where they fit the free memory, else 1)."""
 
 
-MAX_NAME_CHARS = 600  # Ollama's name parts: a host of 350 characters, then 80 each
-
-
 def check_ref(ref: Any) -> None:
     """A model name as a request gives it: a string that is a valid name, short enough to be quoted in the 400."""
     if not isinstance(ref, str) or not ref:
@@ -111,8 +109,6 @@ class StoreFront:
     """The ASGI app of a store server: routes run requests to their model's app, the rest to the store API."""
 
     def __init__(self, config: StoreConfig) -> None:
-        from local_eagle.serve.store_api import create_store_api
-
         self.config = config
         self.registry = ModelRegistry(self._load, config.budget, wait_timeout=config.queue_timeout)
         self.api = create_store_api(self)

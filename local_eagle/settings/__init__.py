@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from local_eagle.runtime.engine import EngineOptions
 
 DEFAULT_CTX: int = PARAMETERS["num_ctx"].default
-"""Context length when no layer gives one."""
+"""Context length when no layer gives one: ``local_eagle.DEFAULT_CTX``, as ``num_ctx``'s default."""
 
 N_BATCH = 512
 """The engine's n_batch and n_ubatch (EngineOptions' default), which the planner prices."""

@@ -95,13 +95,15 @@ def _described(path: Path, read: Callable[[], T]) -> T:
 
 
 def _model_summary(model: Path) -> Summary:
+    from gguf import Keys
+
     from local_eagle.gguf import model_info, read_header
 
     header = read_header(model, "model GGUF")
     info = model_info(header, model)
     kv: dict[str, Any] = header.kv
     quant = info.quantization
-    ctx = kv.get(f"{info.arch}.context_length")
+    ctx = kv.get(Keys.LLM.CONTEXT_LENGTH.format(arch=info.arch))
     return Summary(info.arch, _count(info.tensor_shapes), int(ctx) if ctx else None, info.n_embd, quant)
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from gguf import GGUFReader, GGUFValueType, GGUFWriter, TokenType
+from gguf import GGUFReader, GGUFValueType, GGUFWriter, Keys, TokenType
 
 KeyEdit = tuple[Any, GGUFValueType, GGUFValueType | None] | None
 """A key's new (value, type, array item type), or None to drop the key."""
@@ -33,10 +33,10 @@ def rewrite_gguf(
     keys = dict(keys or {})
     tensors = dict(tensors or {})
     r = GGUFReader(src)
-    arch = r.fields["general.architecture"].contents()
+    arch = r.fields[Keys.General.ARCHITECTURE].contents()
     w = GGUFWriter(dst, arch=arch)  # the writer adds general.architecture itself
     for name, f in r.fields.items():
-        if name.startswith("GGUF.") or name == "general.architecture" or name in keys:
+        if name.startswith("GGUF.") or name == Keys.General.ARCHITECTURE or name in keys:
             continue
         vtype = f.types[0]
         sub = f.types[1] if vtype == GGUFValueType.ARRAY else None

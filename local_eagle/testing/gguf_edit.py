@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from gguf import GGUFReader, GGUFValueType, GGUFWriter
+from gguf import GGUFReader, GGUFValueType, GGUFWriter, Keys
 
 
 def with_keys(
@@ -23,9 +23,9 @@ def with_keys(
     ``typed`` replaces keys in their place with ``(value, type, array item type or None)``: any type, a wrong one
     too."""
     uint32, typed = uint32 or {}, typed or {}
-    skip = {"general.architecture", *uint32, *drop}
+    skip = {Keys.General.ARCHITECTURE, *uint32, *drop}
     r = GGUFReader(src)
-    w = GGUFWriter(dst, arch=r.fields["general.architecture"].contents())
+    w = GGUFWriter(dst, arch=r.fields[Keys.General.ARCHITECTURE].contents())
     for name, f in r.fields.items():
         if name.startswith("GGUF.") or name in skip:
             continue

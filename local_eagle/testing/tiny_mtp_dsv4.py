@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from gguf import GGUFWriter, LlamaFileType
+from gguf import GGUFWriter, Keys, LlamaFileType
 
+from local_eagle.gguf import keys as K
 from local_eagle.testing.tiny import add_byte_tokenizer, byte_vocab, finish_gguf, random_f32
 
 SQRT_SOFTPLUS = 4  # LLAMA_EXPERT_GATING_FUNC_TYPE_SQRT_SOFTPLUS, the only routing the loader takes
@@ -94,20 +95,20 @@ def write_tiny_deepseek4_mtp(
     w.add_expert_shared_count(1)
     w.add_expert_weights_scale(1.0)
     w.add_expert_weights_norm(True)
-    w.add_uint32(f"{a}.expert_gating_func", SQRT_SOFTPLUS)
+    w.add_uint32(Keys.LLM.EXPERT_GATING_FUNC.format(arch=a), SQRT_SOFTPLUS)
     # keys the installed gguf-py does not name yet (src/llama-arch.cpp LLM_KV_*)
-    w.add_float32(f"{a}.swiglu_clamp_exp", 10.0)
-    w.add_uint32(f"{a}.attention.indexer.head_count", s.indexer_n_head)
-    w.add_uint32(f"{a}.attention.indexer.key_length", s.indexer_head_dim)
-    w.add_uint32(f"{a}.attention.indexer.top_k", s.indexer_top_k)
-    w.add_uint32(f"{a}.attention.output_group_count", s.o_groups)
-    w.add_uint32(f"{a}.attention.output_lora_rank", s.o_lora_rank)
-    w.add_float32(f"{a}.attention.compress_rope_freq_base", 160000.0)
-    w.add_array(f"{a}.attention.compress_ratios", ratios)
-    w.add_uint32(f"{a}.hyper_connection.count", s.hc_mult)
-    w.add_uint32(f"{a}.hyper_connection.sinkhorn_iterations", 3)
-    w.add_float32(f"{a}.hyper_connection.epsilon", 1e-6)
-    w.add_uint32(f"{a}.hash_layer_count", 0)
+    w.add_float32(K.KEY_DSV4_SWIGLU_CLAMP_EXP.format(arch=a), 10.0)
+    w.add_uint32(K.KEY_DSV4_INDEXER_HEAD_COUNT.format(arch=a), s.indexer_n_head)
+    w.add_uint32(K.KEY_DSV4_INDEXER_KEY_LENGTH.format(arch=a), s.indexer_head_dim)
+    w.add_uint32(K.KEY_DSV4_INDEXER_TOP_K.format(arch=a), s.indexer_top_k)
+    w.add_uint32(K.KEY_DSV4_OUTPUT_GROUP_COUNT.format(arch=a), s.o_groups)
+    w.add_uint32(K.KEY_DSV4_OUTPUT_LORA_RANK.format(arch=a), s.o_lora_rank)
+    w.add_float32(K.KEY_DSV4_COMPRESS_ROPE_FREQ_BASE.format(arch=a), 160000.0)
+    w.add_array(K.KEY_DSV4_COMPRESS_RATIOS.format(arch=a), ratios)
+    w.add_uint32(K.KEY_DSV4_HC_COUNT.format(arch=a), s.hc_mult)
+    w.add_uint32(K.KEY_DSV4_HC_SINKHORN_ITERATIONS.format(arch=a), 3)
+    w.add_float32(K.KEY_DSV4_HC_EPSILON.format(arch=a), 1e-6)
+    w.add_uint32(K.KEY_DSV4_HASH_LAYER_COUNT.format(arch=a), 0)
     if mtp:
         w.add_nextn_predict_layers(1)
     add_byte_tokenizer(w, tokens, scores, types)

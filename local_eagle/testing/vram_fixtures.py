@@ -14,7 +14,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType, GGUFWriter, TokenType
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType, GGUFWriter, Keys, TokenType
+
+from local_eagle.gguf.keys import KEY_TARGET_HIDDEN, KEY_TARGET_LAYERS
 
 Q = GGMLQuantizationType
 
@@ -73,7 +75,7 @@ class DrafterShape:
 def _tokenizer(w: GGUFWriter, n_vocab: int, full: bool = True) -> None:
     """An SPM vocabulary of ``n_vocab`` pieces: 3 specials, 256 bytes, then filler pieces."""
     if not full:
-        w.add_uint32(f"{w.arch}.vocab_size", n_vocab)
+        w.add_uint32(Keys.LLM.VOCAB_SIZE.format(arch=w.arch), n_vocab)
         return
     n_fill = max(0, n_vocab - 259)
     tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + [f"\u2581t{i}" for i in range(n_fill)]
@@ -151,21 +153,21 @@ def write_shape_gguf(path: str | os.PathLike[str], spec: ShapeSpec) -> Path:
     hd = spec.hd
     w = GGUFWriter(p, a)
     w.add_name(spec.name)
-    w.add_uint32(f"{a}.context_length", spec.n_ctx_train)
-    w.add_uint32(f"{a}.embedding_length", spec.n_embd)
-    w.add_uint32(f"{a}.block_count", spec.n_layer)
-    w.add_uint32(f"{a}.feed_forward_length", spec.n_ff)
-    w.add_uint32(f"{a}.attention.head_count", spec.n_head)
-    w.add_uint32(f"{a}.attention.head_count_kv", spec.n_head_kv)
-    w.add_uint32(f"{a}.attention.key_length", hd)
-    w.add_uint32(f"{a}.attention.value_length", hd)
-    w.add_uint32(f"{a}.rope.dimension_count", hd)
-    w.add_float32(f"{a}.rope.freq_base", 10000.0)
-    w.add_float32(f"{a}.attention.layer_norm_rms_epsilon", 1e-6)
+    w.add_uint32(Keys.LLM.CONTEXT_LENGTH.format(arch=a), spec.n_ctx_train)
+    w.add_uint32(Keys.LLM.EMBEDDING_LENGTH.format(arch=a), spec.n_embd)
+    w.add_uint32(Keys.LLM.BLOCK_COUNT.format(arch=a), spec.n_layer)
+    w.add_uint32(Keys.LLM.FEED_FORWARD_LENGTH.format(arch=a), spec.n_ff)
+    w.add_uint32(Keys.Attention.HEAD_COUNT.format(arch=a), spec.n_head)
+    w.add_uint32(Keys.Attention.HEAD_COUNT_KV.format(arch=a), spec.n_head_kv)
+    w.add_uint32(Keys.Attention.KEY_LENGTH.format(arch=a), hd)
+    w.add_uint32(Keys.Attention.VALUE_LENGTH.format(arch=a), hd)
+    w.add_uint32(Keys.Rope.DIMENSION_COUNT.format(arch=a), hd)
+    w.add_float32(Keys.Rope.FREQ_BASE.format(arch=a), 10000.0)
+    w.add_float32(Keys.Attention.LAYERNORM_RMS_EPS.format(arch=a), 1e-6)
     if spec.n_swa:
-        w.add_uint32(f"{a}.attention.sliding_window", spec.n_swa)
+        w.add_uint32(Keys.Attention.SLIDING_WINDOW.format(arch=a), spec.n_swa)
         if spec.swa_pattern:
-            w.add_uint32(f"{a}.attention.sliding_window_pattern", spec.swa_pattern)
+            w.add_uint32(Keys.Attention.SLIDING_WINDOW_PATTERN.format(arch=a), spec.swa_pattern)
     _tokenizer(w, spec.n_vocab, spec.tokenizer)
 
     t = _Tensors(spec.wtype, spec.mix, spec.n_layer, spec.tied)
@@ -205,20 +207,20 @@ def write_drafter_gguf(path: str | os.PathLike[str], d: DrafterShape, tokenizer:
     hd = d.n_embd // d.n_head
     w = GGUFWriter(p, a)
     w.add_name(d.name)
-    w.add_uint32(f"{a}.context_length", 131072)
-    w.add_uint32(f"{a}.embedding_length", d.n_embd)
-    w.add_uint32(f"{a}.block_count", 1)
-    w.add_uint32(f"{a}.feed_forward_length", d.n_ff)
-    w.add_uint32(f"{a}.attention.head_count", d.n_head)
-    w.add_uint32(f"{a}.attention.head_count_kv", d.n_head_kv)
-    w.add_uint32(f"{a}.attention.key_length", hd)
-    w.add_uint32(f"{a}.attention.value_length", hd)
-    w.add_uint32(f"{a}.rope.dimension_count", hd)
-    w.add_float32(f"{a}.rope.freq_base", 500000.0)
-    w.add_float32(f"{a}.attention.layer_norm_rms_epsilon", 1e-5)
-    w.add_uint32(f"{a}.vocab_size", d.n_vocab)
-    w.add_key_value(f"{a}.target_layers", list(d.target_layers), GGUFValueType.ARRAY, GGUFValueType.INT32)
-    w.add_uint32(f"{a}.target_hidden_size", d.target_hidden)
+    w.add_uint32(Keys.LLM.CONTEXT_LENGTH.format(arch=a), 131072)
+    w.add_uint32(Keys.LLM.EMBEDDING_LENGTH.format(arch=a), d.n_embd)
+    w.add_uint32(Keys.LLM.BLOCK_COUNT.format(arch=a), 1)
+    w.add_uint32(Keys.LLM.FEED_FORWARD_LENGTH.format(arch=a), d.n_ff)
+    w.add_uint32(Keys.Attention.HEAD_COUNT.format(arch=a), d.n_head)
+    w.add_uint32(Keys.Attention.HEAD_COUNT_KV.format(arch=a), d.n_head_kv)
+    w.add_uint32(Keys.Attention.KEY_LENGTH.format(arch=a), hd)
+    w.add_uint32(Keys.Attention.VALUE_LENGTH.format(arch=a), hd)
+    w.add_uint32(Keys.Rope.DIMENSION_COUNT.format(arch=a), hd)
+    w.add_float32(Keys.Rope.FREQ_BASE.format(arch=a), 500000.0)
+    w.add_float32(Keys.Attention.LAYERNORM_RMS_EPS.format(arch=a), 1e-5)
+    w.add_uint32(Keys.LLM.VOCAB_SIZE.format(arch=a), d.n_vocab)
+    w.add_key_value(KEY_TARGET_LAYERS, list(d.target_layers), GGUFValueType.ARRAY, GGUFValueType.INT32)
+    w.add_uint32(KEY_TARGET_HIDDEN, d.target_hidden)
     if tokenizer:
         _tokenizer(w, d.n_vocab)
 
@@ -255,16 +257,16 @@ def write_mamba_gguf(
     a, d_inner, dt_rank = "mamba", 2 * n_embd, max(1, n_embd // 16)
     w = GGUFWriter(p, a)
     w.add_name("mamba-shape")
-    w.add_uint32(f"{a}.context_length", 1 << 20)
-    w.add_uint32(f"{a}.embedding_length", n_embd)
-    w.add_uint32(f"{a}.block_count", n_layer)
-    w.add_uint32(f"{a}.feed_forward_length", 0)
-    w.add_uint32(f"{a}.attention.head_count", 0)
-    w.add_uint32(f"{a}.ssm.conv_kernel", d_conv)
-    w.add_uint32(f"{a}.ssm.inner_size", d_inner)
-    w.add_uint32(f"{a}.ssm.state_size", d_state)
-    w.add_uint32(f"{a}.ssm.time_step_rank", dt_rank)
-    w.add_float32(f"{a}.attention.layer_norm_rms_epsilon", 1e-5)
+    w.add_uint32(Keys.LLM.CONTEXT_LENGTH.format(arch=a), 1 << 20)
+    w.add_uint32(Keys.LLM.EMBEDDING_LENGTH.format(arch=a), n_embd)
+    w.add_uint32(Keys.LLM.BLOCK_COUNT.format(arch=a), n_layer)
+    w.add_uint32(Keys.LLM.FEED_FORWARD_LENGTH.format(arch=a), 0)
+    w.add_uint32(Keys.Attention.HEAD_COUNT.format(arch=a), 0)
+    w.add_uint32(Keys.SSM.CONV_KERNEL.format(arch=a), d_conv)
+    w.add_uint32(Keys.SSM.INNER_SIZE.format(arch=a), d_inner)
+    w.add_uint32(Keys.SSM.STATE_SIZE.format(arch=a), d_state)
+    w.add_uint32(Keys.SSM.TIME_STEP_RANK.format(arch=a), dt_rank)
+    w.add_float32(Keys.Attention.LAYERNORM_RMS_EPS.format(arch=a), 1e-5)
     _tokenizer(w, n_vocab)
     t = _Tensors(Q.F16, None, n_layer)
     t.mat("token_embd.weight", n_vocab, n_embd)
@@ -296,23 +298,23 @@ def write_mla_gguf(
     a = "deepseek2"
     w = GGUFWriter(p, a)
     w.add_name("mla-shape")
-    w.add_uint32(f"{a}.context_length", 163840)
-    w.add_uint32(f"{a}.embedding_length", n_embd)
-    w.add_uint32(f"{a}.block_count", n_layer)
-    w.add_uint32(f"{a}.feed_forward_length", n_ff)
-    w.add_uint32(f"{a}.leading_dense_block_count", n_layer)
-    w.add_uint32(f"{a}.expert_feed_forward_length", 0)
-    w.add_uint32(f"{a}.expert_shared_count", 0)
-    w.add_uint32(f"{a}.attention.head_count", n_head)
-    w.add_uint32(f"{a}.attention.head_count_kv", 1)
-    w.add_uint32(f"{a}.attention.key_length", kv_lora + rope)
-    w.add_uint32(f"{a}.attention.value_length", kv_lora)
-    w.add_uint32(f"{a}.attention.key_length_mla", nope + rope)
-    w.add_uint32(f"{a}.attention.value_length_mla", v_head)
-    w.add_uint32(f"{a}.attention.q_lora_rank", 0)
-    w.add_uint32(f"{a}.attention.kv_lora_rank", kv_lora)
-    w.add_uint32(f"{a}.rope.dimension_count", rope)
-    w.add_float32(f"{a}.attention.layer_norm_rms_epsilon", 1e-6)
+    w.add_uint32(Keys.LLM.CONTEXT_LENGTH.format(arch=a), 163840)
+    w.add_uint32(Keys.LLM.EMBEDDING_LENGTH.format(arch=a), n_embd)
+    w.add_uint32(Keys.LLM.BLOCK_COUNT.format(arch=a), n_layer)
+    w.add_uint32(Keys.LLM.FEED_FORWARD_LENGTH.format(arch=a), n_ff)
+    w.add_uint32(Keys.LLM.LEADING_DENSE_BLOCK_COUNT.format(arch=a), n_layer)
+    w.add_uint32(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH.format(arch=a), 0)
+    w.add_uint32(Keys.LLM.EXPERT_SHARED_COUNT.format(arch=a), 0)
+    w.add_uint32(Keys.Attention.HEAD_COUNT.format(arch=a), n_head)
+    w.add_uint32(Keys.Attention.HEAD_COUNT_KV.format(arch=a), 1)
+    w.add_uint32(Keys.Attention.KEY_LENGTH.format(arch=a), kv_lora + rope)
+    w.add_uint32(Keys.Attention.VALUE_LENGTH.format(arch=a), kv_lora)
+    w.add_uint32(Keys.Attention.KEY_LENGTH_MLA.format(arch=a), nope + rope)
+    w.add_uint32(Keys.Attention.VALUE_LENGTH_MLA.format(arch=a), v_head)
+    w.add_uint32(Keys.Attention.Q_LORA_RANK.format(arch=a), 0)
+    w.add_uint32(Keys.Attention.KV_LORA_RANK.format(arch=a), kv_lora)
+    w.add_uint32(Keys.Rope.DIMENSION_COUNT.format(arch=a), rope)
+    w.add_float32(Keys.Attention.LAYERNORM_RMS_EPS.format(arch=a), 1e-6)
     _tokenizer(w, n_vocab)
     t = _Tensors(Q.F16, None, n_layer)
     t.mat("token_embd.weight", n_vocab, n_embd)
@@ -376,7 +378,7 @@ FIT_TABLE_CONTEXTS = (8192, 32768, 131072)
 
 def fit_table(workdir: str | os.PathLike[str]) -> str:
     """docs/fit.md's RTX 4090 table: predicted VRAM per component for common pairs (markdown, GiB)."""
-    from local_eagle.vram import GiB, Settings, make_plan, read_shape
+    from local_eagle.vram import GiB, MemoryConfig, make_plan, read_shape
     from local_eagle.vram.gpus import budget
 
     d = Path(workdir)
@@ -400,7 +402,7 @@ def fit_table(workdir: str | os.PathLike[str]) -> str:
         if extra.get("swa_full") is False:
             label += " (--no-swa-full)"
         for ctx in FIT_TABLE_CONTEXTS:
-            s = replace(Settings(n_ctx=ctx, n_gpu_layers=-1), **extra)  # type: ignore[arg-type]
+            s = replace(MemoryConfig(n_ctx=ctx, n_gpu_layers=-1), **extra)  # type: ignore[arg-type]
             p = make_plan(t, dr, s, b)
             q = make_plan(t, dr, replace(s, type_k="q8_0", type_v="q8_0"), b)
             dtot = sum(p.component(k).gpu for k in ("draft_weights", "draft_kv", "draft_compute")) if dr else 0

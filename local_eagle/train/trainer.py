@@ -19,8 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from gguf import Keys
 
 from converters.eagle3_gguf import OUTTYPES
+from local_eagle import DEFAULT_CTX
 from local_eagle.errors import LocalEagleError
 from local_eagle.files import check_output_dir, check_output_file
 from local_eagle.gguf import ModelInfo, field_value, model_info, open_gguf, tensor_f32
@@ -147,15 +149,15 @@ def _target_shape(target: str | os.PathLike[str]) -> dict[str, Any]:
     reader = open_gguf(target, "target GGUF")
     info = model_info(reader, Path(target), "target GGUF")
     arch = info.arch
-    ff = field_value(reader, f"{arch}.feed_forward_length")
+    ff = field_value(reader, Keys.LLM.FEED_FORWARD_LENGTH.format(arch=arch))
     ff = max(ff) if isinstance(ff, list) else ff
     return {
         "reader": reader,
         "info": info,
         "n_ff": int(ff or 4 * info.n_embd),
-        "rope_theta": float(field_value(reader, f"{arch}.rope.freq_base", 10000.0)),
-        "eps": float(field_value(reader, f"{arch}.attention.layer_norm_rms_epsilon", 1e-6)),
-        "n_ctx": int(field_value(reader, f"{arch}.context_length", 4096)),
+        "rope_theta": float(field_value(reader, Keys.Rope.FREQ_BASE.format(arch=arch), 10000.0)),
+        "eps": float(field_value(reader, Keys.Attention.LAYERNORM_RMS_EPS.format(arch=arch), 1e-6)),
+        "n_ctx": int(field_value(reader, Keys.LLM.CONTEXT_LENGTH.format(arch=arch), DEFAULT_CTX)),
     }
 
 

@@ -24,7 +24,7 @@ no GPU. The formulas follow the pinned llama.cpp (``vendor/llama.cpp`` of llama-
   none), a one-layer KV cache at the target's context, and the larger of its decoder graph
   (logits over the draft vocabulary scattered into a full-vocabulary buffer) and encoder graph.
 
-* a model's own MTP (NextN) head (``Settings.mtp``, no drafter): the NextN block's weights (loaded only with
+* a model's own MTP (NextN) head (``MemoryConfig.mtp``, no drafter): the NextN block's weights (loaded only with
   ``load_mtp``; the target's weights and cache never hold that block), the MTP context's f16 KV cache of the NextN
   layer at the target's context, and its NextN graph (``mtp_compute``).
 
@@ -32,7 +32,7 @@ What llama.cpp does not allocate through its buffers (the CUDA context, cuBLAS w
 memory pool) is an ``overhead`` allowance. Host memory is reported apart from VRAM.
 
 * ``--parallel N``: both contexts at N x the per-request context, N sequences in one unified cache
-  (``Settings.with_parallel``), the logits buffer sized for a verify of ``draft_max`` + 1 rows per
+  (``MemoryConfig.with_parallel``), the logits buffer sized for a verify of ``draft_max`` + 1 rows per
   request; ``parallel_refusal`` says in one line whether N fit and, if not, the most that would.
 
 Modules, lowest first: ``types`` (ggml cache types, backend rounding), ``shapes`` (GGUF headers),
@@ -68,7 +68,7 @@ from local_eagle.vram.plan import (
     mtp_compute,
     target_compute,
 )
-from local_eagle.vram.settings import CtxDims, Settings, ctx_dims
+from local_eagle.vram.settings import CtxDims, MemoryConfig, ctx_dims
 from local_eagle.vram.shapes import ModelShape, check_pair, read_shape
 from local_eagle.vram.suggest import Suggestion, suggest
 from local_eagle.vram.types import CPU, CUDA, KV_TYPES, Backend, KVType, PlanError, row_bytes
@@ -89,7 +89,7 @@ __all__ = [
     "ModelShape",
     "Plan",
     "PlanError",
-    "Settings",
+    "MemoryConfig",
     "Split",
     "Suggestion",
     "attention_kv",

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from local_eagle.gguf import pad
-from local_eagle.vram.settings import CtxDims, Settings
+from local_eagle.vram.settings import CtxDims, MemoryConfig
 from local_eagle.vram.shapes import ModelShape
 from local_eagle.vram.types import KV_TYPES, Backend, KVType
 
@@ -234,7 +234,7 @@ def _k_rot(head_k: int, t: KVType) -> int:
     return n
 
 
-def graph_dims(shape: ModelShape, d: CtxDims, s: Settings, type_k: str, type_v: str, n_ubatch: int) -> GraphDims:
+def graph_dims(shape: ModelShape, d: CtxDims, s: MemoryConfig, type_k: str, type_v: str, n_ubatch: int) -> GraphDims:
     """The sizes one context's reserved graph is built with, from its context sizes and cache types."""
     n_outputs = min(d.n_ctx, n_ubatch, d.n_batch)
     n_tokens = -(-n_outputs // d.n_seq) * d.n_seq  # graph_reserve rounds up to a multiple of n_seq

@@ -24,7 +24,7 @@ from local_eagle.errors import LlamaError
 from local_eagle.llamacpp import bindings
 from local_eagle.llamacpp.lib import sibling_library
 from local_eagle.vram.memory import MTP_KV_TYPE
-from local_eagle.vram.settings import MAX_SEQ, Settings
+from local_eagle.vram.settings import MAX_SEQ, MemoryConfig
 from local_eagle.vram.shapes import check_pair, read_shape
 from local_eagle.vram.types import KV_TYPES
 
@@ -161,7 +161,7 @@ class _DryContext:
     def __init__(
         self,
         model: _DryModel,
-        s: Settings,
+        s: MemoryConfig,
         draft: bool,
         other: _DryContext | None,
         what: str,
@@ -208,7 +208,7 @@ def _has_state(model: _DryModel) -> bool:
     return bool(C.llama_model_is_recurrent(model.ptr) or C.llama_model_is_hybrid(model.ptr))
 
 
-def _state_bytes(model: _DryModel, s: Settings, context: int, n_rs_seq: int) -> int | None:
+def _state_bytes(model: _DryModel, s: MemoryConfig, context: int, n_rs_seq: int) -> int | None:
     """The recurrent state within a target context's ``context`` bytes, from a second dry context with one more
     sequence in a unified cache: its attention KV is the same (a unified cache's cells do not grow with the
     sequences) and each sequence's state is the same, so the state is ``n_seq`` times the difference. None where
@@ -227,7 +227,7 @@ def _state_bytes(model: _DryModel, s: Settings, context: int, n_rs_seq: int) -> 
 
 def measure(
     target: str | os.PathLike[str],
-    settings: Settings,
+    settings: MemoryConfig,
     draft: str | os.PathLike[str] | None = None,
     *,
     dry_run: bool = True,

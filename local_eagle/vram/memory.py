@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from local_eagle.gguf import Tensor, pad
-from local_eagle.vram.settings import CtxDims, Settings
+from local_eagle.vram.settings import CtxDims, MemoryConfig
 from local_eagle.vram.shapes import RS_ROLLBACK_ARCHS, TOKEN_EMBD_HOST, ModelShape, has_state
 from local_eagle.vram.types import CPU, CUDA, KV_TYPES, Backend, PlanError, row_bytes
 
@@ -129,10 +129,10 @@ def kv_layers(
     return out
 
 
-def rs_snapshots(shape: ModelShape, s: Settings) -> int:
+def rs_snapshots(shape: ModelShape, s: MemoryConfig) -> int:
     """Recurrent-state snapshots per sequence the target context is opened with (``n_rs_seq``).
 
-    The engine asks for them only where a recurrent or hybrid target drafts with its own head (``Settings.mtp``, the
+    The engine asks for them only where a recurrent or hybrid target drafts with its own head (``MemoryConfig.mtp``, the
     caller having checked ``shapes.mtp_refusal``): one per draft a round may reject, ``max(1, draft_max)``, as
     ``cli.loading`` sets ``EngineOptions.rollback``. llama.cpp then keeps 1 + n_rs_seq copies of each recurrent
     layer's state per sequence (``src/llama-memory-recurrent.cpp``). A family without snapshots (``qwen3next``) gets
@@ -145,7 +145,7 @@ def rs_snapshots(shape: ModelShape, s: Settings) -> int:
 def attention_kv(
     shape: ModelShape,
     d: CtxDims,
-    s: Settings,
+    s: MemoryConfig,
     ngl: int,
     draft: bool = False,
     gpu: Backend = CUDA,
@@ -172,7 +172,7 @@ def attention_kv(
     return out
 
 
-def recurrent_state(shape: ModelShape, s: Settings, ngl: int, gpu: Backend = CUDA, host: Backend = CPU) -> Split:
+def recurrent_state(shape: ModelShape, s: MemoryConfig, ngl: int, gpu: Backend = CUDA, host: Backend = CPU) -> Split:
     """Recurrent state bytes per side (``llama_memory_recurrent``): per recurrent trunk layer an r (conv / token
     shift) and an s (ssm / wkv) f32 tensor of ``max(1, n_seq) x (1 + n_rs_seq)`` rows (:func:`rs_snapshots`)."""
     out = Split()
@@ -195,7 +195,7 @@ def recurrent_state(shape: ModelShape, s: Settings, ngl: int, gpu: Backend = CUD
 def kv_cache(
     shape: ModelShape,
     d: CtxDims,
-    s: Settings,
+    s: MemoryConfig,
     ngl: int,
     draft: bool = False,
     gpu: Backend = CUDA,

@@ -2,7 +2,7 @@
 
 The engine serves N requests at once by opening the target's and the drafter's contexts at N x the
 per-request context (``--ctx``), with a sequence per request in one unified cache
-(:meth:`~local_eagle.vram.settings.Settings.with_parallel`). What grows with N is the KV caches, the
+(:meth:`~local_eagle.vram.settings.MemoryConfig.with_parallel`). What grows with N is the KV caches, the
 compute buffers (their attention spans the whole unified cache) and the logits buffer (a verify of
 ``draft_max`` + 1 rows per request); the weights do not. :func:`parallel_refusal` prices that against
 the memory a caller has and, when it does not fit, names in one line the most requests that fit at
@@ -17,7 +17,7 @@ from dataclasses import replace
 from local_eagle.units import human_bytes
 from local_eagle.vram.memory import n_offloadable
 from local_eagle.vram.plan import GPUBudget, breakdown
-from local_eagle.vram.settings import Settings
+from local_eagle.vram.settings import MemoryConfig
 from local_eagle.vram.shapes import ModelShape
 from local_eagle.vram.types import CPU, CUDA, Backend
 
@@ -31,7 +31,7 @@ CTX_STEP = 256
 def parallel_bytes(
     target: ModelShape,
     draft: ModelShape | None,
-    settings: Settings,
+    settings: MemoryConfig,
     available: GPUBudget | int,
     backend: Backend | None = None,
 ) -> tuple[int, int]:
@@ -63,7 +63,7 @@ def parallel_bytes(
 def parallel_refusal(
     target: ModelShape,
     draft: ModelShape | None,
-    settings: Settings,
+    settings: MemoryConfig,
     available: GPUBudget | int,
     *,
     parallel: int | None = None,
@@ -74,7 +74,7 @@ def parallel_refusal(
 
     ``settings`` hold the per-request context (``n_ctx``, ``--ctx``) and the other knobs; ``parallel``
     (default ``settings.parallel``) replaces their sequences as the engine opens them
-    (:meth:`Settings.with_parallel`). ``available`` is a :class:`GPUBudget` (VRAM: the weights on the GPU
+    (:meth:`MemoryConfig.with_parallel`). ``available`` is a :class:`GPUBudget` (VRAM: the weights on the GPU
     and the CUDA allowance come off its free memory first) or a number of bytes for the KV caches and
     buffers alone (see :func:`parallel_bytes`); ``backend`` prices the compute buffers (default CUDA for a
     budget, CPU for bytes). The line names the most requests that fit at ``n_ctx`` and the longest

@@ -24,7 +24,7 @@ from local_eagle.vram.memory import (
     tensor_on_gpu,
     weights,
 )
-from local_eagle.vram.settings import CtxDims, Settings, ctx_dims
+from local_eagle.vram.settings import CtxDims, MemoryConfig, ctx_dims
 from local_eagle.vram.shapes import CHECKPOINT_ROLLBACK_ARCHS, TOKEN_EMBD_HOST, ModelShape, has_state
 from local_eagle.vram.types import CPU, CUDA, Backend
 
@@ -59,7 +59,7 @@ class Plan:
 
     target: ModelShape
     draft: ModelShape | None
-    settings: Settings
+    settings: MemoryConfig
     budget: GPUBudget
     n_gpu_layers: int
     components: list[Component]
@@ -129,7 +129,7 @@ class _Compute:
     draft: int
 
 
-def target_compute(target: ModelShape, s: Settings, backend: Backend = CUDA) -> int:
+def target_compute(target: ModelShape, s: MemoryConfig, backend: Backend = CUDA) -> int:
     """The target context's compute buffer (memoised on the shape: the suggest search asks often)."""
     key = ("t", s.cells, s.n_seq, s.n_batch, s.n_ubatch, s.type_k, s.type_v, s.flash_attn, s.swa_full, s.kv_unified)
     key += (backend,)
@@ -141,7 +141,7 @@ def target_compute(target: ModelShape, s: Settings, backend: Backend = CUDA) -> 
     return hit
 
 
-def draft_compute(draft: ModelShape, s: Settings, backend: Backend = CUDA, encoder: bool = True) -> int:
+def draft_compute(draft: ModelShape, s: MemoryConfig, backend: Backend = CUDA, encoder: bool = True) -> int:
     """The drafter context's compute buffer: the larger of its decoder and encoder graphs.
 
     llama.cpp reserves the decoder graph when the context is created; the first encode of a
@@ -162,11 +162,11 @@ def draft_compute(draft: ModelShape, s: Settings, backend: Backend = CUDA, encod
     return hit
 
 
-def mtp_compute(target: ModelShape, s: Settings, backend: Backend = CUDA) -> int:
+def mtp_compute(target: ModelShape, s: MemoryConfig, backend: Backend = CUDA) -> int:
     """The MTP context's compute buffer: its NextN graph over a ubatch of the target's context options.
 
     ``runtime.mtp.MtpDrafter`` opens it with the target's context and batch, the drafter's sequences (the target's,
-    or with trees a drafter's branch sequences, ``Settings.draft_n_seq``) and an f16 cache.
+    or with trees a drafter's branch sequences, ``MemoryConfig.draft_n_seq``) and an f16 cache.
     """
     key = ("m", s.cells, s.drafter_seqs, s.n_batch, s.n_ubatch, s.flash_attn, s.kv_unified, backend)
     hit = target.cache.get(key)
@@ -181,12 +181,12 @@ MTP_GRAPHS = frozenset({"glm4moe", "qwen35", "qwen35moe"})
 """Families whose NextN graph ``graph.mtp_graph`` follows (the rest are estimated from glm4moe's)."""
 
 
-def prices_mtp(target: ModelShape, draft: ModelShape | None, s: Settings) -> bool:
-    """Whether the plan has an MTP context: asked for (``Settings.mtp``), no drafter named, a NextN block there."""
+def prices_mtp(target: ModelShape, draft: ModelShape | None, s: MemoryConfig) -> bool:
+    """Whether the plan has an MTP context: asked for (``MemoryConfig.mtp``), no drafter named, a NextN block there."""
     return s.mtp and draft is None and target.n_nextn > 0
 
 
-def compute_buffers(target: ModelShape, draft: ModelShape | None, s: Settings, backend: Backend = CUDA) -> _Compute:
+def compute_buffers(target: ModelShape, draft: ModelShape | None, s: MemoryConfig, backend: Backend = CUDA) -> _Compute:
     """Compute buffer bytes of the target context and of the drafter context (0 without a drafter)."""
     return _Compute(target_compute(target, s, backend), 0 if draft is None else draft_compute(draft, s, backend))
 
@@ -207,7 +207,7 @@ def _largest_host_matrix(shape: ModelShape, ngl: int) -> int:
 def breakdown(
     target: ModelShape,
     draft: ModelShape | None,
-    s: Settings,
+    s: MemoryConfig,
     ngl: int,
     budget: GPUBudget,
     backend: Backend = CUDA,
@@ -293,7 +293,7 @@ def breakdown(
     return comps, notes
 
 
-def _mask_bytes(shape: ModelShape, d: CtxDims, s: Settings, n_tok: int) -> int:
+def _mask_bytes(shape: ModelShape, d: CtxDims, s: MemoryConfig, n_tok: int) -> int:
     """The KQ mask input(s) in the host input buffer: one per cache, f16 with flash attention."""
     per = 2 if s.flash_attn else 4
     n = d.n_ctx_seq * n_tok * per
@@ -303,7 +303,7 @@ def _mask_bytes(shape: ModelShape, d: CtxDims, s: Settings, n_tok: int) -> int:
 def make_plan(
     target: ModelShape,
     draft: ModelShape | None,
-    s: Settings,
+    s: MemoryConfig,
     budget: GPUBudget,
     backend: Backend = CUDA,
 ) -> Plan:
@@ -333,7 +333,7 @@ def make_plan(
 
 
 def _auto_layers(
-    target: ModelShape, draft: ModelShape | None, s: Settings, budget: GPUBudget, backend: Backend
+    target: ModelShape, draft: ModelShape | None, s: MemoryConfig, budget: GPUBudget, backend: Backend
 ) -> tuple[int, list[Component], list[str]]:
     """The most target layers whose plan fits ``budget`` (0 when none does), with that plan's components."""
     n_max = n_offloadable(target)

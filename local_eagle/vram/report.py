@@ -11,7 +11,7 @@ from rich.table import Table
 from local_eagle.units import human_bytes
 from local_eagle.vram.memory import attention_kv, kv_cache, n_offloadable, recurrent_state, rs_snapshots, weights
 from local_eagle.vram.plan import Plan, draft_compute, mtp_compute, prices_mtp, target_compute
-from local_eagle.vram.settings import Settings, ctx_dims
+from local_eagle.vram.settings import MemoryConfig, ctx_dims
 from local_eagle.vram.shapes import ModelShape, has_state
 from local_eagle.vram.suggest import Suggestion
 from local_eagle.vram.types import CPU, CUDA
@@ -131,7 +131,9 @@ class Row:
         return 0.0 if self.measured == 0 else (self.predicted - self.measured) / self.measured
 
 
-def predict_for_backend(target: ModelShape, draft: ModelShape | None, s: Settings, gpu_build: bool) -> dict[str, int]:
+def predict_for_backend(
+    target: ModelShape, draft: ModelShape | None, s: MemoryConfig, gpu_build: bool
+) -> dict[str, int]:
     """The planner's numbers in the form llama.cpp reports them on this machine's backend.
 
     On a CPU build every buffer is a host buffer (CPU rounding, no offload); on a GPU build the

@@ -1,6 +1,6 @@
 """The llama.cpp settings that change memory, and the sizes a context derives from them.
 
-One frozen ``Settings`` is one configuration: the plan prices it and ``--suggest`` searches over
+One frozen ``MemoryConfig`` is one configuration: the plan prices it and ``--suggest`` searches over
 copies of it, so everything here is a value with no reference to a model.
 """
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from local_eagle import DEFAULT_CTX
 from local_eagle.gguf import pad
 from local_eagle.vram.types import KV_TYPES, PlanError
 
@@ -17,8 +18,11 @@ MAX_SEQ = 256
 
 
 @dataclass(frozen=True)
-class Settings:
+class MemoryConfig:
     """One llama.cpp configuration: the knobs that change memory.
+
+    Not :class:`local_eagle.settings.Settings` (what a user asked for, resolved from flags, Modelfile and request):
+    this is only what the planner prices, which the loader derives from those settings.
 
     ``n_gpu_layers`` None means "auto": the most layers that fit. The drafter context is created
     at the target's context (its KV cache covers the whole context) with its own batch sizes.
@@ -29,7 +33,7 @@ class Settings:
     sets the sequence fields to match.
     """
 
-    n_ctx: int = 8192
+    n_ctx: int = DEFAULT_CTX
     n_seq: int = 1
     n_batch: int = 2048
     n_ubatch: int = 512
@@ -62,7 +66,7 @@ class Settings:
         """The context llama.cpp is asked for (before padding): ``n_ctx`` for each of the ``parallel`` requests."""
         return self.n_ctx * self.parallel
 
-    def with_parallel(self, n: int) -> Settings:
+    def with_parallel(self, n: int) -> MemoryConfig:
         """These settings for ``n`` requests at once, as the engine opens them: both contexts at ``n`` x ``n_ctx``
         cells, ``n`` sequences in one unified cache (``n_seq_max``, ``kv_unified``), no draft-tree sequences.
         ``n`` = 1 is the plain one-sequence context."""
@@ -109,7 +113,7 @@ class Settings:
 
 @dataclass(frozen=True)
 class CtxDims:
-    """The sizes llama.cpp derives from Settings (``llama_context`` constructor)."""
+    """The sizes llama.cpp derives from MemoryConfig (``llama_context`` constructor)."""
 
     n_ctx: int
     n_ctx_seq: int

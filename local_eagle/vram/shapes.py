@@ -7,9 +7,12 @@ milliseconds; a split GGUF's other files contribute their tensor tables.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+from gguf import Keys
 
 from local_eagle.errors import GGUFError
 from local_eagle.gguf import DRAFTER_ARCH, ModelInfo, Tensor, read_header, split_tensors
@@ -127,13 +130,15 @@ class ModelShape:
         return None
 
 
-def _per_layer(v: Any, n: int, key: str, path: Path) -> list[int]:
-    """A hyper-parameter llama.cpp accepts as one value or one per layer, as one per layer."""
+def _per_layer(key: Callable[[str], Any], arch: str, k: str, n: int, path: Path) -> list[int]:
+    """A hyper-parameter llama.cpp accepts as one value or one per layer (``{arch}.{k}``, read by ``key``), as
+    one per layer."""
+    v = key(k)
     if v is None:
         return []
     if isinstance(v, list):
         if len(v) != n:
-            raise GGUFError(f"{path}: '{key}' holds {len(v)} values, expected one per layer ({n})")
+            raise GGUFError(f"{path}: '{arch}.{k}' holds {len(v)} values, expected one per layer ({n})")
         return [int(x) for x in v]
     return [int(v)] * n
 
@@ -149,7 +154,7 @@ def _recurrent_layers(
     Nemotron-H's FFN-only blocks have no KV heads either: a zero ``n_ff`` tells its Mamba 2 blocks from them
     (``src/models/nemotron-h.cpp`` ``load_arch_hparams``).
     """
-    listed = _per_layer(key("attention.recurrent_layers"), n_layer, f"{arch}.attention.recurrent_layers", path)
+    listed = _per_layer(key, arch, "attention.recurrent_layers", n_layer, path)
     if listed:
         return [bool(x) for x in listed]
     if arch in FULL_ATTENTION_INTERVAL_DEFAULTS:
@@ -173,7 +178,7 @@ def read_shape(path: str | os.PathLike[str], what: str = "target GGUF") -> Model
     p = h.path
     more = split_tensors(h, what)
     check_model(replace(h, tensors=h.tensors + more, splits_read=True), what)
-    arch = h.kv.get("general.architecture")
+    arch = h.kv.get(Keys.General.ARCHITECTURE)
     if not isinstance(arch, str):
         raise GGUFError(f"{p}: {what} has no general.architecture")
 
@@ -194,7 +199,7 @@ def read_shape(path: str | os.PathLike[str], what: str = "target GGUF") -> Model
     tensors = h.tensors + more
     names = {t.name for t in tensors}
 
-    tok = h.kv.get("tokenizer.ggml.tokens")
+    tok = h.kv.get(Keys.Tokenizer.LIST)
     if tok is not None:
         n_vocab = len(tok)
     elif key("vocab_size") is not None:
@@ -211,13 +216,13 @@ def read_shape(path: str | os.PathLike[str], what: str = "target GGUF") -> Model
     wkv = int(key("wkv.head_size", 0) or 0)
     kda = int(key("kda.head_dim", 0) or 0)  # Kimi delta attention (bailingmoe3, kimi-linear)
     has_state = bool((d_inner and d_state) or wkv or kda)
-    head = _per_layer(key("attention.head_count"), n_layer, f"{arch}.attention.head_count", p)
+    head = _per_layer(key, arch, "attention.head_count", n_layer, p)
     if not head:
         head = [0 if has_state else max(1, n_embd // 128)] * n_layer
         if not has_state:
             notes.append(f"{arch}.attention.head_count missing: assumed {head[0]} heads of 128")
-    head_kv = _per_layer(key("attention.head_count_kv"), n_layer, f"{arch}.attention.head_count_kv", p) or list(head)
-    n_ff = _per_layer(key("feed_forward_length"), n_layer, f"{arch}.feed_forward_length", p) or [4 * n_embd] * n_layer
+    head_kv = _per_layer(key, arch, "attention.head_count_kv", n_layer, p) or list(head)
+    n_ff = _per_layer(key, arch, "feed_forward_length", n_layer, p) or [4 * n_embd] * n_layer
     hk_default = n_embd // max(head) if max(head) else 0
     hk = int(key("attention.key_length", hk_default))
     hv = int(key("attention.value_length", hk))
@@ -261,7 +266,7 @@ def read_shape(path: str | os.PathLike[str], what: str = "target GGUF") -> Model
     shape = ModelShape(
         path=p,
         arch=arch,
-        name=str(h.kv.get("general.name") or p.stem),
+        name=str(h.kv.get(Keys.General.NAME) or p.stem),
         n_layer=n_layer,
         n_embd=n_embd,
         n_vocab=n_vocab,

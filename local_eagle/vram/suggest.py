@@ -11,7 +11,7 @@ from typing import Any
 
 from local_eagle.vram.parallel import largest
 from local_eagle.vram.plan import GPUBudget, Plan, make_plan
-from local_eagle.vram.settings import Settings
+from local_eagle.vram.settings import MemoryConfig
 from local_eagle.vram.shapes import ModelShape
 from local_eagle.vram.types import CUDA, Backend
 
@@ -23,7 +23,7 @@ CTX_STEPS = (262144, 196608, 131072, 98304, 65536, 49152, 32768, 24576, 16384, 1
 class Suggestion:
     """The best configuration that fits, and what it gave up relative to the request."""
 
-    requested: Settings
+    requested: MemoryConfig
     plan: Plan | None
     traded: list[str]
     dropped_drafter: bool = False
@@ -42,7 +42,7 @@ class Suggestion:
 _KV_RANK = {"f32": 0, "f16": 1, "bf16": 1, "q8_0": 2, "q5_1": 3, "q5_0": 3, "q4_1": 4, "iq4_nl": 4, "q4_0": 4}
 
 
-def _kv_options(s: Settings) -> list[tuple[str, str]]:
+def _kv_options(s: MemoryConfig) -> list[tuple[str, str]]:
     """The requested KV types, then q8_0 and q4_0 where they quantise more (V stays f16 without FA)."""
     opts = [(s.type_k, s.type_v)]
     for t in ("q8_0", "q4_0"):
@@ -51,7 +51,7 @@ def _kv_options(s: Settings) -> list[tuple[str, str]]:
     return opts
 
 
-def _draft_options(s: Settings) -> list[dict[str, Any]]:
+def _draft_options(s: MemoryConfig) -> list[dict[str, Any]]:
     """Drafter settings to give up, least costly first: smaller ubatches, then a q8_0 drafter cache."""
     opts: list[dict[str, Any]] = [{}]
     for ub in (256, 128, 64, 32):
@@ -63,7 +63,7 @@ def _draft_options(s: Settings) -> list[dict[str, Any]]:
     return opts
 
 
-def _describe(req: Settings, plan: Plan, dropped: bool, req_draft: bool) -> list[str]:
+def _describe(req: MemoryConfig, plan: Plan, dropped: bool, req_draft: bool) -> list[str]:
     """What ``plan`` gave up against the request, one phrase per setting, for people to read."""
     got = plan.settings
     out = []
@@ -94,7 +94,7 @@ def _describe(req: Settings, plan: Plan, dropped: bool, req_draft: bool) -> list
 def suggest(
     target: ModelShape,
     draft: ModelShape | None,
-    requested: Settings,
+    requested: MemoryConfig,
     budget: GPUBudget,
     max_ctx: int | None = None,
     backend: Backend = CUDA,
@@ -137,7 +137,12 @@ def suggest(
 
 
 def _search(
-    target: ModelShape, draft: ModelShape | None, req: Settings, budget: GPUBudget, ctxs: list[int], backend: Backend
+    target: ModelShape,
+    draft: ModelShape | None,
+    req: MemoryConfig,
+    budget: GPUBudget,
+    ctxs: list[int],
+    backend: Backend,
 ) -> Suggestion:
     """The best plan at the largest context of ``ctxs`` where any fits (see ``suggest`` for the order)."""
     n_eval = 0

@@ -32,7 +32,7 @@ from local_eagle.testing.tiny_mtp_hybrid import (
 from local_eagle.units import GiB
 from local_eagle.vram import read_shape, shapes
 from local_eagle.vram.memory import rs_snapshots
-from local_eagle.vram.settings import Settings
+from local_eagle.vram.settings import MemoryConfig
 
 
 @pytest.fixture(scope="module", params=CHECKPOINT_FAMILIES)
@@ -60,7 +60,7 @@ def test_the_planner_mirrors_the_runtime(family: tuple[Path, Path]) -> None:
     assert not runtime_mtp.CHECKPOINT_ROLLBACK_ARCHS & runtime_mtp.RS_ROLLBACK_ARCHS
     shape = read_shape(family[0])
     assert shapes.mtp_refusal(shape, 8) is None
-    assert rs_snapshots(shape, Settings(draft_max=4, mtp=True)) == 0  # llama.cpp grants none: one host copy instead
+    assert rs_snapshots(shape, MemoryConfig(draft_max=4, mtp=True)) == 0  # llama.cpp grants none: one host copy instead
 
 
 def test_a_checkpoint_rolls_the_recurrent_state_back(family: tuple[Path, Path]) -> None:
@@ -188,7 +188,7 @@ def test_fit_prices_the_head_without_snapshots(family: tuple[Path, Path], case: 
 
     ctx, ub, fa, bound = case
     shape = read_shape(family[0])
-    s = Settings(n_ctx=ctx, n_ubatch=ub, flash_attn=fa, n_gpu_layers=0, mtp=True, draft_max=bound)
+    s = MemoryConfig(n_ctx=ctx, n_ubatch=ub, flash_attn=fa, n_gpu_layers=0, mtp=True, draft_max=bound)
     m = measure(family[0], s)
     assert m.n_rs_seq == rs_snapshots(shape, s) == 0
     rows = {r.label: r for r in measure_rows(predict_for_backend(shape, None, s, gpu_build=False), m)}

@@ -15,7 +15,7 @@ import pytest
 from local_eagle import vram
 from local_eagle.runtime import mtp
 from local_eagle.testing.tiny_mtp_step35 import TinyStep35Spec, write_tiny_step35_mtp
-from local_eagle.vram import Settings
+from local_eagle.vram import MemoryConfig
 from local_eagle.vram.measure import measure
 from local_eagle.vram.report import measure_rows, predict_for_backend
 
@@ -36,7 +36,7 @@ def test_chained_heads_are_priced_as_llama_cpp_loads_them(step35: Path) -> None:
     assert vram.shapes.mtp_refusal(shape) is None
     assert vram.shapes.CHAINED_HEAD_ARCHS == mtp.CHAINED_HEAD_ARCHS  # the planner's copy of the runtime's
     for ctx, ub, fa, par in MATRIX:
-        s = Settings(n_ctx=ctx, n_ubatch=ub, flash_attn=fa, n_gpu_layers=0, mtp=True).with_parallel(par)
+        s = MemoryConfig(n_ctx=ctx, n_ubatch=ub, flash_attn=fa, n_gpu_layers=0, mtp=True).with_parallel(par)
         m = measure(step35, s)
         assert m.mtp is not None
         rows = {r.label: r for r in measure_rows(predict_for_backend(shape, None, s, gpu_build=False), m)}

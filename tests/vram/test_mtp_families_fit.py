@@ -16,7 +16,7 @@ import pytest
 
 from local_eagle import vram
 from local_eagle.testing.tiny_mtp_families import DSA, FAMILIES, write_tiny_family_mtp
-from local_eagle.vram import Settings
+from local_eagle.vram import MemoryConfig
 from local_eagle.vram.measure import measure
 from local_eagle.vram.report import measure_rows, predict_for_backend
 
@@ -34,7 +34,7 @@ def test_mtp_components_match_llama_cpp(model: Path) -> None:
     shape = vram.read_shape(model)
     assert shape.n_nextn == 1 and shape.n_trunk == shape.n_layer - 1
     for ctx, ub, fa, par in MATRIX:
-        s = Settings(n_ctx=ctx, n_ubatch=ub, flash_attn=fa, n_gpu_layers=0, mtp=True).with_parallel(par)
+        s = MemoryConfig(n_ctx=ctx, n_ubatch=ub, flash_attn=fa, n_gpu_layers=0, mtp=True).with_parallel(par)
         m = measure(model, s)
         assert m.mtp is not None
         rows = {r.label: r for r in measure_rows(predict_for_backend(shape, None, s, gpu_build=False), m)}
@@ -51,7 +51,7 @@ def test_the_trunk_alone_without_the_head(model: Path) -> None:
     """Without ``load_mtp`` the target's weights are what llama.cpp loads: the trunk, and the NextN tensors its
     loader does not skip."""
     shape = vram.read_shape(model)
-    s = Settings(n_ctx=1024, n_gpu_layers=0)
+    s = MemoryConfig(n_ctx=1024, n_gpu_layers=0)
     m = measure(model, s)
     assert m.mtp is None
     pred = predict_for_backend(shape, None, s, gpu_build=False)

@@ -20,7 +20,7 @@ from local_eagle.cli.app import app
 from local_eagle.gguf import pad
 from local_eagle.testing.tiny_mtp import TinyGlm4MoeSpec, write_cycle_glm4moe_mtp, write_tiny_glm4moe_mtp
 from local_eagle.units import MiB
-from local_eagle.vram import CPU, GiB, Settings
+from local_eagle.vram import CPU, GiB, MemoryConfig
 from local_eagle.vram.measure import measure
 from local_eagle.vram.report import measure_rows, predict_for_backend
 
@@ -68,7 +68,7 @@ def test_mtp_components_match_llama_cpp(models: dict[str, Path], name: str) -> N
     for ctx, ub, fa, kv, par in MATRIX:
         if kv != "f16" and shape.head_k[0] % 32:
             continue  # llama.cpp refuses a q8_0 cache over heads of 16
-        s = Settings(
+        s = MemoryConfig(
             n_ctx=ctx, n_ubatch=ub, flash_attn=fa, type_k=kv, type_v=kv if fa else "f16", n_gpu_layers=0, mtp=True
         ).with_parallel(par)
         m = measure(models[name], s)
@@ -90,7 +90,7 @@ def test_trunk_alone_without_the_head(models: dict[str, Path]) -> None:
     """Without ``load_mtp`` llama.cpp skips the NextN block and keeps only the trunk's layers in the target's cache:
     the planner no longer counts the block's weights or KV as the target's."""
     shape = vram.read_shape(models["tiny"])
-    s = Settings(n_ctx=4096, n_gpu_layers=0)
+    s = MemoryConfig(n_ctx=4096, n_gpu_layers=0)
     m = measure(models["tiny"], s)
     assert m.mtp is None
     pred = predict_for_backend(shape, None, s, gpu_build=False)
@@ -104,8 +104,8 @@ def test_trunk_alone_without_the_head(models: dict[str, Path]) -> None:
 def test_plan_has_the_mtp_context(models: dict[str, Path]) -> None:
     shape = vram.read_shape(models["tiny"])
     budget = vram.GPUBudget("test", 8 * GiB, 8 * GiB, "manual", 0)
-    on = vram.make_plan(shape, None, Settings(n_ctx=4096, n_gpu_layers=-1, mtp=True), budget)
-    off = vram.make_plan(shape, None, Settings(n_ctx=4096, n_gpu_layers=-1), budget)
+    on = vram.make_plan(shape, None, MemoryConfig(n_ctx=4096, n_gpu_layers=-1, mtp=True), budget)
+    off = vram.make_plan(shape, None, MemoryConfig(n_ctx=4096, n_gpu_layers=-1), budget)
     keys = {c.key for c in on.components}
     assert {"mtp_weights", "mtp_kv", "mtp_compute"} <= keys
     assert not {"mtp_weights", "mtp_kv", "mtp_compute"} & {c.key for c in off.components}
@@ -118,8 +118,8 @@ def test_plan_has_the_mtp_context(models: dict[str, Path]) -> None:
     # its weights are fixed, its cache grows with the requests
     from local_eagle.vram.parallel import parallel_bytes
 
-    one = parallel_bytes(shape, None, Settings(n_ctx=4096, n_gpu_layers=-1, mtp=True), budget)
-    four = parallel_bytes(shape, None, Settings(n_ctx=4096, n_gpu_layers=-1, mtp=True).with_parallel(4), budget)
+    one = parallel_bytes(shape, None, MemoryConfig(n_ctx=4096, n_gpu_layers=-1, mtp=True), budget)
+    four = parallel_bytes(shape, None, MemoryConfig(n_ctx=4096, n_gpu_layers=-1, mtp=True).with_parallel(4), budget)
     assert one[1] == four[1] == budget.free - on.component("target_weights").gpu - on.component("mtp_weights").gpu
     assert four[0] > one[0]
 
@@ -128,7 +128,7 @@ def test_mtp_is_ignored_where_there_is_no_head_or_a_drafter(models: dict[str, Pa
     shape = vram.read_shape(models["no-head"])
     assert shape.n_nextn == 0
     budget = vram.GPUBudget("test", 8 * GiB, 8 * GiB, "manual", 0)
-    s = Settings(n_ctx=2048, n_gpu_layers=-1)
+    s = MemoryConfig(n_ctx=2048, n_gpu_layers=-1)
     assert (
         vram.make_plan(shape, None, replace(s, mtp=True), budget).components
         == vram.make_plan(shape, None, s, budget).components
@@ -189,7 +189,7 @@ def test_fit_no_mtp_and_refused_heads_price_none(
     shape = replace(vram.read_shape(hybrid), arch="deepseek4")
     from local_eagle.cli.fit import _mtp_settings
 
-    s, note = _mtp_settings(shape, None, Settings(n_ctx=2048), True)
+    s, note = _mtp_settings(shape, None, MemoryConfig(n_ctx=2048), True)
     assert not s.mtp and note is not None and "will not draft" in note and "not checked" in note
     r = fit("-m", str(hybrid), "--vram-gb", "8", "--json")  # qwen35 itself drafts (tests/vram/test_mtp_hybrid_fit.py)
     assert r.exit_code == 0, r.output

@@ -16,7 +16,7 @@ import pytest
 from local_eagle import vram
 from local_eagle.testing.tiny_mtp_hybrid import HYBRID_FAMILIES, TinyHybridSpec, write_tiny_hybrid_mtp
 from local_eagle.units import MiB
-from local_eagle.vram import Settings
+from local_eagle.vram import MemoryConfig
 from local_eagle.vram.measure import measure
 from local_eagle.vram.report import measure_rows, predict_for_backend
 from local_eagle.vram.shapes import mtp_refusal
@@ -42,7 +42,7 @@ def test_layers_as_llama_cpp(model: Path) -> None:
 def test_components_match_llama_cpp(model: Path, case: tuple[int, int, bool, int, bool]) -> None:
     ctx, ub, fa, bound, head = case
     shape = vram.read_shape(model)
-    s = Settings(n_ctx=ctx, n_ubatch=ub, flash_attn=fa, n_gpu_layers=0, mtp=head, draft_max=bound)
+    s = MemoryConfig(n_ctx=ctx, n_ubatch=ub, flash_attn=fa, n_gpu_layers=0, mtp=head, draft_max=bound)
     m = measure(model, s)
     assert m.n_rs_seq == vram.rs_snapshots(shape, s) == (bound if head else 0)
     rows = {r.label: r for r in measure_rows(predict_for_backend(shape, None, s, gpu_build=False), m)}

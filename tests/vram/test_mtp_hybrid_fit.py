@@ -20,7 +20,7 @@ from local_eagle import vram
 from local_eagle.cli.app import app
 from local_eagle.testing.tiny_mtp import TinyQwen35Spec, write_cycle_qwen35_mtp, write_tiny_qwen35_mtp
 from local_eagle.units import MiB
-from local_eagle.vram import GiB, Settings
+from local_eagle.vram import GiB, MemoryConfig
 from local_eagle.vram.measure import measure
 from local_eagle.vram.report import measure_rows, predict_for_backend
 from local_eagle.vram.shapes import _recurrent_layers, mtp_refusal
@@ -77,7 +77,7 @@ def test_hybrid_components_match_llama_cpp(models: dict[str, Path], name: str) -
     for ctx, ub, fa, kv, bound, head in MATRIX:
         if kv != "f16" and shape.head_k[1] % 32:
             continue  # llama.cpp refuses a q8_0 cache over heads of 16
-        s = Settings(
+        s = MemoryConfig(
             n_ctx=ctx, n_ubatch=ub, flash_attn=fa, type_k=kv, type_v=kv if fa else "f16", n_gpu_layers=0, mtp=head,
             draft_max=bound,
         )  # fmt: skip
@@ -100,8 +100,8 @@ def test_hybrid_components_match_llama_cpp(models: dict[str, Path], name: str) -
 def test_plan_prices_state_and_snapshots(models: dict[str, Path]) -> None:
     shape = vram.read_shape(models["tiny"])
     budget = vram.GPUBudget("test", 8 * GiB, 8 * GiB, "manual", 0)
-    on = vram.make_plan(shape, None, Settings(n_ctx=4096, n_gpu_layers=-1, mtp=True, draft_max=5), budget)
-    off = vram.make_plan(shape, None, Settings(n_ctx=4096, n_gpu_layers=-1, draft_max=5), budget)
+    on = vram.make_plan(shape, None, MemoryConfig(n_ctx=4096, n_gpu_layers=-1, mtp=True, draft_max=5), budget)
+    off = vram.make_plan(shape, None, MemoryConfig(n_ctx=4096, n_gpu_layers=-1, draft_max=5), budget)
     assert {"target_state", "mtp_weights", "mtp_kv", "mtp_compute"} <= {c.key for c in on.components}
     assert "target_state" in {c.key for c in off.components}
     assert on.component("target_state").gpu == 6 * off.component("target_state").gpu > 0

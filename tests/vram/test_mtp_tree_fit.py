@@ -17,7 +17,7 @@ from local_eagle import vram
 from local_eagle.cli.app import app
 from local_eagle.runtime.treeround import drafter_sequences
 from local_eagle.testing.tiny_mtp import write_tiny_glm4moe_mtp, write_tiny_qwen35_mtp
-from local_eagle.vram import Settings
+from local_eagle.vram import MemoryConfig
 from local_eagle.vram.measure import measure, memory_breakdown
 from local_eagle.vram.report import measure_rows, predict_for_backend
 
@@ -32,8 +32,8 @@ def glm(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_tiny_glm4moe_mtp(tmp_path_factory.mktemp("mtp-tree-fit") / "glm.gguf")
 
 
-def tree_settings(ctx: int, ubatch: int, fa: bool, nodes: int, width: int) -> Settings:
-    return Settings(
+def tree_settings(ctx: int, ubatch: int, fa: bool, nodes: int, width: int) -> MemoryConfig:
+    return MemoryConfig(
         n_ctx=ctx, n_batch=ubatch, n_ubatch=ubatch, flash_attn=fa, n_gpu_layers=0, mtp=True, n_seq=nodes,
         kv_unified=True, draft_n_seq=drafter_sequences(width),
     )  # fmt: skip
@@ -73,7 +73,7 @@ def test_the_engine_opens_what_is_priced(glm: Path) -> None:
             assert eng.drafter.ctx.n_seq_max == (drafter_sequences(width) if trees else 1)
             assert eng.ctx.n_seq_max == (nodes if trees else 1)
             kv = memory_breakdown(eng.drafter.ctx.ptr).total("context")
-        s = tree_settings(512, 64, True, nodes, width) if trees else Settings(n_ctx=512, n_gpu_layers=0, mtp=True)
+        s = tree_settings(512, 64, True, nodes, width) if trees else MemoryConfig(n_ctx=512, n_gpu_layers=0, mtp=True)
         assert predict_for_backend(shape, None, s, gpu_build=False)["MTP KV cache"] == kv, (nodes, width)
 
 
@@ -93,7 +93,7 @@ def test_fit_and_the_loaders_price_mtp_trees(glm: Path, tmp_path: Path) -> None:
     alone = buffer_bytes(glm, None, 2048, LoadOptions(tree_nodes=0, mtp=False), gpu=False)
     assert trees > chains > alone
     shape = vram.read_shape(glm)
-    s = Settings(n_ctx=2048, n_batch=512, n_ubatch=512, n_gpu_layers=0, draft_batch=512, draft_ubatch=512,
+    s = MemoryConfig(n_ctx=2048, n_batch=512, n_ubatch=512, n_gpu_layers=0, draft_batch=512, draft_ubatch=512,
                  draft_max=8, mtp=True)  # fmt: skip
     head = vram.attention_kv(shape, vram.ctx_dims(2048, 1, 512, 512, False), s, 0, mtp=True).total
     assert chains - alone == head + vram.mtp_compute(shape, s, vram.CPU)

@@ -26,7 +26,7 @@ from local_eagle.testing.vram_fixtures import (
     write_drafter_gguf,
     write_shape_gguf,
 )
-from local_eagle.vram import CPU, GiB, MiB, Settings, gpus
+from local_eagle.vram import CPU, GiB, MemoryConfig, MiB, gpus
 from local_eagle.vram.measure import measure
 from local_eagle.vram.report import predict_for_backend
 
@@ -60,20 +60,20 @@ def llama8b(tmp_path_factory: pytest.TempPathFactory) -> tuple[vram.ModelShape, 
 
 
 def test_settings_open_n_sequences_at_n_times_the_context() -> None:
-    s = Settings(n_ctx=4096).with_parallel(4)
+    s = MemoryConfig(n_ctx=4096).with_parallel(4)
     assert (s.n_ctx, s.parallel, s.cells, s.n_seq, s.drafter_seqs, s.kv_unified) == (4096, 4, 16384, 4, 4, True)
     s.validate()
     one = s.with_parallel(1)
-    assert (one.cells, one.n_seq, one.kv_unified) == (4096, 1, False) and one == Settings(n_ctx=4096)
+    assert (one.cells, one.n_seq, one.kv_unified) == (4096, 1, False) and one == MemoryConfig(n_ctx=4096)
     # tree sequences give way: trees are off with parallel requests
-    trees = Settings(n_seq=63, kv_unified=True, draft_n_seq=17).with_parallel(2)
+    trees = MemoryConfig(n_seq=63, kv_unified=True, draft_n_seq=17).with_parallel(2)
     assert (trees.n_seq, trees.drafter_seqs) == (2, 2)
     with pytest.raises(vram.PlanError, match="--parallel must be at least 1"):
-        Settings().with_parallel(0).validate()
+        MemoryConfig().with_parallel(0).validate()
     with pytest.raises(vram.PlanError, match="at most 256 sequences"):
-        Settings().with_parallel(257).validate()
+        MemoryConfig().with_parallel(257).validate()
     with pytest.raises(vram.PlanError, match="with_parallel"):
-        Settings(parallel=4).validate()  # four requests in one sequence is not what the engine opens
+        MemoryConfig(parallel=4).validate()  # four requests in one sequence is not what the engine opens
 
 
 @pytest.mark.parametrize("target", ["llama", "gemma3"])
@@ -83,7 +83,7 @@ def test_parallel_matches_llama_cpp(small: dict[str, Path], target: str) -> None
     d = vram.read_shape(small["drafter"], "drafter GGUF")
     for n, ctx, ub, fa, kv, swa_full in ((3, 1000, 128, True, "f16", True), (4, 2048, 512, False, "f16", False),
                                          (16, 512, 64, True, "q8_0", False)):  # fmt: skip
-        s = Settings(
+        s = MemoryConfig(
             n_ctx=ctx, n_ubatch=ub, draft_ubatch=ub, flash_attn=fa, type_k=kv, type_v=kv if fa else "f16",
             swa_full=swa_full, n_gpu_layers=0,
         ).with_parallel(n)  # fmt: skip
@@ -105,7 +105,7 @@ def test_parallel_matches_llama_cpp(small: dict[str, Path], target: str) -> None
 def test_caches_and_buffers_scale_with_the_requests(llama8b) -> None:  # noqa: ANN001 - fixture tuple
     t, d, _, _ = llama8b
     b = gpus.budget("h100")
-    s = Settings(n_ctx=8192, n_gpu_layers=-1, draft_max=8)
+    s = MemoryConfig(n_ctx=8192, n_gpu_layers=-1, draft_max=8)
     plans = {n: vram.make_plan(t, d, s.with_parallel(n), b) for n in (1, 4, 16)}
     for n, p in plans.items():
         # Llama-3.1-8B: 32 layers x 8 KV heads x 128 x 2 bytes x (K + V) = 128 KiB a token; the drafter's 4 KiB
@@ -130,7 +130,7 @@ def _alternatives(line: str) -> tuple[int, int]:
 def test_refusal_names_what_fits_and_that_fits(llama8b) -> None:  # noqa: ANN001
     t, d, _, _ = llama8b
     b = gpus.budget("rtx4090")
-    s = Settings(n_ctx=16384, n_gpu_layers=-1)
+    s = MemoryConfig(n_ctx=16384, n_gpu_layers=-1)
     assert vram.parallel_refusal(t, d, s, b, parallel=4) is None
     line = vram.parallel_refusal(t, d, s, b, parallel=16)
     assert line is not None and "\n" not in line
@@ -156,7 +156,7 @@ def test_refusal_names_what_fits_and_that_fits(llama8b) -> None:  # noqa: ANN001
 def test_refusal_against_memory_bytes(llama8b) -> None:  # noqa: ANN001
     """A CPU-only machine: the KV caches, compute and output buffers against the bytes the caller has."""
     t, d, _, _ = llama8b
-    s = Settings(n_ctx=8192)
+    s = MemoryConfig(n_ctx=8192)
     need4, have = vram.parallel_bytes(t, d, s.with_parallel(4), 32 * GiB, CPU)
     assert have == 32 * GiB
     s4 = s.with_parallel(4)
@@ -183,7 +183,7 @@ def test_refusal_against_memory_bytes(llama8b) -> None:  # noqa: ANN001
 
 def test_suggest_keeps_the_requests_then_offers_fewer(llama8b) -> None:  # noqa: ANN001
     t, d, _, _ = llama8b
-    req = Settings(n_ctx=4096, n_gpu_layers=-1).with_parallel(64)
+    req = MemoryConfig(n_ctx=4096, n_gpu_layers=-1).with_parallel(64)
     four = vram.make_plan(t, d, replace(req, n_ctx=512).with_parallel(4), gpus.budget("h100"))
     b = gpus.budget(vram_gb=(four.total_gpu + 64 * MiB) / GiB)
     sg = vram.suggest(t, d, req, b)
@@ -196,7 +196,7 @@ def test_suggest_keeps_the_requests_then_offers_fewer(llama8b) -> None:  # noqa:
     assert again.plan is not None and again.plan.settings.parallel == got.parallel
     assert again.traded[0] == f"parallel {got.parallel + 1} -> {got.parallel} (fewer requests at once)"
     # where the requests fit at a shorter context, they are kept and the context gives
-    roomy = vram.suggest(t, d, Settings(n_ctx=65536, n_gpu_layers=-1).with_parallel(16), gpus.budget("rtx4090"))
+    roomy = vram.suggest(t, d, MemoryConfig(n_ctx=65536, n_gpu_layers=-1).with_parallel(16), gpus.budget("rtx4090"))
     assert roomy.plan is not None and roomy.plan.fits and roomy.plan.settings.parallel == 16
     assert roomy.traded[0] == f"context 65536 -> {roomy.plan.settings.n_ctx}" and roomy.plan.settings.n_ctx < 65536
 

@@ -30,7 +30,7 @@ from local_eagle.testing.vram_fixtures import (
     write_drafter_gguf,
     write_shape_gguf,
 )
-from local_eagle.vram import CPU, CUDA, GiB, MiB, Settings, gpus
+from local_eagle.vram import CPU, CUDA, GiB, MemoryConfig, MiB, gpus
 from local_eagle.vram.measure import measure
 from local_eagle.vram.report import measure_rows
 
@@ -101,8 +101,8 @@ def llama8b(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return write_shape_gguf(d / "t.gguf", LLAMA31_8B), write_drafter_gguf(d / "d.gguf", LLAMA31_8B_EAGLE3)
 
 
-def settings_for(ctx: int, ub: int, fa: bool, kv: str, n_seq: int, swa_full: bool) -> Settings:
-    return Settings(
+def settings_for(ctx: int, ub: int, fa: bool, kv: str, n_seq: int, swa_full: bool) -> MemoryConfig:
+    return MemoryConfig(
         n_ctx=ctx,
         n_ubatch=ub,
         flash_attn=fa,
@@ -117,7 +117,7 @@ def settings_for(ctx: int, ub: int, fa: bool, kv: str, n_seq: int, swa_full: boo
     )
 
 
-def predicted_cpu(target: vram.ModelShape, draft: vram.ModelShape | None, s: Settings) -> dict[str, int]:
+def predicted_cpu(target: vram.ModelShape, draft: vram.ModelShape | None, s: MemoryConfig) -> dict[str, int]:
     """The planner's numbers for llama.cpp's CPU backend (everything in host buffers)."""
     from local_eagle.vram.report import predict_for_backend
 
@@ -187,7 +187,7 @@ def test_drafter_encoder_grows_compute_buffer(tmp_path: Path) -> None:
         DrafterShape(target_hidden=1024, n_embd=128, n_head=2, n_head_kv=1, n_ff=256, own_embeddings=True),
     )
     draft = vram.read_shape(dp, "drafter GGUF")
-    s = Settings(n_ctx=512, n_ubatch=256, draft_ubatch=256, draft_batch=256)
+    s = MemoryConfig(n_ctx=512, n_ubatch=256, draft_ubatch=256, draft_batch=256)
     tm = Model(tp)
     tc = Context(tm, ContextOptions(n_ctx=512, n_batch=256, n_ubatch=256, flash_attn=True, n_threads=2))
     dm = Model(dp, what="drafter")
@@ -236,7 +236,7 @@ def test_placement_from_the_back(shapes: dict[str, Path]) -> None:
     out_names = [x for x in t.tensors if x.layer is None and x.name != "token_embd.weight"]
     assert out_only.gpu == sum(CUDA.tensor_bytes(x.nbytes, x.ne[0], x.type) for x in out_names)
     assert vram.layer_on_gpu(t, t.n_layer - 1, 2) and not vram.layer_on_gpu(t, t.n_layer - 2, 2)
-    s = Settings(n_ctx=4096)
+    s = MemoryConfig(n_ctx=4096)
     d = vram.ctx_dims(4096, 1, 2048, 512, False)
     per_layer = vram.kv_cache(t, d, s, n, gpu=CPU).gpu // t.n_layer
     assert vram.kv_cache(t, d, s, 3, gpu=CPU).gpu == 2 * per_layer  # output + 2 layers
@@ -299,7 +299,7 @@ def test_quantised_kv_in_whole_blocks() -> None:
 
 def test_recurrent_state_counts_per_sequence() -> None:
     mamba = _synthetic(recurrent=[True] * 4, n_head_kv=[0] * 4, ssm_r=3 * 1024, ssm_s=16 * 512)
-    s = Settings(n_ctx=4096, n_seq=2)
+    s = MemoryConfig(n_ctx=4096, n_seq=2)
     d = vram.ctx_dims(4096, 2, 2048, 512, False)
     kv = vram.kv_cache(mamba, d, s, 5, gpu=CPU)
     assert kv.gpu == 4 * 2 * 4 * (3 * 1024 + 16 * 512)
@@ -313,7 +313,7 @@ def test_recurrent_state_against_llama_cpp(tmp_path: Path) -> None:
     shape = vram.read_shape(p)
     assert all(shape.recurrent) and any("Mamba-like" in n for n in shape.notes)
     for n_seq in (1, 3):
-        s = Settings(n_ctx=4096, n_seq=n_seq, n_gpu_layers=0)
+        s = MemoryConfig(n_ctx=4096, n_seq=n_seq, n_gpu_layers=0)
         m = measure(p, s)
         pred = predicted_cpu(shape, None, s)
         assert pred["target weights"] == m.target.total("model")
@@ -335,7 +335,7 @@ def test_mla_cache_against_llama_cpp(tmp_path: Path) -> None:
     shape = vram.read_shape(p)
     assert shape.mla and not shape.known
     for fa, kv in ((True, "f16"), (False, "f16"), (True, "q8_0")):
-        s = Settings(n_ctx=4096, n_gpu_layers=0, flash_attn=fa, type_k=kv, type_v=kv if fa else "f16")
+        s = MemoryConfig(n_ctx=4096, n_gpu_layers=0, flash_attn=fa, type_k=kv, type_v=kv if fa else "f16")
         m = measure(p, s)
         pred = predicted_cpu(shape, None, s)
         assert pred["target weights"] == m.target.total("model")
@@ -345,7 +345,7 @@ def test_mla_cache_against_llama_cpp(tmp_path: Path) -> None:
 
 def test_quantised_v_needs_flash_attention() -> None:
     with pytest.raises(vram.PlanError, match="flash attention"):
-        Settings(type_v="q8_0", flash_attn=False).validate()
+        MemoryConfig(type_v="q8_0", flash_attn=False).validate()
 
 
 # --- plans on published shapes ---------------------------------------------------------------------
@@ -355,7 +355,7 @@ def test_the_drafters_vram_tax(llama8b: tuple[Path, Path]) -> None:
     """Llama-3.1-8B Q4_K_M at 80K on a 16 GB card: fits alone, not with its EAGLE-3 drafter."""
     t, d = vram.read_shape(llama8b[0]), vram.read_shape(llama8b[1], "drafter GGUF")
     b = gpus.budget("rtx4080")
-    s = Settings(n_ctx=81920, n_gpu_layers=-1)
+    s = MemoryConfig(n_ctx=81920, n_gpu_layers=-1)
     alone = vram.make_plan(t, None, s, b)
     pair = vram.make_plan(t, d, s, b)
     assert alone.fits and not pair.fits
@@ -371,7 +371,7 @@ def test_the_drafters_vram_tax(llama8b: tuple[Path, Path]) -> None:
 
 def test_suggest_prefers_context_then_offload_then_kv_then_drafter(llama8b: tuple[Path, Path]) -> None:
     t, d = vram.read_shape(llama8b[0]), vram.read_shape(llama8b[1], "drafter GGUF")
-    req = Settings(n_ctx=131072)
+    req = MemoryConfig(n_ctx=131072)
     as_asked = vram.suggest(t, d, req, gpus.budget("rtx4090"))
     assert as_asked.plan is not None and as_asked.traded == []
     q8 = vram.suggest(t, d, req, gpus.budget("rtx4080"))
@@ -565,7 +565,7 @@ def test_split_gguf_reads_every_file(tmp_path: Path) -> None:
 
 def test_suggest_windows_the_swa_cache_before_quantising(shapes: dict[str, Path]) -> None:
     g = vram.read_shape(shapes["gemma3-swa"])
-    req = Settings(n_ctx=32768, n_gpu_layers=-1)
+    req = MemoryConfig(n_ctx=32768, n_gpu_layers=-1)
     windowed = vram.make_plan(g, None, replace(req, swa_full=False), gpus.budget("rtx4090"))
     b = gpus.budget(vram_gb=(windowed.total_gpu + MiB) / GiB)
     assert not vram.make_plan(g, None, req, b).fits
