@@ -69,3 +69,11 @@ def warn_if_cpu_only() -> None:
 def warn(text: str) -> None:
     """A warning on stderr; ``text`` is printed as it is, never read as markup."""
     err.print(f"[yellow]warning:[/] {escape(text)}", highlight=False, soft_wrap=True)
+
+
+def print_json_result(result: object) -> None:
+    """A converter's result object as one JSON line, its paths as strings (``--json``)."""
+    import json
+    from pathlib import PurePath
+
+    print(json.dumps({k: str(v) if isinstance(v, PurePath) else v for k, v in vars(result).items()}))

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from local_eagle.cli.console import escape, friendly, out
+from local_eagle.cli.console import escape, friendly, out, print_json_result
 from local_eagle.cli.options import JsonOpt
 from local_eagle.units import human_bytes
 
@@ -36,9 +36,7 @@ def convert(
     layers = parse_target_layers(target_layers) if target_layers else None
     res = do_convert(draft_dir, target, outfile, outtype=outtype, target_layers=layers, progress=not as_json)
     if as_json:
-        d = dict(res.__dict__)
-        d["outfile"] = str(res.outfile)
-        print(json.dumps(d))
+        print_json_result(res)
         return
     out.print(
         f"wrote [bold]{escape(str(res.outfile))}[/] ({human_bytes(res.nbytes)}): EAGLE {res.eagle_version} drafter "
@@ -56,9 +54,7 @@ def _convert_block_drafter(
     layers = parse_layer_list(target_layers) if target_layers else None
     res = convert_dflash(draft_dir, target, outfile, outtype=outtype, target_layers=layers, progress=not as_json)
     if as_json:
-        d = dict(res.__dict__)
-        d["outfile"] = str(res.outfile)
-        print(json.dumps(d))
+        print_json_result(res)
         return
     out.print(
         f"wrote [bold]{escape(str(res.outfile))}[/] ({human_bytes(res.nbytes)}): DFlash drafter of "

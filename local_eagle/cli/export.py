@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from local_eagle.cli.console import escape, friendly, out
+from local_eagle.cli.console import escape, friendly, out, print_json_result
 from local_eagle.units import human_bytes
 
 
@@ -49,9 +48,7 @@ def export(
 
     res = do_export(drafter, outdir, fmt=fmt, target_gguf=target, dtype=dtype, vocab_size=vocab_size, verifier=verifier)
     if as_json:
-        d = dict(res.__dict__)
-        d["outdir"] = str(res.outdir)
-        print(json.dumps(d))
+        print_json_result(res)
         return
     out.print(
         f"wrote [bold]{escape(str(res.outdir))}[/] ({human_bytes(res.nbytes)}): EAGLE {res.eagle_version} drafter "

@@ -124,12 +124,32 @@ class ToolParser:
 _PAIRS = {"{": ("{", "}"), "[": ("[", "]")}
 
 
-class _Objects:
+class _Quoted:
+    """Where a JSON text read a character at a time stands: inside a string, or just after a backslash in one."""
+
+    def __init__(self) -> None:
+        self.in_string, self.escaped = False, False
+
+    def structural(self, c: str) -> bool:
+        """Read ``c``: whether it stands outside every string (a bracket there counts)."""
+        if self.escaped:
+            self.escaped = False
+        elif c == "\\":
+            self.escaped = True
+        elif c == '"':
+            self.in_string = not self.in_string
+        else:
+            return not self.in_string
+        return False
+
+
+class _Objects(_Quoted):
     """:func:`find_arguments`'s reading of a text that keeps its place: each character is read once however often
     the text grows and is asked again (the top-level objects' braces, outside strings, as Ollama counts them)."""
 
     def __init__(self) -> None:
-        self.pos, self.start, self.braces, self.in_string, self.escaped = 0, -1, 0, False, False
+        super().__init__()
+        self.pos, self.start, self.braces = 0, -1, 0
 
     def arguments(self, tool: str, buf: str) -> tuple[dict[str, Any], int] | None:
         """The first object of ``buf`` (from where the last call stopped) that parses, read for ``tool``'s
@@ -138,15 +158,9 @@ class _Objects:
         while self.pos < len(buf):
             i, c = self.pos, buf[self.pos]
             self.pos += 1
-            if self.escaped:
-                self.escaped = False
-            elif c == "\\":
-                self.escaped = True
-            elif c == '"':
-                self.in_string = not self.in_string
-            elif self.in_string:
+            if not self.structural(c):
                 continue
-            elif c == "{":
+            if c == "{":
                 if self.braces == 0:
                     self.start = i
                 self.braces += 1
@@ -166,27 +180,22 @@ class _Objects:
         return None
 
 
-class _Closing:
+class _Closing(_Quoted):
     """Ollama's ``done`` count (``open_`` up, ``close`` down, outside strings) kept between calls."""
 
     def __init__(self, open_: str, close: str) -> None:
+        super().__init__()
         self.open, self.close = open_, close
-        self.pos, self.count, self.in_string, self.escaped = 0, 0, False, False
+        self.pos, self.count = 0, 0
 
     def closed(self, buf: str) -> bool:
         """Whether the count has come back to 0 on a closing bracket in ``buf`` (read from where it stopped)."""
         while self.pos < len(buf):
             c = buf[self.pos]
             self.pos += 1
-            if self.escaped:
-                self.escaped = False
-            elif c == "\\":
-                self.escaped = True
-            elif c == '"':
-                self.in_string = not self.in_string
-            elif self.in_string:
+            if not self.structural(c):
                 continue
-            elif c == self.open:
+            if c == self.open:
                 self.count += 1
             elif c == self.close:
                 self.count -= 1
