@@ -31,11 +31,11 @@ from typing import Any
 import numpy as np
 from gguf import GGUFValueType, GGUFWriter
 
-from converters.eagle3_gguf import FILE_TYPES, OUTTYPES, _encode_all, _write_all
-from converters.formats import _to_numpy, checkpoint_files, load_weights
+from converters.eagle3_gguf import FILE_TYPES, open_inputs, write_tensors
+from converters.formats import _to_numpy, load_weights
 from local_eagle.errors import CheckpointError, LocalEagleError
-from local_eagle.files import atomic_output, check_output_file
-from local_eagle.gguf import ModelInfo, copy_fields, model_info, open_gguf
+from local_eagle.files import atomic_output
+from local_eagle.gguf import ModelInfo, copy_fields
 from local_eagle.gguf.check import read_json
 
 ARCH = "dflash"
@@ -387,12 +387,7 @@ def convert_dflash(
     progress: bool = False,
 ) -> DFlashResult:
     """Convert a DFlash checkpoint directory into a ``dflash`` GGUF paired with ``target_gguf``."""
-    if outtype not in OUTTYPES:
-        raise LocalEagleError(f"--outtype: expected one of {', '.join(OUTTYPES)}, got {outtype!r}")
-    inputs = [("target GGUF", target_gguf), *(("checkpoint file", f) for f in checkpoint_files(draft_dir))]
-    out = check_output_file(outfile, "--outfile", inputs)
-    reader = open_gguf(target_gguf, "target GGUF", keep=lambda k: k.startswith("tokenizer."))
-    target = model_info(reader, Path(target_gguf), "target GGUF")
+    out, reader, target = open_inputs(draft_dir, target_gguf, outfile, outtype)
     if target.arch in (ARCH, "eagle3"):
         raise LocalEagleError(f"{target_gguf}: is a {target.arch} drafter, expected the target model's GGUF")
     cfg, tensors = plan_dflash(Path(draft_dir), target, reader.kv, target_layers)
@@ -422,14 +417,7 @@ def convert_dflash(
             if key != "tokenizer.ggml.mask_token_id":
                 w.add_key_value(key, val, vtype, sub)
         w.add_uint32("tokenizer.ggml.mask_token_id", cfg["mask_token_id"])
-        encoded = _encode_all(ordered, outtype, progress)
-        for name, data, raw in encoded:
-            w.add_tensor_info(name, data.shape, data.dtype, data.nbytes, raw_dtype=raw)
-        w.write_header_to_file()
-        w.write_kv_data_to_file()
-        w.write_ti_data_to_file()
-        _write_all(w, encoded, progress)
-        w.close()
+        n_tensors = write_tensors(w, ordered, outtype, progress)
         nbytes = tmp.stat().st_size
     return DFlashResult(
         outfile=out,
@@ -439,6 +427,6 @@ def convert_dflash(
         block_size=cfg["block_size"],
         mask_token_id=cfg["mask_token_id"],
         block_count=cfg["num_hidden_layers"],
-        tensor_count=len(encoded),
+        tensor_count=n_tensors,
         nbytes=nbytes,
     )

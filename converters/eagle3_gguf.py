@@ -255,6 +255,31 @@ def _add_rope_scaling(w: GGUFWriter, cfg: dict[str, Any], tensors: list[tuple[st
         raise CheckpointError(f"config.json: rope_scaling type {kind!r} is not supported (llama3, linear, yarn are)")
 
 
+def open_inputs(draft_dir: str | os.PathLike[str], target_gguf: str | os.PathLike[str],
+                outfile: str | os.PathLike[str], outtype: str) -> tuple[Path, Any, ModelInfo]:  # fmt: skip
+    """A converter's checks before any work: the output type, an output that overwrites no input, and the target
+    GGUF read (its tokenizer's fields kept, to copy): (the output path, the reader, the target's facts)."""
+    if outtype not in OUTTYPES:
+        raise LocalEagleError(f"--outtype: expected one of {', '.join(OUTTYPES)}, got {outtype!r}")
+    inputs = [("target GGUF", target_gguf), *(("checkpoint file", f) for f in checkpoint_files(draft_dir))]
+    out = check_output_file(outfile, "--outfile", inputs)
+    reader = open_gguf(target_gguf, "target GGUF", keep=lambda k: k.startswith("tokenizer."))
+    return out, reader, model_info(reader, Path(target_gguf), "target GGUF")
+
+
+def write_tensors(w: GGUFWriter, ordered: list[tuple[str, np.ndarray]], outtype: str, progress: bool) -> int:
+    """Encode the tensors, write the header, the keys (added before) and the tensors, and close: how many."""
+    encoded = _encode_all(ordered, outtype, progress)
+    for name, data, raw in encoded:
+        w.add_tensor_info(name, data.shape, data.dtype, data.nbytes, raw_dtype=raw)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    _write_all(w, encoded, progress)
+    w.close()
+    return len(encoded)
+
+
 def convert(
     draft_dir: str | os.PathLike[str],
     target_gguf: str | os.PathLike[str],
@@ -264,13 +289,8 @@ def convert(
     progress: bool = False,
 ) -> ConvertResult:
     """Convert a drafter checkpoint directory into an ``eagle3`` GGUF paired with ``target_gguf``."""
-    if outtype not in OUTTYPES:
-        raise LocalEagleError(f"--outtype: expected one of {', '.join(OUTTYPES)}, got {outtype!r}")
-    inputs = [("target GGUF", target_gguf), *(("checkpoint file", f) for f in checkpoint_files(draft_dir))]
-    out = check_output_file(outfile, "--outfile", inputs)
+    out, reader, target = open_inputs(draft_dir, target_gguf, outfile, outtype)
     ckpt = read_checkpoint(draft_dir)
-    reader = open_gguf(target_gguf, "target GGUF", keep=lambda k: k.startswith("tokenizer."))
-    target = model_info(reader, Path(target_gguf), "target GGUF")
     if target.is_drafter:
         raise LocalEagleError(f"{target_gguf}: is an eagle3 drafter, expected the target model's GGUF")
     cfg, tensors = plan(ckpt, target, reader, target_layers)
@@ -329,14 +349,7 @@ def convert(
         for key, val, vtype, sub in copy_fields(reader, "tokenizer."):
             w.add_key_value(key, val, vtype, sub)
 
-        encoded = _encode_all(ordered, outtype, progress)
-        for name, data, raw in encoded:
-            w.add_tensor_info(name, data.shape, data.dtype, data.nbytes, raw_dtype=raw)
-        w.write_header_to_file()
-        w.write_kv_data_to_file()
-        w.write_ti_data_to_file()
-        _write_all(w, encoded, progress)
-        w.close()
+        n_tensors = write_tensors(w, ordered, outtype, progress)
         nbytes = tmp.stat().st_size
     return ConvertResult(
         outfile=out,
@@ -344,7 +357,7 @@ def convert(
         eagle_version=version,
         target_layers=cfg["target_layers"],
         draft_vocab_size=cfg["draft_vocab_size"],
-        tensor_count=len(encoded),
+        tensor_count=n_tensors,
         nbytes=nbytes,
     )
 
