@@ -122,6 +122,7 @@ class Drafter:
         target: Context,
         opts: ContextOptions | None = None,
         n_gpu_layers: int = -1,
+        prefix_seqs: tuple[int, ...] = (),
     ) -> None:
         self.spec = read_spec(path)
         check_pair(self.spec, target.model)
@@ -135,7 +136,7 @@ class Drafter:
         self.n_vocab = self.model.n_vocab
         # sequences that hold every committed row beside sequence 0 (a tree's branch sequences): set, the catch-up
         # decodes its rows into all of them at once, so no round copies the new rows to each (a scan of the cache)
-        self.prefix_seqs: tuple[int, ...] = ()
+        self.prefix_seqs = prefix_seqs
 
     def prepare_features(self, features: np.ndarray) -> np.ndarray:
         """Apply EAGLE 3.1's per-chunk FC norm (a no-op for EAGLE 3 drafters)."""

@@ -199,9 +199,9 @@ class Engine:
                 chained = self.head_bound is not None
                 self.drafter = (ChainedMtpDrafter if chained else MtpDrafter)(self.ctx, drafter_options)
             else:
-                self.drafter = Drafter(draft, self.ctx, drafter_options, n_gpu_layers=options.n_gpu_layers)
-                if trees:
-                    self.drafter.prefix_seqs = tuple(range(1, drafter_sequences(options.tree_width)))
+                branches = tuple(range(1, drafter_sequences(options.tree_width))) if trees else ()
+                self.drafter = Drafter(draft, self.ctx, drafter_options, n_gpu_layers=options.n_gpu_layers,
+                                       prefix_seqs=branches)  # fmt: skip
             self.feed = DrafterFeed(self.drafter, self.capture.width)
         self.n_ctx = self.ctx.n_ctx // parallel  # what one generation may use
         self.n_ubatch = self.ctx.n_ubatch
