@@ -146,6 +146,23 @@ class _Tensors:
         return path
 
 
+def _llm_keys(w: GGUFWriter, a: str, n_ctx: int, n_embd: int, n_layer: int, n_ff: int, n_head: int, n_head_kv: int,
+              hd: int, *, rope_base: float, eps: float) -> None:  # fmt: skip
+    """The shape keys a llama-style GGUF (target or eagle3 drafter) carries, in the order llama.cpp's writers add
+    them."""
+    w.add_uint32(Keys.LLM.CONTEXT_LENGTH.format(arch=a), n_ctx)
+    w.add_uint32(Keys.LLM.EMBEDDING_LENGTH.format(arch=a), n_embd)
+    w.add_uint32(Keys.LLM.BLOCK_COUNT.format(arch=a), n_layer)
+    w.add_uint32(Keys.LLM.FEED_FORWARD_LENGTH.format(arch=a), n_ff)
+    w.add_uint32(Keys.Attention.HEAD_COUNT.format(arch=a), n_head)
+    w.add_uint32(Keys.Attention.HEAD_COUNT_KV.format(arch=a), n_head_kv)
+    w.add_uint32(Keys.Attention.KEY_LENGTH.format(arch=a), hd)
+    w.add_uint32(Keys.Attention.VALUE_LENGTH.format(arch=a), hd)
+    w.add_uint32(Keys.Rope.DIMENSION_COUNT.format(arch=a), hd)
+    w.add_float32(Keys.Rope.FREQ_BASE.format(arch=a), rope_base)
+    w.add_float32(Keys.Attention.LAYERNORM_RMS_EPS.format(arch=a), eps)
+
+
 def write_shape_gguf(path: str | os.PathLike[str], spec: ShapeSpec) -> Path:
     """A target GGUF with ``spec``'s exact keys and tensor table and a sparse zero data section."""
     p = Path(path)
@@ -153,17 +170,8 @@ def write_shape_gguf(path: str | os.PathLike[str], spec: ShapeSpec) -> Path:
     hd = spec.hd
     w = GGUFWriter(p, a)
     w.add_name(spec.name)
-    w.add_uint32(Keys.LLM.CONTEXT_LENGTH.format(arch=a), spec.n_ctx_train)
-    w.add_uint32(Keys.LLM.EMBEDDING_LENGTH.format(arch=a), spec.n_embd)
-    w.add_uint32(Keys.LLM.BLOCK_COUNT.format(arch=a), spec.n_layer)
-    w.add_uint32(Keys.LLM.FEED_FORWARD_LENGTH.format(arch=a), spec.n_ff)
-    w.add_uint32(Keys.Attention.HEAD_COUNT.format(arch=a), spec.n_head)
-    w.add_uint32(Keys.Attention.HEAD_COUNT_KV.format(arch=a), spec.n_head_kv)
-    w.add_uint32(Keys.Attention.KEY_LENGTH.format(arch=a), hd)
-    w.add_uint32(Keys.Attention.VALUE_LENGTH.format(arch=a), hd)
-    w.add_uint32(Keys.Rope.DIMENSION_COUNT.format(arch=a), hd)
-    w.add_float32(Keys.Rope.FREQ_BASE.format(arch=a), 10000.0)
-    w.add_float32(Keys.Attention.LAYERNORM_RMS_EPS.format(arch=a), 1e-6)
+    _llm_keys(w, a, spec.n_ctx_train, spec.n_embd, spec.n_layer, spec.n_ff, spec.n_head, spec.n_head_kv, hd,
+              rope_base=10000.0, eps=1e-6)  # fmt: skip
     if spec.n_swa:
         w.add_uint32(Keys.Attention.SLIDING_WINDOW.format(arch=a), spec.n_swa)
         if spec.swa_pattern:
@@ -207,17 +215,7 @@ def write_drafter_gguf(path: str | os.PathLike[str], d: DrafterShape, tokenizer:
     hd = d.n_embd // d.n_head
     w = GGUFWriter(p, a)
     w.add_name(d.name)
-    w.add_uint32(Keys.LLM.CONTEXT_LENGTH.format(arch=a), 131072)
-    w.add_uint32(Keys.LLM.EMBEDDING_LENGTH.format(arch=a), d.n_embd)
-    w.add_uint32(Keys.LLM.BLOCK_COUNT.format(arch=a), 1)
-    w.add_uint32(Keys.LLM.FEED_FORWARD_LENGTH.format(arch=a), d.n_ff)
-    w.add_uint32(Keys.Attention.HEAD_COUNT.format(arch=a), d.n_head)
-    w.add_uint32(Keys.Attention.HEAD_COUNT_KV.format(arch=a), d.n_head_kv)
-    w.add_uint32(Keys.Attention.KEY_LENGTH.format(arch=a), hd)
-    w.add_uint32(Keys.Attention.VALUE_LENGTH.format(arch=a), hd)
-    w.add_uint32(Keys.Rope.DIMENSION_COUNT.format(arch=a), hd)
-    w.add_float32(Keys.Rope.FREQ_BASE.format(arch=a), 500000.0)
-    w.add_float32(Keys.Attention.LAYERNORM_RMS_EPS.format(arch=a), 1e-5)
+    _llm_keys(w, a, 131072, d.n_embd, 1, d.n_ff, d.n_head, d.n_head_kv, hd, rope_base=500000.0, eps=1e-5)
     w.add_uint32(Keys.LLM.VOCAB_SIZE.format(arch=a), d.n_vocab)
     w.add_key_value(KEY_TARGET_LAYERS, list(d.target_layers), GGUFValueType.ARRAY, GGUFValueType.INT32)
     w.add_uint32(KEY_TARGET_HIDDEN, d.target_hidden)
