@@ -23,16 +23,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from local_eagle.errors import LocalEagleError
-from local_eagle.runtime.chain import draft_together
-from local_eagle.runtime.feed import IDLE_CONTEXT, PROBE_CONTEXT, DrafterFeed
+from local_eagle.runtime.feed import DrafterFeed
 from local_eagle.runtime.policy.batch import BatchPolicy
-from local_eagle.runtime.policy.draftlen import DraftLengthPolicy
 from local_eagle.runtime.policy.lengths import FixedLengths
-from local_eagle.runtime.rounds import STOP_CANCELLED, Generation, GenerationResult
-from local_eagle.runtime.verify import Drafted, verify
+from local_eagle.runtime.rounds import STOP_CANCELLED, Generation, GenerationResult, run_round
 
 if TYPE_CHECKING:
-    from local_eagle.runtime.engine import Engine
+    from local_eagle.runtime.sequence import EngineView
 
 clock = time.perf_counter
 
@@ -52,7 +49,7 @@ class Seat:
 class Batcher:
     """The scheduler thread of a parallel engine and the seats it runs."""
 
-    def __init__(self, engine: Engine, parallel: int) -> None:
+    def __init__(self, engine: EngineView, parallel: int) -> None:
         self.engine = engine
         self.cond = threading.Condition()
         self.waiting: deque[Seat] = deque()
@@ -123,7 +120,6 @@ class Batcher:
     def _admit(self, seat: Seat) -> None:
         gen, engine = seat.gen, self.engine
         gen.seq = self.free.pop(0)
-        gen.shared = True
         gen.pausable = False  # the batch decides when to record features, for every seat at once
         if engine.drafter is not None and engine.capture is not None:
             gen.feed = DrafterFeed(engine.drafter, engine.capture.width, gen.window, seq=gen.seq)
@@ -166,7 +162,8 @@ class Batcher:
         capture = self.engine.capture
         for seat in list(self.active):
             gen = seat.gen
-            if seat.closed or (seat.last_token is not None and gen.cancelled is not None and gen.cancelled()):
+            cancelled = gen.request.cancelled
+            if seat.closed or (seat.last_token is not None and cancelled is not None and cancelled()):
                 gen.stop_reason = gen.stop_reason or STOP_CANCELLED
                 self._end(seat)
                 continue
@@ -189,19 +186,10 @@ class Batcher:
                 else:
                     self._emit(seat, [int(done.value)])
         ready = [seat for seat in self.active if seat.prefill is None and not seat.closed]
-        if len(ready) == 1 and ready[0].gen.adaptive:
-            self._alone(ready[0])
-        elif ready:
-            self._round(ready)
-
-    def _alone(self, seat: Seat) -> None:
-        """A seat with the engine to itself: the one-sequence round and the engine's draft-length policy, which
-        judges a lone sequence's steady state (idle capture paused, probes, the drafter's catch-up) better."""
-        gen = seat.gen
-        if not isinstance(gen.lengths, DraftLengthPolicy):
-            gen.lengths = self.engine.lengths.for_bound(gen.draft_max)
-            gen.pausable = gen.capture is not None and gen.capture.can_pause
-        self._emit(seat, gen.round(seat.last_token))
+        if ready:
+            tokens = run_round([s.gen for s in ready], [s.last_token for s in ready], self.policy)
+            for seat, accepted in zip(ready, tokens, strict=True):
+                self._emit(seat, accepted)
 
     def _emit(self, seat: Seat, tokens: list[int]) -> None:
         gen = seat.gen
@@ -211,50 +199,3 @@ class Batcher:
             self._end(seat)
         else:
             seat.last_token = tokens[-1]
-
-    def _round(self, seats: list[Seat]) -> None:
-        """Draft for every seat, verify all of them in one target call, then accept, commit and emit each."""
-        engine, policy = self.engine, self.policy
-        target, capture = engine.ctx, engine.capture
-        n = len(seats)
-        started = clock()
-        adaptive = [s.gen for s in seats if s.gen.adaptive]
-        k = 0
-        if adaptive:
-            bound = min(max(g.draft_length() for g in adaptive), target.n_batch // n - 1)
-            k = policy.choose(n, max(0, bound))
-        # features for the window before a probe only (recording costs a share of every call); a whole window
-        # while the batch drafts
-        window = IDLE_CONTEXT if policy.last_k > 0 else PROBE_CONTEXT
-        chains = []
-        for seat in seats:
-            gen = seat.gen
-            limit = None
-            if gen.speculative and gen.adaptive:
-                gen.lengths, gen.pausable = FixedLengths(), False  # the batch's length, not a lone policy's
-                gen.feed.window = max(window, k + 1)
-                limit = k
-            chains.append(gen.chain(seat.last_token, limit))
-        calls = draft_together(chains)
-        rounds: list[tuple[Generation, Drafted]] = [(c.gen, c.gen.drafted(c)) for c in chains]
-        drafted = any(d.tree.drafted for _, d in rounds)
-        features_wanted = capture is not None and any(s.gen.speculative for s in seats) and (
-            drafted or k > 0 or any(s.gen.speculative and not s.gen.adaptive for s in seats)
-            or policy.rounds_until_probe() <= window + 1
-        )  # fmt: skip
-        if capture is not None and capture.can_pause:
-            capture.pause(not features_wanted)
-        batches, features = verify(rounds, features_wanted)
-        offset = 0
-        learnt: tuple[list[int], list[int]] = ([], [])
-        for seat, (gen, d), batch in zip(seats, rounds, batches, strict=True):
-            accepted = gen.settle(d, batch, features if gen.speculative else None, offset)
-            offset += len(d.tree)
-            if gen.adaptive:
-                learnt[0].append(d.tree.drafted)
-                learnt[1].append(d.observed.accepted)
-            self._emit(seat, accepted)
-        if adaptive:
-            verify_seconds = rounds[0][1].observed.verify_seconds
-            host = max(0.0, clock() - started - verify_seconds - sum(s for _, s in calls))
-            policy.observe(offset, verify_seconds, *learnt, drafter=calls, host=host)

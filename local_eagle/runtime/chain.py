@@ -4,8 +4,8 @@ A chain is drafted step by step: the first step catches the drafter up on the ro
 (``runtime.feed``) and its last row gives the first draft; each later step decodes the previous draft with the
 drafter's own post-norm state. :class:`ChainDraft` holds one sequence's chain between steps and decides, from the
 drafter's output only, whether it goes on (the draft lengths, ``draft_p_min``), so the verified output stays the
-target's own. :meth:`Generation.draft` runs one alone; ``runtime.batch`` runs one drafter call a step for every
-sequence of the round (:func:`draft_together`).
+target's own. :func:`draft_chains` runs the steps of every chain of a round, one drafter call a step for all of
+them, each row on its own sequence.
 """
 
 from __future__ import annotations
@@ -19,9 +19,11 @@ from local_eagle.runtime.feed import PROBE_CONTEXT
 from local_eagle.runtime.policy.draftlen import DraftLengthPolicy
 from local_eagle.runtime.sampling import choose
 from local_eagle.runtime.stats import RoundStats
+from local_eagle.runtime.tree import VerifyTree
+from local_eagle.runtime.verify import Drafted
 
 if TYPE_CHECKING:
-    from local_eagle.runtime.rounds import Generation
+    from local_eagle.runtime.sequence import Sequence
 
 clock = time.perf_counter
 
@@ -29,7 +31,7 @@ clock = time.perf_counter
 class ChainDraft:
     """One sequence's chain in the making: its drafts, their distributions (sampling), the drafter's last state."""
 
-    def __init__(self, gen: Generation, last_token: int, observed: RoundStats, limit: int | None = None) -> None:
+    def __init__(self, gen: Sequence, last_token: int, observed: RoundStats, limit: int | None = None) -> None:
         self.gen, self.last_token, self.observed = gen, last_token, observed
         self.drafts: list[int] = []
         self.distributions: list[np.ndarray] = []
@@ -38,7 +40,7 @@ class ChainDraft:
         self.started = clock()
         self.bound = max(0, gen.draft_length(limit)) if gen.speculative else 0
         # the grammar along the drafts (unless the drafts are left unconstrained, as llama-server drafts)
-        self.state = None if gen.constraint is None or not gen.draft_grammar else gen.constraint.copy()
+        self.state = None if gen.constraint is None or not gen.request.draft_grammar else gen.constraint.copy()
         lengths = gen.lengths
         self.active = False
         if lengths is not None:
@@ -58,7 +60,7 @@ class ChainDraft:
 
     def take(self, row: np.ndarray, prenorm: np.ndarray, columns: np.ndarray | None = None) -> None:
         """A step's output (its logits row and post-step state): draft from it, or end the chain. ``columns``: the
-        row holds only those target ids' logits (``Generation.draft_columns``, a greedy chain's), else every id's."""
+        row holds only those target ids' logits (``Sequence.draft_columns``, a greedy chain's), else every id's."""
         gen, observed = self.gen, self.observed
         first = not self.drafts
         observed.steps += 1
@@ -70,7 +72,7 @@ class ChainDraft:
         if self.state is not None:
             started = clock()
             allowed = np.isfinite(self.state.apply(row)).any()
-            gen.grammar_seconds += clock() - started
+            gen.add_grammar_seconds(clock() - started)
             if not allowed:
                 self.active = False  # the drafter has no token the grammar allows here
                 return
@@ -90,7 +92,7 @@ class ChainDraft:
         if self.state is not None and self.active:
             started = clock()
             forced = self.state.forced()
-            gen.grammar_seconds += clock() - started
+            gen.add_grammar_seconds(clock() - started)
             if forced:
                 self.active = False  # the grammar's forced tokens end the chain: the drafter has no state past them
                 self._force()
@@ -102,7 +104,7 @@ class ChainDraft:
         if self.state is not None:
             started = clock()
             self.state.consume(token)
-            self.gen.grammar_seconds += clock() - started
+            self.gen.add_grammar_seconds(clock() - started)
 
     def _force(self) -> None:
         """Append the tokens the grammar forces next (a schema's keys and punctuation), up to the round's bound:
@@ -112,7 +114,7 @@ class ChainDraft:
         n_vocab = self.gen.engine.n_vocab
         started = clock()
         forced = self.state.forced()[: self.bound - len(self.drafts)]
-        self.gen.grammar_seconds += clock() - started
+        self.gen.add_grammar_seconds(clock() - started)
         self.observed.forced += len(forced)
         for token in forced:
             one_hot = None
@@ -121,61 +123,68 @@ class ChainDraft:
                 one_hot[token] = 1.0
             self._add(token, one_hot)
 
-    def finish(self) -> tuple[list[int], list[np.ndarray], tuple[int, float] | None]:
+    def drafted(self) -> Drafted:
+        """The chain once its steps have run, as the verify phase takes it: the tree with one branch."""
         observed = self.observed
         observed.drafted = len(self.drafts)
         lengths = self.gen.lengths
         observed.probe = lengths is not None and lengths.probing and observed.drafted > 0
         observed.draft_seconds = clock() - self.started
-        return self.drafts, self.distributions, self.refused
+        tree = VerifyTree.chain(self.last_token, self.drafts)
+        return Drafted(self.last_token, tree, observed, self.distributions.__getitem__, self.refused,
+                       started=self.started)  # fmt: skip
 
 
-def draft_alone(chain: ChainDraft) -> None:
-    """Run a chain's steps on its own: the catch-up, then one drafter row a step."""
-    gen = chain.gen
-    columns = gen.draft_columns
-    while chain.active:
-        if not chain.drafts:
-            logits, prenorm, chain.observed.catch_up_rows = gen.feed.catch_up(columns)
-        else:
-            drafter = gen.drafter
-            args = np.array([chain.drafts[-1]]), drafter.feedback(chain.prenorm), np.array([chain.position]), gen.seq
-            # columns only where there are some: an MTP head's decode takes none (it has no draft vocabulary)
-            logits, prenorm = drafter.decode(*args) if columns is None else drafter.decode(*args, columns=columns)
-        chain.take(logits[0], prenorm, columns)
+def draft_chains(chains: list[ChainDraft]) -> list[tuple[int, float]]:
+    """Run a round's chains, one drafter call a step for all that go on: every catch-up in one call, then one row
+    per chain a step, each on its own sequence. Returns each call's rows and seconds (the first the catch-up).
 
-
-def draft_together(chains: list[ChainDraft]) -> list[tuple[int, float]]:
-    """Run several sequences' chains, one drafter call a step for all that go on: every catch-up in one call, then
-    one row per chain a step, each on its own sequence. Returns each call's rows and seconds (the first the
-    catch-up)."""
+    A lone chain reads only its draft columns (``Sequence.draft_columns``: a greedy chain's draft vocabulary, 8K
+    of Gemma's 262K logits) and catches up through its feed, whose decode also gives the rows to the tree
+    branches' sequences; several read whole rows.
+    """
     calls: list[tuple[int, float]] = []
     active = [c for c in chains if c.active]
     if not active:
         return calls
-    drafter = active[0].gen.drafter
+    gen = active[0].gen
+    drafter = gen.drafter
+    one = len(chains) == 1
+    columns = gen.draft_columns if one else None
     started = clock()
-    queued = [c.gen.feed.take_rows() for c in active]
-    tokens = np.concatenate([q[0] for q in queued])
-    g = drafter.encode(np.concatenate([q[1] for q in queued]))
-    positions = np.concatenate([q[2] for q in queued])
-    seqs = [c.gen.seq for c, q in zip(active, queued, strict=True) for _ in range(len(q[0]))]
-    last = np.cumsum([len(q[0]) for q in queued]) - 1
-    logits, prenorm = drafter.decode_rows(tokens, g, positions, seqs, last)
-    for i, (c, q) in enumerate(zip(active, queued, strict=True)):
-        c.observed.catch_up_rows = len(q[0])
-        c.take(logits[i], prenorm[i : i + 1])
-    calls.append((len(tokens), clock() - started))
+    if one:
+        chain = active[0]
+        logits, prenorm, chain.observed.catch_up_rows = gen.feed.catch_up(columns)
+        chain.take(logits[0], prenorm, columns)
+        calls.append((chain.observed.catch_up_rows, clock() - started))
+    else:
+        queued = [c.gen.feed.take_rows() for c in active]
+        tokens = np.concatenate([q[0] for q in queued])
+        g = drafter.encode(np.concatenate([q[1] for q in queued]))
+        positions = np.concatenate([q[2] for q in queued])
+        seqs = [c.gen.seq for c, q in zip(active, queued, strict=True) for _ in range(len(q[0]))]
+        last = np.cumsum([len(q[0]) for q in queued]) - 1
+        logits, prenorm = drafter.decode_rows(tokens, g, positions, seqs, last)
+        for i, (c, q) in enumerate(zip(active, queued, strict=True)):
+            c.observed.catch_up_rows = len(q[0])
+            c.take(logits[i], prenorm[i : i + 1])
+        calls.append((len(tokens), clock() - started))
     while True:
         active = [c for c in chains if c.active]
         if not active:
             return calls
         started = clock()
-        g = drafter.feedback(np.concatenate([c.prenorm for c in active]))
-        logits, prenorm = drafter.decode_rows(
-            np.array([c.drafts[-1] for c in active], dtype=np.int32), g, np.array([c.position for c in active]),
-            [c.gen.seq for c in active], np.arange(len(active)),
-        )  # fmt: skip
+        if one:
+            chain = active[0]
+            g = drafter.feedback(chain.prenorm)
+            logits, prenorm = drafter.decode(np.array([chain.drafts[-1]]), g, np.array([chain.position]), gen.seq,
+                                             columns=columns)  # fmt: skip
+        else:
+            g = drafter.feedback(np.concatenate([c.prenorm for c in active]))
+            logits, prenorm = drafter.decode_rows(
+                np.array([c.drafts[-1] for c in active], dtype=np.int32), g, np.array([c.position for c in active]),
+                [c.gen.seq for c in active], np.arange(len(active)),
+            )  # fmt: skip
         for i, c in enumerate(active):
-            c.take(logits[i], prenorm[i : i + 1])
+            c.take(logits[i], prenorm[i : i + 1], columns)
         calls.append((len(active), clock() - started))

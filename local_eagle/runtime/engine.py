@@ -25,6 +25,7 @@ from local_eagle.runtime.feed import DrafterFeed
 from local_eagle.runtime.policy.defaults import AUTO_DRAFT_MAX
 from local_eagle.runtime.policy.draftlen import DraftLengthPolicy
 from local_eagle.runtime.policy.lengths import PolicyHolder
+from local_eagle.runtime.policy.plan import DraftLimits, default_tree, fit_tree, plan_draft
 from local_eagle.runtime.policy.shapes import TreeChoice
 from local_eagle.runtime.rounds import (
     STOP_CANCELLED,
@@ -38,6 +39,7 @@ from local_eagle.runtime.rounds import (
     prompt_logits,
 )
 from local_eagle.runtime.sampling import GREEDY, SamplingParams
+from local_eagle.runtime.sequence import Request
 from local_eagle.runtime.stats import GenerationStats
 from local_eagle.runtime.tree import CPU_TREE_NODES, MAX_SEQ, SlotCalibration, TreeShape
 from local_eagle.runtime.treeround import drafter_sequences
@@ -288,45 +290,29 @@ class Engine:
             )
         if max_tokens < 1:
             raise LocalEagleError(f"max tokens must be at least 1, got {max_tokens}")
-        if draft_max < 0:
-            raise LocalEagleError(f"draft max must be >= 0, got {draft_max}")
-        adaptive = self.options.adaptive if adaptive is None else adaptive
-        constraint = self.grammar(grammar).matcher() if grammar is not None else None
-        if tree is not None and (self.parallel > 1 or constraint is not None):
-            tree, draft_max = None, draft_max if adaptive else tree.depth
-        if tree is None and adaptive and self.trees and draft_max > 0 and constraint is None:
-            tree = self.default_tree(draft_max)
-        if tree is not None and self.drafter is not None:
-            tree = self.fit_tree(tree)
-            if self.tree_refusal is not None:
-                tree, draft_max = None, draft_max if adaptive else tree.depth
-            elif tree.nodes > self.options.tree_nodes or tree.width > self.options.tree_width:
-                raise LocalEagleError(
-                    f"a tree of {tree.nodes} nodes and width {tree.width} needs an engine opened for it (tree_nodes "
-                    f"{self.options.tree_nodes}, tree_width {self.options.tree_width})"
-                )
-            elif not adaptive:
-                draft_max = tree.nodes
-        if self.rollback_bound is not None:  # a longer chain's rejection would outrun the recurrent snapshots
-            draft_max = min(draft_max, self.rollback_bound)
-        if self.head_bound is not None:
-            draft_max = min(draft_max, self.head_bound)
-        generation = Generation(
-            self, tokens, max_tokens, sampling, draft_max if self.drafter is not None else 0, draft_p_min, stop or [],
-            adaptive, tree,
-        )  # fmt: skip
         if logprobs is not None and not 0 <= logprobs <= 20:
             raise LocalEagleError(f"top logprobs must be 0..20, got {logprobs}")
-        generation.cancelled = cancelled
-        generation.constraint = constraint
-        generation.draft_grammar = draft_grammar
-        generation.logprobs = logprobs
-        generation.special = special
+        adaptive = self.options.adaptive if adaptive is None else adaptive
+        constraint = self.grammar(grammar).matcher() if grammar is not None else None
+        plan = plan_draft(self.draft_limits, draft_max, tree, adaptive, constraint is not None)
+        request = Request(
+            tokens, max_tokens, sampling, plan.draft_max, draft_p_min, tuple(stop or ()), plan.adaptive, plan.tree,
+            draft_grammar, logprobs, special, cancelled,
+        )  # fmt: skip
+        generation = Generation(self, request, constraint)
         if self.parallel > 1:
             if self.batcher is None:
                 self.batcher = Batcher(self, self.parallel)
             return Stream(self.batcher.run(generation))
         return Stream(generation.run())
+
+    @property
+    def draft_limits(self) -> DraftLimits:
+        """What this engine can draft and verify, for :func:`~local_eagle.runtime.policy.plan.plan_draft`."""
+        return DraftLimits(
+            self.drafter is not None, self.trees, self.options.tree_nodes, self.options.tree_width,
+            self.max_tree_nodes, self.tree_refusal, self.parallel, self.rollback_bound, self.head_bound,
+        )  # fmt: skip
 
     def grammar(self, spec: GrammarSpec) -> Grammar:
         """``spec`` compiled over this target's vocabulary, once per spec (a server sees the same schema often)."""
@@ -340,15 +326,13 @@ class Engine:
         return found
 
     def default_tree(self, draft_max: int) -> TreeShape:
-        """The tree an adaptive call may draft when it names none: as many nodes and as wide a frontier as the
-        engine was opened for, as deep as the call's draft bound (its chains' longest)."""
-        nodes = min(self.options.tree_nodes, self.max_tree_nodes)
-        return TreeShape(nodes, max(1, draft_max), max(1, min(self.options.tree_width, nodes)))
+        """The tree an adaptive call may draft when it names none (``policy.plan.default_tree``)."""
+        return default_tree(self.draft_limits, draft_max)
 
     def fit_tree(self, tree: TreeShape) -> TreeShape:
         """``tree`` with at most :attr:`max_tree_nodes` nodes (``tree.CPU_TREE_NODES`` where attention runs on
         the CPU)."""
-        return tree if tree.nodes <= self.max_tree_nodes else replace(tree, nodes=self.max_tree_nodes)
+        return fit_tree(self.draft_limits, tree)
 
     def close(self) -> None:
         if self.batcher is not None:

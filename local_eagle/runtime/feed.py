@@ -17,15 +17,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from local_eagle.runtime.drafter import Drafter
 from local_eagle.runtime.policy.defaults import IDLE_CONTEXT, PROBE_CONTEXT  # noqa: F401 - read here too
+from local_eagle.runtime.seams import DraftModel
 from local_eagle.runtime.treeverify import PrefixTags
 
 
 class DrafterFeed:
     """Rows the drafter has not decoded yet, in a buffer reused across rounds (no per-round allocation)."""
 
-    def __init__(self, drafter: Drafter, width: int, window: int = IDLE_CONTEXT, seq: int | None = None) -> None:
+    def __init__(self, drafter: DraftModel, width: int, window: int = IDLE_CONTEXT, seq: int | None = None) -> None:
         self.drafter = drafter
         self.window = window
         self.seq = seq or 0  # the drafter cache's sequence these rows go to
@@ -99,10 +99,7 @@ class DrafterFeed:
         only those target ids' logits (an EAGLE drafter's draft vocabulary, ``Drafter.decode_last``)."""
         tokens, features, positions = self.take_rows()
         g = self.drafter.encode(features)
-        if columns is None:  # a drafter's decode_last need not take columns (an MTP head's has no draft vocabulary)
-            logits, prenorm = self.drafter.decode_last(tokens, g, positions, self.seq)
-        else:
-            logits, prenorm = self.drafter.decode_last(tokens, g, positions, self.seq, columns=columns)
+        logits, prenorm = self.drafter.decode_last(tokens, g, positions, self.seq, columns=columns)
         return logits, prenorm, len(tokens)
 
     def take_rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -206,8 +206,9 @@ class MtpCapture:
     def enabled(self) -> bool:
         return self._enabled
 
-    def features(self, n_rows: int) -> np.ndarray:
-        """The staged rows of the last decode call, ``[n_rows, n_embd]`` float32, a copy the caller owns."""
+    def features(self, n_rows: int, rows: np.ndarray | None = None) -> np.ndarray:
+        """The staged rows of the last decode call, ``[n_rows, n_embd]`` float32 (``rows`` of them: an MTP state
+        is narrow and a verify short, so all are read), a copy the caller owns."""
         ctx = self._ctx
         if ctx is None or not self._enabled:
             raise LocalEagleError("MtpCapture.features() while capturing is not enabled")
@@ -215,7 +216,8 @@ class MtpCapture:
             raise LocalEagleError(f"cannot read features of {n_rows} rows: a decode holds 1..{ctx.n_batch} rows")
         if all(ctx.pos_max(seq) < 0 for seq in range(ctx.n_seq_max)):
             raise LocalEagleError("no decode has run since capturing was enabled")
-        return ctx.embeddings_nextn(n_rows, self.n_embd)
+        staged = ctx.embeddings_nextn(n_rows, self.n_embd)
+        return staged if rows is None else staged[rows]
 
 
 @dataclass
@@ -269,9 +271,10 @@ class MtpDrafter:
         self.ctx.decode(np.array([token]), np.array([0]), False, np.zeros((1, self.n_embd), np.float32), seq=seq)
 
     def decode(
-        self, tokens: np.ndarray, g: np.ndarray, positions: np.ndarray, seq: int = 0
+        self, tokens: np.ndarray, g: np.ndarray, positions: np.ndarray, seq: int = 0, columns: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         """Rows (token[P+1], h[P]) at loop positions P -> (logits [n, n_vocab], state [n, n_embd])."""
+        _no_columns(columns)
         n = len(tokens)
         return self.decode_rows(tokens, g, positions, [seq] * n, np.arange(n))
 
@@ -306,9 +309,10 @@ class MtpDrafter:
         return logits, state
 
     def decode_last(
-        self, tokens: np.ndarray, g: np.ndarray, positions: np.ndarray, seq: int = 0
+        self, tokens: np.ndarray, g: np.ndarray, positions: np.ndarray, seq: int = 0, columns: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         """Decode rows (a catch-up) and return only the last row's (logits [1, n_vocab], state [1, n_embd])."""
+        _no_columns(columns)
         n = len(tokens)
         return self.decode_rows(tokens, g, positions, [seq] * n, np.array([n - 1]))
 
@@ -333,8 +337,7 @@ class MtpDrafter:
         Every row is an output, so the masked state copy reads each row's own (docs/mtp.md, the quirk); the head
         predicts the whole vocabulary, so ``columns`` is always None.
         """
-        if columns is not None:
-            raise LocalEagleError("an MTP head drafts over the whole vocabulary: no draft columns")
+        _no_columns(columns)
         return self._decode_outputs(tokens, g, positions, seqs, np.arange(len(tokens)))
 
     def remove_from(self, pos: int, seq: int = 0) -> None:
@@ -343,6 +346,11 @@ class MtpDrafter:
 
     def close(self) -> None:
         self.ctx.close()
+
+
+def _no_columns(columns: np.ndarray | None) -> None:
+    if columns is not None:
+        raise LocalEagleError("an MTP head drafts over the whole vocabulary: no draft columns")
 
 
 def head_offset(ctx: Context, offset: int) -> None:

@@ -25,7 +25,7 @@ from local_eagle.runtime.tree import DraftTree, TreeShape, VerifyTree, children_
 from local_eagle.runtime.verify import Drafted
 
 if TYPE_CHECKING:
-    from local_eagle.runtime.rounds import Generation
+    from local_eagle.runtime.sequence import Sequence
 
 clock = time.perf_counter
 
@@ -46,9 +46,9 @@ def _capped(quotas: list[int], n: int) -> list[int]:
 
 
 class TreeRounds:
-    """The tree phases of one :class:`Generation` (which keeps the state they share with chain rounds)."""
+    """The tree phases of one sequence (``runtime.sequence``, which keeps the state they share with chain rounds)."""
 
-    def __init__(self, gen: Generation, shape: TreeShape) -> None:
+    def __init__(self, gen: Sequence, shape: TreeShape) -> None:
         self.gen = gen
         self.shape = shape
         drafter = gen.drafter
@@ -78,7 +78,7 @@ class TreeRounds:
         return False
 
     def draft_round(self, last_token: int) -> Drafted:
-        """The round's draft phase as a tree (``Generation.begin_round``)."""
+        """The round's draft phase as a tree (``rounds.run_round``)."""
         started = clock()
         observed = RoundStats()
         tree, dists = self.draft(last_token, observed)

@@ -18,7 +18,6 @@ import numpy as np
 
 from local_eagle.errors import LocalEagleError
 from local_eagle.llamacpp.model import Context
-from local_eagle.runtime.capture import LayerCapture
 from local_eagle.runtime.sampling import apply_repeat_penalty
 from local_eagle.runtime.stats import RoundStats
 from local_eagle.runtime.tree import VerifyTree
@@ -26,8 +25,8 @@ from local_eagle.runtime.treeverify import TreeBatch, decode_together
 
 if TYPE_CHECKING:
     from local_eagle.runtime.grammar import Constraint
-    from local_eagle.runtime.mtp import MtpCapture
-    from local_eagle.runtime.rounds import Generation
+    from local_eagle.runtime.seams import FeatureCapture
+    from local_eagle.runtime.sequence import Sequence
 
 clock = time.perf_counter
 
@@ -49,11 +48,11 @@ class TargetChoices:
     """The target's token after each row (greedy), computed only for the rows the walk reaches, and each row's
     processed logits (sampling): the rows of one sequence from ``offset`` in the round's call.
 
-    Under a grammar (``Generation.constraint``) each row is masked as the target alone would mask it there: with
+    Under a grammar (``Sequence.constraint``) each row is masked as the target alone would mask it there: with
     the grammar's state after the tokens on the row's path, followed only along the rows the walk reaches (their
     tokens were accepted, so the grammar allowed them)."""
 
-    def __init__(self, gen: Generation, tree: VerifyTree, last_token: int, offset: int = 0) -> None:
+    def __init__(self, gen: Sequence, tree: VerifyTree, last_token: int, offset: int = 0) -> None:
         self.gen, self.tree, self.last_token, self.offset = gen, tree, last_token, offset
         self.states = None if gen.constraint is None else {0: gen.constraint}
 
@@ -66,7 +65,7 @@ class TargetChoices:
         state = self.state(row)
         if not (state.ended or state.allows(best)):  # the mask only lowers others: an allowed argmax stays
             best = int(np.argmax(state.apply(np.array(logits, dtype=np.float32))))
-        self.gen.grammar_seconds += clock() - started
+        self.gen.add_grammar_seconds(clock() - started)
         return best
 
     def row_logits(self, row: int) -> np.ndarray:
@@ -77,7 +76,7 @@ class TargetChoices:
         state = self.state(row)
         if not state.ended:  # past an end token nothing is emitted from here
             logits = state.apply(np.array(logits, dtype=np.float32))
-        self.gen.grammar_seconds += clock() - started
+        self.gen.add_grammar_seconds(clock() - started)
         return logits
 
     def state(self, row: int) -> Constraint:
@@ -106,20 +105,18 @@ class VerifiedFeatures:
     target's next decode (every sequence settles before it; a read after one is an error, not stale rows).
     """
 
-    def __init__(self, capture: LayerCapture | MtpCapture, n_rows: int, target: Context) -> None:
+    def __init__(self, capture: FeatureCapture, n_rows: int, target: Context) -> None:
         self.capture, self.n_rows, self.target = capture, n_rows, target
         self.call = target.n_calls
 
     def __getitem__(self, rows: np.ndarray) -> np.ndarray:
         if self.target.n_calls != self.call:
             raise LocalEagleError("the target decoded again before the round read its verify's features")
-        if isinstance(self.capture, LayerCapture):
-            return self.capture.features(self.n_rows, np.asarray(rows))
-        return self.capture.features(self.n_rows)[rows]  # a capture that reads every row (an MTP head's: few, narrow)
+        return self.capture.features(self.n_rows, np.asarray(rows))
 
 
 def verify(
-    drafts: list[tuple[Generation, Drafted]], capture: bool, replay: TreeBatch | None = None
+    drafts: list[tuple[Sequence, Drafted]], capture: bool, replay: TreeBatch | None = None
 ) -> tuple[list[TreeBatch], VerifiedFeatures | None]:
     """Decode every sequence's tree in one target call; the batches (for keeping the accepted paths) and, when
     ``capture``, the features of every row of the call (a sequence's from its offset), read when indexed.
@@ -129,7 +126,7 @@ def verify(
     right after, which waits the same way, so this moves the wait into the verify's time and adds none; without
     it a call without features timed ~0.3 ms on an H100 where it takes 4 ms, the rest landing in host time.
 
-    ``replay``: rows a checkpoint rollback dropped (``Generation.replay``), decoded first in the same call; the
+    ``replay``: rows a checkpoint rollback dropped (``rounds.Generation.replay``), decoded first in the same call; the
     features of the sequences' rows then start after them.
     """
     started = clock()

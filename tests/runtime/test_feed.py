@@ -31,7 +31,7 @@ class _Drafter:
         self.calls += 1
         self.rows += [(int(p), int(t), float(x[0])) for p, t, x in zip(positions, tokens, g, strict=True)]
 
-    def decode_last(self, tokens: np.ndarray, g: np.ndarray, positions: np.ndarray, seq: int = 0):
+    def decode_last(self, tokens: np.ndarray, g: np.ndarray, positions: np.ndarray, seq: int = 0, columns=None):
         self.decode_kv(tokens, g, positions)
         return np.array([[float(tokens[-1])]]), g[-1:].copy()
 

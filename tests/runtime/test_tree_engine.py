@@ -273,6 +273,7 @@ def test_trees_verify_at_most_63_rows_where_attention_runs_on_the_cpu(engines):
     """llama.cpp's CPU flash attention tiles 64+ query rows with other rounding (runtime.tree.CPU_TREE_NODES)."""
     from dataclasses import replace
 
+    from local_eagle.runtime.policy.plan import default_tree
     from local_eagle.runtime.tree import CPU_TREE_NODES, MAX_SEQ
 
     eng = engines["noisy-3.1"]
@@ -283,9 +284,8 @@ def test_trees_verify_at_most_63_rows_where_attention_runs_on_the_cpu(engines):
     assert eng.max_tree_nodes == CPU_TREE_NODES
     assert eng.fit_tree(TreeShape(99, 10, 8)) == TreeShape(62, 10, 8)
     assert eng.fit_tree(TreeShape(15, 5, 4)) == TreeShape(15, 5, 4)
-    wide = Engine.__new__(Engine)
-    wide.options, wide.max_tree_nodes = replace(OPTS, tree_nodes=200), CPU_TREE_NODES
-    assert wide.default_tree(8).nodes == 62
+    wide = replace(eng.draft_limits, tree_nodes=200, max_tree_nodes=CPU_TREE_NODES)
+    assert default_tree(wide, 8).nodes == 62
 
 
 def test_branch_sequences_get_the_prefix_as_it_is_decoded_and_lose_the_tree_in_one_edit(engines, monkeypatch):
