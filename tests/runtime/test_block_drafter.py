@@ -7,6 +7,7 @@ greedy drafts must be the reference's argmax at the mask rows. A second round pu
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -37,7 +38,8 @@ def dflash(tmp_path_factory: pytest.TempPathFactory, target_gguf: Path) -> tuple
     return out, ref
 
 
-def _pair(target_gguf: Path, drafter_gguf: Path):
+def _pair(target_gguf: Path, drafter_gguf: Path, n_ubatch: int = 64, n_seq: int = 1):
+    """(model, target, capture, drafter) on the CPU with f32 caches; ``n_ubatch`` is the drafter's."""
     from local_eagle.llamacpp.model import Context, ContextOptions, Model
     from local_eagle.runtime.capture import LayerCapture
     from local_eagle.runtime.dflash import BlockDrafter, block_target_layers
@@ -49,7 +51,8 @@ def _pair(target_gguf: Path, drafter_gguf: Path):
     # the capture comes first (a callback capture is the target context's cb_eval), from the drafter's header
     cap = LayerCapture.create(model, block_target_layers(drafter_gguf))
     target = Context(model, opts, cb_eval=cap.callback)
-    drafter = BlockDrafter(drafter_gguf, target, opts, n_gpu_layers=0)
+    dopts = replace(opts, n_batch=n_ubatch, n_ubatch=n_ubatch, n_seq_max=n_seq)
+    drafter = BlockDrafter(drafter_gguf, target, dopts, n_gpu_layers=0)
     assert drafter.target_layers == list(cap.layers)
     cap.attach(target)
     return model, target, cap, drafter
@@ -60,15 +63,17 @@ def _reference_block(ref: DFlashReference, last: int, n_past: int, n_draft: int)
     return ref.block_logits(tokens, np.arange(n_past, n_past + len(tokens)))[1:]
 
 
-@pytest.mark.parametrize("n_prompt", [6, 23])
+# 23 rows with a ubatch of 4: the drafter raises it to the block (5), and push splits the rows in chunks of 5
+@pytest.mark.parametrize(("n_prompt", "n_ubatch"), [(6, 64), (23, 4)])
 def test_propose_drafts_what_the_reference_drafts_and_only_committed_rows_count(
-    dflash: tuple[Path, DFlashReference], target_gguf: Path, n_prompt: int
+    dflash: tuple[Path, DFlashReference], target_gguf: Path, n_prompt: int, n_ubatch: int
 ) -> None:
     gguf, ref = dflash
-    _, target, cap, drafter = _pair(target_gguf, gguf)
+    _, target, cap, drafter = _pair(target_gguf, gguf, n_ubatch)
     assert drafter.target_layers == [k + 1 for k in SPEC.target_layers]  # dflash.target_layers: the ids plus one
     assert drafter.block_size == SPEC.block_size and drafter.spec.mask_token == SPEC.mask_token_id
     assert not drafter.spec.causal
+    assert drafter.ctx.n_ubatch == max(n_ubatch, SPEC.block_size)  # a block split over ubatches would not see itself
     prompt = np.random.default_rng(n_prompt).integers(3, 259, n_prompt)
 
     # prefill: every prompt row but the last, as speculative-simple does; the last is the block's anchor
@@ -167,3 +172,22 @@ def test_refuses_what_is_not_a_dflash_drafter(target_gguf: Path) -> None:
     target = Context(Model(target_gguf, n_gpu_layers=0, what="target"), ContextOptions(n_ctx=64))
     with pytest.raises(LocalEagleError, match="not a DFlash drafter"):
         BlockDrafter(target_gguf, target, n_gpu_layers=0)
+
+
+def test_sequences_keep_their_own_context(dflash: tuple[Path, DFlashReference], target_gguf: Path) -> None:
+    """Rows pushed on sequence 1 are that sequence's context alone: its block is the reference's on them."""
+    gguf, ref = dflash
+    _, target, cap, drafter = _pair(target_gguf, gguf, n_seq=2)
+    rng = np.random.default_rng(3)
+    ctx0, ctx1 = rng.standard_normal((2, 7, drafter.spec.width)).astype(np.float32)
+    drafter.push(np.arange(7), ctx0, seq=0)
+    drafter.push(np.arange(5), ctx1[:5], seq=1)
+    ref.reset()
+    ref.add_context(ctx1[:5], np.arange(5))
+    block = drafter.propose(42, 5, seq=1)
+    want = _reference_block(ref, 42, 5, SPEC.block_size - 1)
+    assert np.abs(block.logits - want).max() < 1e-4 * np.abs(want).max()
+    assert drafter.ctx.pos_max(0) == 6 and drafter.ctx.pos_max(1) == 4
+    drafter.remove_from(3, seq=1)
+    assert drafter.ctx.pos_max(1) == 2 and drafter.ctx.pos_max(0) == 6
+    drafter.close()
