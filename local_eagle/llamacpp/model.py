@@ -228,9 +228,9 @@ class Context:
 
     # batches ------------------------------------------------------------------------------------
 
-    def _add_embd(self, row: np.ndarray, pos: int, output: bool) -> None:
+    def _add_embd(self, row: np.ndarray, pos: int, output: bool, seq: int = 0) -> None:
         e = C.llama_embd(row.ctypes.data_as(_f32_pointer), 1, row.shape[-1])
-        idx = C.llama_batch_ext_add_embd(self.batch, 0, e)
+        idx = C.llama_batch_ext_add_embd(self.batch, seq, e)
         if idx < 0:
             raise LlamaError(f"batch rejected an embedding row of width {row.shape[-1]} (code {idx})")
         self._pos.value = pos
@@ -323,13 +323,14 @@ class Context:
         """
         C.llama_synchronize(self.ptr)
 
-    def decode_rows(self, rows: np.ndarray, positions: np.ndarray) -> None:
-        """Decode embedding rows with no outputs: a DFlash drafter fuses rows of its target's captured hidden states
-        (``len(target_layers) * n_embd`` wide) and injects them into its K/V cache so, as ``draft-dflash`` does."""
+    def decode_rows(self, rows: np.ndarray, positions: np.ndarray, seq: int = 0) -> None:
+        """Decode embedding rows on ``seq`` with no outputs: a DFlash drafter fuses rows of its target's captured
+        hidden states (``len(target_layers) * n_embd`` wide) and injects them into its K/V cache so, as
+        ``draft-dflash`` does."""
         rows = np.ascontiguousarray(rows, dtype=np.float32)
         C.llama_batch_ext_clear(self.batch)
         for i in range(len(rows)):
-            self._add_embd(rows[i], int(positions[i]), False)
+            self._add_embd(rows[i], int(positions[i]), False, seq)
         self._run(DECODE, "decode")
 
     def encode_rows(self, rows: np.ndarray, positions: np.ndarray) -> None:

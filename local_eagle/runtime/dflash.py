@@ -1,0 +1,297 @@
+"""A DFlash block drafter: one forward pass proposes a whole block of drafts.
+
+Transcribed from the pinned llama.cpp's ``draft-dflash`` (``common/speculative.cpp`` of llama-cpp-python 0.3.36,
+``common_speculative_impl_draft_dflash``, from line 923) and the loop that drives it
+(``examples/speculative-simple``):
+
+- **Context.** ``process()`` gathers, for each row the target decoded, the inputs of the drafter's target layers
+  (``llama_model_target_layer_ids``; layer id k = input of layer k, what :class:`~local_eagle.runtime.capture.
+  LayerCapture` captures), concatenated in that order, and decodes them as an embedding batch on the drafter, in
+  ``n_ubatch`` chunks at the rows' own positions: the drafter fuses them (``fc`` + ``hidden_norm``) and writes their
+  K/V. llama.cpp injects every verified row and then cuts the rejected ones off (``llama_memory_seq_rm`` at
+  ``n_past``); :meth:`BlockDrafter.push` takes the committed rows only, which leaves the same cache.
+- **Block.** ``draft()`` decodes ``[id_last, <mask> x n_max]`` at positions ``pos0 = n_past ...``, every row an
+  output, with non-causal attention unless ``dflash.attention.causal`` says otherwise (``llama_set_causal_attn``);
+  ``n_max`` is clamped to ``block_size - 1`` (``dflash.block_size``, 16 when absent). The mask token is
+  ``llama_vocab_mask``. The target's context lends its embeddings and head (``ctx_other``).
+- **Drafts.** DFlash denoises in place: the row at ``n_past + i`` (i >= 1) predicts the token at that position, so
+  the drafts are read from rows 1..n_max (``sample_from_anchor`` only changes DSpark, which reads from row 0). Each
+  row goes through a top-k 10 sampler and its first candidate is taken: the greedy token; drafting stops at the
+  first row whose candidate's probability (softmax over the 10) is below ``p_min``, and a draft shorter than
+  ``n_min`` is dropped (:meth:`Block.drafts`).
+- **After.** The loop removes the drafter's cells from ``n_past`` on before the verify
+  (``llama_memory_seq_rm(ctx_dft, seq, ckpt.pos_max + 1, -1)``): :meth:`BlockDrafter.propose` does it itself.
+
+llama.cpp drafts greedily. For lossless sampling a round needs the distribution each draft was drawn from:
+:meth:`Block.probs` gives one per block row, and since every row comes from the same single pass (no row depends
+on another row's draw), drafts drawn from them independently (:meth:`Block.sample`) may be checked by ordinary
+rejection sampling, position by position.
+
+DSpark (a Markov head, ``markov_w1``) and DFlash2 (a selector, ``dflash.selector_top_k`` > 0) draft differently
+and are refused here, as the converter refuses their checkpoints.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from local_eagle.errors import LocalEagleError
+from local_eagle.gguf import GGUFHeader, field_value, open_gguf
+from local_eagle.llamacpp.lib import C
+from local_eagle.llamacpp.model import Context, ContextOptions, Model
+
+ARCH = "dflash"
+DEFAULT_BLOCK_SIZE = 16  # draft-dflash's value when the GGUF has no dflash.block_size
+SAMPLER_TOP_K = 10  # draft-dflash's per-row sampler: top-k 10, its first candidate taken
+
+
+@dataclass(frozen=True)
+class BlockSpec:
+    """What ``draft-dflash`` reads from a drafter's GGUF, and what a round reads from ``drafter.spec``."""
+
+    block_size: int  # the trained block: the anchor and block_size - 1 masks
+    mask_token: int
+    causal: bool  # dflash.attention.causal: attention inside the block (false for DFlash)
+    sample_from_anchor: bool  # dflash.sample_from_anchor: DSpark's layout; DFlash reads rows 1.. either way
+    target_layers: tuple[int, ...]  # layer ids whose inputs the target must capture (LayerCapture's ids)
+    target_hidden_size: int
+    n_embd: int
+    n_vocab: int
+    draft_ids: np.ndarray | None = None  # the drafter's logits cover the whole target vocabulary (d2t is scattered)
+
+    @property
+    def n_draft_max(self) -> int:
+        """Drafts one block can give: in-place denoising of ``[last, <mask> x (block_size - 1)]``."""
+        return self.block_size - 1
+
+    @property
+    def width(self) -> int:
+        """Width of one pushed row: the target layers' inputs side by side."""
+        return len(self.target_layers) * self.target_hidden_size
+
+
+def _meta(model: Model, key: str) -> str | None:
+    """A GGUF key as llama.cpp prints it (``llama_model_meta_val_str``), None when absent: draft-dflash's reading."""
+    buf = ctypes.create_string_buffer(64)
+    if C.llama_model_meta_val_str(model.ptr, key.encode(), buf, len(buf)) < 0:
+        return None
+    return buf.value.decode()
+
+
+def block_target_layers(path: str | os.PathLike[str]) -> list[int]:
+    """The layer ids a DFlash drafter's target must capture, from its header alone: the engine makes the target's
+    ``LayerCapture`` (in callback mode, the target context's ``cb_eval``) before the drafter, which needs that
+    context (``ctx_other``)."""
+    key = f"{ARCH}.target_layers"
+    header = open_gguf(path, "DFlash drafter GGUF", keep=lambda k: k == key)
+    layers = field_value(header, key)
+    if not layers:
+        raise LocalEagleError(f"{path}: no {key}")
+    return [int(k) for k in layers]
+
+
+def open_block_header(path: str | os.PathLike[str]) -> GGUFHeader:
+    """The drafter's header, refused before llama.cpp loads it unless it is a DFlash drafter: the architecture, and
+    neither DSpark's Markov head (llama.cpp picks draft-dspark by ``markov_w1``) nor DFlash2's selector."""
+    header = open_gguf(path, "DFlash drafter GGUF")
+    arch = field_value(header, "general.architecture")
+    if arch != ARCH:
+        raise LocalEagleError(f"{path}: not a DFlash drafter (architecture '{arch}', not '{ARCH}')")
+    if header.tensor("markov_w1.weight") is not None:
+        raise LocalEagleError(f"{path}: a DSpark drafter (Markov head): local-eagle drafts DFlash blocks only")
+    if int(field_value(header, f"{ARCH}.selector_top_k", 0) or 0) > 0:
+        raise LocalEagleError(f"{path}: a DFlash2 drafter (candidate selector): local-eagle drafts DFlash blocks only")
+    return header
+
+
+def read_block_spec(model: Model, header: GGUFHeader) -> BlockSpec:
+    """The block drafter's facts, read as ``draft-dflash``'s constructor reads them (``open_block_header`` first)."""
+    path = model.path
+    block = _meta(model, f"{ARCH}.block_size")
+    mask = int(C.llama_vocab_mask(model.vocab))
+    if not 0 <= mask < model.n_vocab:
+        raise LocalEagleError(f"{path}: no mask token (tokenizer.ggml.mask_token_id) in the vocabulary")
+    layers = tuple(model.target_layer_ids())
+    if not layers:
+        raise LocalEagleError(f"{path}: no {ARCH}.target_layers")
+    spec = BlockSpec(
+        block_size=int(block) if block is not None else DEFAULT_BLOCK_SIZE,
+        mask_token=mask,
+        causal=_meta(model, f"{ARCH}.attention.causal") == "true",
+        sample_from_anchor=_meta(model, f"{ARCH}.sample_from_anchor") != "false",
+        target_layers=layers,
+        target_hidden_size=int(field_value(header, f"{ARCH}.target_hidden_size", model.n_embd)),
+        n_embd=model.n_embd,
+        n_vocab=model.n_vocab,
+    )
+    if spec.block_size < 2:
+        raise LocalEagleError(f"{path}: {ARCH}.block_size {spec.block_size} leaves no room for a draft")
+    return spec
+
+
+def check_block_pair(spec: BlockSpec, target: Model, path: str | os.PathLike[str]) -> None:
+    """Refuse a drafter made for another target before llama.cpp runs the pair (a capture of a layer the target
+    lacks aborts llama.cpp; a width mismatch would feed the fusion garbage)."""
+    if spec.target_hidden_size != target.n_embd:
+        raise LocalEagleError(
+            f"{path}: made for a target {spec.target_hidden_size} wide, {target.path.name} is {target.n_embd}"
+        )
+    if spec.n_vocab != target.n_vocab:
+        raise LocalEagleError(f"{path}: vocabulary of {spec.n_vocab}, {target.path.name} has {target.n_vocab}")
+    bad = [k for k in spec.target_layers if not 1 <= k < target.n_layer]
+    if bad:
+        raise LocalEagleError(f"{path}: target layers {bad} outside 1..{target.n_layer - 1} of {target.path.name}")
+
+
+def softmax(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
+    """Row-wise softmax of ``logits / temperature`` in float64 (rows of -inf outside a draft vocabulary are fine)."""
+    z = np.asarray(logits, dtype=np.float64) / temperature
+    z = z - z.max(axis=-1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+@dataclass
+class Block:
+    """One proposed block: the logits of its mask rows, row i predicting the token at ``n_past + 1 + i``.
+
+    ``anchor`` (the last committed token) sits at ``n_past``; its own row is not a draft in DFlash.
+    """
+
+    anchor: int
+    n_past: int
+    logits: np.ndarray  # [n_draft, n_vocab] float32
+
+    @property
+    def tokens(self) -> np.ndarray:
+        """Each row's greedy token (draft-dflash's first candidate), whatever its probability."""
+        return self.logits.argmax(axis=-1)
+
+    def top_p(self) -> np.ndarray:
+        """Each row's greedy token's probability as draft-dflash compares it with ``p_min``: the softmax over the
+        row's top 10 logits (its sampler is top-k 10, then a distribution over what is left)."""
+        k = min(SAMPLER_TOP_K, self.logits.shape[-1])
+        top = np.partition(self.logits, -k, axis=-1)[:, -k:]
+        return softmax(top).max(axis=-1)
+
+    def drafts(self, p_min: float = 0.0, n_min: int = 0, n_max: int | None = None) -> np.ndarray:
+        """draft-dflash's draft: the greedy tokens up to the first row below ``p_min``, none if fewer than
+        ``n_min`` remain, at most ``n_max`` (the loop truncates a longer one)."""
+        tokens = self.tokens
+        if p_min > 0.0:
+            low = np.flatnonzero(self.top_p() < p_min)
+            if len(low):
+                tokens = tokens[: int(low[0])]
+        if n_max is not None:
+            tokens = tokens[:n_max]
+        return tokens if len(tokens) >= n_min else tokens[:0]
+
+    def probs(self, temperature: float = 1.0) -> np.ndarray:
+        """Each row's distribution [n_draft, n_vocab] (rows sum to 1): the proposal q a lossless round checks its
+        drafts against; temperature 0 is the greedy draft's one-hot."""
+        if temperature <= 0.0:
+            out = np.zeros(self.logits.shape, dtype=np.float64)
+            out[np.arange(len(out)), self.tokens] = 1.0
+            return out
+        return softmax(self.logits, temperature)
+
+    def sample(self, rng: np.random.Generator, temperature: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+        """Drafts drawn row by row from :meth:`probs`, independently (one pass made every row): (tokens, q)."""
+        q = self.probs(temperature)
+        return np.array([rng.choice(q.shape[-1], p=row) for row in q], dtype=np.int64), q
+
+
+class BlockDrafter:
+    """The DFlash drafter's llama.cpp context, bound to the target's context (``ctx_other``: its embeddings and
+    head), fed the committed rows' target features, proposing one block per call."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        target: Context,
+        opts: ContextOptions | None = None,
+        n_gpu_layers: int = -1,
+    ) -> None:
+        header = open_block_header(path)
+        self.model = Model(path, n_gpu_layers=n_gpu_layers, what="DFlash drafter")
+        try:
+            self.spec = read_block_spec(self.model, header)
+            check_block_pair(self.spec, target.model, path)
+            opts = opts or ContextOptions(n_ctx=target.n_ctx, n_seq_max=target.n_seq_max)
+            # the block must sit in one ubatch: split, its first rows would not see its last (non-causal attention)
+            if opts.n_ubatch < self.spec.block_size:
+                opts = replace(opts, n_ubatch=self.spec.block_size, n_batch=max(opts.n_batch, self.spec.block_size))
+            self.ctx = Context(self.model, opts, ctx_other=target)
+        except Exception:
+            self.model.close()
+            raise
+        C.llama_set_causal_attn(self.ctx.ptr, self.spec.causal)
+        self.target = target
+        self.n_vocab = self.model.n_vocab
+
+    @property
+    def target_layers(self) -> list[int]:
+        """The layer ids to capture on the target (``LayerCapture.create(model, drafter.target_layers)``)."""
+        return list(self.spec.target_layers)
+
+    @property
+    def block_size(self) -> int:
+        return self.spec.block_size
+
+    def push(self, positions: np.ndarray, features: np.ndarray, seq: int = 0) -> None:
+        """Inject committed rows: their target features [n, width] (``LayerCapture.features``, the drafter's
+        layers in its order) at their positions, in ``n_ubatch`` chunks as ``process()`` does.
+
+        Only rows the target kept belong here (a rejected draft's row is never pushed), each once, in order: a
+        position at or below what the cache holds for ``seq`` is refused, as it would be attended twice.
+        """
+        rows = np.ascontiguousarray(features, dtype=np.float32)
+        pos = np.asarray(positions, dtype=np.int64)
+        if rows.ndim != 2 or rows.shape[1] != self.spec.width or len(rows) != len(pos):
+            raise LocalEagleError(
+                f"DFlash push: expected [{len(pos)}, {self.spec.width}] features, got {list(rows.shape)}"
+            )
+        if not len(pos):
+            return
+        if int(pos[0]) <= self.ctx.pos_max(seq) or (len(pos) > 1 and (np.diff(pos) <= 0).any()):
+            raise LocalEagleError(
+                f"DFlash push: positions must rise past the cache's last ({self.ctx.pos_max(seq)}), got {pos.tolist()}"
+            )
+        step = self.ctx.n_ubatch
+        for s in range(0, len(rows), step):
+            self.ctx.decode_rows(rows[s : s + step], pos[s : s + step], seq)
+
+    def propose(self, last_token: int, n_past: int, seq: int = 0, n_draft: int | None = None) -> Block:
+        """One pass over ``[last_token, <mask> x n_draft]`` at ``n_past ...`` (``n_draft`` clamped to
+        ``block_size - 1``, its default); the block's cells are removed again before this returns.
+
+        ``n_past`` is the anchor's position: the cache should hold ``seq``'s committed rows below it and none at or
+        above it (a stale cell there would be attended by the block).
+        """
+        n = self.spec.n_draft_max if n_draft is None else max(1, min(int(n_draft), self.spec.n_draft_max))
+        if self.ctx.pos_max(seq) >= n_past:
+            raise LocalEagleError(
+                f"DFlash propose at {n_past}: the drafter's cache holds rows up to {self.ctx.pos_max(seq)}"
+            )
+        tokens = np.array([int(last_token)] + [self.spec.mask_token] * n)
+        logits = np.empty((n, self.n_vocab), dtype=np.float32)
+        try:
+            # every row an output, as draft-dflash marks them; the anchor's row is not read
+            self.ctx.decode(tokens, np.arange(n_past, n_past + n + 1), True, seq=seq)
+            for i in range(n):
+                logits[i] = self.ctx.logits_view(i + 1, self.n_vocab)
+        finally:
+            self.ctx.remove_from(n_past, seq)
+        return Block(anchor=int(last_token), n_past=int(n_past), logits=logits)
+
+    def remove_from(self, pos: int, seq: int = 0) -> None:
+        """Drop ``seq``'s injected rows at positions >= ``pos`` (a rollback the round decides)."""
+        self.ctx.remove_from(pos, seq)
+
+    def close(self) -> None:
+        self.ctx.close()
+        self.model.close()
