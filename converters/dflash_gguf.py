@@ -159,8 +159,8 @@ def read_dflash_config(draft_dir: Path) -> dict[str, Any]:
     cfg["rms_norm_eps"] = _float_field(raw, "rms_norm_eps", path, 1e-6)
     rp = raw.get("rope_parameters")
     rp = rp if isinstance(rp, dict) else {}
-    cfg["rope_theta"] = _float_field({"rope_theta": raw.get("rope_theta", rp.get("rope_theta"))}, "rope_theta", path,
-                                     10000.0)  # fmt: skip
+    theta = raw.get("rope_theta", rp.get("rope_theta"))  # newer exports keep it in rope_parameters
+    cfg["rope_theta"] = _float_field({"rope_theta": theta}, "rope_theta", path, 10000.0)
     # DFlashModel: dflash_config's block_size first, then the top level's, else 16
     block = dcfg.get("block_size", raw.get("block_size", 16))
     cfg["block_size"] = _int_field({"block_size": block}, "block_size", path, 2, 1024)
@@ -175,7 +175,8 @@ def read_dflash_config(draft_dir: Path) -> dict[str, Any]:
     swa = (raw.get("use_sliding_window") or dcfg.get("use_swa")) and swa_size
     if swa or any(t == "sliding_attention" for t in layer_types):
         raise CheckpointError(
-            f"{path}: layer_types has sliding_attention layers; sliding-window DFlash drafters are not supported yet"
+            f"{path}: sliding-window attention (layer_types, use_sliding_window or dflash_config.use_swa); "
+            "sliding-window DFlash drafters are not supported yet"
         )
     if raw.get("rope_is_neox_style", True) is False:
         raise CheckpointError(

@@ -176,6 +176,23 @@ def test_dspark_loads_in_the_pinned_llama_cpp(tmp_path: Path, target_gguf: Path,
     assert m.target_layer_ids() == [x + 1 for x in spec.target_layers]
 
 
+def test_dflash_config_optional_scalars_are_written(tmp_path: Path, target_gguf: Path) -> None:
+    """DFlashModel.set_gguf_parameters' optional keys, for any family; dflash_config's block_size wins."""
+    cfg = dflash2_config(D2)
+    cfg["dflash_config"].update(block_size=6, attention_value_scale=0.5, causal=False)
+    cfg.update(block_size=9, output_multiplier=2.0, final_logit_softcapping=0.0, input_embedding_scale=3.0,
+               rope_parameters={"rope_type": "default", "rope_theta": 5e5, "partial_rotary_factor": 0.5})  # fmt: skip
+    del cfg["rope_theta"]
+    _, g = convert(tmp_path, target_gguf, D2, config=cfg)
+    assert field(g, "dflash.block_size") == 6
+    assert field(g, "dflash.attention.value_scale") == 0.5
+    assert field(g, "dflash.logit_scale") == 2.0 and field(g, "dflash.embedding_scale") == 3.0
+    assert "dflash.final_logit_softcapping" not in g.fields  # written only when positive
+    assert field(g, "dflash.attention.causal") is False
+    assert field(g, "dflash.rope.dimension_count") == D2.head_dim // 2
+    assert field(g, "dflash.rope.freq_base") == 5e5
+
+
 def test_cli_reports_the_family(tmp_path: Path, target_gguf: Path) -> None:
     ckpt = write_dflash_checkpoint(tmp_path / "ckpt", DS)
     out = tmp_path / "d.gguf"
@@ -320,6 +337,9 @@ BAD: dict[str, tuple[Any, dict[str, Any] | None, dict[str, np.ndarray] | None, t
         _dssd(**{"layers.0.attention_conv.base_kernel": np.ones((2, 3, 64), np.float32)}),
         ("ckpt", "'layers.0.attention_conv.base_kernel'", "DFlash2", "DSpark checkpoint"),
     ),
+    "interleaved RoPE": (D2, {**dflash2_config(D2), "rope_is_neox_style": False}, None, ("config.json", "neox")),
+    "use_swa": (D2, _d2cfg(use_swa=True, swa_window_size=8), None, ("config.json", "sliding-window")),
+    "a mask embedding": (DS, None, None, ("mask_embedding.pt", "not supported")),
     "a DeepSeek-V4 DSpark": (DS, _dscfg(architectures=["DeepseekV4DSparkModel"]), None, ("config.json", "DeepSeek-V4")),
 }
 
@@ -329,6 +349,8 @@ def test_bad_input_is_one_line_naming_the_file_or_field(tmp_path: Path, target_g
     spec, config, sd, needles = BAD[case]
     ckpt = write_dflash_checkpoint(tmp_path / "ckpt", spec, config=config, state_dict=sd)
     out = tmp_path / "d.gguf"
+    if case == "a mask embedding":
+        (ckpt / "mask_embedding.pt").write_bytes(b"")
     with pytest.raises(LocalEagleError) as err:
         convert_dflash(ckpt, target_gguf, out)
     text = str(err.value)
