@@ -94,11 +94,15 @@ def test_dflash2_writes_the_conv_and_selector_keys_and_tensors(tmp_path: Path, t
     )
 
 
-def test_dflash2_f16_keeps_the_conv_base_f32_and_loads(tmp_path: Path, target_gguf: Path) -> None:
-    """conversion/base.py keeps tensors not named ``*.weight`` F32; the pinned loader takes the file as DFlash2."""
+def test_dflash2_f16_keeps_the_conv_base_f32_and_loads(
+    tmp_path: Path, target_gguf: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """conversion/base.py keeps tensors not named ``*.weight`` F32; the pinned loader takes the file as DFlash2
+    (its log says so, and it loads only when every tensor in the file was taken at the shape it expects)."""
     from local_eagle.llamacpp.model import Model
 
     _, g = convert(tmp_path, target_gguf, D2, outtype="f16")
+    monkeypatch.setenv("LOCAL_EAGLE_LLAMA_LOG", "1")  # the log callback prints llama.cpp's lines too
     types = {t.name: t.tensor_type for t in g.tensors}
     assert types["blk.0.attn_conv_base"] == GGMLQuantizationType.F32
     assert types["blk.0.attn_conv_proj.weight"] == types["selector_hidden.weight"] == GGMLQuantizationType.F16
@@ -106,11 +110,7 @@ def test_dflash2_f16_keeps_the_conv_base_f32_and_loads(tmp_path: Path, target_gg
     assert m.arch() == "dflash"
     assert (m.n_layer, m.n_embd, m.n_vocab) == (D2.n_layer, D2.n_embd, N_VOCAB)
     assert m.target_layer_ids() == [x + 1 for x in D2.target_layers]
-    from local_eagle.llamacpp import bindings
-
-    top_k = getattr(bindings.C, "llama_model_dflash_selector_top_k", None)
-    if top_k is not None:  # what common/speculative.cpp reads to run a draft as DFlash2
-        assert int(top_k(m.ptr)) == D2.selector_top_k
+    assert "DFlash2 conv kernel = 3, group = 16, selector rank = 8, top-k = 4" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("prefix", ["", "model."])
@@ -165,15 +165,25 @@ def test_dspark_speculators_format(tmp_path: Path, target_gguf: Path) -> None:
 
 
 @pytest.mark.parametrize("spec", [DS, replace(DS, draft_vocab=100), replace(DS, speculators=True)], ids=str)
-def test_dspark_loads_in_the_pinned_llama_cpp(tmp_path: Path, target_gguf: Path, spec: TinyDSparkSpec) -> None:
+def test_dspark_loads_in_the_pinned_llama_cpp(
+    tmp_path: Path,
+    target_gguf: Path,
+    spec: TinyDSparkSpec,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     from local_eagle.llamacpp.model import Model
 
     ckpt = write_dflash_checkpoint(tmp_path / "ckpt", spec)
     out = convert_dflash(ckpt, target_gguf, tmp_path / "d.gguf", outtype="f16").outfile
+    monkeypatch.setenv("LOCAL_EAGLE_LLAMA_LOG", "1")
     m = Model(out, n_gpu_layers=0, what="DSpark drafter")
     assert m.arch() == "dflash"
     assert (m.n_layer, m.n_embd, m.n_vocab) == (spec.n_layer, spec.n_embd, N_VOCAB)
     assert m.target_layer_ids() == [x + 1 for x in spec.target_layers]
+    log = capsys.readouterr().out
+    assert f"DFlash with DSpark markov head (rank = {spec.markov_rank})" in log
+    assert ("DFlash using d2t mapping (draft_vocab_size = 100)" in log) == (spec.draft_vocab == 100)
 
 
 def test_dflash_config_optional_scalars_are_written(tmp_path: Path, target_gguf: Path) -> None:
