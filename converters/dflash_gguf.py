@@ -16,8 +16,8 @@ written as ``tokenizer.ggml.mask_token_id``, which is where ``common/speculative
 ``draft-dflash`` reads it (``llama_vocab_mask``).
 
 DSpark (a Markov and a confidence head) and DFlash2 (per-layer dynamic convolutions and a
-candidate selector) share the architecture but their checkpoints are refused here for now:
-see docs/block-drafters.md.
+candidate selector) share the architecture: their keys and tensors are read in ``dflash_variants``
+and written here beside the DFlash ones, as llama.cpp's ``DSparkModel`` / ``DFlashModel`` write them.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 from gguf import GGUFValueType, GGUFWriter
 
+from converters import dflash_variants as variants
 from converters.eagle3_gguf import FILE_TYPES, open_inputs, write_tensors
 from converters.formats import _to_numpy, load_weights
 from local_eagle.errors import CheckpointError, LocalEagleError
@@ -39,21 +40,13 @@ from local_eagle.gguf import ModelInfo, copy_fields
 from local_eagle.gguf.check import read_json
 
 ARCH = "dflash"
-# The Hugging Face architecture names llama.cpp's converter registers for DFlash (``DFlashModel``).
-DFLASH_ARCHITECTURES = ("DFlashDraftModel",)
-# Sibling families of the same GGUF architecture that this converter does not write yet.
-UNSUPPORTED_ARCHITECTURES = {
-    "Qwen3DSparkModel": "DSpark",
-    "DSparkForCausalLM": "DSpark",
-    "DsparkSpeculator": "DSpark",
-    "DeepseekV4DSparkModel": "DSpark",
-    "DeepseekV41DSparkModel": "DSpark",
-    "DFlash2DraftModel": "DFlash2",
-}
-UNSUPPORTED_TENSOR = re.compile(
-    r"(^|\.)(markov_head|markov_w1|markov_w2|confidence_head|conf_proj)\.|"
-    r"(^|\.)(selector|selector_hidden|selector_predecessor|selector_successor)(\.|$)|"
-    r"(^|\.)(attn_conv|ffn_conv|conv_base|conv_proj)"
+# The Hugging Face architecture names llama.cpp's converter registers for the dflash GGUF (``DFlashModel``,
+# ``DSparkModel``), and the block-drafter names it does not take or local-eagle refuses (dflash_variants).
+DFLASH_ARCHITECTURES = ("DFlashDraftModel", *variants.DFLASH2_ARCHITECTURES, *variants.DSPARK_ARCHITECTURES)
+UNSUPPORTED_ARCHITECTURES = variants.REFUSED_ARCHITECTURES
+# a DSpark / DFlash2 part in a checkpoint whose config names another family
+VARIANT_TENSOR = re.compile(
+    r"(^|\.)(markov_head|confidence_head|candidate_selector)\.|(^|\.)(attention_conv|mlp_conv)\."
 )
 
 LAYER_TENSORS = {
@@ -86,6 +79,7 @@ CONFIG_INTS = (
     "max_position_embeddings",
 )
 LAYER_NAME = re.compile(r"^layers\.(\d+)\.(.+)$")
+FAMILY_NAMES = {"dflash": "DFlash", "dflash2": "DFlash2", "dspark": "DSpark"}
 
 
 @dataclass
@@ -138,7 +132,7 @@ def _float_field(raw: dict[str, Any], key: str, path: Path, default: float) -> f
 
 
 def read_dflash_config(draft_dir: Path) -> dict[str, Any]:
-    """config.json of a DFlash checkpoint, checked and flattened: the fields the GGUF is written from."""
+    """config.json of a DFlash / DFlash2 / DSpark checkpoint, checked and flattened: what the GGUF is written from."""
     path = draft_dir / "config.json"
     if not draft_dir.is_dir():
         raise CheckpointError(f"{draft_dir}: not a directory (expected a DFlash checkpoint directory)")
@@ -147,12 +141,10 @@ def read_dflash_config(draft_dir: Path) -> dict[str, Any]:
     raw = read_json(path)
     if not isinstance(raw, dict):
         raise CheckpointError(f"{path}: expected a JSON object")
-    for a in raw.get("architectures") or []:
-        if a in UNSUPPORTED_ARCHITECTURES:
-            raise CheckpointError(
-                f"{path}: architectures names {a}, a {UNSUPPORTED_ARCHITECTURES[a]} drafter; local-eagle converts "
-                "DFlash (DFlashDraftModel) checkpoints only so far (docs/block-drafters.md)"
-            )
+    family = variants.family_of(raw, path)
+    dspark: dict[str, Any] = {}
+    if family == "dspark":
+        raw, dspark = variants.dspark_hparams(raw, path)
     dcfg = raw.get("dflash_config", {})
     if dcfg is None:
         dcfg = {}
@@ -165,19 +157,36 @@ def read_dflash_config(draft_dir: Path) -> dict[str, Any]:
     head_dim = raw.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
     cfg["head_dim"] = _int_field({"head_dim": head_dim}, "head_dim", path)
     cfg["rms_norm_eps"] = _float_field(raw, "rms_norm_eps", path, 1e-6)
-    cfg["rope_theta"] = _float_field(raw, "rope_theta", path, 10000.0)
-    block = raw.get("block_size", dcfg.get("block_size", 16))
+    rp = raw.get("rope_parameters")
+    rp = rp if isinstance(rp, dict) else {}
+    theta = raw.get("rope_theta", rp.get("rope_theta"))  # newer exports keep it in rope_parameters
+    cfg["rope_theta"] = _float_field({"rope_theta": theta}, "rope_theta", path, 10000.0)
+    # DFlashModel: dflash_config's block_size first, then the top level's, else 16
+    block = dcfg.get("block_size", raw.get("block_size", 16))
     cfg["block_size"] = _int_field({"block_size": block}, "block_size", path, 2, 1024)
-    rs = raw.get("rope_scaling")
+    rs = raw.get("rope_scaling") or rp
     kind = str((rs or {}).get("rope_type") or (rs or {}).get("type") or "default").lower() if rs else "default"
     if kind != "default":
         raise CheckpointError(
             f"{path}: rope_scaling type {kind!r} is not supported for DFlash drafters yet (plain RoPE only)"
         )
     layer_types = raw.get("layer_types") or []
-    if any(t == "sliding_attention" for t in layer_types):
+    swa_size = dcfg.get("swa_window_size") or raw.get("sliding_window")
+    swa = (raw.get("use_sliding_window") or dcfg.get("use_swa")) and swa_size
+    if swa or any(t == "sliding_attention" for t in layer_types):
         raise CheckpointError(
-            f"{path}: layer_types has sliding_attention layers; sliding-window DFlash drafters are not supported yet"
+            f"{path}: sliding-window attention (layer_types, use_sliding_window or dflash_config.use_swa); "
+            "sliding-window DFlash drafters are not supported yet"
+        )
+    if raw.get("rope_is_neox_style", True) is False:
+        raise CheckpointError(
+            f"{path}: 'rope_is_neox_style' is false; interleaved-RoPE drafters (which llama.cpp's converter permutes "
+            "to NeoX order) are not supported yet"
+        )
+    if (draft_dir / "mask_embedding.pt").exists():
+        raise CheckpointError(
+            f"{draft_dir / 'mask_embedding.pt'}: a drafter with its own mask embedding (patched into the target's "
+            "embeddings by llama.cpp's converter) is not supported yet"
         )
     layers = dcfg.get("target_layer_ids", raw.get("target_layer_ids"))
     if layers is not None and (
@@ -193,6 +202,12 @@ def read_dflash_config(draft_dir: Path) -> dict[str, Any]:
     cfg["mask_token_id"] = mask
     ths = raw.get("target_hidden_size")
     cfg["target_hidden_size"] = None if ths is None else _int_field(raw, "target_hidden_size", path)
+    cfg["dflash2"] = variants.dflash2_fields(raw, dcfg, family, path)
+    if cfg["dflash2"] and family == "dflash":
+        family = "dflash2"  # DFlashModel takes both names alike: the conv / selector fields make it one
+    cfg["family"] = family
+    cfg.update(dspark)
+    cfg["optional_keys"] = variants.optional_keys(raw, dcfg, cfg["head_dim"], path)
     return cfg
 
 
@@ -225,34 +240,51 @@ def default_target_layers(n_target: int, n_draft: int) -> list[int]:
 
 
 def read_dflash_tensors(draft_dir: Path, cfg: dict[str, Any]) -> dict[str, np.ndarray]:
-    """The checkpoint's tensors under their canonical (un-prefixed) names, each one accounted for."""
+    """The checkpoint's tensors, each one accounted for: DFlash ones under their canonical (un-prefixed) names,
+    DSpark / DFlash2 ones under their GGUF names (``cfg["sources"]`` keeps the checkpoint's names for errors)."""
     out: dict[str, np.ndarray] = {}
-    n_layer = cfg["num_hidden_layers"]
+    n_layer, family = cfg["num_hidden_layers"], cfg["family"]
+    sources: dict[str, str] = {}
     for name, t in load_weights(draft_dir).items():
         if IGNORED.search(name):
             continue
         cname = name.removeprefix("model.")
-        if UNSUPPORTED_TENSOR.search(cname):
+        gname = variants.variant_tensor_name(cname, family, n_layer)
+        if gname is not None:
+            if gname in out:
+                raise CheckpointError(f"{draft_dir}: tensor '{name}' appears twice (as '{sources[gname]}' too)")
+            out[gname], sources[gname] = _to_numpy(t), name
+            continue
+        m = VARIANT_TENSOR.search(cname)
+        owner = "DSpark" if m and (m.group(2) or "") in ("markov_head", "confidence_head") else "DFlash2"
+        if m and owner.lower() != family:
             raise CheckpointError(
-                f"{draft_dir}: tensor '{name}' belongs to a DSpark / DFlash2 head, which local-eagle does not convert "
-                "yet; DFlash checkpoints only (docs/block-drafters.md)"
+                f"{draft_dir}: tensor '{name}' belongs to a {owner} drafter, but config.json's architectures make this "
+                f"a {FAMILY_NAMES[family]} checkpoint (docs/block-drafters.md)"
             )
         if cname in ("d2t", "t2d"):
             arr = _to_numpy(t)
+            if family == "dspark":  # DSparkModel keeps d2t (as absolute target ids) and drops t2d
+                if cname == "d2t":
+                    out["d2t"] = variants.dspark_d2t(arr, cfg, draft_dir)
+                continue
             if cname == "d2t" and arr.size and np.any(arr != 0):
                 raise CheckpointError(
                     f"{draft_dir}: tensor 'd2t' maps a reduced draft vocabulary; DFlash drafters share the target's "
                     "vocabulary and llama.cpp's converter drops d2t, so a non-identity map cannot be kept"
                 )
             continue  # identity maps: llama.cpp's converter drops them too
+        if family == "dspark" and cname == "lm_head.weight" and cfg["draft_vocab_size"] == cfg["vocab_size"]:
+            continue  # DSparkModel.modify_tensors: a full-vocabulary draft uses the target's head
         m = LAYER_NAME.match(cname)
         if m:
             if int(m.group(1)) >= n_layer or m.group(2) not in LAYER_TENSORS:
                 raise CheckpointError(
-                    f"{draft_dir}: unexpected tensor '{name}' for a DFlash drafter with {n_layer} layers"
+                    f"{draft_dir}: unexpected tensor '{name}' for a {FAMILY_NAMES[family]} drafter with "
+                    f"{n_layer} layers"
                 )
         elif cname not in TOP_TENSORS:
-            raise CheckpointError(f"{draft_dir}: unexpected tensor '{name}' for a DFlash drafter")
+            raise CheckpointError(f"{draft_dir}: unexpected tensor '{name}' for a {FAMILY_NAMES[family]} drafter")
         if cname in out:
             raise CheckpointError(f"{draft_dir}: tensor '{cname}' appears twice (with and without 'model.')")
         out[cname] = _to_numpy(t)
@@ -263,6 +295,17 @@ def read_dflash_tensors(draft_dir: Path, cfg: dict[str, Any]) -> dict[str, np.nd
         for suffix in LAYER_TENSORS:
             if f"layers.{i}.{suffix}" not in out:
                 raise CheckpointError(f"{draft_dir}: missing tensor 'layers.{i}.{suffix}'")
+    for gname, cname in variants.required_variant_tensors(cfg):
+        if gname not in out:
+            raise CheckpointError(f"{draft_dir}: missing tensor '{cname}' (a {FAMILY_NAMES[family]} drafter's)")
+    if family == "dspark" and cfg["draft_vocab_size"] < cfg["vocab_size"]:
+        for need in ("d2t", "lm_head.weight"):
+            if need not in out:
+                raise CheckpointError(
+                    f"{draft_dir}: missing tensor '{need}': draft_vocab_size {cfg['draft_vocab_size']} is below "
+                    f"vocab_size {cfg['vocab_size']}, and a reduced vocabulary needs its map and its own head"
+                )
+    cfg["sources"] = sources
     return out
 
 
@@ -349,8 +392,17 @@ def plan_dflash(
             f"{cpath}: mask_token_id {mask} is outside the target vocabulary of {target.n_vocab} tokens"
         )
     cfg["mask_token_id"] = int(mask)
+    if cfg["family"] == "dspark" and cfg["vocab_size"] != target.n_vocab:
+        raise CheckpointError(
+            f"{cpath}: vocab_size is {cfg['vocab_size']} but target {target.path.name} has {target.n_vocab} tokens; "
+            "a DSpark drafter's Markov head is keyed on the target's vocabulary"
+        )
     tensors = read_dflash_tensors(draft_dir, cfg)
     shapes = expected_shapes(cfg, len(cfg["target_layers"]), target.n_vocab)
+    shapes.update(variants.variant_shapes(cfg, tensors, target.n_vocab))
+    if cfg["family"] == "dspark":
+        shapes["lm_head.weight"] = (cfg["draft_vocab_size"], h)
+        shapes["d2t"] = (cfg["draft_vocab_size"],)
     for name, arr in tensors.items():
         want = shapes[name]
         if tuple(arr.shape) != want:
@@ -358,7 +410,8 @@ def plan_dflash(
             if name == "fc.weight" and arr.ndim == 2 and arr.shape[0] == h and arr.shape[1] % h == 0:
                 hint = f" ({arr.shape[1] // h} target layers, but {len(cfg['target_layers'])} are named)"
             raise CheckpointError(
-                f"{draft_dir}: tensor '{name}' has shape {list(arr.shape)}, expected {list(want)}{hint}"
+                f"{draft_dir}: tensor '{cfg['sources'].get(name, name)}' has shape {list(arr.shape)}, "
+                f"expected {list(want)}{hint}"
             )
     return cfg, tensors
 
@@ -367,13 +420,18 @@ def gguf_tensors(tensors: dict[str, np.ndarray]) -> list[tuple[str, np.ndarray]]
     """The tensors under their GGUF names, top-level first and then by block (llama.cpp's Qwen3 RoPE is NEOX:
     q/k rows keep Hugging Face's order, unlike the llama-family permute of the EAGLE path)."""
     out = [(TOP_TENSORS[k], v) for k, v in tensors.items() if k in TOP_TENSORS]
-    order = list(LAYER_TENSORS)
+    order = list(LAYER_TENSORS) + [f"{p}_conv_{k}" for p in ("attn", "ffn") for k in ("base", "proj.weight")]
     blocks = []
     for k, v in tensors.items():
         m = LAYER_NAME.match(k)
         if m:
             bid, part = int(m.group(1)), m.group(2)
             blocks.append((bid, order.index(part), f"blk.{bid}.{LAYER_TENSORS[part]}", v))
+        elif k.startswith("blk."):  # a DFlash2 block's convolutions, already under their GGUF names
+            bid, _, part = k.removeprefix("blk.").partition(".")
+            blocks.append((int(bid), order.index(part), k, v))
+        elif k not in TOP_TENSORS:  # the DSpark / DFlash2 top-level tensors, already under their GGUF names
+            out.append((k, v))
     out += [(name, v) for _, _, name, v in sorted(blocks, key=lambda b: (b[0], b[1]))]
     return out
 
@@ -386,7 +444,7 @@ def convert_dflash(
     target_layers: list[int] | None = None,
     progress: bool = False,
 ) -> DFlashResult:
-    """Convert a DFlash checkpoint directory into a ``dflash`` GGUF paired with ``target_gguf``."""
+    """Convert a DFlash / DFlash2 / DSpark checkpoint directory into a ``dflash`` GGUF paired with ``target_gguf``."""
     out, reader, target = open_inputs(draft_dir, target_gguf, outfile, outtype)
     if target.arch in (ARCH, "eagle3"):
         raise LocalEagleError(f"{target_gguf}: is a {target.arch} drafter, expected the target model's GGUF")
@@ -394,7 +452,7 @@ def convert_dflash(
     ordered = gguf_tensors(tensors)
     with atomic_output(out) as tmp:
         w = GGUFWriter(tmp, ARCH)
-        w.add_name(f"{target.name or target.path.stem} DFlash drafter")
+        w.add_name(f"{target.name or target.path.stem} {FAMILY_NAMES[cfg['family']]} drafter")
         w.add_file_type(FILE_TYPES[outtype])
         w.add_quantization_version(2)
         # the Qwen3 text-model keys (TextModel.set_gguf_parameters)
@@ -413,6 +471,14 @@ def convert_dflash(
         w.add_uint32(f"{ARCH}.target_hidden_size", cfg["target_hidden_size"])
         w.add_uint32(f"{ARCH}.block_size", cfg["block_size"])
         w.add_uint32(f"{ARCH}.mask_token_id", cfg["mask_token_id"])
+        # DFlashModel's optional scalars, then the DFlash2 conv / selector keys and DSparkModel's two flags
+        for key, val in cfg["optional_keys"] + variants.variant_keys(cfg, {n for n, _ in ordered}):
+            if isinstance(val, bool):
+                w.add_bool(key, val)
+            elif isinstance(val, int):
+                w.add_uint32(key, val)
+            else:
+                w.add_float32(key, val)
         for key, val, vtype, sub in copy_fields(reader, "tokenizer."):
             if key != "tokenizer.ggml.mask_token_id":
                 w.add_key_value(key, val, vtype, sub)
@@ -421,7 +487,7 @@ def convert_dflash(
         nbytes = tmp.stat().st_size
     return DFlashResult(
         outfile=out,
-        family="dflash",
+        family=cfg["family"],
         target_layers=cfg["target_layers"],
         checkpoint_layers=cfg["checkpoint_layers"],
         block_size=cfg["block_size"],

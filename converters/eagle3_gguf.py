@@ -209,7 +209,8 @@ def _encode(name: str, arr: np.ndarray, outtype: str) -> tuple[np.ndarray, GGMLQ
     if arr.dtype == np.int64:
         return arr, GGMLQuantizationType.I64
     arr = np.ascontiguousarray(arr, dtype=np.float32)
-    if arr.ndim < 2 or outtype == "f32":
+    # llama.cpp's converter keeps 1-D tensors and any not named ``*.weight`` (a DFlash2 ``blk.N.attn_conv_base``) F32
+    if arr.ndim < 2 or outtype == "f32" or not name.endswith(".weight"):
         return arr, None
     if outtype == "f16":
         return arr.astype(np.float16), None

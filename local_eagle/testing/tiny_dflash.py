@@ -1,22 +1,35 @@
-"""Tiny DFlash block-drafter checkpoints, generated on the spot (as ``tiny.py`` makes EAGLE drafters).
+"""Tiny DFlash, DFlash2 and DSpark block-drafter checkpoints, generated on the spot (as ``tiny.py`` makes EAGLE
+drafters).
 
 A checkpoint here is what z-lab publishes for a DFlash drafter (``DFlashDraftModel``): config.json
 with a ``dflash_config`` block (``target_layer_ids``, ``mask_token_id``) and ``block_size``, and a
 model.safetensors of top-level Qwen3 decoder layers plus ``fc`` / ``hidden_norm`` / ``norm``, with no
 embeddings or head. Random weights at the tiny target's width, so the converter and llama.cpp's
 loader can be exercised on a CPU in a second with nothing downloaded.
+
+The two siblings carry what llama.cpp's converter (``conversion/qwen.py``, ``DFlashModel`` / ``DSparkModel``,
+and its ``gguf-py`` tensor map) reads from them: a DFlash2 drafter (``DFlash2DraftModel``) adds
+``conv_kernel_size`` / ``conv_group_size`` / ``selector_rank`` / ``selector_top_k`` to ``dflash_config``, each
+layer's ``attention_conv`` / ``mlp_conv`` (``base_kernel``, ``kernel_projection.weight``) and a
+``candidate_selector`` (``predecessor_codebook``, ``successor_codebook``, ``hidden_projection.weight``); a DSpark
+drafter (``Qwen3DSparkModel``, or the speculators format's ``DSparkSpeculator``) keeps ``target_layer_ids`` /
+``mask_token_id`` at the top level (or ``aux_hidden_state_layer_ids`` and a ``transformer_layer_config``) and adds
+``markov_head.markov_w1/markov_w2.weight``, optionally ``confidence_head.proj.{weight,bias}``, and for a reduced
+draft vocabulary ``d2t`` with its own ``lm_head``.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from local_eagle.testing.tiny import TinyTargetSpec, random_f32
+
+N_VOCAB = 265  # the tiny target's byte vocabulary
 
 
 @dataclass(frozen=True)
@@ -92,6 +105,108 @@ def dflash_config(spec: TinyDFlashSpec, n_vocab: int = 265) -> dict[str, Any]:
     return cfg
 
 
+@dataclass(frozen=True)
+class TinyDFlash2Spec(TinyDFlashSpec):
+    """A tiny DFlash2 drafter: DFlash plus dynamic convolutions and a candidate selector (dflash.cpp needs
+    ``n_embd % conv_group_size == 0`` and ``n_embd >= top_k * (top_k + 1)``)."""
+
+    conv_kernel_size: int = 3
+    conv_group_size: int = 16
+    selector_rank: int = 8
+    selector_top_k: int = 4
+
+
+@dataclass(frozen=True)
+class TinyDSparkSpec(TinyDFlashSpec):
+    """A tiny DSpark drafter: DFlash plus a Markov head of ``markov_rank`` and (optionally) a confidence head.
+
+    ``draft_vocab`` below the target's 265 makes a reduced draft vocabulary (``d2t`` and the draft's own head);
+    ``speculators`` writes the speculators format (``DSparkSpeculator``) instead of DeepSpec's (``Qwen3DSparkModel``).
+    """
+
+    markov_rank: int = 8
+    confidence_head: bool = True
+    draft_vocab: int | None = None
+    speculators: bool = False
+
+
+def dflash2_state_dict(spec: TinyDFlash2Spec, seed: int = 0, prefix: str = "") -> dict[str, np.ndarray]:
+    """A DFlash2 checkpoint's weights: the DFlash ones, each layer's convolutions and the candidate selector."""
+    sd = dflash_state_dict(spec, seed, prefix)
+    mat, _ = random_f32(np.random.default_rng(seed + 1))
+    h, k = spec.n_embd, spec.conv_kernel_size
+    proj = 2 * k * (h // spec.conv_group_size)
+    for i in range(spec.n_layer):
+        for part in ("attention_conv", "mlp_conv"):
+            p = f"{prefix}layers.{i}.{part}."
+            sd[p + "base_kernel"] = mat(2 * k, h).reshape(2, k, h)
+            sd[p + "kernel_projection.weight"] = mat(proj, h)
+    sd[f"{prefix}candidate_selector.predecessor_codebook"] = mat(N_VOCAB, spec.selector_rank)
+    sd[f"{prefix}candidate_selector.successor_codebook"] = mat(N_VOCAB, spec.selector_rank)
+    sd[f"{prefix}candidate_selector.hidden_projection.weight"] = mat(spec.selector_rank, h)
+    return sd
+
+
+def dflash2_config(spec: TinyDFlash2Spec) -> dict[str, Any]:
+    """config.json of a DFlash2 drafter: DFlash's, with the convolution and selector geometry in ``dflash_config``."""
+    cfg = dflash_config(replace(spec, extra_config={}))
+    cfg["architectures"] = ["DFlash2DraftModel"]
+    cfg["dflash_config"].update(
+        conv_kernel_size=spec.conv_kernel_size,
+        conv_group_size=spec.conv_group_size,
+        selector_rank=spec.selector_rank,
+        selector_top_k=spec.selector_top_k,
+    )
+    cfg.update(spec.extra_config)
+    return cfg
+
+
+def dspark_state_dict(spec: TinyDSparkSpec, seed: int = 0, prefix: str = "") -> dict[str, np.ndarray]:
+    """A DSpark checkpoint's weights: the DFlash ones and the Markov (and confidence) head; with a reduced draft
+    vocabulary also ``d2t`` (offsets: target id minus draft id, as EAGLE-3 stores it) and the draft's head."""
+    sd = dflash_state_dict(spec, seed, prefix)
+    rng = np.random.default_rng(seed + 2)
+    mat, _ = random_f32(rng)
+    n_draft, r, h = spec.draft_vocab or N_VOCAB, spec.markov_rank, spec.n_embd
+    sd[f"{prefix}markov_head.markov_w1.weight"] = mat(N_VOCAB, r)
+    sd[f"{prefix}markov_head.markov_w2.weight"] = mat(n_draft, r)
+    if spec.confidence_head:
+        sd[f"{prefix}confidence_head.proj.weight"] = mat(1, h + r)
+        sd[f"{prefix}confidence_head.proj.bias"] = np.zeros(1, np.float32)
+    if spec.draft_vocab:
+        ids = np.sort(rng.choice(N_VOCAB, size=n_draft, replace=False)).astype(np.int64)
+        sd["d2t"] = ids - np.arange(n_draft, dtype=np.int64)
+        sd["t2d"] = np.isin(np.arange(N_VOCAB), ids)
+        sd["lm_head.weight"] = mat(n_draft, h)
+    return sd
+
+
+def dspark_config(spec: TinyDSparkSpec) -> dict[str, Any]:
+    """config.json of a DSpark drafter, in DeepSpec's schema (top-level ``target_layer_ids`` / ``mask_token_id``)
+    or the speculators format's (``transformer_layer_config`` + ``aux_hidden_state_layer_ids``, layer inputs)."""
+    body = dflash_config(replace(spec, extra_config={}))
+    dcfg = body.pop("dflash_config")
+    head: dict[str, Any] = {
+        "block_size": body.pop("block_size"),
+        "mask_token_id": dcfg["mask_token_id"],
+        "markov_rank": spec.markov_rank,
+        "markov_head_type": "vanilla",
+        "enable_confidence_head": spec.confidence_head,
+        "confidence_head_with_markov": spec.confidence_head,
+    }
+    if spec.draft_vocab:
+        head["draft_vocab_size"] = spec.draft_vocab
+    if spec.speculators:
+        del body["architectures"]
+        cfg = {"architectures": ["DSparkSpeculator"], "speculators_model_type": "dspark", **head,
+               "aux_hidden_state_layer_ids": [i + 1 for i in dcfg["target_layer_ids"]],
+               "transformer_layer_config": body}  # fmt: skip
+    else:
+        cfg = {**body, **head, "architectures": ["Qwen3DSparkModel"], "target_layer_ids": dcfg["target_layer_ids"]}
+    cfg.update(spec.extra_config)
+    return cfg
+
+
 def write_dflash_checkpoint(
     directory: str | Path,
     spec: TinyDFlashSpec | None = None,
@@ -100,7 +215,8 @@ def write_dflash_checkpoint(
     state_dict: dict[str, np.ndarray] | None = None,
     config: dict[str, Any] | None = None,
 ) -> Path:
-    """Write a tiny DFlash checkpoint (config.json + model.safetensors) and return its directory.
+    """Write a tiny DFlash checkpoint (config.json + model.safetensors) and return its directory; a
+    ``TinyDFlash2Spec`` or ``TinyDSparkSpec`` writes that family's checkpoint.
 
     ``state_dict`` / ``config`` replace the generated ones (tests edit them to make bad input).
     """
@@ -109,7 +225,13 @@ def write_dflash_checkpoint(
     spec = spec or TinyDFlashSpec()
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
-    sd = state_dict if state_dict is not None else dflash_state_dict(spec, seed, prefix)
+    if isinstance(spec, TinyDSparkSpec):
+        make_sd, make_cfg = dspark_state_dict, dspark_config
+    elif isinstance(spec, TinyDFlash2Spec):
+        make_sd, make_cfg = dflash2_state_dict, dflash2_config
+    else:
+        make_sd, make_cfg = dflash_state_dict, dflash_config
+    sd = state_dict if state_dict is not None else make_sd(spec, seed, prefix)
     save_file({k: np.ascontiguousarray(v) for k, v in sd.items()}, str(d / "model.safetensors"))
-    (d / "config.json").write_text(json.dumps(config if config is not None else dflash_config(spec), indent=1))
+    (d / "config.json").write_text(json.dumps(config if config is not None else make_cfg(spec), indent=1))
     return d

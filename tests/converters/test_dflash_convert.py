@@ -234,7 +234,7 @@ BAD: dict[str, tuple[dict[str, Any] | None, dict[str, np.ndarray] | None, tuple[
     ),
     "yarn rope": (_cfg(rope_scaling={"rope_type": "yarn", "factor": 4.0}), None, ("config.json", "'yarn'")),
     "sliding window": (_cfg(layer_types=["sliding_attention", "full_attention"]), None, ("config.json", "sliding")),
-    "a DSpark checkpoint": (_cfg(architectures=["Qwen3DSparkModel"]), None, ("config.json", "DSpark")),
+    "a DeepSeek-V4 DSpark checkpoint": (_cfg(architectures=["DeepseekV4DSparkModel"]), None, ("config.json", "DSpark")),
     "missing fc": (None, _sd(drop="fc.weight"), ("ckpt", "missing tensor 'fc.weight'")),
     "missing a layer tensor": (
         None,
