@@ -34,6 +34,15 @@ KEY_NORM_BEFORE_RESIDUAL = f"{DRAFTER_ARCH}.norm_before_residual"
 KEY_DRAFT_VOCAB = f"{DRAFTER_ARCH}.draft_vocab_size"
 KEY_SOURCE_FORMAT = f"{DRAFTER_ARCH}.source_format"
 
+# a DFlash block drafter's (src/llama-arch.cpp LLM_KV_DFLASH_*, written by conversion/qwen.py's DFlashModel)
+BLOCK_ARCH = "dflash"
+KEY_BLOCK_TARGET_LAYERS = f"{BLOCK_ARCH}.target_layers"
+KEY_BLOCK_TARGET_HIDDEN = f"{BLOCK_ARCH}.target_hidden_size"
+KEY_BLOCK_SIZE = f"{BLOCK_ARCH}.block_size"
+KEY_BLOCK_CAUSAL = f"{BLOCK_ARCH}.attention.causal"
+KEY_BLOCK_SAMPLE_FROM_ANCHOR = f"{BLOCK_ARCH}.sample_from_anchor"
+KEY_BLOCK_SELECTOR_TOP_K = f"{BLOCK_ARCH}.selector_top_k"
+
 # llama.cpp's standard keys are gguf-py's ``gguf.Keys`` (``Keys.LLM.CONTEXT_LENGTH.format(arch=...)``); the few
 # below are llama.cpp's or Ollama's too, but gguf-py 0.17 (the oldest the package allows) does not name them
 KEY_PARAMETER_COUNT = "general.parameter_count"

@@ -149,6 +149,8 @@ def draft_chains(chains: list[ChainDraft]) -> list[tuple[int, float]]:
         return calls
     gen = active[0].gen
     drafter = gen.drafter
+    if drafter.drafts_blocks:
+        return [draft_block(c) for c in active]
     one = len(chains) == 1
     columns = gen.draft_columns if one else None
     started = clock()
@@ -188,3 +190,23 @@ def draft_chains(chains: list[ChainDraft]) -> list[tuple[int, float]]:
         for i, c in enumerate(active):
             c.take(logits[i], prenorm[i : i + 1], columns)
         calls.append((len(active), clock() - started))
+
+
+def draft_block(chain: ChainDraft) -> tuple[int, float]:
+    """A block drafter's chain (``runtime.dflash``): the queued rows' features injected, then one pass proposes the
+    whole block, whose rows the chain takes in order as it would take a step's (the policy, ``draft_p_min``, the
+    grammar and sampling cut it where they would cut a chain). One drafter call: the catch-up's. Returns its rows
+    and seconds."""
+    gen, observed = chain.gen, chain.observed
+    drafter = gen.drafter
+    started = clock()
+    _, features, positions = gen.feed.take_rows()
+    drafter.push(positions, features, gen.seq)
+    block = drafter.propose(chain.last_token, gen.n_past, gen.seq, n_draft=chain.bound)
+    observed.catch_up_rows = len(positions)
+    for row in block.logits:
+        chain.take(row, None)
+        if not chain.active:
+            break
+    observed.steps, observed.draft_rows = 1, 0  # one call, whatever the block's rows
+    return len(positions) + len(block.logits) + 1, clock() - started

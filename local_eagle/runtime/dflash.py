@@ -38,13 +38,23 @@ import os
 from dataclasses import dataclass, replace
 
 import numpy as np
+from gguf import Keys
 
 from local_eagle.errors import LocalEagleError
 from local_eagle.gguf import GGUFHeader, field_value, open_gguf
+from local_eagle.gguf.keys import (
+    BLOCK_ARCH,
+    KEY_BLOCK_CAUSAL,
+    KEY_BLOCK_SAMPLE_FROM_ANCHOR,
+    KEY_BLOCK_SELECTOR_TOP_K,
+    KEY_BLOCK_SIZE,
+    KEY_BLOCK_TARGET_HIDDEN,
+    KEY_BLOCK_TARGET_LAYERS,
+)
 from local_eagle.llamacpp.lib import C
 from local_eagle.llamacpp.model import Context, ContextOptions, Model
 
-ARCH = "dflash"
+ARCH = BLOCK_ARCH
 DEFAULT_BLOCK_SIZE = 16  # draft-dflash's value when the GGUF has no dflash.block_size
 SAMPLER_TOP_K = 10  # draft-dflash's per-row sampler: top-k 10, its first candidate taken
 
@@ -86,7 +96,7 @@ def block_target_layers(path: str | os.PathLike[str]) -> list[int]:
     """The layer ids a DFlash drafter's target must capture, from its header alone: the engine makes the target's
     ``LayerCapture`` (in callback mode, the target context's ``cb_eval``) before the drafter, which needs that
     context (``ctx_other``)."""
-    key = f"{ARCH}.target_layers"
+    key = KEY_BLOCK_TARGET_LAYERS
     header = open_gguf(path, "DFlash drafter GGUF", keep=lambda k: k == key)
     layers = field_value(header, key)
     if not layers:
@@ -94,16 +104,22 @@ def block_target_layers(path: str | os.PathLike[str]) -> list[int]:
     return [int(k) for k in layers]
 
 
+def is_block_drafter(path: str | os.PathLike[str]) -> bool:
+    """Whether a drafter GGUF is of llama.cpp's block-drafter architecture (``dflash``), from its header."""
+    key = Keys.General.ARCHITECTURE
+    return field_value(open_gguf(path, "drafter GGUF", keep=lambda k: k == key), key) == ARCH
+
+
 def open_block_header(path: str | os.PathLike[str]) -> GGUFHeader:
     """The drafter's header, refused before llama.cpp loads it unless it is a DFlash drafter: the architecture, and
     neither DSpark's Markov head (llama.cpp picks draft-dspark by ``markov_w1``) nor DFlash2's selector."""
     header = open_gguf(path, "DFlash drafter GGUF")
-    arch = field_value(header, "general.architecture")
+    arch = field_value(header, Keys.General.ARCHITECTURE)
     if arch != ARCH:
         raise LocalEagleError(f"{path}: not a DFlash drafter (architecture '{arch}', not '{ARCH}')")
     if header.tensor("markov_w1.weight") is not None:
         raise LocalEagleError(f"{path}: a DSpark drafter (Markov head): local-eagle drafts DFlash blocks only")
-    if int(field_value(header, f"{ARCH}.selector_top_k", 0) or 0) > 0:
+    if int(field_value(header, KEY_BLOCK_SELECTOR_TOP_K, 0) or 0) > 0:
         raise LocalEagleError(f"{path}: a DFlash2 drafter (candidate selector): local-eagle drafts DFlash blocks only")
     return header
 
@@ -111,25 +127,25 @@ def open_block_header(path: str | os.PathLike[str]) -> GGUFHeader:
 def read_block_spec(model: Model, header: GGUFHeader) -> BlockSpec:
     """The block drafter's facts, read as ``draft-dflash``'s constructor reads them (``open_block_header`` first)."""
     path = model.path
-    block = _meta(model, f"{ARCH}.block_size")
+    block = _meta(model, KEY_BLOCK_SIZE)
     mask = int(C.llama_vocab_mask(model.vocab))
     if not 0 <= mask < model.n_vocab:
         raise LocalEagleError(f"{path}: no mask token (tokenizer.ggml.mask_token_id) in the vocabulary")
     layers = tuple(model.target_layer_ids())
     if not layers:
-        raise LocalEagleError(f"{path}: no {ARCH}.target_layers")
+        raise LocalEagleError(f"{path}: no {KEY_BLOCK_TARGET_LAYERS}")
     spec = BlockSpec(
         block_size=int(block) if block is not None else DEFAULT_BLOCK_SIZE,
         mask_token=mask,
-        causal=_meta(model, f"{ARCH}.attention.causal") == "true",
-        sample_from_anchor=_meta(model, f"{ARCH}.sample_from_anchor") != "false",
+        causal=_meta(model, KEY_BLOCK_CAUSAL) == "true",
+        sample_from_anchor=_meta(model, KEY_BLOCK_SAMPLE_FROM_ANCHOR) != "false",
         target_layers=layers,
-        target_hidden_size=int(field_value(header, f"{ARCH}.target_hidden_size", model.n_embd)),
+        target_hidden_size=int(field_value(header, KEY_BLOCK_TARGET_HIDDEN, model.n_embd)),
         n_embd=model.n_embd,
         n_vocab=model.n_vocab,
     )
     if spec.block_size < 2:
-        raise LocalEagleError(f"{path}: {ARCH}.block_size {spec.block_size} leaves no room for a draft")
+        raise LocalEagleError(f"{path}: {KEY_BLOCK_SIZE} {spec.block_size} leaves no room for a draft")
     return spec
 
 
@@ -207,7 +223,14 @@ class Block:
 
 class BlockDrafter:
     """The DFlash drafter's llama.cpp context, bound to the target's context (``ctx_other``: its embeddings and
-    head), fed the committed rows' target features, proposing one block per call."""
+    head), fed the committed rows' target features, proposing one block per call.
+
+    It speaks the loop's drafter seam (``runtime.seams.DraftModel``) where a round touches it (``spec.draft_ids``,
+    ``ctx``, ``prime``, ``remove_from``); ``drafts_blocks`` sends a chain's steps to :meth:`propose` instead
+    (``runtime.chain.draft_chains``)."""
+
+    drafts_blocks = True
+    prefix_seqs: tuple[int, ...] = ()  # no tree branches: a block drafts chains
 
     def __init__(
         self,
@@ -287,6 +310,18 @@ class BlockDrafter:
         finally:
             self.ctx.remove_from(n_past, seq)
         return Block(anchor=int(last_token), n_past=int(n_past), logits=logits)
+
+    def encode(self, features: np.ndarray) -> np.ndarray:
+        """The rows as pushed: the drafter's own graph fuses them (``fc`` + ``hidden_norm``)."""
+        return features
+
+    def decode_kv(self, tokens: np.ndarray, g: np.ndarray, positions: np.ndarray, seq: int = 0) -> None:
+        """The feed's flush of committed rows (``runtime.feed``): their features injected; the tokens are not
+        the drafter's input (the block's anchor is)."""
+        self.push(positions, g, seq)
+
+    def prime(self, token: int, seq: int = 0) -> None:
+        """Nothing to do: the first row the drafter takes is the prompt's first."""
 
     def remove_from(self, pos: int, seq: int = 0) -> None:
         """Drop ``seq``'s injected rows at positions >= ``pos`` (a rollback the round decides)."""

@@ -116,6 +116,8 @@ def read_row(ctx: Context, i: int, n_vocab: int, columns: np.ndarray | None, out
 class Drafter:
     """The drafter's llama.cpp context bound to a target context (``ctx_other``)."""
 
+    drafts_blocks = False  # one token a step (runtime.chain)
+
     def __init__(
         self,
         path: str | os.PathLike[str],

@@ -20,6 +20,7 @@ from local_eagle import DEFAULT_CTX
 from local_eagle.errors import LocalEagleError
 from local_eagle.llamacpp.model import Context, ContextOptions, Model
 from local_eagle.runtime.batch import Batcher
+from local_eagle.runtime.dflash import BlockDrafter, block_target_layers, is_block_drafter
 from local_eagle.runtime.drafter import Drafter, check_pair, read_spec
 from local_eagle.runtime.feed import DrafterFeed
 from local_eagle.runtime.policy.defaults import AUTO_DRAFT_MAX
@@ -39,6 +40,7 @@ from local_eagle.runtime.rounds import (
     prompt_logits,
 )
 from local_eagle.runtime.sampling import GREEDY, SamplingParams
+from local_eagle.runtime.seams import DraftModel
 from local_eagle.runtime.sequence import Request
 from local_eagle.runtime.stats import GenerationStats
 from local_eagle.runtime.tree import CPU_TREE_NODES, MAX_SEQ, SlotCalibration, TreeShape
@@ -116,7 +118,7 @@ class Engine:
             flash_attn=options.flash_attn,
         )  # fmt: skip
         self.capture = None
-        self.drafter: Drafter | None = None
+        self.drafter: DraftModel | None = None
         self.feed: DrafterFeed | None = None
         self.lengths = PolicyHolder()  # one adaptive policy for every generation: costs and calibration carry over
         # tree scores from the drafter's own probabilities (EAGLE-2); a SlotCalibration here learns acceptance by
@@ -131,7 +133,15 @@ class Engine:
         self.checkpoints = False  # rounds roll back by a saved recurrent state (runtime.mtp.CHECKPOINT_ROLLBACK_ARCHS)
         mtp = False
         n_rs_seq = 0
-        if draft is not None:
+        block = draft is not None and is_block_drafter(draft)  # a DFlash drafter: one block a round (runtime.dflash)
+        if block:
+            layers = block_target_layers(draft)
+            bad = [k for k in layers if not 1 <= k < self.model.n_layer]  # a missing layer's capture aborts llama.cpp
+            if bad:
+                raise LocalEagleError(f"{draft}: target layers {bad} outside 1..{self.model.n_layer - 1} of "
+                                      f"{self.model.path.name}")  # fmt: skip
+            self.capture = LayerCapture.create(self.model, layers, options.capture)
+        elif draft is not None:
             spec = read_spec(draft)
             check_pair(spec, self.model)
             self.capture = LayerCapture.create(self.model, spec.target_layers, options.capture)
@@ -169,6 +179,8 @@ class Engine:
                 raise LocalEagleError(f"{self.model.path.name}: cannot hold {parallel} sequences ({refusal})")
             context_options = replace(context_options, n_ctx=options.n_ctx * parallel, n_seq_max=parallel)
         self.tree_refusal = self.model.branching_refusal() if options.tree_nodes > 1 else None
+        if block and options.tree_nodes > 1 and self.tree_refusal is None:
+            self.tree_refusal = "a DFlash drafter proposes one block a round: chains only (no trees from a block yet)"
         if options.tree_nodes > 1 and self.head_bound is not None and self.tree_refusal is None:
             self.tree_refusal = (
                 f"{self.model.path.name} drafts with {self.head_bound} chained MTP heads, one per depth: chains only"
@@ -200,6 +212,8 @@ class Engine:
 
                 chained = self.head_bound is not None
                 self.drafter = (ChainedMtpDrafter if chained else MtpDrafter)(self.ctx, drafter_options)
+            elif block:
+                self.drafter = BlockDrafter(draft, self.ctx, drafter_options, n_gpu_layers=options.n_gpu_layers)
             else:
                 branches = tuple(range(1, drafter_sequences(options.tree_width))) if trees else ()
                 self.drafter = Drafter(draft, self.ctx, drafter_options, n_gpu_layers=options.n_gpu_layers,

@@ -238,6 +238,8 @@ class MtpDrafter:
     MTP context holds that row at ``P + 1``, as llama.cpp's ``draft-mtp`` does.
     """
 
+    drafts_blocks = False  # one token a step (runtime.chain)
+
     prefix_seqs: tuple[int, ...] = ()  # its committed rows go to sequence 0 alone; trees share them by copies
 
     def __init__(self, target: Context, opts: ContextOptions | None = None) -> None:

@@ -28,6 +28,7 @@ class DraftModel(Protocol):
     spec: DraftSpec
     ctx: Context
     prefix_seqs: tuple[int, ...]  # branch sequences that receive every committed row (trees), or none
+    drafts_blocks: bool  # one call proposes a whole block (``runtime.dflash``): a chain takes its rows in order
 
     def encode(self, features: np.ndarray) -> np.ndarray: ...
 
