@@ -1,4 +1,5 @@
-"""The GGUF key schema of an ``eagle3`` drafter: llama.cpp's own keys and the EAGLE 3.1 keys of ours.
+"""The GGUF key schema of an ``eagle3`` drafter (llama.cpp's own keys and the EAGLE 3.1 keys of ours) and of a
+``dflash`` block drafter.
 
 Every GGUF key the package reads or writes is spelled once: llama.cpp's standard keys by gguf-py's ``gguf.Keys``,
 the rest here, so that a renamed key is one edit and a typo cannot read as a missing key.
@@ -33,6 +34,24 @@ KEY_NORM_BEFORE_FC = f"{DRAFTER_ARCH}.norm_before_fc"
 KEY_NORM_BEFORE_RESIDUAL = f"{DRAFTER_ARCH}.norm_before_residual"
 KEY_DRAFT_VOCAB = f"{DRAFTER_ARCH}.draft_vocab_size"
 KEY_SOURCE_FORMAT = f"{DRAFTER_ARCH}.source_format"
+
+# The block drafters' architecture (DFlash, DFlash2 and DSpark are one GGUF architecture in llama.cpp) and the keys
+# of its own that llama.cpp's converter writes (conversion/qwen.py DFlashModel; src/models/dflash.cpp reads them)
+BLOCK_DRAFTER_ARCH = "dflash"
+KEY_DFLASH_TARGET_LAYERS = f"{BLOCK_DRAFTER_ARCH}.target_layers"
+KEY_DFLASH_TARGET_HIDDEN = f"{BLOCK_DRAFTER_ARCH}.target_hidden_size"
+KEY_DFLASH_BLOCK_SIZE = f"{BLOCK_DRAFTER_ARCH}.block_size"
+KEY_DFLASH_MASK_TOKEN = f"{BLOCK_DRAFTER_ARCH}.mask_token_id"
+KEY_DFLASH_CONV_KERNEL = f"{BLOCK_DRAFTER_ARCH}.conv_kernel_size"
+"""DFlash2's per-layer dynamic convolutions: a file with this key is a DFlash2 drafter."""
+TENSOR_DSPARK_MARKOV = "markov_w1.weight"
+"""DSpark's Markov head (``markov_w1``): a file with this tensor is a DSpark drafter."""
+
+# the drafter families, as the catalog names them (``family``) and as people read them
+FAMILY_NAMES = {"eagle3": "EAGLE 3", "eagle3.1": "EAGLE 3.1", "mtp": "MTP", "dflash": "DFlash", "dflash2": "DFlash2",
+                "dspark": "DSpark"}  # fmt: skip
+BLOCK_FAMILIES = frozenset({"dflash", "dflash2", "dspark"})
+"""Families that draft a whole block per forward pass (``dflash`` GGUFs): priced and described, not drafted yet."""
 
 # llama.cpp's standard keys are gguf-py's ``gguf.Keys`` (``Keys.LLM.CONTEXT_LENGTH.format(arch=...)``); the few
 # below are llama.cpp's or Ollama's too, but gguf-py 0.17 (the oldest the package allows) does not name them
