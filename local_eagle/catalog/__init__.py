@@ -203,7 +203,8 @@ def catalog() -> tuple[Drafter, ...]:
 def fitting(info: ModelInfo, rows: tuple[Drafter, ...] | list[Drafter] | None = None) -> list[Drafter]:
     """The drafters whose target has ``info``'s shape, best first."""
     if info.is_drafter or info.is_block_drafter:
-        raise LocalEagleError(f"{info.path}: is an {info.arch} drafter; drafters fit a target model's GGUF")
+        article = "an" if info.arch[:1] in "aeiou" else "a"
+        raise LocalEagleError(f"{info.path}: is {article} {info.arch} drafter; drafters fit a target model's GGUF")
     fits = [d for d in (rows if rows is not None else catalog()) if d.mismatch(info) is None]
     return sorted(fits, key=lambda d: d.rank(info))
 

@@ -111,10 +111,17 @@ def test_running_a_dflash_drafter_is_refused_in_one_line(dflash) -> None:
     assert str(dflash[1]) in msg and "block drafters do not draft in local-eagle yet" in msg and "\n" not in msg
 
 
-def test_run_with_a_dflash_draft_says_so(dflash, target_gguf: Path) -> None:
-    """End to end: ``run`` with the DFlash GGUF as --draft exits with the one line, no traceback."""
+def test_generating_or_running_with_a_dflash_draft_says_so(dflash, target_gguf: Path, tmp_path: Path) -> None:
+    """End to end: ``generate --draft`` with the DFlash GGUF, and ``run`` of a model whose DRAFT names it, exit with
+    the one line and no traceback."""
     pytest.importorskip("llama_cpp")
-    r = runner.invoke(app, ["run", "-m", str(target_gguf), "--draft", str(dflash[1]), "hi", "-n", "2"])
+    args = ["generate", "-m", str(target_gguf), "--draft", str(dflash[1]), "-p", "hi", "-n", "2", "--ctx", "256"]
+    r = runner.invoke(app, args)
     assert r.exit_code != 0
-    text = _text(r.output)
-    assert "block drafters do not draft in local-eagle yet" in text and "Traceback" not in r.output
+    assert "block drafters do not draft in local-eagle yet" in _text(r.output) and "Traceback" not in r.output
+    mf = tmp_path / "Modelfile"
+    mf.write_text(f"FROM {target_gguf}\nDRAFT {dflash[1]}\nPARAMETER num_ctx 256\nPARAMETER num_predict 2\n")
+    assert runner.invoke(app, ["create", "dflrun", "-f", str(mf)]).exit_code == 0
+    r = runner.invoke(app, ["run", "dflrun", "hi"])
+    assert r.exit_code != 0
+    assert "block drafters do not draft in local-eagle yet" in _text(r.output) and "Traceback" not in r.output
