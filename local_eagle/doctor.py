@@ -379,6 +379,46 @@ def _versions_check(facts: Facts) -> Check:
     return Check("packages", OK, detail)
 
 
-def run(load_test: bool = True) -> Report:
+def drafter_check(path: Path) -> Check:
+    """What drafts from ``path`` (``doctor --draft``), read from its GGUF header alone: a drafter's family (EAGLE 3,
+    EAGLE 3.1, DFlash, ...) from its architecture and keys, or a target's own MTP (NextN) head, and whether
+    local-eagle drafts with it."""
+    from local_eagle.errors import LocalEagleError
+    from local_eagle.gguf import model_info, read_header
+    from local_eagle.gguf.info import drafts_with, family_name
+    from local_eagle.gguf.keys import KEY_NEXTN_PREDICT_LAYERS
+
+    name = f"drafter {path.name}"
+    try:
+        header = read_header(path, "drafter GGUF")
+        info = model_info(header, path, "drafter GGUF")
+    except (LocalEagleError, OSError) as e:
+        return Check(name, FAIL, str(e), "point --draft at a drafter GGUF (local-eagle convert makes one)")
+    layers = f"target layers {info.target_layers}"
+    if info.is_drafter:
+        return Check(name, OK, f"{info.family_name} drafter ({info.arch}), {layers}: local-eagle drafts with it")
+    if info.is_block_drafter and drafts_with(info.family):
+        return Check(name, OK, f"{info.family_name} block drafter ({info.arch}), block of {info.block_size}, {layers}: "
+                     "local-eagle drafts with it, one block a round")  # fmt: skip
+    if info.is_block_drafter:
+        return Check(
+            name,
+            INFO,
+            f"{info.family_name} block drafter ({info.arch}), block of {info.block_size}, {layers}: convert, show "
+            "and fit take it; local-eagle does not draft with this family yet",
+            "run with an EAGLE 3 / 3.1 or a DFlash drafter meanwhile",
+        )
+    heads = header.kv.get(KEY_NEXTN_PREDICT_LAYERS.format(arch=info.arch), 0)
+    if isinstance(heads, int) and heads > 0:
+        return Check(name, OK, f"a target ({info.arch}) with its own {family_name('mtp')} head ({heads} NextN "
+                     "block): it drafts with it when no drafter is named")  # fmt: skip
+    return Check(name, WARN, f"a target model ({info.arch}), not a drafter, and without an MTP head",
+                 "give --draft a drafter GGUF; the target goes to --model")  # fmt: skip
+
+
+def run(load_test: bool = True, draft: Path | None = None) -> Report:
     facts = gather(load_test=load_test)
-    return Report(facts, evaluate(facts))
+    checks = evaluate(facts)
+    if draft is not None:
+        checks.append(drafter_check(draft))
+    return Report(facts, checks)

@@ -1,4 +1,8 @@
-"""The catalog of public EAGLE 3 / 3.1 drafters (``drafters.json``), and which of them fit a target GGUF.
+"""The catalog of public drafters (``drafters.json``), and which of them fit a target GGUF.
+
+Each row names its drafter's ``family``: ``eagle3`` / ``eagle3.1`` (what local-eagle drafts with), ``mtp``, or a
+block drafter's, ``dflash`` / ``dspark`` (DFlash checkpoints convert to llama.cpp's ``dflash`` GGUF, and ``fit``
+prices them; a DFlash drafter drafts when a DRAFT names it, and ``DRAFT auto`` never picks such a row).
 
 A drafter fits a model when the model's GGUF has the shape its target had: the architecture,
 ``embedding_length``, ``block_count`` and vocabulary size read from the header, not the file's
@@ -27,7 +31,12 @@ from local_eagle.errors import LocalEagleError
 from local_eagle.gguf import ModelInfo, read_model_info
 
 FORMATS = ("speculators", "eagle3", "vllm", "modelopt")
+BLOCK_FORMATS = ("dflash",)  # z-lab's DFlashDraftModel checkpoints (converters/dflash_gguf.py)
 VERSIONS = ("3", "3.1")
+FAMILIES = ("eagle3", "eagle3.1", "mtp", "dflash", "dspark")
+DRAFTING_FAMILIES = ("eagle3", "eagle3.1")
+"""The families local-eagle drafts with; the others are listed and never picked (``Drafter.why_not``)."""
+BLOCK_NOT_YET = "block drafter: DRAFT auto picks EAGLE drafters (a DFlash drafter drafts when DRAFT names it)"
 
 
 @dataclass(frozen=True)
@@ -51,7 +60,7 @@ class Drafter:
     repo: str
     source: str
     target: Target
-    eagle_version: str
+    family: str
     format: str
     preference: int
     unsupported: str | None = None
@@ -63,8 +72,27 @@ class Drafter:
         return f"hf.co/{self.repo}"
 
     @property
+    def eagle_version(self) -> str | None:
+        """``3`` or ``3.1`` for an EAGLE drafter, None for another family."""
+        return {"eagle3": "3", "eagle3.1": "3.1"}.get(self.family)
+
+    @property
+    def family_name(self) -> str:
+        from local_eagle.gguf.info import family_name
+
+        return family_name(self.family)
+
+    @property
+    def why_not(self) -> str | None:
+        """Why ``DRAFT auto`` never picks this row (llama.cpp cannot run it, or local-eagle does not draft with its
+        family yet), None when it may."""
+        if self.unsupported is not None:
+            return self.unsupported
+        return None if self.family in DRAFTING_FAMILIES else BLOCK_NOT_YET
+
+    @property
     def supported(self) -> bool:
-        return self.unsupported is None
+        return self.why_not is None
 
     def mismatch(self, info: ModelInfo) -> str | None:
         """Why ``info``'s shape is not this drafter's target's (first difference), or None when it is."""
@@ -128,16 +156,17 @@ def parse_catalog(data: dict[str, Any], where: str = "drafters.json") -> list[Dr
         target = _need(row, "target", str, at)
         if target not in targets:
             raise LocalEagleError(f"{at}: target {target!r} is not in targets")
-        version = _need(row, "eagle_version", str, at)
+        family = _family(row, at)
         fmt = _need(row, "format", str, at)
-        if version not in VERSIONS or fmt not in FORMATS:
-            raise LocalEagleError(f"{at}: eagle_version must be one of {VERSIONS} and format one of {FORMATS}")
+        formats = FORMATS if family in DRAFTING_FAMILIES else BLOCK_FORMATS
+        if fmt not in formats:
+            raise LocalEagleError(f"{at}: a {family} drafter takes format one of {formats}, got {fmt!r}")
         out.append(
             Drafter(
                 repo=repo,
                 source=source,
                 target=targets[target],
-                eagle_version=version,
+                family=family,
                 format=fmt,
                 preference=_need(row, "preference", int, at),
                 unsupported=row.get("unsupported"),
@@ -145,6 +174,23 @@ def parse_catalog(data: dict[str, Any], where: str = "drafters.json") -> list[Dr
             )
         )
     return out
+
+
+def _family(row: dict[str, Any], at: str) -> str:
+    """A row's ``family``; an older row's ``eagle_version`` (``3`` / ``3.1``) names an EAGLE family, and where both are
+    given they must agree."""
+    family, version = row.get("family"), row.get("eagle_version")
+    if family is None and version is None:
+        raise LocalEagleError(f"{at}: field 'family' must be one of {FAMILIES}")
+    if version is not None and version not in VERSIONS:
+        raise LocalEagleError(f"{at}: eagle_version must be one of {VERSIONS}, got {version!r}")
+    implied = None if version is None else "eagle3.1" if version == "3.1" else "eagle3"
+    family = family if family is not None else implied
+    if family not in FAMILIES:
+        raise LocalEagleError(f"{at}: field 'family' must be one of {FAMILIES}, got {family!r}")
+    if implied is not None and family != implied:
+        raise LocalEagleError(f"{at}: family {family!r} and eagle_version {version!r} disagree")
+    return family
 
 
 @cache
@@ -156,8 +202,9 @@ def catalog() -> tuple[Drafter, ...]:
 
 def fitting(info: ModelInfo, rows: tuple[Drafter, ...] | list[Drafter] | None = None) -> list[Drafter]:
     """The drafters whose target has ``info``'s shape, best first."""
-    if info.is_drafter:
-        raise LocalEagleError(f"{info.path}: is an eagle3 drafter; drafters fit a target model's GGUF")
+    if info.is_drafter or info.is_block_drafter:
+        article = "an" if info.arch[:1] in "aeiou" else "a"
+        raise LocalEagleError(f"{info.path}: is {article} {info.arch} drafter; drafters fit a target model's GGUF")
     fits = [d for d in (rows if rows is not None else catalog()) if d.mismatch(info) is None]
     return sorted(fits, key=lambda d: d.rank(info))
 
@@ -177,7 +224,7 @@ def best(info: ModelInfo, rows: tuple[Drafter, ...] | list[Drafter] | None = Non
     name = info.name or info.path.name
     shape = f"{info.arch}, hidden size {info.n_embd}, {info.n_layer} layers, {info.n_vocab} tokens"
     if fits:
-        raise LocalEagleError(f"no drafter for {name} ({shape}) that llama.cpp can run: {fits[0].unsupported}")
+        raise LocalEagleError(f"no drafter for {name} ({shape}) that llama.cpp can run: {fits[0].why_not}")
     raise LocalEagleError(
         f"no drafter in the catalog fits {name} ({shape}); see `local-eagle drafters` for the targets it covers, "
         "or train one with `local-eagle train`"

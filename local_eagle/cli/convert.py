@@ -79,7 +79,7 @@ def inspect(
         return
     t = Table(title=escape(str(file)), show_header=False)
     t.add_row("architecture", escape(info.arch))
-    t.add_row("kind", f"EAGLE {info.eagle_version} drafter" if info.is_drafter else "target model")
+    t.add_row("kind", f"{info.family_name} drafter" if info.family else "target model")
     t.add_row("layers", str(info.n_layer))
     t.add_row("hidden size", str(info.n_embd))
     t.add_row("vocabulary", str(info.n_vocab))
@@ -92,6 +92,12 @@ def inspect(
         t.add_row("norm_before_fc", str(info.norm_before_fc))
         t.add_row("norm_before_residual", str(info.norm_before_residual))
         t.add_row("own embeddings / lm_head", f"{info.has_own_embeddings} / {info.has_own_lm_head}")
+    elif info.is_block_drafter:
+        t.add_row("block size", str(info.block_size))
+        t.add_row("mask token", str(info.mask_token_id))
+        t.add_row("target layers", f"{info.target_layers} (llama.cpp layer inputs)")
+        t.add_row("target hidden size", str(info.target_hidden_size))
+        t.add_row("drafts", "not yet: local-eagle does not draft with block drafters yet")
     t.add_row("tensors", str(info.tensor_count))
     for ty in sorted(info.tensor_bytes):
         t.add_row(f"  {ty}", f"{info.tensor_counts[ty]} tensors, {human_bytes(info.tensor_bytes[ty])}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -16,6 +17,10 @@ _STATUS_STYLE = {"ok": "[green]ok[/]", "info": "[cyan]info[/]", "warn": "[yellow
 @friendly
 def doctor(
     as_json: Annotated[bool, typer.Option("--json", help="Print the checks and the facts as JSON.")] = False,
+    draft: Annotated[
+        Path | None,
+        typer.Option("--draft", "-d", help="Also name a drafter GGUF's family (EAGLE 3 / 3.1, DFlash, or MTP)."),
+    ] = None,
 ) -> None:
     """Check llama.cpp's build, backends, GPU offload, staging symbols, CPU features and package versions.
 
@@ -23,7 +28,7 @@ def doctor(
     """
     from local_eagle import doctor as doc
 
-    report = doc.run()
+    report = doc.run(draft=draft)
     if as_json:
         print(json.dumps(report.to_dict()))
     else:

@@ -69,27 +69,31 @@ def builtin_heads(target: Path, arch: str) -> int:
 def _row(d: Any, best: bool = False) -> dict[str, Any]:
     return {
         "drafter": d.hub_name,
+        "family": d.family,
         "eagle_version": d.eagle_version,
         "format": d.format,
         "target": d.target.repo,
         "ollama": list(d.target.ollama),
         "gguf": list(d.target.gguf),
         "best": best,
-        "unsupported": d.unsupported,
+        "unsupported": d.why_not,
         "source": d.source,
     }
 
 
 def _table(rows: list[dict[str, Any]], title: str) -> Table:
     t = Table(title=escape(title))
-    for col in ("drafter", "EAGLE", "format", "target", "Ollama", "GGUF"):
+    from local_eagle.gguf.info import family_name
+
+    for col in ("drafter", "family", "format", "target", "Ollama", "GGUF"):
         t.add_column(col, overflow="fold")
     for r in rows:
-        version = f"[bold green]{r['eagle_version']}[/]" if r["eagle_version"] == "3.1" else r["eagle_version"]
+        family = family_name(r["family"])
+        family = f"[bold green]{family}[/]" if r["family"] == "eagle3.1" else family
         name = escape(r["drafter"]) + (" [bold](best)[/]" if r["best"] else "")
         if r["unsupported"]:
             name += f"\n[red]not runnable here ({escape(r['unsupported'].split(':')[0])})[/]"
-        t.add_row(name, version, r["format"], escape(r["target"]), escape(", ".join(r["ollama"])),
+        t.add_row(name, family, r["format"], escape(r["target"]), escape(", ".join(r["ollama"])),
                   escape(", ".join(r["gguf"])))  # fmt: skip
     return t
 
@@ -102,7 +106,7 @@ def drafters(
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """List public EAGLE 3 / 3.1 drafters, or those that fit MODEL (by its GGUF's shape, not its name).
+    """List public drafters (EAGLE 3 / 3.1, DFlash), or those that fit MODEL (by its GGUF's shape, not its name).
 
     `DRAFT auto` in a Modelfile (or `--draft auto`) takes the one marked best.
     """
@@ -114,7 +118,8 @@ def drafters(
         if as_json:
             print(json.dumps(rows))
             return
-        out.print(_table(rows, "public EAGLE drafters (3.1 in green)"))
+        title = "public drafters (EAGLE 3.1 in green; DRAFT auto picks EAGLE, a DFlash one drafts when named)"
+        out.print(_table(rows, title))
         return
     from local_eagle.store.models import StoreEntryError
 

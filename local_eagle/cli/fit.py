@@ -42,9 +42,9 @@ def _read_shapes(model: Path, draft: Path | None) -> tuple[ModelShape, ModelShap
 
     target = vram.read_shape(model, "target GGUF")
     drafter = vram.read_shape(draft, "drafter GGUF") if draft is not None else None
-    if target.is_drafter:
+    if target.is_drafter or target.is_block_drafter:
         raise LocalEagleError(
-            f"{model}: --model is an eagle3 drafter; pass it with --draft and the target with --model"
+            f"{model}: --model is a {target.arch} drafter; pass it with --draft and the target with --model"
         )
     if drafter is not None:
         vram.check_pair(target, drafter)
@@ -166,7 +166,9 @@ def fit(
     model: Annotated[
         Path | None, typer.Option("--model", "-m", help="The target model's GGUF (headers only are read).")
     ] = None,
-    draft: Annotated[Path | None, typer.Option("--draft", "-d", help="An EAGLE 3 / 3.1 drafter GGUF.")] = None,
+    draft: Annotated[
+        Path | None, typer.Option("--draft", "-d", help="An EAGLE 3 / 3.1 or DFlash drafter GGUF.")
+    ] = None,
     modelfile: Annotated[
         Path | None, typer.Option("--file", "-f", help="Take model, drafter, num_ctx from a Modelfile.")
     ] = None,
@@ -230,6 +232,11 @@ def fit(
     s = _settings(ctx, layers, kv_type, kv_type_k, kv_type_v, draft_kv_type, flash_attn, parallel, batch, ubatch,
                   draft_ubatch, draft_max, swa_full)  # fmt: skip
     target, drafter = _read_shapes(pair.model, pair.draft)
+    if measure and drafter is not None and drafter.is_block_drafter:
+        raise LocalEagleError(
+            f"{pair.draft}: --measure opens the pair in llama.cpp, and local-eagle does not run block drafters "
+            "(DFlash) yet; fit prices them without --measure"
+        )
     s, mtp_note = _mtp_settings(target, drafter, s, pair.mtp, "--no-mtp" if not mtp else "DRAFT none")
     if trees.nodes > 1 and (drafter is not None or s.mtp) and not any(target.recurrent):
         # the contexts local-eagle opens for trees: a sequence per node, one unified cache (the drafter's or the

@@ -93,14 +93,16 @@ def plan_context(model: Path, draft: Path | None, load: LoadOptions, note: Calla
     from gguf import Keys
 
     from local_eagle.gguf import DRAFTER_ARCH, read_header
+    from local_eagle.gguf.keys import BLOCK_DRAFTER_ARCH
 
     try:
         kv = read_header(model, "target GGUF").kv
     except GGUFError:
         return load.ctx or DEFAULT_CTX
     arch = kv.get(Keys.General.ARCHITECTURE)
-    if arch == DRAFTER_ARCH:
-        raise LocalEagleError(f"{model} is an EAGLE drafter; give it with --draft and its target with --model")
+    if arch in (DRAFTER_ARCH, BLOCK_DRAFTER_ARCH):
+        what = "an EAGLE" if arch == DRAFTER_ARCH else "a DFlash block"
+        raise LocalEagleError(f"{model} is {what} drafter; give it with --draft and its target with --model")
     trained = kv.get(Keys.LLM.CONTEXT_LENGTH.format(arch=arch))
     trained = trained if isinstance(trained, int) and trained > 0 else None
     n_ctx = capped_context(load.ctx, trained, load.beyond_training, note or _note)

@@ -119,6 +119,8 @@ def show(
         sys.stdout.write("\n")
         return
     s = summarize(m.model, m.draft)
+    if m.draft_off:
+        s.mtp_heads = 0  # DRAFT none: the model's own head does not draft (said below)
     section = ""
     for sec, key, value in s.rows():
         if sec != section:

@@ -13,14 +13,24 @@ from gguf import GGMLQuantizationType, Keys
 from local_eagle.errors import GGUFError
 from local_eagle.gguf.check import check_model
 from local_eagle.gguf.keys import (
+    BLOCK_DRAFTER_ARCH,
+    BLOCK_FAMILIES,
     DRAFTER_ARCH,
+    FAMILY_NAMES,
     FILE_TYPES,
+    KEY_DFLASH_BLOCK_SIZE,
+    KEY_DFLASH_CONV_KERNEL,
+    KEY_DFLASH_MASK_TOKEN,
+    KEY_DFLASH_TARGET_HIDDEN,
+    KEY_DFLASH_TARGET_LAYERS,
     KEY_FC_NORM,
     KEY_NORM_BEFORE_FC,
     KEY_NORM_BEFORE_RESIDUAL,
     KEY_NORM_OUTPUT,
     KEY_TARGET_HIDDEN,
     KEY_TARGET_LAYERS,
+    TENSOR_DSPARK_MARKOV,
+    UNDRAFTED_FAMILIES,
 )
 from local_eagle.gguf.reader import GGUFHeader, read_header, split_tensors
 
@@ -59,10 +69,33 @@ class ModelInfo:
     norm_before_residual: bool = False
     has_own_embeddings: bool = False
     has_own_lm_head: bool = False
+    # block drafter (dflash) only
+    block_size: int | None = None
+    mask_token_id: int | None = None
+    block_family: str | None = None  # dflash, dflash2 or dspark: one GGUF architecture, told apart by keys
 
     @property
     def is_drafter(self) -> bool:
+        """An EAGLE 3 / 3.1 drafter (``eagle3``), the kind the runtime drafts with; see :attr:`is_block_drafter`."""
         return self.arch == DRAFTER_ARCH
+
+    @property
+    def is_block_drafter(self) -> bool:
+        """A DFlash / DFlash2 / DSpark block drafter (``dflash``): DFlash drafts (``runtime.dflash``), the
+        rest not yet."""
+        return self.arch == BLOCK_DRAFTER_ARCH
+
+    @property
+    def family(self) -> str | None:
+        """The drafter family as the catalog names it (``eagle3``, ``eagle3.1``, ``dflash``, ...), None for a target."""
+        if self.is_drafter:
+            return "eagle3.1" if self.eagle_version == "3.1" else "eagle3"
+        return self.block_family if self.is_block_drafter else None
+
+    @property
+    def family_name(self) -> str | None:
+        """The family as people read it: ``EAGLE 3``, ``EAGLE 3.1``, ``DFlash``, ``DFlash2``, ``DSpark``."""
+        return family_name(self.family) if self.family else None
 
     @property
     def eagle_version(self) -> str | None:
@@ -84,7 +117,24 @@ class ModelInfo:
         d["path"] = str(self.path)
         d["is_drafter"] = self.is_drafter
         d["eagle_version"] = self.eagle_version
+        d["is_block_drafter"] = self.is_block_drafter
+        d["family"] = self.family
         return d
+
+
+def family_name(family: str) -> str:
+    """``EAGLE 3.1`` for ``eagle3.1``: a drafter family as ``show``, ``/api/show``, ``doctor`` and the catalog
+    say it."""
+    return FAMILY_NAMES.get(family, family)
+
+
+def is_block_family(family: str | None) -> bool:
+    return family in BLOCK_FAMILIES
+
+
+def drafts_with(family: str | None) -> bool:
+    """Whether local-eagle drafts with a drafter of this family (DFlash blocks: yes; DFlash2, DSpark: not yet)."""
+    return family not in UNDRAFTED_FAMILIES
 
 
 def read_model_info(path: str | os.PathLike[str], what: str = "GGUF", splits: bool = False) -> ModelInfo:
@@ -158,7 +208,28 @@ def model_info(header: GGUFHeader, path: Path | None = None, what: str = "GGUF")
         info.norm_before_residual = bool(kv.get(KEY_NORM_BEFORE_RESIDUAL, False))
         info.has_own_embeddings = "token_embd.weight" in shapes
         info.has_own_lm_head = "output.weight" in shapes
+    elif arch == BLOCK_DRAFTER_ARCH:
+        layers = kv.get(KEY_DFLASH_TARGET_LAYERS)
+        info.target_layers = [int(x) for x in layers] if isinstance(layers, list) else None
+        info.target_hidden_size = _int(kv.get(KEY_DFLASH_TARGET_HIDDEN))
+        info.block_size = _int(kv.get(KEY_DFLASH_BLOCK_SIZE))
+        info.mask_token_id = _int(kv.get(KEY_DFLASH_MASK_TOKEN))
+        info.draft_vocab_size = n_vocab
+        info.block_family = block_family(kv, shapes)
+        info.has_own_embeddings = "token_embd.weight" in shapes
+        info.has_own_lm_head = "output.weight" in shapes
     return info
+
+
+def block_family(kv: dict[str, Any], tensor_names: Any) -> str:
+    """Which block drafter a ``dflash`` GGUF holds: DSpark (a Markov head), DFlash2 (dynamic convolutions) or DFlash."""
+    if TENSOR_DSPARK_MARKOV in tensor_names:
+        return "dspark"
+    return "dflash2" if kv.get(KEY_DFLASH_CONV_KERNEL) is not None else "dflash"
+
+
+def _int(value: Any) -> int | None:
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _file_type(value: Any) -> int | None:

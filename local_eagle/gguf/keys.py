@@ -1,4 +1,5 @@
-"""The GGUF key schema of an ``eagle3`` drafter: llama.cpp's own keys and the EAGLE 3.1 keys of ours.
+"""The GGUF key schema of an ``eagle3`` drafter (llama.cpp's own keys and the EAGLE 3.1 keys of ours) and of a
+``dflash`` block drafter.
 
 Every GGUF key the package reads or writes is spelled once: llama.cpp's standard keys by gguf-py's ``gguf.Keys``,
 the rest here, so that a renamed key is one edit and a typo cannot read as a missing key.
@@ -34,14 +35,30 @@ KEY_NORM_BEFORE_RESIDUAL = f"{DRAFTER_ARCH}.norm_before_residual"
 KEY_DRAFT_VOCAB = f"{DRAFTER_ARCH}.draft_vocab_size"
 KEY_SOURCE_FORMAT = f"{DRAFTER_ARCH}.source_format"
 
-# a DFlash block drafter's (src/llama-arch.cpp LLM_KV_DFLASH_*, written by conversion/qwen.py's DFlashModel)
-BLOCK_ARCH = "dflash"
-KEY_BLOCK_TARGET_LAYERS = f"{BLOCK_ARCH}.target_layers"
-KEY_BLOCK_TARGET_HIDDEN = f"{BLOCK_ARCH}.target_hidden_size"
-KEY_BLOCK_SIZE = f"{BLOCK_ARCH}.block_size"
-KEY_BLOCK_CAUSAL = f"{BLOCK_ARCH}.attention.causal"
-KEY_BLOCK_SAMPLE_FROM_ANCHOR = f"{BLOCK_ARCH}.sample_from_anchor"
-KEY_BLOCK_SELECTOR_TOP_K = f"{BLOCK_ARCH}.selector_top_k"
+# The block drafters' architecture (DFlash, DFlash2 and DSpark are one GGUF architecture in llama.cpp) and the keys
+# of its own that llama.cpp's converter writes (conversion/qwen.py DFlashModel; src/models/dflash.cpp reads them)
+BLOCK_DRAFTER_ARCH = "dflash"
+KEY_DFLASH_TARGET_LAYERS = f"{BLOCK_DRAFTER_ARCH}.target_layers"
+KEY_DFLASH_TARGET_HIDDEN = f"{BLOCK_DRAFTER_ARCH}.target_hidden_size"
+KEY_DFLASH_BLOCK_SIZE = f"{BLOCK_DRAFTER_ARCH}.block_size"
+KEY_DFLASH_MASK_TOKEN = f"{BLOCK_DRAFTER_ARCH}.mask_token_id"
+KEY_DFLASH_CAUSAL = f"{BLOCK_DRAFTER_ARCH}.attention.causal"
+KEY_DFLASH_SAMPLE_FROM_ANCHOR = f"{BLOCK_DRAFTER_ARCH}.sample_from_anchor"
+KEY_DFLASH_SELECTOR_TOP_K = f"{BLOCK_DRAFTER_ARCH}.selector_top_k"
+KEY_DFLASH_CONV_KERNEL = f"{BLOCK_DRAFTER_ARCH}.conv_kernel_size"
+"""DFlash2's per-layer dynamic convolutions: a file with this key is a DFlash2 drafter."""
+TENSOR_DSPARK_MARKOV = "markov_w1.weight"
+"""DSpark's Markov head (``markov_w1``): a file with this tensor is a DSpark drafter."""
+
+# the drafter families, as the catalog names them (``family``) and as people read them
+FAMILY_NAMES = {"eagle3": "EAGLE 3", "eagle3.1": "EAGLE 3.1", "mtp": "MTP", "dflash": "DFlash", "dflash2": "DFlash2",
+                "dspark": "DSpark"}  # fmt: skip
+BLOCK_FAMILIES = frozenset({"dflash", "dflash2", "dspark"})
+UNDRAFTED_FAMILIES = frozenset({"dflash2", "dspark"})
+"""Block families converted, described and priced but not drafted with: their selector and Markov head draft
+as ``draft-dspark`` does, which local-eagle has not transcribed (``runtime.dflash`` refuses them in one line)."""
+"""Families that draft a whole block per forward pass (``dflash`` GGUFs); DFlash drafts (``runtime.dflash``), DFlash2
+and DSpark are priced and described only."""
 
 # llama.cpp's standard keys are gguf-py's ``gguf.Keys`` (``Keys.LLM.CONTEXT_LENGTH.format(arch=...)``); the few
 # below are llama.cpp's or Ollama's too, but gguf-py 0.17 (the oldest the package allows) does not name them

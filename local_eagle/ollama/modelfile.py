@@ -9,7 +9,7 @@ projector layer. A FROM naming a model Ollama has pulled (``FROM llama3.1:8b``) 
 Ollama's store (:mod:`local_eagle.ollama.store`) with what it inherits from that model
 (:mod:`local_eagle.ollama.inherit`).
 
-A DRAFT may also point at an EAGLE 3 / 3.1 checkpoint directory: :func:`resolve_draft`
+A DRAFT may also point at an EAGLE 3 / 3.1 or DFlash checkpoint directory: :func:`resolve_draft`
 converts it against the FROM model once and caches the GGUF. ``DRAFT none`` turns drafting off: no drafter, and
 not the FROM model's own MTP (NextN) head either, which drafts by default where the GGUF has one. FROM and DRAFT
 may name a Hugging Face repository as Ollama does (``hf.co/USER/REPO[:QUANT]``, :mod:`local_eagle.hub`): it is fetched
@@ -550,10 +550,12 @@ def draft_cache_key(checkpoint: Path, target: Path, outtype: str) -> str:
     and the converter's own source (a fixed converter must not serve stale files)."""
     import converters.eagle3_gguf as conv
     import converters.formats as fmt
+    from converters import dflash_gguf
 
     st = target.stat()
     h = hashlib.sha256()
-    for mod in (conv, fmt):
+    # a DFlash checkpoint goes through the DFlash converter too (which builds on the EAGLE one's steps)
+    for mod in (conv, fmt) + ((dflash_gguf,) if dflash_gguf.is_block_drafter(checkpoint) else ()):
         h.update(Path(mod.__file__ or "").read_bytes())
     desc = {
         "checkpoint": str(checkpoint),
@@ -594,11 +596,15 @@ def resolve_draft(
             out = cache / f"{draft_cache_key(p, target, outtype)}.gguf"
             if out.is_file():
                 return out
+            from converters.dflash_gguf import convert_dflash, is_block_drafter
             from converters.eagle3_gguf import convert
 
             try:
                 cache.mkdir(parents=True, exist_ok=True)
-                convert(p, target, out, outtype=outtype, progress=progress)
+                if is_block_drafter(p):  # a DFlash checkpoint: its own converter, to a dflash GGUF
+                    convert_dflash(p, target, out, outtype=outtype, progress=progress)
+                else:
+                    convert(p, target, out, outtype=outtype, progress=progress)
             except OSError as e:
                 raise ModelfileError(f"{at}: cannot write the converted drafter to {cache} ({e.strerror})") from None
             except LocalEagleError as e:

@@ -43,18 +43,18 @@ from gguf import Keys
 from local_eagle.errors import LocalEagleError
 from local_eagle.gguf import GGUFHeader, field_value, open_gguf
 from local_eagle.gguf.keys import (
-    BLOCK_ARCH,
-    KEY_BLOCK_CAUSAL,
-    KEY_BLOCK_SAMPLE_FROM_ANCHOR,
-    KEY_BLOCK_SELECTOR_TOP_K,
-    KEY_BLOCK_SIZE,
-    KEY_BLOCK_TARGET_HIDDEN,
-    KEY_BLOCK_TARGET_LAYERS,
+    BLOCK_DRAFTER_ARCH,
+    KEY_DFLASH_BLOCK_SIZE,
+    KEY_DFLASH_CAUSAL,
+    KEY_DFLASH_SAMPLE_FROM_ANCHOR,
+    KEY_DFLASH_SELECTOR_TOP_K,
+    KEY_DFLASH_TARGET_HIDDEN,
+    KEY_DFLASH_TARGET_LAYERS,
 )
 from local_eagle.llamacpp.lib import C
 from local_eagle.llamacpp.model import Context, ContextOptions, Model
 
-ARCH = BLOCK_ARCH
+ARCH = BLOCK_DRAFTER_ARCH
 DEFAULT_BLOCK_SIZE = 16  # draft-dflash's value when the GGUF has no dflash.block_size
 SAMPLER_TOP_K = 10  # draft-dflash's per-row sampler: top-k 10, its first candidate taken
 
@@ -96,7 +96,7 @@ def block_target_layers(path: str | os.PathLike[str]) -> list[int]:
     """The layer ids a DFlash drafter's target must capture, from its header alone: the engine makes the target's
     ``LayerCapture`` (in callback mode, the target context's ``cb_eval``) before the drafter, which needs that
     context (``ctx_other``)."""
-    key = KEY_BLOCK_TARGET_LAYERS
+    key = KEY_DFLASH_TARGET_LAYERS
     header = open_gguf(path, "DFlash drafter GGUF", keep=lambda k: k == key)
     layers = field_value(header, key)
     if not layers:
@@ -119,7 +119,7 @@ def open_block_header(path: str | os.PathLike[str]) -> GGUFHeader:
         raise LocalEagleError(f"{path}: not a DFlash drafter (architecture '{arch}', not '{ARCH}')")
     if header.tensor("markov_w1.weight") is not None:
         raise LocalEagleError(f"{path}: a DSpark drafter (Markov head): local-eagle drafts DFlash blocks only")
-    if int(field_value(header, KEY_BLOCK_SELECTOR_TOP_K, 0) or 0) > 0:
+    if int(field_value(header, KEY_DFLASH_SELECTOR_TOP_K, 0) or 0) > 0:
         raise LocalEagleError(f"{path}: a DFlash2 drafter (candidate selector): local-eagle drafts DFlash blocks only")
     return header
 
@@ -127,25 +127,25 @@ def open_block_header(path: str | os.PathLike[str]) -> GGUFHeader:
 def read_block_spec(model: Model, header: GGUFHeader) -> BlockSpec:
     """The block drafter's facts, read as ``draft-dflash``'s constructor reads them (``open_block_header`` first)."""
     path = model.path
-    block = _meta(model, KEY_BLOCK_SIZE)
+    block = _meta(model, KEY_DFLASH_BLOCK_SIZE)
     mask = int(C.llama_vocab_mask(model.vocab))
     if not 0 <= mask < model.n_vocab:
         raise LocalEagleError(f"{path}: no mask token (tokenizer.ggml.mask_token_id) in the vocabulary")
     layers = tuple(model.target_layer_ids())
     if not layers:
-        raise LocalEagleError(f"{path}: no {KEY_BLOCK_TARGET_LAYERS}")
+        raise LocalEagleError(f"{path}: no {KEY_DFLASH_TARGET_LAYERS}")
     spec = BlockSpec(
         block_size=int(block) if block is not None else DEFAULT_BLOCK_SIZE,
         mask_token=mask,
-        causal=_meta(model, KEY_BLOCK_CAUSAL) == "true",
-        sample_from_anchor=_meta(model, KEY_BLOCK_SAMPLE_FROM_ANCHOR) != "false",
+        causal=_meta(model, KEY_DFLASH_CAUSAL) == "true",
+        sample_from_anchor=_meta(model, KEY_DFLASH_SAMPLE_FROM_ANCHOR) != "false",
         target_layers=layers,
-        target_hidden_size=int(field_value(header, KEY_BLOCK_TARGET_HIDDEN, model.n_embd)),
+        target_hidden_size=int(field_value(header, KEY_DFLASH_TARGET_HIDDEN, model.n_embd)),
         n_embd=model.n_embd,
         n_vocab=model.n_vocab,
     )
     if spec.block_size < 2:
-        raise LocalEagleError(f"{path}: {KEY_BLOCK_SIZE} {spec.block_size} leaves no room for a draft")
+        raise LocalEagleError(f"{path}: {KEY_DFLASH_BLOCK_SIZE} {spec.block_size} leaves no room for a draft")
     return spec
 
 

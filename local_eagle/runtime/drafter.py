@@ -52,6 +52,8 @@ class DrafterSpec:
 def read_spec(path: str | os.PathLike[str]) -> DrafterSpec:
     reader = open_gguf(path, "drafter GGUF", keep=lambda k: k == KEY_FC_NORM_WEIGHT)
     info = model_info(reader, Path(path), "drafter GGUF")
+    if info.is_block_drafter:  # the engine opens a DFlash drafter as one (runtime.dflash), never as an EAGLE one
+        raise LocalEagleError(f"{path}: a {info.family_name} block drafter, not an EAGLE 3 / 3.1 drafter")
     require_drafter(info)
     if info.target_layers is None or len(info.target_layers) != 3:
         raise LocalEagleError(f"{path}: {DRAFTER_ARCH}.target_layers must hold 3 layer ids")

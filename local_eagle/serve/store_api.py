@@ -403,11 +403,15 @@ def _show(front: StoreFront, ref: str, m: Modelfile) -> dict[str, Any]:
                                 Keys.LLM.CONTEXT_LENGTH.format(arch=arch): s.context_length,
                                 Keys.LLM.EMBEDDING_LENGTH.format(arch=arch): s.embedding_length}  # fmt: skip
         if m.draft is not None:
-            info |= {"local_eagle.draft": str(m.draft), "local_eagle.eagle_version": s.eagle_version,
-                     "local_eagle.target_layers": s.target_layers,
+            info |= {"local_eagle.draft": str(m.draft), "local_eagle.draft_family": s.family_name,
+                     "local_eagle.eagle_version": s.eagle_version, "local_eagle.target_layers": s.target_layers,
                      "local_eagle.draft_num_predict": m.draft_num_predict}  # fmt: skip
+            if s.block_size is not None:  # a block drafter (DFlash drafts; DFlash2 / DSpark not yet)
+                info |= {"local_eagle.block_size": s.block_size, "local_eagle.drafts": s.drafts}
         elif m.draft_off:  # DRAFT none: no drafter and not the model's own MTP head
             info |= {"local_eagle.draft": "none", "local_eagle.draft_num_predict": 0}
+        elif s.mtp_heads:  # no DRAFT: the model drafts with its own MTP head
+            info |= {"local_eagle.draft_family": s.family_name, "local_eagle.mtp_heads": s.mtp_heads}
     except LocalEagleError:
         info = {}
     head = (

@@ -30,6 +30,25 @@ class Summary:
     draft_parameters: int | None = None
     eagle_version: str | None = None
     target_layers: list[int] | None = None
+    draft_family: str | None = None  # the drafter's family as the catalog names it: eagle3, eagle3.1, dflash, ...
+    block_size: int | None = None  # a block drafter's tokens per forward pass
+    mtp_heads: int = 0  # the model's own MTP (NextN) heads, which draft when no drafter is named
+
+    @property
+    def family_name(self) -> str | None:
+        """``EAGLE 3.1``, ``DFlash``, ...: the drafter's family; ``MTP`` for a model drafting with its own head."""
+        from local_eagle.gguf.info import family_name
+
+        if self.draft_family is not None:
+            return family_name(self.draft_family)
+        return family_name("mtp") if self.mtp_heads else None
+
+    @property
+    def drafts(self) -> bool:
+        """Whether local-eagle drafts with this drafter (DFlash2 and DSpark are described and priced only)."""
+        from local_eagle.gguf.info import drafts_with
+
+        return drafts_with(self.draft_family)
 
     @property
     def parameter_size(self) -> str:
@@ -47,10 +66,19 @@ class Summary:
         if self.draft_architecture is not None:
             rows += [
                 ("Drafter", "architecture", self.draft_architecture),
+                ("Drafter", "family", self.family_name or ""),
                 ("Drafter", "parameters", human_count(self.draft_parameters or 0)),
-                ("Drafter", "EAGLE version", self.eagle_version or ""),
-                ("Drafter", "target layers", ", ".join(map(str, self.target_layers or []))),
             ]
+            if self.eagle_version is not None:
+                rows.append(("Drafter", "EAGLE version", self.eagle_version))
+            if self.block_size is not None:
+                rows.append(("Drafter", "block size", str(self.block_size)))
+            rows.append(("Drafter", "target layers", ", ".join(map(str, self.target_layers or []))))
+            if not self.drafts:
+                rows.append(("Drafter", "drafts", "not yet: local-eagle drafts DFlash blocks, not DFlash2 or DSpark"))
+        elif self.mtp_heads:
+            heads = f"{self.mtp_heads} NextN head{'s' if self.mtp_heads > 1 else ''}"
+            rows.append(("Drafter", "family", f"{self.family_name} (the model's own: {heads})"))
         return rows
 
 
@@ -103,8 +131,13 @@ def _model_summary(model: Path) -> Summary:
     info = model_info(header, model)
     kv: dict[str, Any] = header.kv
     quant = info.quantization
+    from local_eagle.gguf.keys import KEY_NEXTN_PREDICT_LAYERS
+
     ctx = kv.get(Keys.LLM.CONTEXT_LENGTH.format(arch=info.arch))
-    return Summary(info.arch, _count(info.tensor_shapes), int(ctx) if ctx else None, info.n_embd, quant)
+    s = Summary(info.arch, _count(info.tensor_shapes), int(ctx) if ctx else None, info.n_embd, quant)
+    heads = kv.get(KEY_NEXTN_PREDICT_LAYERS.format(arch=info.arch), 0)
+    s.mtp_heads = heads if isinstance(heads, int) and not isinstance(heads, bool) and heads > 0 else 0
+    return s
 
 
 def _add_drafter(s: Summary, draft: Path) -> None:
@@ -116,3 +149,5 @@ def _add_drafter(s: Summary, draft: Path) -> None:
     s.draft_parameters = _count(d.tensor_shapes)
     s.eagle_version = d.eagle_version
     s.target_layers = list(d.target_layers or [])
+    s.draft_family = d.family
+    s.block_size = d.block_size

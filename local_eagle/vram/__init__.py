@@ -24,6 +24,11 @@ no GPU. The formulas follow the pinned llama.cpp (``vendor/llama.cpp`` of llama-
   none), a one-layer KV cache at the target's context, and the larger of its decoder graph
   (logits over the draft vocabulary scattered into a full-vocabulary buffer) and encoder graph.
 
+* a block drafter (DFlash, ``dflash`` GGUF; ``block``): its weights, a K/V cache of its layers over the context plus
+  a block, the larger of its block and injection graphs (an estimate), and the target's captured layers staged for
+  it (``len(target_layers) x n_embd`` per batch row). DFlash
+  drafts (``runtime.dflash``); DFlash2 and DSpark are priced only, and the plan says so.
+
 * a model's own MTP (NextN) head (``MemoryConfig.mtp``, no drafter): the NextN block's weights (loaded only with
   ``load_mtp``; the target's weights and cache never hold that block), the MTP context's f16 KV cache of the NextN
   layer at the target's context, and its NextN graph (``mtp_compute``).

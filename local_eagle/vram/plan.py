@@ -11,7 +11,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from local_eagle.gguf.info import drafts_with
 from local_eagle.units import MiB
+from local_eagle.vram import block
 from local_eagle.vram.graph import drafter_graph, encoder_graph, graph_bytes, graph_dims, mtp_graph, target_graph
 from local_eagle.vram.memory import (
     MTP_KV_TYPE,
@@ -141,12 +143,40 @@ def target_compute(target: ModelShape, s: MemoryConfig, backend: Backend = CUDA)
     return hit
 
 
+def block_dims(draft: ModelShape) -> block.BlockDims:
+    """A block drafter's sizes for ``vram.block``'s formulas (its first layer's heads: the stack is uniform)."""
+    return block.BlockDims(
+        n_layer=draft.n_layer,
+        n_embd=draft.n_embd,
+        n_head=draft.n_head[0],
+        n_head_kv=draft.n_head_kv[0],
+        head_k=draft.head_k[0],
+        head_v=draft.head_v[0],
+        n_ff=draft.n_ff[0],
+        n_vocab=draft.n_vocab,
+        block_size=draft.block_size or 1,
+        n_target_layers=len(draft.target_layers or ()),
+    )
+
+
+def drafter_dims(draft: ModelShape, s: MemoryConfig) -> CtxDims:
+    """The drafter context's sizes: the target's context, plus a block drafter's block rows (``block.block_cells``)."""
+    cells = block.block_cells(s.cells, draft.block_size or 0) if draft.is_block_drafter else s.cells
+    return ctx_dims(cells, s.drafter_seqs, s.draft_batch, s.draft_ubatch, s.kv_unified)
+
+
 def draft_compute(draft: ModelShape, s: MemoryConfig, backend: Backend = CUDA, encoder: bool = True) -> int:
     """The drafter context's compute buffer: the larger of its decoder and encoder graphs.
 
     llama.cpp reserves the decoder graph when the context is created; the first encode of a
-    ubatch of target features grows the buffer if the encoder graph needs more.
+    ubatch of target features grows the buffer if the encoder graph needs more. A block drafter's is
+    ``block.block_compute_bytes``: its block graph or its injection graph, whichever is larger.
     """
+    if draft.is_block_drafter:
+        dd = drafter_dims(draft, s)
+        rows = min(dd.n_ctx, s.draft_ubatch, dd.n_batch)
+        nbytes = block.block_compute_bytes(block_dims(draft), dd.n_ctx_seq, rows, s.flash_attn)
+        return backend.tensor_bytes(nbytes, 0, 0)
     key = ("d", s.cells, s.drafter_seqs, s.draft_batch, s.draft_ubatch, s.draft_type_k, s.draft_type_v, s.flash_attn)
     key += (s.kv_unified, backend, encoder)
     hit = draft.cache.get(key)
@@ -241,9 +271,12 @@ def breakdown(
     # outputs: a verify of draft_max + 1 rows for each of the parallel requests (at most a batch per decode)
     n_out = max(s.n_seq, min(s.parallel * (s.draft_max + 1), d.n_batch))
     mtp = prices_mtp(target, draft, s)
-    # staged features per batch row: EAGLE's three captured layers, or the state an MTP head reads (h_nextn)
+    # staged features per batch row: EAGLE's three captured layers, a block drafter's own count of them
+    # (block.captured_bytes), or the state an MTP head reads (h_nextn)
     n_capture = 3 if draft is not None else 1 if mtp else 0
-    out_target = (target.n_vocab * n_out + n_capture * target.n_embd * d.n_batch) * 4
+    if draft is not None and draft.is_block_drafter:
+        n_capture = len(draft.target_layers or ())
+    out_target = target.n_vocab * n_out * 4 + block.captured_bytes(n_capture, target.n_embd, d.n_batch)
     comps = [
         Component("target_weights", "target weights", tw.gpu, tw.host),
         Component("target_kv", "target KV cache", tkv.gpu, tkv.host),
@@ -255,19 +288,18 @@ def breakdown(
     if draft is not None:
         dn = n_offloadable(draft)
         dw = weights(draft, dn, backend, host)
-        dd = ctx_dims(s.cells, s.drafter_seqs, s.draft_batch, s.draft_ubatch, s.kv_unified)
+        dd = drafter_dims(draft, s)
         dkv = kv_cache(draft, dd, s, dn, True, backend, host)
         n_dtok = min(dd.n_ctx, s.draft_ubatch, dd.n_batch)
         out_draft = (draft.n_vocab + draft.n_embd) * dd.n_batch * 4
+        inputs_draft = 2 * draft.n_embd * n_dtok * 4 + _mask_bytes(draft, dd, s, n_dtok)
+        if draft.is_block_drafter:  # a block's logits per request, and the feature rows and block mask as inputs
+            out_draft = draft.n_vocab * (draft.block_size or 1) * s.parallel * 4
+            inputs_draft = block.block_inputs_bytes(block_dims(draft), dd.n_ctx_seq, n_dtok, s.flash_attn)
         comps += [
             Component("draft_weights", "draft weights", dw.gpu, dw.host),
             Component("draft_kv", "draft KV cache", dkv.gpu, dkv.host),
-            Component(
-                "draft_compute",
-                "draft compute",
-                comp.draft,
-                2 * draft.n_embd * n_dtok * 4 + _mask_bytes(draft, dd, s, n_dtok),
-            ),
+            Component("draft_compute", "draft compute", comp.draft, inputs_draft),
         ]
     elif mtp:
         # the NextN block loads with the model (load_mtp) and drafts in a second context on it: its own KV cache
@@ -316,6 +348,13 @@ def make_plan(
     else:
         ngl, comps, notes = _auto_layers(target, draft, s, budget, backend)
     notes = list(target.notes) + ([f"drafter: {n}" for n in draft.notes] if draft else []) + notes
+    if draft is not None and draft.is_block_drafter:
+        notes.append(
+            f"block drafter ({draft.block_family or 'dflash'}, block of {draft.block_size}, "
+            f"{len(draft.target_layers or ())} target layers): its KV cache holds the context plus a block, its "
+            "compute is estimated (vram.block)"
+            + ("" if drafts_with(draft.block_family) else "; local-eagle does not draft with this family yet")
+        )
     if prices_mtp(target, draft, s) and target.arch not in MTP_GRAPHS:
         notes.append(f"MTP compute: the NextN graph of '{target.arch}' is estimated from glm4moe's")
     n_rs = rs_snapshots(target, s)

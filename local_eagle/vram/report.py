@@ -10,7 +10,7 @@ from rich.table import Table
 
 from local_eagle.units import human_bytes
 from local_eagle.vram.memory import attention_kv, kv_cache, n_offloadable, recurrent_state, rs_snapshots, weights
-from local_eagle.vram.plan import Plan, draft_compute, mtp_compute, prices_mtp, target_compute
+from local_eagle.vram.plan import Plan, draft_compute, drafter_dims, mtp_compute, prices_mtp, target_compute
 from local_eagle.vram.settings import MemoryConfig, ctx_dims
 from local_eagle.vram.shapes import ModelShape, has_state
 from local_eagle.vram.suggest import Suggestion
@@ -153,7 +153,7 @@ def predict_for_backend(
         out["target recurrent state"] = recurrent_state(target, s, ngl, gpu, CPU).total
     if draft is not None:
         dn = n_offloadable(draft) if gpu_build else 0
-        dd = ctx_dims(s.cells, s.drafter_seqs, s.draft_batch, s.draft_ubatch, s.kv_unified)
+        dd = drafter_dims(draft, s)
         out["draft weights"] = weights(draft, dn, gpu, CPU).total
         out["draft KV cache"] = kv_cache(draft, dd, s, dn, True, gpu, CPU).total
         out["draft compute"] = draft_compute(draft, s, gpu, encoder=False)

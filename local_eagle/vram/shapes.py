@@ -18,10 +18,17 @@ from local_eagle.errors import GGUFError
 from local_eagle.gguf import DRAFTER_ARCH, ModelInfo, Tensor, read_header, split_tensors
 from local_eagle.gguf import check_pair as gguf_check_pair
 from local_eagle.gguf.check import check_model
+from local_eagle.gguf.info import block_family
+from local_eagle.gguf.keys import (
+    BLOCK_DRAFTER_ARCH,
+    KEY_DFLASH_BLOCK_SIZE,
+    KEY_DFLASH_TARGET_HIDDEN,
+    KEY_DFLASH_TARGET_LAYERS,
+)
 
 # Architectures whose compute graphs are rebuilt node by node (checked against llama.cpp);
 # others get generic estimates and a note saying so.
-KNOWN_ARCHS = {"llama", "qwen2", "qwen3", "gemma3", "eagle3"}
+KNOWN_ARCHS = {"llama", "qwen2", "qwen3", "gemma3", "eagle3", "dflash"}  # dflash: priced by vram.block
 # Default SWA layer pattern (every n-th layer is global) where llama.cpp hard-codes one.
 SWA_PATTERN_DEFAULTS = {"gemma2": 2, "gemma3": 6, "cohere2": 4, "gpt-oss": 2, "olmo2": 4, "exaone4": 4}
 SWA_WINDOW_DEFAULTS = {"gemma2": 4096}
@@ -97,10 +104,18 @@ class ModelShape:
     target_hidden: int | None = None
     draft_vocab: int | None = None
     target_layers: list[int] | None = None
+    # block drafter (dflash) only
+    block_size: int | None = None
+    block_family: str | None = None
 
     @property
     def is_drafter(self) -> bool:
         return self.arch == DRAFTER_ARCH
+
+    @property
+    def is_block_drafter(self) -> bool:
+        """A DFlash / DFlash2 / DSpark block drafter (``dflash``): priced by ``vram.block``."""
+        return self.arch == BLOCK_DRAFTER_ARCH
 
     @property
     def tied_output(self) -> bool:
@@ -311,7 +326,26 @@ def read_shape(path: str | os.PathLike[str], what: str = "target GGUF") -> Model
         shape.flags = {k for k in ("norm_before_residual", "norm_before_fc") if key(k, False)}
         layers = key("target_layers")
         shape.target_layers = [int(x) for x in layers] if layers is not None else None
+    elif arch == BLOCK_DRAFTER_ARCH:
+        _block_drafter(shape, h.kv, p, what)
     return shape
+
+
+def _block_drafter(shape: ModelShape, kv: dict[str, Any], p: Path, what: str) -> None:
+    """A DFlash GGUF's ``dflash.*`` keys: what ``vram.block`` prices (its captured layers, width, block)."""
+    ths, layers = kv.get(KEY_DFLASH_TARGET_HIDDEN), kv.get(KEY_DFLASH_TARGET_LAYERS)
+    block = kv.get(KEY_DFLASH_BLOCK_SIZE)
+    if not isinstance(ths, int) or ths <= 0:
+        raise GGUFError(f"{p}: {what} lacks '{KEY_DFLASH_TARGET_HIDDEN}'")
+    if not isinstance(layers, list) or not layers or not all(isinstance(x, int) for x in layers):
+        raise GGUFError(f"{p}: {what} lacks '{KEY_DFLASH_TARGET_LAYERS}' (the target layers it reads)")
+    if not isinstance(block, int) or not 1 <= block <= 4096:
+        raise GGUFError(f"{p}: {what} has '{KEY_DFLASH_BLOCK_SIZE}' {block!r}; expected a block of 1 to 4096 tokens")
+    shape.target_hidden = ths
+    shape.target_layers = [int(x) for x in layers]
+    shape.block_size = block
+    shape.draft_vocab = shape.n_vocab
+    shape.block_family = block_family(kv, {t.name for t in shape.tensors})
 
 
 def has_state(shape: ModelShape) -> bool:
@@ -368,6 +402,8 @@ def pair_info(shape: ModelShape) -> ModelInfo:
         target_layers=shape.target_layers,
         target_hidden_size=shape.target_hidden,
         draft_vocab_size=shape.draft_vocab,
+        block_size=shape.block_size,
+        block_family=shape.block_family,
     )
 
 

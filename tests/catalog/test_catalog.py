@@ -31,10 +31,15 @@ def test_every_row_has_a_source_and_a_target():
     assert len(ROWS) >= 10
     for d in ROWS:
         assert "https://" in d.source, d.repo
-        assert d.eagle_version in ("3", "3.1") and d.format in ("speculators", "eagle3", "vllm", "modelopt")
+        if d.family in ("eagle3", "eagle3.1"):
+            assert d.eagle_version in ("3", "3.1") and d.format in ("speculators", "eagle3", "vllm", "modelopt")
+        else:
+            assert (d.family, d.format, d.eagle_version) == ("dflash", "dflash", None), d.repo
     assert len({d.repo for d in ROWS}) == len(ROWS)
     assert any(d.eagle_version == "3.1" and d.supported for d in ROWS)
-    assert [d.repo for d in ROWS if not d.supported] == ["lightseekorg/kimi-k2.6-eagle3.1-mla"]
+    assert [d.repo for d in ROWS if d.unsupported] == ["lightseekorg/kimi-k2.6-eagle3.1-mla"]
+    # block drafters are listed and never picked by DRAFT auto (a DFlash one drafts when DRAFT names it)
+    assert all(not d.supported for d in ROWS if d.family == "dflash")
 
 
 @pytest.mark.parametrize("key", sorted(TARGETS))
@@ -69,9 +74,12 @@ def test_llama31_8b_header(tmp_path):
     fits = fitting(info)
     assert {d.repo for d in fits} >= {"RedHatAI/Llama-3.1-8B-Instruct-speculator.eagle3",
                                       "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"}  # fmt: skip
-    # named "Llama-3.1-8B-Instruct Q4_K_M": its own drafters first, the same-shape R1 distill's after them
-    n_own = sum(d.target.repo == "meta-llama/Llama-3.1-8B-Instruct" for d in fits)
-    assert all(d.target.repo == "meta-llama/Llama-3.1-8B-Instruct" for d in fits[:n_own])
+    # named "Llama-3.1-8B-Instruct Q4_K_M": its own drafters first, the same-shape R1 distill's after them (and the
+    # block drafter, which is not drafted with, last)
+    usable = [d for d in fits if d.supported]
+    n_own = sum(d.target.repo == "meta-llama/Llama-3.1-8B-Instruct" for d in usable)
+    assert all(d.target.repo == "meta-llama/Llama-3.1-8B-Instruct" for d in usable[:n_own])
+    assert fits[-1].repo == "z-lab/LLaMA3.1-8B-Instruct-DFlash-UltraChat"
     assert best(info) is fits[0]
 
 
@@ -101,7 +109,7 @@ def test_another_architecture_gets_none(tmp_path):
 def test_eagle31_before_eagle3_then_preference(tmp_path):
     t = TARGETS["gpt-oss-20b"]
     info = read_model_info(shape_gguf(tmp_path, t.arch, t.hidden_size, t.layers, t.vocab))
-    picks = fitting(info)
+    picks = [d for d in fitting(info) if d.eagle_version is not None]
     assert picks[0].eagle_version == "3.1" and best(info) is picks[0]
     assert [d.eagle_version for d in picks] == sorted((d.eagle_version for d in picks), reverse=True)
 
@@ -109,7 +117,7 @@ def test_eagle31_before_eagle3_then_preference(tmp_path):
 def test_unsupported_rows_are_never_picked(tmp_path):
     t = TARGETS["kimi-k2.6"]
     info = read_model_info(shape_gguf(tmp_path, t.arch, t.hidden_size, t.layers, t.vocab))
-    assert [d.repo for d in fitting(info)] == ["lightseekorg/kimi-k2.6-eagle3.1-mla"]
+    assert [d.repo for d in fitting(info)] == ["lightseekorg/kimi-k2.6-eagle3.1-mla", "z-lab/Kimi-K2.6-DFlash"]
     with pytest.raises(LocalEagleError, match="that llama.cpp can run: multi-head latent attention"):
         best(info)
 
@@ -250,9 +258,10 @@ def test_drafters_for_a_name_no_store_has_lists_the_catalogs_rows(name):
     assert r.exit_code == 0, r.output
     got = json.loads(r.stdout)
     want = [d.hub_name for d in ROWS if "llama3.1:8b" in d.target.ollama]
-    assert [x["drafter"] for x in got["fits"]] == want and len(want) == 3
+    assert [x["drafter"] for x in got["fits"]] == want and len(want) == 4
     assert got["fits"][0]["drafter"] == "hf.co/RedHatAI/Llama-3.1-8B-Instruct-speculator.eagle3"
-    assert [x["best"] for x in got["fits"]] == [True, False, False] and got["by_name"]
+    assert got["fits"][-1]["drafter"] == "hf.co/z-lab/LLaMA3.1-8B-Instruct-DFlash-UltraChat"
+    assert [x["best"] for x in got["fits"]] == [True, False, False, False] and got["by_name"]
     r = CliRunner().invoke(app, ["drafters", name], env={"COLUMNS": "200"})
     assert r.exit_code == 0 and "RedHatAI" in r.output and "not pulled here" in r.output
 
@@ -277,3 +286,73 @@ def test_drafters_lists_a_models_own_mtp_head(tmp_path):
     assert json.loads(r.stdout)["builtin"] == {"kind": "mtp", "heads": 1, "drafts": True}
     r = CliRunner().invoke(app, ["drafters", str(gguf)])
     assert r.exit_code == 0 and "1 MTP (NextN) head" in " ".join(r.output.split())
+
+
+# z-lab's DFlash drafters whose names were read in z-lab's list (github.com/z-lab/dflash README), by target
+DFLASH_ROWS = {
+    "z-lab/Qwen3-8B-DFlash-b16": "Qwen/Qwen3-8B",
+    "z-lab/Qwen3-4B-DFlash-b16": "Qwen/Qwen3-4B",
+    "z-lab/LLaMA3.1-8B-Instruct-DFlash-UltraChat": "meta-llama/Llama-3.1-8B-Instruct",
+    "z-lab/Qwen3-Coder-30B-A3B-DFlash": "Qwen/Qwen3-Coder-30B-A3B-Instruct",
+    "z-lab/gpt-oss-20b-DFlash": "openai/gpt-oss-20b",
+    "z-lab/gpt-oss-120b-DFlash": "openai/gpt-oss-120b",
+    "z-lab/Kimi-K2.6-DFlash": "moonshotai/Kimi-K2.6",
+}
+
+
+def test_dflash_rows_name_their_family_and_are_never_picked(tmp_path):
+    rows = {d.repo: d for d in ROWS if d.family == "dflash"}
+    assert {r: d.target.repo for r, d in rows.items()} == DFLASH_ROWS
+    assert all("github.com/z-lab/dflash" in d.source for d in rows.values())
+    assert all(d.family_name == "DFlash" for d in rows.values())
+    assert all("DRAFT auto picks EAGLE drafters" in (d.why_not or "") for d in rows.values())
+    # Qwen3-8B: the DFlash drafter fits the shape and comes after every EAGLE drafter; DRAFT auto takes an EAGLE one
+    t = TARGETS["qwen3-8b"]
+    info = read_model_info(shape_gguf(tmp_path, t.arch, t.hidden_size, t.layers, t.vocab, "Qwen3-8B"))
+    fits = fitting(info)
+    assert fits[-1].repo == "z-lab/Qwen3-8B-DFlash-b16" and best(info).family == "eagle3"
+    # Qwen3-Coder-30B-A3B has a DFlash drafter only: none to pick, and the line says why
+    t = TARGETS["qwen3-coder-30b-a3b"]
+    info = read_model_info(shape_gguf(tmp_path, t.arch, t.hidden_size, t.layers, t.vocab, "coder"))
+    assert [d.repo for d in fitting(info)] == ["z-lab/Qwen3-Coder-30B-A3B-DFlash"]
+    with pytest.raises(LocalEagleError, match="DRAFT auto picks EAGLE drafters"):
+        best(info)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda r: r.update(family="medusa"), "field 'family' must be one of"),
+        (lambda r: r.update(family="eagle3.1", eagle_version="3"), "disagree"),
+        (lambda r: r.update(family="dflash"), "a dflash drafter takes format one of"),
+    ],
+)
+def test_a_bad_family_is_refused(edit, message):
+    from importlib import resources
+
+    data = json.loads(resources.files("local_eagle.catalog").joinpath("drafters.json").read_text())
+    edit(data["drafters"][0])
+    with pytest.raises(LocalEagleError, match=message):
+        parse_catalog(data)
+
+
+def test_an_eagle_version_row_still_reads():
+    """A catalog of the older form (``eagle_version``, no ``family``) names the EAGLE family."""
+    from importlib import resources
+
+    data = json.loads(resources.files("local_eagle.catalog").joinpath("drafters.json").read_text())
+    row = data["drafters"][0]
+    row["eagle_version"] = "3.1" if row.pop("family") == "eagle3.1" else "3"
+    assert parse_catalog(data)[0].family == ("eagle3.1" if row["eagle_version"] == "3.1" else "eagle3")
+
+
+def test_the_listing_shows_each_rows_family():
+    res = CliRunner().invoke(app, ["drafters", "--json"])
+    assert res.exit_code == 0, res.output
+    rows = {r["drafter"]: r for r in json.loads(res.output)}
+    assert rows["hf.co/z-lab/Qwen3-8B-DFlash-b16"]["family"] == "dflash"
+    assert rows["hf.co/z-lab/Qwen3-8B-DFlash-b16"]["eagle_version"] is None
+    assert "block drafter" in rows["hf.co/z-lab/Qwen3-8B-DFlash-b16"]["unsupported"]
+    assert rows["hf.co/RedHatAI/Qwen3-8B-speculator.eagle3"]["family"] == "eagle3"
+    text = " ".join(CliRunner().invoke(app, ["drafters"], env={"COLUMNS": "200"}).output.split())
+    assert "DFlash" in text and "EAGLE 3.1" in text and "family" in text
