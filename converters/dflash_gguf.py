@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from gguf import GGUFValueType, GGUFWriter
+from gguf import GGUFValueType, GGUFWriter, Keys
 
 from converters import dflash_variants as variants
 from converters.eagle3_gguf import FILE_TYPES, open_inputs, write_tensors
@@ -38,6 +38,12 @@ from local_eagle.errors import CheckpointError, LocalEagleError
 from local_eagle.files import atomic_output
 from local_eagle.gguf import ModelInfo, copy_fields
 from local_eagle.gguf.check import read_json
+from local_eagle.gguf.keys import (
+    KEY_DFLASH_BLOCK_SIZE,
+    KEY_DFLASH_MASK_TOKEN,
+    KEY_DFLASH_TARGET_HIDDEN,
+    KEY_DFLASH_TARGET_LAYERS,
+)
 
 ARCH = "dflash"
 # The Hugging Face architecture names llama.cpp's converter registers for the dflash GGUF (``DFlashModel``,
@@ -456,21 +462,21 @@ def convert_dflash(
         w.add_file_type(FILE_TYPES[outtype])
         w.add_quantization_version(2)
         # the Qwen3 text-model keys (TextModel.set_gguf_parameters)
-        w.add_uint32(f"{ARCH}.block_count", cfg["num_hidden_layers"])
-        w.add_uint32(f"{ARCH}.context_length", cfg["max_position_embeddings"])
-        w.add_uint32(f"{ARCH}.embedding_length", cfg["hidden_size"])
-        w.add_uint32(f"{ARCH}.feed_forward_length", cfg["intermediate_size"])
-        w.add_uint32(f"{ARCH}.attention.head_count", cfg["num_attention_heads"])
-        w.add_uint32(f"{ARCH}.attention.head_count_kv", cfg["num_key_value_heads"])
-        w.add_float32(f"{ARCH}.rope.freq_base", cfg["rope_theta"])
-        w.add_float32(f"{ARCH}.attention.layer_norm_rms_epsilon", cfg["rms_norm_eps"])
-        w.add_uint32(f"{ARCH}.attention.key_length", cfg["head_dim"])
-        w.add_uint32(f"{ARCH}.attention.value_length", cfg["head_dim"])
+        w.add_uint32(Keys.LLM.BLOCK_COUNT.format(arch=ARCH), cfg["num_hidden_layers"])
+        w.add_uint32(Keys.LLM.CONTEXT_LENGTH.format(arch=ARCH), cfg["max_position_embeddings"])
+        w.add_uint32(Keys.LLM.EMBEDDING_LENGTH.format(arch=ARCH), cfg["hidden_size"])
+        w.add_uint32(Keys.LLM.FEED_FORWARD_LENGTH.format(arch=ARCH), cfg["intermediate_size"])
+        w.add_uint32(Keys.Attention.HEAD_COUNT.format(arch=ARCH), cfg["num_attention_heads"])
+        w.add_uint32(Keys.Attention.HEAD_COUNT_KV.format(arch=ARCH), cfg["num_key_value_heads"])
+        w.add_float32(Keys.Rope.FREQ_BASE.format(arch=ARCH), cfg["rope_theta"])
+        w.add_float32(Keys.Attention.LAYERNORM_RMS_EPS.format(arch=ARCH), cfg["rms_norm_eps"])
+        w.add_uint32(Keys.Attention.KEY_LENGTH.format(arch=ARCH), cfg["head_dim"])
+        w.add_uint32(Keys.Attention.VALUE_LENGTH.format(arch=ARCH), cfg["head_dim"])
         # the DFlash keys (DFlashModel.set_gguf_parameters)
-        w.add_key_value(f"{ARCH}.target_layers", cfg["target_layers"], GGUFValueType.ARRAY, GGUFValueType.INT32)
-        w.add_uint32(f"{ARCH}.target_hidden_size", cfg["target_hidden_size"])
-        w.add_uint32(f"{ARCH}.block_size", cfg["block_size"])
-        w.add_uint32(f"{ARCH}.mask_token_id", cfg["mask_token_id"])
+        w.add_key_value(KEY_DFLASH_TARGET_LAYERS, cfg["target_layers"], GGUFValueType.ARRAY, GGUFValueType.INT32)
+        w.add_uint32(KEY_DFLASH_TARGET_HIDDEN, cfg["target_hidden_size"])
+        w.add_uint32(KEY_DFLASH_BLOCK_SIZE, cfg["block_size"])
+        w.add_uint32(KEY_DFLASH_MASK_TOKEN, cfg["mask_token_id"])
         # DFlashModel's optional scalars, then the DFlash2 conv / selector keys and DSparkModel's two flags
         for key, val in cfg["optional_keys"] + variants.variant_keys(cfg, {n for n, _ in ordered}):
             if isinstance(val, bool):

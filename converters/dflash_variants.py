@@ -27,8 +27,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from gguf import Keys
 
 from local_eagle.errors import CheckpointError
+from local_eagle.gguf.keys import KEY_DFLASH_CAUSAL, KEY_DFLASH_SAMPLE_FROM_ANCHOR
 
 ARCH = "dflash"
 # conversion/qwen.py: @ModelBase.register("DFlashDraftModel", "DFlash2DraftModel") class DFlashModel
@@ -194,13 +196,13 @@ def optional_keys(raw: dict[str, Any], dcfg: dict[str, Any], head_dim: int, path
     if causal is not None:
         if not isinstance(causal, bool):
             raise CheckpointError(f"{path}: 'is_causal' is {str(causal)[:40]}, expected true or false")
-        out.append((f"{ARCH}.attention.causal", causal))
+        out.append((KEY_DFLASH_CAUSAL, causal))
     rope = raw.get("rope_parameters") or raw.get("rope_scaling") or {}
     prf = rope.get("partial_rotary_factor", raw.get("partial_rotary_factor")) if isinstance(rope, dict) else None
     if prf is not None:
         if isinstance(prf, bool) or not isinstance(prf, (int, float)) or not 0 < prf <= 1:
             raise CheckpointError(f"{path}: 'partial_rotary_factor' is {str(prf)[:40]}, expected a number in (0, 1]")
-        out.append((f"{ARCH}.rope.dimension_count", int(head_dim * prf)))
+        out.append((Keys.Rope.DIMENSION_COUNT.format(arch=ARCH), int(head_dim * prf)))
     return out
 
 
@@ -286,6 +288,6 @@ def variant_keys(cfg: dict[str, Any], gguf_names: set[str]) -> list[tuple[str, A
     if cfg.get("dflash2"):
         out += [(f"{ARCH}.{k}", cfg["dflash2"][k]) for k in DFLASH2_KEYS]
     if cfg["family"] == "dspark":
-        out.append((f"{ARCH}.sample_from_anchor", cfg["sample_from_anchor"]))
+        out.append((KEY_DFLASH_SAMPLE_FROM_ANCHOR, cfg["sample_from_anchor"]))
         out.append((f"{ARCH}.has_confidence_head", any(n.startswith("conf_proj.") for n in gguf_names)))
     return out
