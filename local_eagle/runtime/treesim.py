@@ -262,10 +262,10 @@ def policy_run(
     draft-length policy) or a priced tree of up to ``tree_nodes`` nodes, ``k_max`` deep (``tree_nodes`` 0: chains
     only). As in the engine, a round's first drafter call catches the drafter up on every row committed since it
     last ran (:class:`Feed`), and a round that neither drafts nor may draft within the feed's window does not
-    record the target's features (``Generation.capturing``). Timings the policies see carry log-normal ``noise``;
-    the score uses the truth. ``drafts`` may change with the round (a callable). ``answer``: rounds per answer; each
-    new answer's prompt reaches the drafter as ``Generation.prefill_chunks`` leaves it (all decoded where the policy
-    drafted lately, else a window of rows to catch up on)."""
+    record the target's features (``policy.rounds.capture_wanted``). Timings the policies see carry log-normal
+    ``noise``; the score uses the truth. ``drafts`` may change with the round (a callable). ``answer``: rounds per
+    answer; each new answer's prompt reaches the drafter as ``Generation.prefill_chunks`` leaves it (all decoded
+    where the policy drafted lately, else a window of rows to catch up on)."""
     rng = np.random.default_rng(seed)
     shape = TreeShape(max(tree_nodes, 1), k_max, min(Drafts(0.5).width, max(tree_nodes, 1)))
     policy = policy or DraftLengthPolicy(machine.verify[1], k_max)
