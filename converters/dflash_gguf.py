@@ -387,7 +387,7 @@ def plan_dflash(
     cfg["target_layers"] = gguf_target_layers(layers)
     mask = cfg["mask_token_id"]
     if mask is None:
-        mask = target_kv.get("tokenizer.ggml.mask_token_id")
+        mask = target_kv.get(Keys.Tokenizer.MASK_ID)
         if not isinstance(mask, int):
             raise CheckpointError(
                 f"{cpath}: no 'dflash_config.mask_token_id' and the target's tokenizer names no mask token; "
@@ -486,9 +486,9 @@ def convert_dflash(
             else:
                 w.add_float32(key, val)
         for key, val, vtype, sub in copy_fields(reader, "tokenizer."):
-            if key != "tokenizer.ggml.mask_token_id":
+            if key != Keys.Tokenizer.MASK_ID:
                 w.add_key_value(key, val, vtype, sub)
-        w.add_uint32("tokenizer.ggml.mask_token_id", cfg["mask_token_id"])
+        w.add_uint32(Keys.Tokenizer.MASK_ID, cfg["mask_token_id"])
         n_tensors = write_tensors(w, ordered, outtype, progress)
         nbytes = tmp.stat().st_size
     return DFlashResult(

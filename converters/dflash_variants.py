@@ -30,9 +30,14 @@ import numpy as np
 from gguf import Keys
 
 from local_eagle.errors import CheckpointError
-from local_eagle.gguf.keys import KEY_DFLASH_CAUSAL, KEY_DFLASH_SAMPLE_FROM_ANCHOR
+from local_eagle.gguf.keys import (
+    BLOCK_DRAFTER_ARCH,
+    KEY_DFLASH_CAUSAL,
+    KEY_DFLASH_HAS_CONFIDENCE_HEAD,
+    KEY_DFLASH_SAMPLE_FROM_ANCHOR,
+)
 
-ARCH = "dflash"
+ARCH = BLOCK_DRAFTER_ARCH
 # conversion/qwen.py: @ModelBase.register("DFlashDraftModel", "DFlash2DraftModel") class DFlashModel
 DFLASH2_ARCHITECTURES = ("DFlash2DraftModel",)
 # conversion/qwen.py: @ModelBase.register(...) class DSparkModel(DFlashModel), a Qwen3 body
@@ -289,5 +294,5 @@ def variant_keys(cfg: dict[str, Any], gguf_names: set[str]) -> list[tuple[str, A
         out += [(f"{ARCH}.{k}", cfg["dflash2"][k]) for k in DFLASH2_KEYS]
     if cfg["family"] == "dspark":
         out.append((KEY_DFLASH_SAMPLE_FROM_ANCHOR, cfg["sample_from_anchor"]))
-        out.append((f"{ARCH}.has_confidence_head", any(n.startswith("conf_proj.") for n in gguf_names)))
+        out.append((KEY_DFLASH_HAS_CONFIDENCE_HEAD, any(n.startswith("conf_proj.") for n in gguf_names)))
     return out

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from gguf import GGMLQuantizationType, GGUFValueType, GGUFWriter, LlamaFileType
+from gguf import GGMLQuantizationType, GGUFValueType, GGUFWriter, Keys, LlamaFileType
 from gguf.quants import quantize
 
 from converters.formats import Checkpoint, checkpoint_files, read_checkpoint
@@ -28,14 +28,21 @@ from local_eagle.gguf.keys import (
     KEY_FC_NORM,
     KEY_FC_NORM_EPS,
     KEY_FC_NORM_WEIGHT,
+    KEY_NORM_BEFORE_FC,
+    KEY_NORM_BEFORE_RESIDUAL,
     KEY_NORM_OUTPUT,
+    KEY_RMS_EPS,
     KEY_SOURCE_FORMAT,
+    KEY_SOURCE_ROPE_SCALING,
+    KEY_TARGET_HIDDEN,
+    KEY_TARGET_LAYERS,
+    KEY_VOCAB_SIZE,
 )
 
 ARCH = DRAFTER_ARCH
 OUTTYPES = ("f32", "f16", "bf16", "q8_0")
 # The checkpoint's rope_scaling as JSON, so that `export` can write it back (llama3's shows only as rope_freqs).
-KEY_ROPE_SCALING = f"{ARCH}.source_rope_scaling"
+KEY_ROPE_SCALING = KEY_SOURCE_ROPE_SCALING
 
 
 TENSOR_NAMES = {
@@ -248,10 +255,10 @@ def _add_rope_scaling(w: GGUFWriter, cfg: dict[str, Any], tensors: list[tuple[st
                 factors.append(1 / ((1 - smooth) / factor + smooth))
         tensors.append(("rope_freqs.weight", np.array(factors, dtype=np.float32)))
     elif kind in ("linear", "yarn"):
-        w.add_string(f"{ARCH}.rope.scaling.type", kind)
-        w.add_float32(f"{ARCH}.rope.scaling.factor", float(rs["factor"]))
+        w.add_string(Keys.Rope.SCALING_TYPE.format(arch=ARCH), kind)
+        w.add_float32(Keys.Rope.SCALING_FACTOR.format(arch=ARCH), float(rs["factor"]))
         if kind == "yarn" and "original_max_position_embeddings" in rs:
-            w.add_uint32(f"{ARCH}.rope.scaling.original_context_length", int(rs["original_max_position_embeddings"]))
+            w.add_uint32(Keys.Rope.SCALING_ORIG_CTX_LEN.format(arch=ARCH), int(rs["original_max_position_embeddings"]))
     else:
         raise CheckpointError(f"config.json: rope_scaling type {kind!r} is not supported (llama3, linear, yarn are)")
 
@@ -322,22 +329,22 @@ def convert(
         w.add_name(f"{target.name or target.path.stem} EAGLE {version} drafter")
         w.add_file_type(FILE_TYPES[outtype])
         w.add_quantization_version(2)
-        w.add_uint32(f"{ARCH}.context_length", cfg["max_position_embeddings"])
-        w.add_uint32(f"{ARCH}.embedding_length", cfg["hidden_size"])
-        w.add_uint32(f"{ARCH}.block_count", 1)
-        w.add_uint32(f"{ARCH}.feed_forward_length", cfg["intermediate_size"])
-        w.add_uint32(f"{ARCH}.attention.head_count", n_head)
-        w.add_uint32(f"{ARCH}.attention.head_count_kv", n_kv)
-        w.add_uint32(f"{ARCH}.attention.key_length", cfg["head_dim"])
-        w.add_uint32(f"{ARCH}.attention.value_length", cfg["head_dim"])
-        w.add_uint32(f"{ARCH}.rope.dimension_count", cfg["head_dim"])
-        w.add_float32(f"{ARCH}.rope.freq_base", cfg["rope_theta"])
-        w.add_float32(f"{ARCH}.attention.layer_norm_rms_epsilon", cfg["rms_norm_eps"])
-        w.add_uint32(f"{ARCH}.vocab_size", target.n_vocab)
-        w.add_key_value(f"{ARCH}.target_layers", cfg["target_layers"], GGUFValueType.ARRAY, GGUFValueType.INT32)
-        w.add_uint32(f"{ARCH}.target_hidden_size", cfg["target_hidden_size"])
-        w.add_bool(f"{ARCH}.norm_before_residual", cfg["norm_before_residual"])
-        w.add_bool(f"{ARCH}.norm_before_fc", cfg["norm_before_fc"])
+        w.add_uint32(Keys.LLM.CONTEXT_LENGTH.format(arch=ARCH), cfg["max_position_embeddings"])
+        w.add_uint32(Keys.LLM.EMBEDDING_LENGTH.format(arch=ARCH), cfg["hidden_size"])
+        w.add_uint32(Keys.LLM.BLOCK_COUNT.format(arch=ARCH), 1)
+        w.add_uint32(Keys.LLM.FEED_FORWARD_LENGTH.format(arch=ARCH), cfg["intermediate_size"])
+        w.add_uint32(Keys.Attention.HEAD_COUNT.format(arch=ARCH), n_head)
+        w.add_uint32(Keys.Attention.HEAD_COUNT_KV.format(arch=ARCH), n_kv)
+        w.add_uint32(Keys.Attention.KEY_LENGTH.format(arch=ARCH), cfg["head_dim"])
+        w.add_uint32(Keys.Attention.VALUE_LENGTH.format(arch=ARCH), cfg["head_dim"])
+        w.add_uint32(Keys.Rope.DIMENSION_COUNT.format(arch=ARCH), cfg["head_dim"])
+        w.add_float32(Keys.Rope.FREQ_BASE.format(arch=ARCH), cfg["rope_theta"])
+        w.add_float32(KEY_RMS_EPS, cfg["rms_norm_eps"])
+        w.add_uint32(KEY_VOCAB_SIZE, target.n_vocab)
+        w.add_key_value(KEY_TARGET_LAYERS, cfg["target_layers"], GGUFValueType.ARRAY, GGUFValueType.INT32)
+        w.add_uint32(KEY_TARGET_HIDDEN, cfg["target_hidden_size"])
+        w.add_bool(KEY_NORM_BEFORE_RESIDUAL, cfg["norm_before_residual"])
+        w.add_bool(KEY_NORM_BEFORE_FC, cfg["norm_before_fc"])
         w.add_bool(KEY_FC_NORM, cfg["fc_norm"])
         w.add_bool(KEY_NORM_OUTPUT, cfg["norm_output"])
         w.add_float32(KEY_FC_NORM_EPS, cfg["rms_norm_eps"])

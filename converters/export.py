@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from gguf import GGMLQuantizationType
+from gguf import GGMLQuantizationType, Keys
 
 from converters.eagle3_gguf import KEY_ROPE_SCALING, TENSOR_NAMES
 from converters.formats import Checkpoint, write_checkpoint
@@ -30,6 +30,8 @@ from local_eagle.gguf.keys import (
     DRAFTER_ARCH,
     KEY_FC_NORM,
     KEY_FC_NORM_WEIGHT,
+    KEY_NORM_BEFORE_FC,
+    KEY_NORM_BEFORE_RESIDUAL,
     KEY_NORM_OUTPUT,
     KEY_RMS_EPS,
     KEY_TARGET_HIDDEN,
@@ -106,11 +108,12 @@ def _rope_scaling(kv: dict[str, Any], header: GGUFHeader) -> dict[str, Any] | No
             f"{header.path}: the drafter has a rope_freqs tensor (llama3 rope scaling) but no '{KEY_ROPE_SCALING}' "
             "key to recover its parameters from; convert the checkpoint again with this version of local-eagle"
         )
-    kind = kv.get(f"{ARCH}.rope.scaling.type")
+    kind = kv.get(Keys.Rope.SCALING_TYPE.format(arch=ARCH))
     if kind in (None, "none"):
         return None
-    out: dict[str, Any] = {"rope_type": kind, "factor": float(_need(kv, f"{ARCH}.rope.scaling.factor", header.path))}
-    orig = kv.get(f"{ARCH}.rope.scaling.original_context_length")
+    factor = _need(kv, Keys.Rope.SCALING_FACTOR.format(arch=ARCH), header.path)
+    out: dict[str, Any] = {"rope_type": kind, "factor": float(factor)}
+    orig = kv.get(Keys.Rope.SCALING_ORIG_CTX_LEN.format(arch=ARCH))
     if orig is not None:
         out["original_max_position_embeddings"] = int(orig)
     return out
@@ -137,25 +140,25 @@ def read_drafter_gguf(
     )
     if unknown:
         raise CheckpointError(f"{p}: tensors {', '.join(unknown)} have no place in an EAGLE-3 checkpoint")
-    n_head = int(_need(kv, f"{ARCH}.attention.head_count", p))
-    n_kv = int(kv.get(f"{ARCH}.attention.head_count_kv") or n_head)
+    n_head = int(_need(kv, Keys.Attention.HEAD_COUNT.format(arch=ARCH), p))
+    n_kv = int(kv.get(Keys.Attention.HEAD_COUNT_KV.format(arch=ARCH)) or n_head)
     hidden = int(info.n_embd)
     fc_norm = bool(kv.get(KEY_FC_NORM, False))
     cfg: dict[str, Any] = {
         "hidden_size": hidden,
-        "intermediate_size": int(_need(kv, f"{ARCH}.feed_forward_length", p)),
+        "intermediate_size": int(_need(kv, Keys.LLM.FEED_FORWARD_LENGTH.format(arch=ARCH), p)),
         "num_attention_heads": n_head,
         "num_key_value_heads": n_kv,
-        "head_dim": int(kv.get(f"{ARCH}.attention.key_length") or hidden // n_head),
+        "head_dim": int(kv.get(Keys.Attention.KEY_LENGTH.format(arch=ARCH)) or hidden // n_head),
         "vocab_size": info.n_vocab,
         "target_hidden_size": int(_need(kv, KEY_TARGET_HIDDEN, p)),
         "target_layers": [int(x) for x in _need(kv, KEY_TARGET_LAYERS, p)],
         "rms_norm_eps": _f32(_need(kv, KEY_RMS_EPS, p)),
-        "rope_theta": _f32(kv.get(f"{ARCH}.rope.freq_base") or 10000.0),
+        "rope_theta": _f32(kv.get(Keys.Rope.FREQ_BASE.format(arch=ARCH)) or 10000.0),
         "rope_scaling": _rope_scaling(kv, header),
-        "max_position_embeddings": int(kv.get(f"{ARCH}.context_length") or 2048),
-        "norm_before_residual": bool(kv.get(f"{ARCH}.norm_before_residual", False)),
-        "norm_before_fc": bool(kv.get(f"{ARCH}.norm_before_fc", False)),
+        "max_position_embeddings": int(kv.get(Keys.LLM.CONTEXT_LENGTH.format(arch=ARCH)) or 2048),
+        "norm_before_residual": bool(kv.get(KEY_NORM_BEFORE_RESIDUAL, False)),
+        "norm_before_fc": bool(kv.get(KEY_NORM_BEFORE_FC, False)),
         "fc_norm": fc_norm,
         "norm_output": bool(kv.get(KEY_NORM_OUTPUT, False)),
     }
@@ -268,7 +271,7 @@ def export(
         t2d = torch.zeros(n_vocab, dtype=torch.bool)
         t2d[torch.from_numpy(t["d2t"] + np.arange(t["d2t"].size))] = True
         state["t2d"] = t2d
-    arch = open_gguf(target_gguf, "target GGUF").kv.get("general.architecture") if target_gguf is not None else None
+    arch = open_gguf(target_gguf, "target GGUF").kv.get(Keys.General.ARCHITECTURE) if target_gguf is not None else None
     verifier_archs = [HF_ARCHITECTURES[arch]] if arch in HF_ARCHITECTURES else []
 
     out.parent.mkdir(parents=True, exist_ok=True)

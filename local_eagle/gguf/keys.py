@@ -34,6 +34,7 @@ KEY_NORM_BEFORE_FC = f"{DRAFTER_ARCH}.norm_before_fc"
 KEY_NORM_BEFORE_RESIDUAL = f"{DRAFTER_ARCH}.norm_before_residual"
 KEY_DRAFT_VOCAB = f"{DRAFTER_ARCH}.draft_vocab_size"
 KEY_SOURCE_FORMAT = f"{DRAFTER_ARCH}.source_format"
+KEY_SOURCE_ROPE_SCALING = f"{DRAFTER_ARCH}.source_rope_scaling"  # the checkpoint's rope_scaling, for export
 
 # The block drafters' architecture (DFlash, DFlash2 and DSpark are one GGUF architecture in llama.cpp) and the keys
 # of its own that llama.cpp's converter writes (conversion/qwen.py DFlashModel; src/models/dflash.cpp reads them)
@@ -42,6 +43,7 @@ KEY_DFLASH_TARGET_LAYERS = f"{BLOCK_DRAFTER_ARCH}.target_layers"
 KEY_DFLASH_TARGET_HIDDEN = f"{BLOCK_DRAFTER_ARCH}.target_hidden_size"
 KEY_DFLASH_BLOCK_SIZE = f"{BLOCK_DRAFTER_ARCH}.block_size"
 KEY_DFLASH_MASK_TOKEN = f"{BLOCK_DRAFTER_ARCH}.mask_token_id"
+KEY_DFLASH_HAS_CONFIDENCE_HEAD = f"{BLOCK_DRAFTER_ARCH}.has_confidence_head"
 KEY_DFLASH_CAUSAL = f"{BLOCK_DRAFTER_ARCH}.attention.causal"
 KEY_DFLASH_SAMPLE_FROM_ANCHOR = f"{BLOCK_DRAFTER_ARCH}.sample_from_anchor"
 KEY_DFLASH_SELECTOR_TOP_K = f"{BLOCK_DRAFTER_ARCH}.selector_top_k"
