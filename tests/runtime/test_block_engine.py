@@ -136,3 +136,16 @@ def test_accepted_block_drafts_feed_the_next_block(engines, monkeypatch: pytest.
     stats = spec.spec_stats
     assert stats.accepted_per_position[3] > 0 and stats.accepted_tokens < stats.drafted_tokens
     assert stats.rounds < len(spec.tokens) / 2
+
+
+def test_block_rounds_under_a_grammar_emit_the_constrained_target_tokens(engines) -> None:
+    """A block's rows are masked by the grammar as a chain's steps are (forced tokens join without a drafter
+    row): the output is the target's own under the same grammar."""
+    from local_eagle.runtime.grammar import GrammarSpec
+
+    alone, block = engines
+    for grammar in (GrammarSpec.regex("[a-z ]{4,30}"), GrammarSpec.regex("x = [0-9]{2,12};")):
+        base = alone.generate(PROMPTS[0], max_tokens=24, draft_max=0, grammar=grammar)
+        spec = block.generate(PROMPTS[0], max_tokens=24, draft_max=4, adaptive=False, grammar=grammar)
+        assert spec.tokens == base.tokens, grammar
+        assert spec.spec_stats.drafted_tokens > 0
