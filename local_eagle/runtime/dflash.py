@@ -158,7 +158,12 @@ def check_block_pair(spec: BlockSpec, target: Model, path: str | os.PathLike[str
         )
     if spec.n_vocab != target.n_vocab:
         raise LocalEagleError(f"{path}: vocabulary of {spec.n_vocab}, {target.path.name} has {target.n_vocab}")
-    bad = [k for k in spec.target_layers if not 1 <= k < target.n_layer]
+    check_block_layers(spec.target_layers, target, path)
+
+
+def check_block_layers(layers: list[int] | tuple[int, ...], target: Model, path: str | os.PathLike[str]) -> None:
+    """Refuse target layers the target lacks before anything captures them (such a capture aborts llama.cpp)."""
+    bad = [k for k in layers if not 1 <= k < target.n_layer]
     if bad:
         raise LocalEagleError(f"{path}: target layers {bad} outside 1..{target.n_layer - 1} of {target.path.name}")
 

@@ -20,7 +20,7 @@ from local_eagle import DEFAULT_CTX
 from local_eagle.errors import LocalEagleError
 from local_eagle.llamacpp.model import Context, ContextOptions, Model
 from local_eagle.runtime.batch import Batcher
-from local_eagle.runtime.dflash import BlockDrafter, block_target_layers, is_block_drafter
+from local_eagle.runtime.dflash import BlockDrafter, block_target_layers, check_block_layers, is_block_drafter
 from local_eagle.runtime.drafter import Drafter, check_pair, read_spec
 from local_eagle.runtime.feed import DrafterFeed
 from local_eagle.runtime.policy.defaults import AUTO_DRAFT_MAX
@@ -136,10 +136,7 @@ class Engine:
         block = draft is not None and is_block_drafter(draft)  # a DFlash drafter: one block a round (runtime.dflash)
         if block:
             layers = block_target_layers(draft)
-            bad = [k for k in layers if not 1 <= k < self.model.n_layer]  # a missing layer's capture aborts llama.cpp
-            if bad:
-                raise LocalEagleError(f"{draft}: target layers {bad} outside 1..{self.model.n_layer - 1} of "
-                                      f"{self.model.path.name}")  # fmt: skip
+            check_block_layers(layers, self.model, draft)
             self.capture = LayerCapture.create(self.model, layers, options.capture)
         elif draft is not None:
             spec = read_spec(draft)
