@@ -28,7 +28,8 @@ from local_eagle.errors import LocalEagleError
 from local_eagle.serve.errors import ApiError
 from local_eagle.serve.jobs import off_loop
 from local_eagle.serve.models import Kind, check_fields, check_keep_alive, json_body, load_seconds, typed
-from local_eagle.serve.runners import RemoteFailure, RunnerEngine, RunnerError
+from local_eagle.serve.runners import RemoteFailure, RunnerError
+from local_eagle.serve.served import EmbedCancelled
 from local_eagle.serve.server import EagleServer, Server
 
 router = APIRouter()
@@ -69,24 +70,6 @@ def _dimensions(value: Any) -> int | None:
     if typed(value, int, "dimensions") < 1:
         raise ApiError(400, f"dimensions must be a positive number, got {value}")
     return int(value)
-
-
-def _in_process(engine: Any, payload: dict[str, Any], cancel: threading.Event) -> dict[str, Any]:
-    """One group's answer from the process that holds the model: the runner's (``RunnerEngine.embed``), or this
-    one's for an engine loaded here. Either stops between texts and decode batches once ``cancel`` is set."""
-    from local_eagle.llamacpp.embed import answer
-
-    if isinstance(engine, RunnerEngine):
-        ask = getattr(engine, "embed", None)
-        if ask is None:
-            raise ApiError(501, "this server's model runners do not compute embeddings yet")
-        return ask(payload, cancel.is_set)
-
-    def progress() -> None:
-        if cancel.is_set():
-            raise ApiError(499, "client closed the request")
-
-    return answer(engine.model, payload, engine.n_ctx, engine.options.n_threads, progress)
 
 
 def _clip(server: EagleServer, text: str, truncate: bool) -> str:
@@ -144,7 +127,9 @@ def _turn(server: EagleServer, payload: dict[str, Any], cancel: threading.Event
             if cancel.is_set():  # the client left while this group waited for the model
                 raise ApiError(499, "client closed the request")
             with server.using_engine() as engine:
-                return _in_process(engine, payload, cancel), waited
+                return engine.embed(payload, cancel.is_set), waited
+        except EmbedCancelled:
+            raise ApiError(499, "client closed the request") from None
         except (RunnerError, RemoteFailure) as e:
             raise ApiError(500, f"embedding failed: {e}") from None
         except LocalEagleError as e:  # llama.cpp could not make the context or compute the vectors

@@ -30,8 +30,8 @@ from local_eagle.runtime.sampling import SamplingParams
 from local_eagle.runtime.tree import TreeShape
 from local_eagle.serve.errors import ApiError
 from local_eagle.serve.logprobs import TokenEntry, resolve
-from local_eagle.serve.runnerproc import max_prompt_bytes, tag_tokens, token_pieces
-from local_eagle.serve.runners import SERVED_STATS, RemoteFailure, RunnerEngine, RunnerError
+from local_eagle.serve.runners import SERVED_STATS, RemoteFailure, RunnerError
+from local_eagle.serve.served import ServedEngine, served
 
 CANCELLED = STOP_CANCELLED
 TIMEOUT = "timeout"
@@ -54,7 +54,7 @@ class Job:
     special: bool = False  # control tokens written as text (a tool-call tag that is one: Mistral's [TOOL_CALLS])
     cancel: threading.Event = field(default_factory=threading.Event)
     received: float = field(default_factory=time.perf_counter)
-    seen: Any = None  # the model's runner as the request found it (RunnerEngine.live): its death is this job's
+    seen: Any = None  # the model's runner as the request found it (ServedEngine.live): its death is this job's
 
 
 @dataclass
@@ -116,22 +116,21 @@ class JobSlot:
     decode or tokenization crashed the process on Ctrl-C.
     """
 
-    def __init__(self, engine: Engine | RunnerEngine, config: Timeouts) -> None:
-        self.engine = engine
+    def __init__(self, engine: Engine | ServedEngine, config: Timeouts) -> None:
+        self.engine = served(engine)
         self.config = config
         self.tree: TreeShape | None = None  # serve --fixed --tree N: the tree every round drafts
-        self.parallel = max(1, int(getattr(getattr(engine, "options", None), "parallel", 1) or 1))
+        self.parallel = max(1, int(self.engine.options.parallel or 1))
         self.lock = threading.Semaphore(self.parallel)  # the engine's sequences: more jobs wait their turn
         self.records: deque[JobRecord] = deque(maxlen=64)
         self.closing = False
         self._users = 0
         self._idle = threading.Condition()
-        self.runner = engine if isinstance(engine, RunnerEngine) else None  # the model runs in its own process
-        self.max_prompt_bytes = self.runner.max_prompt_bytes if self.runner else max_prompt_bytes(engine)
+        self.max_prompt_bytes = self.engine.max_prompt_bytes
         self._tags: dict[str, tuple[list[int], list[bool]]] = {}
 
     @contextmanager
-    def using_engine(self) -> Iterator[Engine | RunnerEngine]:
+    def using_engine(self) -> Iterator[ServedEngine]:
         """The engine, kept alive until the block ends; refused once the server shuts down."""
         with self._idle:
             if self.closing:
@@ -227,7 +226,7 @@ class JobSlot:
     def _generate(self, job: Job, put: Callable[[tuple], None], started: float, run: _Run) -> None:
         """One generation under the lock and a use of the engine; what happened is left in ``run``."""
         # a runner that died after the job saw it alive fails it rather than restart under it
-        extra: dict[str, Any] = {"seen": job.seen} if self.runner else {}
+        extra: dict[str, Any] = {"seen": job.seen}
         if job.grammar is not None:  # only then: an engine without constraints keeps its signature
             extra["grammar"] = job.grammar
         if job.logprobs is not None:
@@ -303,9 +302,7 @@ class JobSlot:
 
     def pieces(self, tokens: list[int]) -> list[bytes]:
         """Tokens' texts as the model writes them (control tokens too), for logprobs."""
-        if self.runner is not None:
-            return self.runner.pieces(tokens)
-        return token_pieces(self.engine.model, tokens)
+        return self.engine.pieces(tokens)
 
     def tag_tokens(self, text: str) -> tuple[list[int], list[bool]]:
         """A tool-call tag's tokens and which are special (``runnerproc.tag_tokens``); kept per tag."""
@@ -313,7 +310,7 @@ class JobSlot:
         if text not in cache:
             with self.using_engine() as engine:
                 try:
-                    got = self.runner.tag_tokens(text) if self.runner is not None else tag_tokens(engine.model, text)
+                    got = engine.tag_tokens(text)
                 except RunnerError as e:
                     raise ApiError(500, str(e)) from None
             cache[text] = got
@@ -321,9 +318,7 @@ class JobSlot:
 
     def _count(self, text: str) -> int:
         """A generated text's tokens, without the BOS."""
-        if self.runner is not None:
-            return self.runner.count_tokens(text)
-        return len(self.engine.model.tokenize(text, add_special=False, parse_special=False))
+        return self.engine.count_tokens(text)
 
     async def run(self, job: Job, request: Request) -> AsyncIterator[tuple]:
         """Events of one job: ``("start", queue_s)``, ``("piece", text)``..., ``("end", Outcome)``.
@@ -334,8 +329,7 @@ class JobSlot:
         if await request.is_disconnected():  # gone while its prompt was prepared: never take the slot
             job.cancel.set()
             return
-        if self.runner is not None:
-            job.seen = self.runner.live()
+        job.seen = self.engine.live()
         loop = asyncio.get_running_loop()
         q: asyncio.Queue[tuple] = asyncio.Queue()
 

@@ -36,11 +36,12 @@ import time
 from dataclasses import asdict
 from typing import Any, BinaryIO
 
+from local_eagle.serve.served import EmbedCancelled, LocalEngine
+
 FAULT_ENV = "LOCAL_EAGLE_RUNNER_FAULT"
 TICK_SECONDS = 1.0  # a long prefill says it is alive this often (between its chunks)
 _HEADER = struct.Struct(">I")
 MAX_FRAME = 1 << 30
-_VOCAB_SPM, _VOCAB_BPE = 1, 2  # llama.cpp's enum llama_vocab_type
 
 
 def write_frame(out: BinaryIO, message: dict[str, Any]) -> None:
@@ -93,11 +94,10 @@ class Runner:
             return {"n_ctx": 0, "options": {}, "max_prompt_bytes": None, "tree_refusal": None, "gpu_share": 0.0}
         from local_eagle.runtime.engine import Engine, EngineOptions
 
-        self.engine = Engine(spec["model"], spec.get("draft"), EngineOptions(**spec["options"]))
+        self.engine = LocalEngine(Engine(spec["model"], spec.get("draft"), EngineOptions(**spec["options"])))
         engine = self.engine
-        return {"n_ctx": engine.n_ctx, "options": asdict(engine.options),
-                "max_prompt_bytes": max_prompt_bytes(engine), "tree_refusal": engine.tree_refusal,
-                "gpu_share": engine.model.gpu_share}  # fmt: skip
+        return {"n_ctx": engine.n_ctx, "options": asdict(engine.options), "max_prompt_bytes": engine.max_prompt_bytes,
+                "tree_refusal": engine.tree_refusal, "gpu_share": engine.gpu_share}  # fmt: skip
 
     def serve(self, inp: BinaryIO) -> None:
         """Answer until stdin ends or the server says close."""
@@ -131,18 +131,17 @@ class Runner:
     def _tokenize(self, msg: dict[str, Any]) -> None:
         try:
             if msg["op"] == "pieces":  # tokens' texts (logprobs), bytes as latin-1 so that JSON carries them
-                got = token_pieces(self.engine.model, msg["tokens"])
+                got = self.engine.pieces(msg["tokens"])
                 self.send({"id": msg["id"], "pieces": [p.decode("latin-1") for p in got]})
                 return
             if msg["op"] == "tag":  # a tool-call tag's tokens, and which of them are special
-                tokens, special = tag_tokens(self.engine.model, msg["text"])
+                tokens, special = self.engine.tag_tokens(msg["text"])
                 self.send({"id": msg["id"], "tokens": tokens, "special": special})
                 return
             if msg["op"] == "tokenize":
-                tokens = self.engine.tokenize(msg["text"])
-            else:  # a text's own tokens, as the server counts a timed-out generation's
-                tokens = self.engine.model.tokenize(msg["text"], add_special=False, parse_special=False)
-            self.send({"id": msg["id"], "tokens": [int(t) for t in tokens]})
+                self.send({"id": msg["id"], "tokens": [int(t) for t in self.engine.tokenize(msg["text"])]})
+            else:  # a text's own count, as the server counts a timed-out generation's
+                self.send({"id": msg["id"], "count": self.engine.count_tokens(msg["text"])})
         except Exception as e:
             self.send({"id": msg["id"], "failed": f"{type(e).__name__}: {e}"})
 
@@ -151,26 +150,21 @@ class Runner:
         server sends them one group at a time, under the model's lock. Between texts and decode batches it says it
         is alive (a tick at most each second, as a prefill does: the server's watchdog must not take a long group
         for a hung runner) and stops if the server cancels it (its client left)."""
-        from local_eagle.llamacpp.embed import answer
-
         rid = msg["id"]
         cancel = self.cancels[rid] = threading.Event()
         last_tick = time.monotonic()
 
-        def progress() -> None:
+        def cancelled() -> bool:
             nonlocal last_tick
             _slow_fault()
-            if cancel.is_set():
-                raise _Cancelled
             if time.monotonic() - last_tick >= TICK_SECONDS:
                 last_tick = time.monotonic()
                 self.send({"id": rid, "tick": True})
+            return cancel.is_set()
 
         try:
-            got = answer(self.engine.model, msg["request"], self.engine.n_ctx, self.engine.options.n_threads,
-                         progress)  # fmt: skip
-            self.send({"id": rid, **got})
-        except _Cancelled:
+            self.send({"id": rid, **self.engine.embed(msg["request"], cancelled)})
+        except EmbedCancelled:
             self.send({"id": rid, "failed": "cancelled"})
         except Exception as e:
             self.send({"id": rid, "failed": f"{type(e).__name__}: {e}"})
@@ -239,51 +233,9 @@ class Runner:
         self.cancels.pop(rid, None)
 
 
-def max_prompt_bytes(engine: Any) -> int | None:
-    """The longest prompt, in UTF-8 bytes, that might fit the context: llama.cpp's tokenizer is quadratic on a
-    long word (3 MB of "x" took minutes), so a prompt that cannot fit is refused before it is tokenized. Exact
-    for SentencePiece and byte-level BPE vocabularies, where a token stands for at most its own piece's bytes;
-    None for those that normalise the text (WordPiece, Unigram), where it is not."""
-    from local_eagle.llamacpp.bindings import C
-
-    model = engine.model
-    if int(C.llama_vocab_type(model.vocab)) not in (_VOCAB_SPM, _VOCAB_BPE):
-        return None
-    longest = max(len(model.token_to_piece(t, special=True)) for t in range(model.n_vocab))
-    return engine.n_ctx * max(longest, 4)  # an unknown character, up to 4 bytes, becomes one token
-
-
 def logprobs_wire(logprobs: Any) -> list[list[Any]]:
     """``GenerationResult.logprobs`` on the wire: ``[[token, logprob, [[token, logprob], ...]], ...]``."""
     return [[int(lp.token), float(lp.logprob), [[int(t), float(v)] for t, v in lp.top]] for lp in logprobs]
-
-
-def token_pieces(model: Any, tokens: Any) -> list[bytes]:
-    """Each token's text as the model writes it, control tokens included (``<eos>``, ``[TOOL_CALLS]``)."""
-    n = model.n_vocab
-    return [model.token_to_piece(int(t), special=True) if 0 <= int(t) < n else b"" for t in tokens]
-
-
-def tag_tokens(model: Any, text: str) -> tuple[list[int], list[bool]]:
-    """``text`` tokenized with its special tokens parsed (``[TOOL_CALLS]`` as the one control token it is), and
-    for each token whether it is special as the grammar's tokenizer marks them (``runtime.grammar``: control
-    tokens, and user-defined ones written ``<...>``), so that a grammar names it by id and the output must be
-    rendered with ``special`` for the text to show it."""
-    from local_eagle.llamacpp.lib import C
-
-    control, user_defined = 1 << 3, 1 << 4  # LLAMA_TOKEN_ATTR_CONTROL, LLAMA_TOKEN_ATTR_USER_DEFINED
-    tokens = [int(t) for t in model.tokenize(text, add_special=False, parse_special=True)]
-    special = []
-    for t in tokens:
-        attr = int(C.llama_vocab_get_attr(model.vocab, t))
-        piece = model.token_to_piece(t, special=True)
-        written = piece.startswith(b"<") and piece.endswith(b">")
-        special.append(bool(attr & control or (attr & user_defined and written)))
-    return tokens, special
-
-
-class _Cancelled(Exception):
-    """The server cancelled the call (its client left): the work stops where it is."""
 
 
 def _slow_fault() -> None:

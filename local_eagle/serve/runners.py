@@ -1,8 +1,8 @@
 """The server's side of a model's runner process (:mod:`~local_eagle.serve.runnerproc`): start, talk, watch.
 
-:class:`RunnerEngine` has the surface of :class:`~local_eagle.runtime.engine.Engine` that the serve code uses
-(``stream``, ``tokenize``, ``n_ctx``, ``options``, ``tree_refusal``, ``close``; ``pieces`` and ``tag_tokens`` read
-its vocabulary), so that the job slot and both servers run a model the same way in or out of process. The engine
+:class:`RunnerEngine` speaks :class:`~local_eagle.serve.served.ServedEngine`, as an engine loaded in the server's
+process does through ``served.LocalEngine``, so that the job slot and both servers run a model the same way in or
+out of process. The engine
 lives in a child process, in a process group of its own and with ``GGML_NO_BACKTRACE=1`` (ggml's fork of gdb on
 an abort deadlocked, and its children kept the port bound). When the runner exits, is killed or stops answering,
 the requests it was running or that were queued for it fail with one line (the model, the exit status or signal,
@@ -351,7 +351,7 @@ class RunnerEngine:
 
     def count_tokens(self, text: str) -> int:
         """The tokens of a generated text, without the BOS (a timed-out generation's count)."""
-        return len(self._ask({"op": "count", "text": text})["tokens"])
+        return int(self._ask({"op": "count", "text": text})["count"])
 
     def pieces(self, tokens: list[int]) -> list[bytes]:
         """Each token's text as the model writes it, control tokens included (``runnerproc.token_pieces``)."""

@@ -26,6 +26,7 @@ from local_eagle.serve.access import Access
 from local_eagle.serve.errors import ApiError
 from local_eagle.serve.jobs import JobSlot
 from local_eagle.serve.runners import RunnerEngine
+from local_eagle.serve.served import ServedEngine
 from local_eagle.settings import Settings
 
 # a 1M-token context's prompt, in JSON; bigger bodies are refused (413) before they are read
@@ -63,7 +64,7 @@ class EagleServer(JobSlot):
 
     config: ServeConfig
 
-    def __init__(self, engine: Engine | RunnerEngine, config: ServeConfig) -> None:
+    def __init__(self, engine: Engine | ServedEngine, config: ServeConfig) -> None:
         super().__init__(engine, config)
         self.tree = config.tree
         self.created = int(time.time())

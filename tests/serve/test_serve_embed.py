@@ -33,7 +33,7 @@ def served(target_gguf):
 def expected(served):
     """The vectors computed directly on the same model (what the server must answer)."""
     server, _ = served
-    return embed_here(server.engine.model, TEXTS, n_ctx=256, n_threads=1)
+    return embed_here(server.engine.engine.model, TEXTS, n_ctx=256, n_threads=1)
 
 
 def test_ollama_embed(served, expected) -> None:

@@ -18,8 +18,6 @@ from local_eagle.serve.runners import RunnerEngine
 from local_eagle.serve.store_app import StoreConfig, StoreFront
 from local_eagle.settings import resolve
 
-pytestmark = pytest.mark.skipif(not hasattr(RunnerEngine, "embed"), reason="the runners do not embed yet")
-
 TEXTS = ["hello world", "the cat and the hat"]
 
 
