@@ -45,7 +45,38 @@ class RoundStats:
 
 
 @dataclass
-class SpecStats:
+class DecodeCounts:
+    """The counts and costs a generation's record and its printed totals share, declared once: :class:`SpecStats`
+    gathers them round by round, :class:`GenerationStats` carries them out, :class:`GenerationTotals` sums them."""
+
+    adaptive: bool = False  # draft lengths chosen by the cost-aware policy (else fixed at draft_max)
+    policy: dict | None = None  # the adaptive policy's estimates at the end (``PolicyState``, times in ms)
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
+    drafted_per_position: list[int] = field(default_factory=list)
+    accepted_per_position: list[int] = field(default_factory=list)
+    draft_steps: int = 0
+    probes: int = 0  # rounds the adaptive policy drafted one token to test whether drafting pays again
+    captured_rounds: int = 0  # rounds whose target call recorded features for the drafter (the rest idled)
+    catch_ups: int = 0  # drafter calls that decoded the rows queued while it was idle (and the first step)
+    catch_up_rows: int = 0
+    catch_up_seconds: float = 0.0
+    prefill_seconds: float = 0.0
+    decode_seconds: float = 0.0
+    replay_calls: int = 0
+    """Target calls besides the verifies: a checkpoint rollback's kept rows decoded again in a call of their own
+    (``Generation.replay``, after rejections in a row on a target llama.cpp keeps no snapshots for). The speedup
+    includes their time; ``acceptance_length`` stays tokens per verify."""
+    forced_tokens: int = 0  # drafts a grammar forced (its keys and punctuation), drafted without a drafter call
+    grammar_seconds: float = 0.0  # the grammar's work on the host: masks, consumes, forced tokens
+    python_seconds: float | None = None
+    """Decoding's wall time outside llama.cpp's calls: every phase's Python (drafting's too), which ``host_seconds``
+    leaves in the phases. What a faster device cannot cut. None where generations shared the calls
+    (``runtime.batch``), so no one generation's share is known."""
+
+
+@dataclass
+class SpecStats(DecodeCounts):
     """Every round of one generation, summed; ``observe`` is called once per round.
 
     ``verify_calls_by_rows[n]`` and ``verify_seconds_by_rows[n]`` count the target calls that
@@ -54,8 +85,6 @@ class SpecStats:
     """
 
     draft_max: int = 0
-    adaptive: bool = False
-    policy: dict | None = None  # the adaptive policy's estimates at the end (``PolicyState``, times in ms)
     trace_drafted: list[int] = field(default_factory=list)
     trace_accepted: list[int] = field(default_factory=list)
     trace_trees: list = field(default_factory=list)  # tree rounds: (VerifyTree, accepted rows), for the replay
@@ -63,31 +92,13 @@ class SpecStats:
     # every round's (verify rows, accepted, drafter calls, catch-up rows, rows of the later drafter calls): what a
     # cost profile of another machine prices (bench --cost-profile)
     trace_rounds: list[tuple[int, int, int, int, int]] = field(default_factory=list)
-    probes: int = 0
-    captured_rounds: int = 0
-    catch_ups: int = 0
-    catch_up_rows: int = 0
-    catch_up_seconds: float = 0.0
-    draft_steps: int = 0
     rounds: int = 0
-    drafted_tokens: int = 0
-    accepted_tokens: int = 0
-    drafted_per_position: list[int] = field(default_factory=list)
-    accepted_per_position: list[int] = field(default_factory=list)
     verify_calls_by_rows: list[int] = field(default_factory=list)
     verify_seconds_by_rows: list[float] = field(default_factory=list)
     draft_seconds: float = 0.0
     accept_seconds: float = 0.0
     rollback_seconds: float = 0.0
     feed_seconds: float = 0.0
-    prefill_seconds: float = 0.0
-    decode_seconds: float = 0.0
-    forced_tokens: int = 0
-    grammar_seconds: float = 0.0  # masks, consumes and forced tokens of a grammar, on the host
-    replay_calls: int = 0  # target calls of their own re-decoding a checkpoint rollback's kept rows (not verifies)
-    # decoding's wall time outside llama.cpp's calls (both models'): the loop's own Python, drafting's included.
-    # None where generations share the calls (runtime.batch), so no one generation's share is known
-    python_seconds: float | None = None
 
     @classmethod
     def for_draft_max(cls, draft_max: int) -> SpecStats:
@@ -151,57 +162,27 @@ class SpecStats:
         return max(0.0, self.decode_seconds - self.target_seconds - self.drafter_seconds)
 
     def generation_stats(self, prompt_tokens: int, generated_tokens: int, stop_reason: str) -> GenerationStats:
-        """The generation's :class:`GenerationStats`: every field of it this record has under the same name (a field
-        or a property; lists copied), and the few it names otherwise. A field added to both is carried without a
-        line here, and one added to ``GenerationStats`` alone fails here (``AttributeError``), not silently."""
-        given: dict[str, object] = {
-            "prompt_tokens": prompt_tokens,
-            "generated_tokens": generated_tokens,
-            "stop_reason": stop_reason,
-            "target_calls": self.rounds,
-            "draft_lengths": self.verify_calls_by_rows[1:],
-        }
-        for name in _GENERATION_FIELDS:
-            if name not in given:
-                value = getattr(self, name)
-                given[name] = list(value) if isinstance(value, list) else value
-        return GenerationStats(**given)  # type: ignore[arg-type]
+        """The generation's :class:`GenerationStats`: the shared :class:`DecodeCounts` (lists copied) and the few
+        this record knows under other names."""
+        shared = {name: list(v) if isinstance(v := getattr(self, name), list) else v for name in _SHARED_FIELDS}
+        return GenerationStats(
+            **shared, prompt_tokens=prompt_tokens, generated_tokens=generated_tokens, stop_reason=stop_reason,
+            target_calls=self.rounds, target_seconds=self.target_seconds, drafter_seconds=self.drafter_seconds,
+            draft_lengths=self.verify_calls_by_rows[1:],
+        )  # fmt: skip
 
 
 @dataclass
-class GenerationStats:
+class GenerationStats(DecodeCounts):
     """One generation's totals, the shape callers print and serialize (``to_dict``)."""
 
     prompt_tokens: int = 0
     generated_tokens: int = 0
     target_calls: int = 0
-    drafted_tokens: int = 0
-    accepted_tokens: int = 0
-    drafted_per_position: list[int] = field(default_factory=list)
-    accepted_per_position: list[int] = field(default_factory=list)
-    draft_steps: int = 0
-    prefill_seconds: float = 0.0
     target_seconds: float = 0.0
     drafter_seconds: float = 0.0
-    decode_seconds: float = 0.0
     stop_reason: str = ""
-    adaptive: bool = False  # draft lengths chosen by the cost-aware policy (else fixed at draft_max)
     draft_lengths: list[int] = field(default_factory=list)  # [k]: rounds that drafted k tokens
-    probes: int = 0  # rounds the adaptive policy drafted one token to test whether drafting pays again
-    captured_rounds: int = 0  # rounds whose target call recorded features for the drafter (the rest idled)
-    catch_ups: int = 0  # drafter calls that decoded the rows queued while it was idle (and the first step)
-    catch_up_rows: int = 0
-    catch_up_seconds: float = 0.0
-    replay_calls: int = 0
-    """Target calls besides the verifies: a checkpoint rollback's kept rows decoded again in a call of their own
-    (``Generation.replay``, after rejections in a row on a target llama.cpp keeps no snapshots for). The speedup
-    includes their time; ``acceptance_length`` stays tokens per verify."""
-    policy: dict | None = None  # the adaptive policy's estimates at the end (times in ms)
-    forced_tokens: int = 0  # drafts a grammar forced (its keys and punctuation), drafted without a drafter call
-    grammar_seconds: float = 0.0  # the grammar's work on the host: masks, consumes, forced tokens
-    python_seconds: float | None = None
-    """Decoding's wall time outside llama.cpp's calls: every phase's Python (drafting's too), which ``host_seconds``
-    leaves in the phases. What a faster device cannot cut. None where generations shared the calls."""
 
     @property
     def acceptance_length(self) -> float:
@@ -236,6 +217,11 @@ class GenerationStats:
     @property
     def prompt_tokens_per_second(self) -> float:
         return _ratio(self.prompt_tokens, self.prefill_seconds)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> GenerationStats:
+        """``to_dict`` read back (a runner's answer): its fields, the derived values recomputed from them."""
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
 
     def to_dict(self) -> dict:
         out = asdict(self)
@@ -282,7 +268,7 @@ class GenerationTotals:
 
 
 _LATEST = frozenset({"adaptive", "policy", "stop_reason"})  # not summed: the latest answer's
-_GENERATION_FIELDS = tuple(f.name for f in fields(GenerationStats))
+_SHARED_FIELDS = tuple(f.name for f in fields(DecodeCounts))
 
 
 def _add_counts(into: list[int], counts: list[int]) -> None:

@@ -15,7 +15,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Protocol, TypeVar
 
 import numpy as np
@@ -27,10 +27,11 @@ from local_eagle.llamacpp.model import PREFIX_MARGIN, prefix_tokens
 from local_eagle.runtime.engine import STOP_CANCELLED, STOP_CONTEXT, STOP_LENGTH, Engine
 from local_eagle.runtime.grammar import GrammarError, GrammarSpec
 from local_eagle.runtime.sampling import SamplingParams
+from local_eagle.runtime.stats import GenerationStats
 from local_eagle.runtime.tree import TreeShape
 from local_eagle.serve.errors import ApiError
 from local_eagle.serve.logprobs import TokenEntry, resolve
-from local_eagle.serve.runners import SERVED_STATS, RemoteFailure, RunnerError
+from local_eagle.serve.runners import RemoteFailure, RunnerError
 from local_eagle.serve.served import ServedEngine, served
 
 CANCELLED = STOP_CANCELLED
@@ -94,6 +95,12 @@ class Outcome:
     total_seconds: float
     stats: dict[str, Any]
     logprobs: list[TokenEntry] | None = None  # asked for: the tokens' logprobs, with their texts
+
+
+_STATS_FIELDS = {f.name for f in fields(GenerationStats)}
+SERVED_STATS: tuple[str, ...] = tuple(f.name for f in fields(Outcome) if f.name in _STATS_FIELDS)
+"""What the final message reports of a finished generation's stats: the fields ``Outcome`` and ``GenerationStats``
+share by name."""
 
 
 def done_reason(reason: str) -> str:

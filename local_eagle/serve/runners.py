@@ -26,7 +26,7 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ from local_eagle.errors import CheckpointError, GGUFError, LlamaError, LocalEagl
 from local_eagle.runtime.engine import EngineOptions
 from local_eagle.runtime.grammar import GrammarError
 from local_eagle.runtime.rounds import TokenLogprob
+from local_eagle.runtime.stats import GenerationStats
 from local_eagle.serve.runnerproc import read_frame, write_frame
 
 _log = logging.getLogger("uvicorn.error")
@@ -58,31 +59,11 @@ class RemoteFailure(Exception):
 
 
 @dataclass
-class RemoteStats:
-    """A finished generation's stats as the runner sent them: the fields the server reads, and the whole."""
-
-    data: dict[str, Any]
-    stop_reason: str = ""
-    prompt_tokens: int = 0
-    generated_tokens: int = 0
-    prefill_seconds: float = 0.0
-    decode_seconds: float = 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.data)
-
-
-SERVED_STATS: tuple[str, ...] = tuple(f.name for f in fields(RemoteStats) if f.name != "data")
-"""The stats the server reads of a finished generation, by the names ``GenerationStats`` and ``RemoteStats`` share:
-named once, here, for the runner's answer and the job's outcome (``jobs.Outcome``) alike."""
-
-
-@dataclass
 class RemoteResult:
     """``Stream.result`` out of process: the text, the stats, and the tokens' logprobs when asked for."""
 
     text: str
-    stats: RemoteStats = field(default_factory=lambda: RemoteStats({}))
+    stats: GenerationStats = field(default_factory=GenerationStats)
     logprobs: list[TokenLogprob] | None = None
 
 
@@ -482,8 +463,7 @@ class RunnerStream(_Call):
                     raise GrammarError(msg["refused"])
                 end = msg.get("end")
                 if end is not None:
-                    st = end["stats"]
-                    stats = RemoteStats(st, **{k: st[k] for k in SERVED_STATS if k in st})
+                    stats = GenerationStats.from_dict(end["stats"])
                     self.result = RemoteResult(end["text"], stats, logprobs_from_wire(end.get("logprobs")))
                 return
         finally:

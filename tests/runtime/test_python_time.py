@@ -106,3 +106,24 @@ def test_totals_sum_every_field_of_an_answer() -> None:
     assert total.forced_tokens == one.forced_tokens and total.grammar_seconds == one.grammar_seconds
     assert total.drafted_per_position == [4, 3, 1] and total.python_seconds == 0.5
     assert total.policy == {"k": 1} and total.adaptive is False and total.stop_reason == "length"
+
+
+def test_generation_stats_come_from_the_record_and_back_from_the_wire() -> None:
+    """Every shared count reaches ``GenerationStats`` from ``SpecStats`` (one definition, ``DecodeCounts``), and a
+    runner's ``to_dict`` reads back to the same stats (``serve.runners``)."""
+    from dataclasses import fields
+
+    from local_eagle.runtime.stats import DecodeCounts, GenerationStats, RoundStats, SpecStats
+
+    spec = SpecStats.for_draft_max(3)
+    for i, f in enumerate(fields(DecodeCounts)):
+        if type(getattr(spec, f.name)) in (int, float):
+            setattr(spec, f.name, type(getattr(spec, f.name))(i + 1))
+    spec.policy, spec.python_seconds = {"k": 2}, 0.125
+    spec.observe(RoundStats(drafted=2, accepted=1, verify_seconds=0.5, draft_seconds=0.25))
+    got = spec.generation_stats(7, 9, "eos")
+    for f in fields(DecodeCounts):
+        assert getattr(got, f.name) == getattr(spec, f.name), f.name
+    assert (got.target_calls, got.draft_lengths, got.prompt_tokens, got.stop_reason) == (1, [0, 0, 1, 0], 7, "eos")
+    assert got.target_seconds == spec.target_seconds and got.drafter_seconds == spec.drafter_seconds
+    assert GenerationStats.from_dict(got.to_dict()) == got
