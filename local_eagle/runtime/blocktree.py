@@ -69,6 +69,11 @@ class BlockTreeRounds(TreeRounds):
 
     later_calls = False  # the block's one pass drafts every depth
 
+    @property
+    def max_depth(self) -> int:  # type: ignore[override]
+        """No deeper than the block's mask rows."""
+        return self.drafter.spec.n_draft_max
+
     def dist_key(self, tree: VerifyTree, row: int) -> int:
         """A row's children were drawn from the block row of its depth, whatever its tokens."""
         return int(tree.depths[row])

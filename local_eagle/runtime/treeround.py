@@ -51,6 +51,7 @@ class TreeRounds:
     """The tree phases of one sequence (``runtime.sequence``, which keeps the state they share with chain rounds)."""
 
     later_calls = True  # a drafter call per level after the first (the cost policy prices them)
+    max_depth: int | None = None  # the deepest tree the drafter can give (None: as deep as the shape)
 
     def __init__(self, gen: Sequence, shape: TreeShape) -> None:
         self.gen = gen
@@ -67,7 +68,7 @@ class TreeRounds:
         # sampling: nodes per depth, from the previous round's best tree (the engine's: it carries over answers)
         self.quotas = gen.engine.tree_quotas
         # adaptive: the engine's choice between this shape and the policy's chains, learnt across answers
-        choice = TreeChoice(shape, later_calls=self.later_calls)
+        choice = TreeChoice(shape, later_calls=self.later_calls, max_depth=self.max_depth)
         self.choice = gen.engine.tree_choices.setdefault(shape, choice) if gen.adaptive else None
 
     def wanted(self) -> bool:

@@ -136,6 +136,16 @@ def test_greedy_block_trees_emit_the_target_alone_tokens(engines, shape: TreeSha
         assert stats.draft_steps == stats.rounds - stats.trace_drafted.count(0)  # one drafter call a round
 
 
+def test_the_identity_check_replays_block_tree_verifies(engines) -> None:
+    from local_eagle.runtime.identity import IDENTICAL, check_identity
+
+    alone, block = engines
+    prompt = PROMPTS[0]
+    base = alone.generate(prompt, max_tokens=24, draft_max=0)
+    spec = block.generate(prompt, max_tokens=24, tree=TreeShape(8, 4, 3), adaptive=False)
+    assert spec.spec_stats.trace_trees and check_identity(block, prompt, base, spec).verdict == IDENTICAL
+
+
 def test_a_width_one_block_tree_is_the_blocks_chain(engines) -> None:
     _, block = engines
     for prompt in PROMPTS:
@@ -271,9 +281,9 @@ def test_adaptive_block_trees_where_rows_are_cheap_and_chains_where_they_cost(en
     alone, block = engines
     prompt = PROMPTS[1]
     base = alone.generate(prompt, max_tokens=48, draft_max=0)
+    block.generate(PROMPTS[0], max_tokens=16, draft_max=4, adaptive=True)  # builds the policy, before the arranging
     _arrange(monkeypatch, [*block.tokenize(prompt).tolist(), *base.tokens], 4)  # a drafter right often
     shape = TreeShape(16, 7, 4)
-    block.generate(PROMPTS[0], max_tokens=16, draft_max=4, adaptive=True)  # builds the policy
     for ratios, trees_wanted in [([1.0 + 0.01 * r for r in range(18)], True), (list(range(1, 19)), False)]:
         with deciding_on(block, ratios, 5e-5, TreeChoice(shape, later_calls=False)):
             spec = block.generate(prompt, max_tokens=48, draft_max=7, adaptive=True, tree=shape)

@@ -146,10 +146,13 @@ class TreeChoice:
         explore_max: int = 2048,
         memory: float = 0.9,
         later_calls: bool = True,
+        max_depth: int | None = None,
     ) -> None:
         self.shape = shape
-        # False for a block drafter's trees (runtime.blocktree): one pass drafts every depth, no call per level
+        # a block drafter's trees (runtime.blocktree): one pass drafts every depth, no call per level, and no
+        # deeper than the block
         self.later_calls = later_calls
+        self.max_depth = max_depth
         self.explore_first = explore_first
         self.explore_max = explore_max
         self.interval = explore_first
@@ -214,7 +217,7 @@ class TreeChoice:
     def ceiling(self, policy: DraftLengthPolicy) -> float:
         """A perfect tree's tokens per second: every first choice accepted, ``depth`` deep, one level of siblings."""
         costs, shape = policy.costs, self.shape
-        depth = min(shape.depth, shape.nodes)
+        depth = min(shape.depth, shape.nodes, self.max_depth or shape.depth)
         n = min(shape.nodes, depth + shape.width - 1)
         T = self.verify_costs(policy)
         seconds = float(T[n + 1]) + costs.catch_up(depth + 1) + (depth - 1) * self.call_cost(policy) + costs.host
