@@ -235,7 +235,7 @@ class BlockDrafter:
     (``runtime.chain.draft_chains``)."""
 
     drafts_blocks = True
-    prefix_seqs: tuple[int, ...] = ()  # no tree branches: a block drafts chains
+    prefix_seqs: tuple[int, ...] = ()  # no branch sequences: a block's tree is read off one pass (runtime.blocktree)
 
     def __init__(
         self,

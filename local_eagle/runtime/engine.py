@@ -176,8 +176,6 @@ class Engine:
                 raise LocalEagleError(f"{self.model.path.name}: cannot hold {parallel} sequences ({refusal})")
             context_options = replace(context_options, n_ctx=options.n_ctx * parallel, n_seq_max=parallel)
         self.tree_refusal = self.model.branching_refusal() if options.tree_nodes > 1 else None
-        if block and options.tree_nodes > 1 and self.tree_refusal is None:
-            self.tree_refusal = "a DFlash drafter proposes one block a round: chains only (no trees from a block yet)"
         if options.tree_nodes > 1 and self.head_bound is not None and self.tree_refusal is None:
             self.tree_refusal = (
                 f"{self.model.path.name} drafts with {self.head_bound} chained MTP heads, one per depth: chains only"
@@ -200,9 +198,10 @@ class Engine:
             )
         if self.capture is not None:
             self.capture.attach(self.ctx)
-            drafter_options = (
-                replace(context_options, n_seq_max=drafter_sequences(options.tree_width)) if trees else context_options
-            )
+            # an EAGLE drafter's or MTP head's tree rows go to branch sequences; a block's tree is read off one pass
+            drafter_options = context_options
+            if trees and not block:
+                drafter_options = replace(context_options, n_seq_max=drafter_sequences(options.tree_width))
             if mtp:
                 from local_eagle.runtime.mtp import MtpDrafter
                 from local_eagle.runtime.mtp_chain import ChainedMtpDrafter

@@ -19,6 +19,7 @@ import numpy as np
 import numpy.random  # noqa: F401  numpy 2 imports it on first use: 11 ms into the first generation, not at load
 
 from local_eagle.llamacpp.model import Context
+from local_eagle.runtime.blocktree import BlockTreeRounds
 from local_eagle.runtime.chain import ChainDraft, draft_chains
 from local_eagle.runtime.feed import IDLE_CONTEXT, PROBE_CONTEXT
 from local_eagle.runtime.policy.batch import BatchPolicy
@@ -175,7 +176,9 @@ class Generation(Sequence):
     def __init__(self, engine: EngineView, request: Request, constraint: Constraint | None = None) -> None:
         super().__init__(engine, request, constraint)
         tree = request.tree
-        self.trees = TreeRounds(self, tree) if tree is not None and self.speculative else None
+        self.trees: TreeRounds | None = None
+        if tree is not None and self.speculative:
+            self.trees = (BlockTreeRounds if self.drafter.drafts_blocks else TreeRounds)(self, tree)
 
     def run(self) -> Iterator[str]:
         """The generation alone, in the caller's thread: prefill, then rounds of one until a stop."""

@@ -229,21 +229,29 @@ class DraftTree:
         cut = float(np.partition(np.asarray(self.scores[1:]), len(self.scores) - 1 - n)[len(self.scores) - 1 - n])
         return [i for i in nodes if self.scores[i] >= cut]
 
-    def order(self, n: int) -> list[int]:
+    def order(self, n: int, expand: Callable[[int], None] | None = None) -> list[int]:
         """The ``n`` best nodes closed under parents and earlier siblings, best first: every prefix of it is
         the best tree of that size (what :meth:`select` verifies), so a policy can cut it where a node stops
-        paying for its row."""
+        paying for its row.
+
+        ``expand(node)``, when given, adds a node's children once it is chosen (the root's first): a tree whose
+        children cost nothing to draft (a block's, ``runtime.blocktree``) grows best first, only under nodes taken.
+        A child never scores above its parent, so the result is the n best of the whole tree that would grow."""
         chosen: list[int] = []
         heap: list[tuple[float, int]] = []
 
         def offer(node: int) -> None:
             heapq.heappush(heap, (-self.scores[node], node))
 
+        if expand is not None:
+            expand(0)
         if self.children[0]:
             offer(self.children[0][0])
         while heap and len(chosen) < n:
             _, node = heapq.heappop(heap)
             chosen.append(node)
+            if expand is not None and len(chosen) < n:
+                expand(node)
             if self.children[node]:
                 offer(self.children[node][0])
             siblings = self.children[self.parents[node]]

@@ -13,6 +13,7 @@ and queues the path's rows for the drafter, as a chain's commit does.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from local_eagle.runtime.sequence import Sequence
 
 clock = time.perf_counter
+NO_PENALTY = np.zeros(0, dtype=np.int64)
 
 
 def drafter_sequences(width: int) -> int:
@@ -48,6 +50,9 @@ def _capped(quotas: list[int], n: int) -> list[int]:
 class TreeRounds:
     """The tree phases of one sequence (``runtime.sequence``, which keeps the state they share with chain rounds)."""
 
+    later_calls = True  # a drafter call per level after the first (the cost policy prices them)
+    max_depth: int | None = None  # the deepest tree the drafter can give (None: as deep as the shape)
+
     def __init__(self, gen: Sequence, shape: TreeShape) -> None:
         self.gen = gen
         self.shape = shape
@@ -63,7 +68,8 @@ class TreeRounds:
         # sampling: nodes per depth, from the previous round's best tree (the engine's: it carries over answers)
         self.quotas = gen.engine.tree_quotas
         # adaptive: the engine's choice between this shape and the policy's chains, learnt across answers
-        self.choice = gen.engine.tree_choices.setdefault(shape, TreeChoice(shape)) if gen.adaptive else None
+        choice = TreeChoice(shape, later_calls=self.later_calls, max_depth=self.max_depth)
+        self.choice = gen.engine.tree_choices.setdefault(shape, choice) if gen.adaptive else None
 
     def wanted(self) -> bool:
         """Is this round a tree? Always when fixed; when adaptive, once the policy exists and costs favour it."""
@@ -85,7 +91,7 @@ class TreeRounds:
         n_vocab = self.gen.engine.n_vocab
 
         def draft(row: int) -> np.ndarray:
-            q = dists[tree.nodes[row]]
+            q = dists[self.dist_key(tree, row)]
             if self.columns is None:
                 return q
             full = np.zeros(n_vocab)
@@ -93,6 +99,10 @@ class TreeRounds:
             return full
 
         return Drafted(last_token, tree, observed, draft, tree_round=True, started=started)
+
+    def dist_key(self, tree: VerifyTree, row: int) -> int:
+        """Where :meth:`draft` keeps the draft distribution a verify row's children were drawn from: its node's."""
+        return tree.nodes[row]
 
     def learn(self, drafted: Drafted, path: list[int], accepted: list[int]) -> None:
         """After the shared accept and commit: drop the drafter's branches, and let the calibration, the tree
@@ -142,22 +152,40 @@ class TreeRounds:
         return e
 
     def _expand(self, tree: DraftTree, node: int, row: np.ndarray, last_token: int, dists: dict) -> None:
+        tokens, logq, q = self._children(row, lambda: self._history(last_token, tree, node))
+        if q is not None:
+            dists[node] = q
+        self._add_children(tree, node, tokens, logq)
+
+    def _children(
+        self, row: np.ndarray, history: Callable[[], np.ndarray]
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """A node's first ``width`` children from its drafter row: (tokens, slot log-probabilities, the draft
+        distribution they were drawn from, None where greedy and unpenalised: a greedy accept reads none).
+        ``history``: the tokens the repeat penalty reads there, asked only when it is on."""
         gen = self.gen
         if gen.sampling.greedy and not gen.penalized:
-            # no distribution to keep (a greedy accept reads none): the slots from the unnormalised softmax, their
-            # log-probabilities less its log-sum, one division of the whole row fewer
+            # the slots from the unnormalised softmax, their log-probabilities less its log-sum, one division of
+            # the whole row fewer
             e = row - row.max()
             np.exp(e, out=e)
             idx, logq = children_slots(e, self.shape.width)
             logq = logq - np.log(e.sum())
+            q = None
         else:
-            q = self._distribution(row, self._history(last_token, tree, node))
-            dists[node] = q
+            q = self._distribution(row, history() if gen.penalized else NO_PENALTY)
             idx, logq = children_slots(q, self.shape.width, None if gen.sampling.greedy else gen.rng)
         tokens = idx if self.columns is None else self.columns[idx]
+        return tokens, logq, q
+
+    def _add_children(self, tree: DraftTree, node: int, tokens: np.ndarray, logq: np.ndarray) -> None:
+        """Add a node's children in slot order, scored by their calibrated slot probabilities."""
+        tree.add_children(node, tokens, *self._slot_scores(logq))
+
+    def _slot_scores(self, logq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Slots' tree scores (their calibrated log-probabilities) and probabilities, from their log-probabilities."""
         probs = np.exp(logq)
-        scores = logq if self.calibration is None else self.calibration.logscores(probs)
-        tree.add_children(node, tokens, scores, probs)
+        return (logq if self.calibration is None else self.calibration.logscores(probs)), probs
 
     def draft(self, last_token: int, observed: RoundStats) -> tuple[VerifyTree, dict[int, np.ndarray]]:
         """Grow the tree and choose the nodes to verify; also each expanded node's draft distribution (over the

@@ -99,17 +99,6 @@ def test_a_batch_of_block_sequences_emits_each_alone_output(target_gguf: Path, d
     assert [got[i] for i in range(len(PROMPTS))] == bases
 
 
-def test_trees_are_refused_in_one_line_and_chains_drafted(target_gguf: Path, dflash_gguf: Path) -> None:
-    from dataclasses import replace
-
-    from local_eagle.runtime.tree import TreeShape
-
-    with Engine(target_gguf, dflash_gguf, replace(OPTS, tree_nodes=15, tree_width=4)) as engine:
-        assert engine.tree_refusal is not None and "DFlash" in engine.tree_refusal
-        res = engine.generate(PROMPTS[0], max_tokens=12, tree=TreeShape(15, 4, 4), adaptive=False)
-        assert res.spec_stats.drafted_tokens > 0 and not res.spec_stats.trace_trees
-
-
 def test_accepted_block_drafts_feed_the_next_block(engines, monkeypatch: pytest.MonkeyPatch) -> None:
     """With the block's rows arranged to hold the target's next tokens (a wrong one at every seventh position), the
     rounds accept long prefixes and partial ones, the drafter is fed only the kept rows (``push`` refuses a row

@@ -107,10 +107,18 @@ def grow(
         if not frontier:
             break
         expand(depth, frontier)
-    order = tree.order(n_nodes)
+    return priced(tree, tree.order(n_nodes), prices, values)
+
+
+def priced(
+    tree: DraftTree, order: list[int], prices: Prices | None, values: list[float] | None = None
+) -> tuple[list[int], float | None]:
+    """``order`` (a tree's best nodes, best first) cut where a node stops paying for its verify row, and the tokens
+    the round is expected to yield; uncut, and None, without ``prices`` (a fixed tree). ``values``: the nodes'
+    chances of being on the accepted path computed so far (:func:`path_values`), extended here."""
     if prices is None:
         return order, None
-    values = path_values(tree, prices.accept, values)
+    values = path_values(tree, prices.accept, [] if values is None else values)
     chances = np.array([values[i] for i in order])
     n = verify_count(chances, prices.T, prices.rate)
     return order[:n], 1.0 + float(chances[:n].sum())
@@ -131,8 +139,20 @@ class TreeChoice:
     to ``explore_max`` rounds), so trying costs little where trees do not pay.
     """
 
-    def __init__(self, shape: TreeShape, explore_first: int = 16, explore_max: int = 2048, memory: float = 0.9) -> None:
+    def __init__(
+        self,
+        shape: TreeShape,
+        explore_first: int = 16,
+        explore_max: int = 2048,
+        memory: float = 0.9,
+        later_calls: bool = True,
+        max_depth: int | None = None,
+    ) -> None:
         self.shape = shape
+        # a block drafter's trees (runtime.blocktree): one pass drafts every depth, no call per level, and no
+        # deeper than the block
+        self.later_calls = later_calls
+        self.max_depth = max_depth
         self.explore_first = explore_first
         self.explore_max = explore_max
         self.interval = explore_first
@@ -179,6 +199,8 @@ class TreeChoice:
     def call_cost(self, policy: DraftLengthPolicy) -> float:
         """A drafter call on a frontier of ``shape.width`` nodes: known in advance (another machine's costs), measured,
         else one row's scaled as the target's calls scale with rows (both are the same device's matrix products)."""
+        if not self.later_calls:
+            return 0.0
         w = self.shape.width
         known = policy.costs.call(w)
         if known is not None:
@@ -195,7 +217,7 @@ class TreeChoice:
     def ceiling(self, policy: DraftLengthPolicy) -> float:
         """A perfect tree's tokens per second: every first choice accepted, ``depth`` deep, one level of siblings."""
         costs, shape = policy.costs, self.shape
-        depth = min(shape.depth, shape.nodes)
+        depth = min(shape.depth, shape.nodes, self.max_depth or shape.depth)
         n = min(shape.nodes, depth + shape.width - 1)
         T = self.verify_costs(policy)
         seconds = float(T[n + 1]) + costs.catch_up(depth + 1) + (depth - 1) * self.call_cost(policy) + costs.host
