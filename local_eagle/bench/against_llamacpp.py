@@ -46,7 +46,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from local_eagle.bench.mtp_stock import StockRun, _stock, parse_completion, parse_speculative_simple
+from local_eagle.bench.mtp_stock import _stock, parse_completion
 from local_eagle.errors import LocalEagleError
 
 PROMPTS = ["hello ", "The quick brown fox", "def add(a, b):", "1, 2, 3, 4,", "once upon a time "]
@@ -132,18 +132,26 @@ def _run(cmd: list[str | bytes], parse: Callable[[str, str], object], timeout: f
     raise AssertionError("unreachable")
 
 
-def _verbose_parser(n_prompt: int, first_anchor: int) -> Callable[[str, str], tuple[list[Round], StockRun]]:
-    """Rounds and summary of a ``-lv 5`` run, refused (so repeated) unless the rounds add up to the summary."""
+def parse_decoded(out: str, err: str) -> tuple[int, float]:
+    """``decoded N tokens in S seconds``: the tokens the loop produced and its timer, prompt processing left out.
 
-    def parse(out: str, err: str) -> tuple[list[Round], StockRun]:
-        summary = parse_speculative_simple(out, err, "")
+    The summary's other lines (``n_drafted``, ``n_accept``) come later and are the likelier to be lost at exit (the
+    log's queue is not flushed, ``mtp_stock._stock``); the counts are taken from the rounds instead."""
+    m = re.search(r"decoded\s+(\d+)\s+tokens in\s+([0-9.]+) seconds", err + out)
+    if m is None:
+        raise LocalEagleError(f"llama-speculative-simple printed no 'decoded ... tokens in' line:\n{err[-2000:]}")
+    return int(m.group(1)), float(m.group(2))
+
+
+def _verbose_parser(n_prompt: int, first_anchor: int) -> Callable[[str, str], list[Round]]:
+    """The rounds of a ``-lv 5`` run, refused (so repeated) unless they add up to the tokens it decoded."""
+
+    def parse(out: str, err: str) -> list[Round]:
+        tokens, _ = parse_decoded(out, err)
         rounds = parse_stock_rounds(err + out, n_prompt, first_anchor)
-        tokens = sum(r.accepted + 1 for r in rounds)
-        if (tokens, sum(r.accepted for r in rounds), sum(r.drafted for r in rounds)) != (
-            summary.tokens, summary.accepted, summary.drafted
-        ):  # fmt: skip
-            raise LocalEagleError("the debug log's rounds do not add up to the summary (lost lines)")
-        return rounds, summary
+        if sum(r.accepted + 1 for r in rounds) != tokens:
+            raise LocalEagleError(f"the debug log's rounds do not add up to the {tokens} tokens decoded (lost lines)")
+        return rounds
 
     return parse
 
@@ -158,7 +166,7 @@ class Side:
     accepted: int = 0
     drafted: int = 0
     seconds: float = 0.0
-    full_rounds: int = 0  # rounds with a full block of k drafts (both sides ran them: the comparable ones)
+    full_rounds: int = 0  # rounds both DFlash sides ran with a full block of k drafts (DSpark: its own such rounds)
     full_accepted: int = 0
     mismatches: list[str] = field(default_factory=list)  # prompts whose output left the target alone's
     output_checked: bool = True
@@ -205,9 +213,12 @@ class Transcription:
 
     rounds_compared: int = 0  # rounds both sides ran with a full block
     rounds_identical: int = 0
+    ours_accepted: int = 0  # drafts kept in those rounds, each side's
+    stock_accepted: int = 0
     end_rounds: int = 0  # rounds where either side shortened its block or drafted none (compared apart)
     end_rounds_identical: int = 0
     differences: list[str] = field(default_factory=list)
+    end_differences: list[str] = field(default_factory=list)
 
 
 def record_blocks(engine) -> list[tuple[int, int, list[int]]]:
@@ -256,6 +267,8 @@ def compare_rounds(ours: list[Round], stock: list[Round], k: int, what: str, tr:
     for i, (a, b) in enumerate(zip(ours, stock, strict=False)):
         if a.drafted == k and b.drafted == k:
             tr.rounds_compared += 1
+            tr.ours_accepted += a.accepted
+            tr.stock_accepted += b.accepted
             if a.key() == b.key():
                 tr.rounds_identical += 1
             else:
@@ -265,6 +278,8 @@ def compare_rounds(ours: list[Round], stock: list[Round], k: int, what: str, tr:
             n = min(a.drafted, b.drafted)
             if (a.pos, a.anchor, a.rows[:n], a.tokens[:1]) == (b.pos, b.anchor, b.rows[:n], b.tokens[:1]):
                 tr.end_rounds_identical += 1
+            else:
+                tr.end_differences.append(f"{what} round {i}: local-eagle {a.key()} llama.cpp {b.key()}")
 
 
 def aligned_prompt(model, text: str, first: int) -> bytes | None:
@@ -365,7 +380,7 @@ def run_pair(
             st = res.stats
             counts = (st.target_calls + st.accepted_tokens, st.target_calls, st.accepted_tokens, st.drafted_tokens,
                       st.decode_seconds)  # fmt: skip
-            sides[names[1]].add(prompt, want, draft, counts, res.tokens[1:], ours)
+            sides[names[1]].add(prompt, want, draft, counts, res.tokens[1:])
 
             stock_accepted: list[int] = []
             for kind, side_name in (("dflash", names[2]), ("dspark", names[3] if "dspark" in files else None)):
@@ -374,13 +389,15 @@ def run_pair(
                 spec_type = f"draft-{kind}"
                 cmd = stock_dflash_command(spec_simple, target, files[kind], stock_prompt, max_tokens, draft,
                                            threads, n_ctx, spec_type)  # fmt: skip
-                timed, again = _run(cmd, lambda o, e: parse_speculative_simple(o, e, ""))
+                (tokens, seconds), again = _run(cmd, parse_decoded)
                 retries += again
-                (rounds, summary), again = _run([*cmd, "-lv", "5"], _verbose_parser(n_prompt + 1, base.tokens[0]))
+                rounds, again = _run([*cmd, "-lv", "5"], _verbose_parser(n_prompt + 1, base.tokens[0]))
                 retries += again
+                if tokens != sum(r.accepted + 1 for r in rounds):
+                    raise LocalEagleError(f"{spec_type}: the timed run decoded {tokens} tokens, the logged one other")
                 out = [t for r in rounds for t in r.tokens]
-                counts = (timed.tokens, timed.target_calls, timed.accepted, timed.drafted, timed.seconds)
-                sides[side_name].add(prompt, want, draft, counts, out, rounds)
+                counts = (tokens, len(rounds), sum(r.accepted for r in rounds), sum(r.drafted for r in rounds), seconds)
+                sides[side_name].add(prompt, want, draft, counts, out, rounds if kind == "dspark" else None)
                 if kind == "dflash":
                     compare_rounds(ours, rounds, draft, prompt, tr)
                     stock_accepted = [r.accepted for r in rounds]
@@ -394,6 +411,8 @@ def run_pair(
             if log is not None:
                 log(f"{name} {prompt!r}: kept a round, local-eagle {res.spec_stats.trace_accepted}, llama.cpp "
                     f"{stock_accepted}")  # fmt: skip
+    for side, accepted in ((sides[names[1]], tr.ours_accepted), (sides[names[2]], tr.stock_accepted)):
+        side.full_rounds, side.full_accepted = tr.rounds_compared, accepted
     base_tps = sides[names[0]].tokens_per_second
     return {
         "pair": name,
@@ -427,7 +446,8 @@ def run_comparison(pairs: dict[str, dict[str, Path]], spec_simple: Path, complet
 def table(report: dict) -> str:
     """One Markdown table over the pairs: tokens per target call, acceptance, identical output, tok/s and the ratio
     to local-eagle's target alone; then each pair's round-by-round check."""
-    lines = ["| pair | side | tokens | target calls | tokens per target call | same, full rounds | drafts accepted "
+    lines = ["| pair | side | tokens | target calls | tokens per target call | same, common full rounds "
+             "| drafts accepted "
              "| output = target alone | tok/s | x target alone |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |"]  # fmt: skip
     notes = []
