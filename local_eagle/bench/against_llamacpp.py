@@ -46,9 +46,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from local_eagle.bench.mtp_stock import _stock, parse_completion
+from local_eagle.bench.mtp_stock import parse_completion
 from local_eagle.errors import LocalEagleError
 
+# "tiny": the tests' shapes (a target call costs little more than the loop's own overhead); "mid": a target of 8
+# blocks of 1024 (372 MB f32) and drafters of 2 blocks of that width, where a call's compute dominates
+SIZES = ("tiny", "mid")
 PROMPTS = ["hello ", "The quick brown fox", "def add(a, b):", "1, 2, 3, 4,", "once upon a time "]
 PAIRS = ("random", "agree-x", "agree-xy")
 BLOCK_SIZE = 5  # the tiny drafters' trained block: 4 drafts (DFlash), 5 (DSpark, anchor-first)
@@ -292,33 +295,47 @@ def aligned_prompt(model, text: str, first: int) -> bytes | None:
     return data
 
 
-def write_pairs(workdir: Path, names: list[str], dspark: bool) -> dict[str, dict[str, Path]]:
+def _specs(size: str):
+    """``(target spec, DFlash spec, DSpark spec)`` of a size."""
+    from local_eagle.testing.tiny import TinyTargetSpec
+    from local_eagle.testing.tiny_dflash import TinyDFlashSpec, TinyDSparkSpec
+
+    if size == "tiny":
+        return TinyTargetSpec(), TinyDFlashSpec(block_size=BLOCK_SIZE), TinyDSparkSpec(block_size=BLOCK_SIZE)
+    if size != "mid":
+        raise LocalEagleError(f"unknown size {size!r}: one of {', '.join(SIZES)}")
+    wide = {"n_embd": 1024, "n_head": 8, "n_head_kv": 4, "n_ff": 2816}
+    return (TinyTargetSpec(n_layer=8, **wide), TinyDFlashSpec(block_size=BLOCK_SIZE, **wide),
+            TinyDSparkSpec(block_size=BLOCK_SIZE, **wide))  # fmt: skip
+
+
+def write_pairs(workdir: Path, names: list[str], dspark: bool, size: str = "tiny") -> dict[str, dict[str, Path]]:
     """The tiny generated pairs: ``{name: {"target", "dflash"[, "dspark"]}}``, written once into ``workdir``."""
     from converters.dflash_gguf import convert_dflash
-    from local_eagle.testing.tiny import TinyTargetSpec, write_tiny_target
+    from local_eagle.testing.tiny import write_tiny_target
     from local_eagle.testing.tiny_agree import write_agree_pair
-    from local_eagle.testing.tiny_dflash import TinyDFlashSpec, TinyDSparkSpec, write_dflash_checkpoint
+    from local_eagle.testing.tiny_dflash import write_dflash_checkpoint
 
+    target_spec, dflash_spec, dspark_spec = _specs(size)
     workdir.mkdir(parents=True, exist_ok=True)
     out: dict[str, dict[str, Path]] = {}
     for name in names:
         d = workdir / name
         if name == "random":
             d.mkdir(parents=True, exist_ok=True)
-            target = write_tiny_target(d / "target.gguf", TinyTargetSpec())
+            target = write_tiny_target(d / "target.gguf", target_spec)
             files = {"target": target}
-            for kind, spec in (("dflash", TinyDFlashSpec(block_size=BLOCK_SIZE)),
-                               ("dspark", TinyDSparkSpec(block_size=BLOCK_SIZE))):  # fmt: skip
+            for kind, spec in (("dflash", dflash_spec), ("dspark", dspark_spec)):
                 if kind == "dspark" and not dspark:
                     continue
                 ckpt = write_dflash_checkpoint(d / f"{kind}-ckpt", spec, seed=3)
                 files[kind] = convert_dflash(ckpt, target, d / f"{kind}.gguf", outtype="f32").outfile
         elif name.startswith("agree-"):
             cycle = name.split("-", 1)[1]
-            target, drafter = write_agree_pair(d, cycle, TinyDFlashSpec(block_size=BLOCK_SIZE))
+            target, drafter = write_agree_pair(d, cycle, dflash_spec, target_spec=target_spec)
             files = {"target": target, "dflash": drafter}
             if dspark:
-                files["dspark"] = write_agree_pair(d / "dspark", cycle, TinyDSparkSpec(block_size=BLOCK_SIZE))[1]
+                files["dspark"] = write_agree_pair(d / "dspark", cycle, dspark_spec, target_spec=target_spec)[1]
         else:
             raise LocalEagleError(f"unknown pair {name!r}: one of {', '.join(PAIRS)}")
         out[name] = files
@@ -405,7 +422,7 @@ def run_pair(
                 from local_eagle.bench.mtp_stock import stock_command
 
                 cmd = stock_command(completion, target, prompt, max_tokens, threads, n_ctx, None)
-                run, again = _stock(cmd, parse_completion, prompt, 300)
+                run, again = _run(cmd, lambda o, e, p=prompt: parse_completion(o, e, p))  # bytes: not UTF-8
                 retries += again
                 sides[names[-1]].add(prompt, want, draft, (run.tokens, run.target_calls, 0, 0, run.seconds), None)
             if log is not None:
@@ -478,6 +495,7 @@ def main(argv: list[str] | None = None) -> None:  # pragma: no cover - a thin wr
     ap.add_argument("--drafter", type=Path, help="a DFlash drafter GGUF for --target")
     ap.add_argument("--dspark", action="store_true", help="also run llama.cpp's draft-dspark on DSpark drafters")
     ap.add_argument("--dspark-drafter", type=Path, help="a DSpark drafter GGUF for --target")
+    ap.add_argument("--size", choices=SIZES, default="tiny", help="the generated pairs' width (see SIZES)")
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/against-llamacpp"))
     ap.add_argument("--draft", type=int, default=BLOCK_SIZE - 1)
     ap.add_argument("--max-tokens", type=int, default=64)
@@ -493,10 +511,11 @@ def main(argv: list[str] | None = None) -> None:  # pragma: no cover - a thin wr
             files["dspark"] = a.dspark_drafter
         pairs = {a.target.stem: files}
     else:
-        pairs = write_pairs(a.workdir, [p for p in a.pairs.split(",") if p], a.dspark)
+        pairs = write_pairs(a.workdir / a.size, [p for p in a.pairs.split(",") if p], a.dspark, a.size)
     t0 = time.perf_counter()
     report = run_comparison(pairs, a.spec_simple, a.completion, PROMPTS, a.max_tokens, a.draft, a.threads, a.n_ctx,
                             log=lambda s: print(s, flush=True))  # fmt: skip
+    report["size"] = a.size if a.target is None else None
     report["wall_seconds"] = round(time.perf_counter() - t0, 1)
     print(json.dumps(report, indent=1))
     print(table(report))

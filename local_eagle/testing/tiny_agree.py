@@ -55,12 +55,12 @@ def readout_norm(cycle: str, n_embd: int = SPEC.n_embd) -> np.ndarray:
     return w
 
 
-def agree_target_tensors(cycle: str = "x", seed: int = 0) -> dict[str, np.ndarray]:
+def agree_target_tensors(cycle: str = "x", seed: int = 0, spec: TinyTargetSpec = SPEC) -> dict[str, np.ndarray]:
     """The target's tensors that make it follow ``cycle`` (the rest stays ``write_tiny_target``'s random)."""
     toks = cycle_tokens(cycle)
     rng = np.random.default_rng(seed + 100)
     mat, _ = random_f32(rng)
-    h = SPEC.n_embd
+    h = spec.n_embd
     ch = reserved(cycle)
     embd = (rng.standard_normal((N_VOCAB, h)) * 0.5).astype(np.float32)
     embd[:, ch] = 0.0
@@ -74,17 +74,19 @@ def agree_target_tensors(cycle: str = "x", seed: int = 0) -> dict[str, np.ndarra
         nxt = toks[(j + 1) % len(toks)]
         head[toks[0], 1 + j] -= 2.0  # after cycle[j], cycle[0] drops to -1 ...
         head[nxt, 1 + j] += 3.0  # ... and cycle[j + 1] rises to +2 (cycle[0] itself to 2 when it is next)
-    out = {"token_embd.weight": embd, "output.weight": head, "output_norm.weight": readout_norm(cycle)}
-    for i in range(SPEC.n_layer):
-        wo, down = mat(h, SPEC.n_head * (h // SPEC.n_head)), mat(h, SPEC.n_ff)
+    out = {"token_embd.weight": embd, "output.weight": head, "output_norm.weight": readout_norm(cycle, h)}
+    for i in range(spec.n_layer):
+        wo, down = mat(h, spec.n_head * (h // spec.n_head)), mat(h, spec.n_ff)
         wo[ch], down[ch] = 0.0, 0.0
         out[f"blk.{i}.attn_output.weight"], out[f"blk.{i}.ffn_down.weight"] = wo, down
     return out
 
 
-def write_agree_target(path: str | os.PathLike[str], cycle: str = "x", seed: int = 0) -> Path:
-    """The tiny llama target (``TinyTargetSpec``) that writes ``cycle`` over and over after any prompt."""
-    return write_tiny_target(path, SPEC, seed=seed, overrides=agree_target_tensors(cycle, seed))
+def write_agree_target(path: str | os.PathLike[str], cycle: str = "x", seed: int = 0,
+                       spec: TinyTargetSpec = SPEC) -> Path:  # fmt: skip
+    """The tiny llama target (``TinyTargetSpec``, or a wider ``spec``) that writes ``cycle`` over and over after any
+    prompt."""
+    return write_tiny_target(path, spec, seed=seed, overrides=agree_target_tensors(cycle, seed, spec))
 
 
 def agree_drafter_state_dict(spec: TinyDFlashSpec, cycle: str = "x", seed: int = 0) -> dict[str, np.ndarray]:
@@ -115,9 +117,11 @@ def write_agree_pair(
     spec: TinyDFlashSpec | None = None,
     seed: int = 0,
     outtype: str = "f32",
+    target_spec: TinyTargetSpec = SPEC,
 ) -> tuple[Path, Path]:
     """``(target.gguf, drafter.gguf)`` in ``directory``: the agreeing target and its DFlash drafter, converted by
-    local-eagle's converter (``converters.dflash_gguf``), as a published checkpoint would be."""
+    local-eagle's converter (``converters.dflash_gguf``), as a published checkpoint would be (``spec.n_embd`` must be
+    ``target_spec.n_embd``)."""
     from converters.dflash_gguf import convert_dflash
     from local_eagle.testing.tiny_dflash import write_dflash_checkpoint
 
@@ -126,7 +130,7 @@ def write_agree_pair(
         spec = replace(spec, mask_token_id=N_VOCAB - 1)
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
-    target = write_agree_target(d / f"agree-{cycle}-target.gguf", cycle, seed)
+    target = write_agree_target(d / f"agree-{cycle}-target.gguf", cycle, seed, target_spec)
     ckpt = write_dflash_checkpoint(
         d / f"agree-{cycle}-ckpt", spec, state_dict=agree_drafter_state_dict(spec, cycle, seed)
     )
