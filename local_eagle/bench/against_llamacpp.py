@@ -475,7 +475,7 @@ def table(report: dict) -> str:
             full = f"{s['tokens_per_call_full_rounds']:.3f}" if s["full_rounds"] else "-"
             acc = f"{s['accepted_share']:.1%}" if s["drafted"] else "-"
             lines.append(f"| {p['pair']} | {s['name']} | {s['tokens']} | {s['target_calls']} | "
-                         f"{s['tokens_per_call']:.3f} | {full} | {acc} | {same} | {s['tokens_per_second']:.0f} | "
+                         f"{s['tokens_per_call']:.3f} | {full} | {acc} | {same} | {s['tokens_per_second']:.1f} | "
                          f"{s['speed_ratio']:.2f} |")  # fmt: skip
         t = p["transcription"]
         notes.append(f"- {p['pair']}: {t['rounds_identical']}/{t['rounds_compared']} full rounds identical "

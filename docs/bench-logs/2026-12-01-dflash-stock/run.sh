@@ -8,3 +8,7 @@ D=$(dirname "$0")
   nice -n 10 python -m local_eagle.bench.against_llamacpp --spec-simple "$B/llama-speculative-simple" \
     --completion "$B/llama-completion" --dspark --max-tokens 64 --draft 4 --threads 1 --json "$D/tiny.json"
 } > "$D/tiny.txt" 2>&1
+{
+  nice -n 10 python -m local_eagle.bench.against_llamacpp --spec-simple "$B/llama-speculative-simple" \
+    --completion "$B/llama-completion" --dspark --size mid --max-tokens 64 --draft 4 --threads 1 --json "$D/mid.json"
+} > "$D/mid.txt" 2>&1
