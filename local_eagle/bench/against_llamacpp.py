@@ -30,8 +30,9 @@ mask rows, where llama.cpp decodes ``n_max`` rows and truncates; non-causal atte
 block's length, so those rounds' drafts may differ and are listed apart.
 
 Speed: each side's decode tok/s (prompt processing left out: the engine's ``decode_seconds``, the stock's
-``decoded ... in`` timer) and its ratio to local-eagle's target alone measured in the same run. Tiny generated
-models: a target call costs little more than the loop's own overhead, so the ratios say little about a real model.
+``decoded ... in`` timer) and its ratio to local-eagle's target alone measured in the same run. With ``--size tiny``
+a target call costs little more than each loop's own overhead; ``--size mid`` widens the generated models until a
+call's compute dominates. Generated models either way: the ratios say little about a real model and drafter.
 """
 
 from __future__ import annotations

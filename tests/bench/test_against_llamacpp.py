@@ -81,11 +81,12 @@ BIN = os.environ.get("LOCAL_EAGLE_LLAMACPP_BIN")
 def test_same_drafts_and_tokens_per_call_as_draft_dflash(tmp_path: Path, pair: str) -> None:
     from local_eagle.bench.against_llamacpp import run_pair, write_pairs
 
-    files = write_pairs(tmp_path, [pair], dspark=False)[pair]
+    files = write_pairs(tmp_path, [pair], dspark=True)[pair]
     report = run_pair(pair, files, Path(BIN), None, ["hello ", "1, 2, 3, 4,"], max_tokens=24, draft=4)
-    alone, ours, stock = report["sides"]
+    alone, ours, stock, dspark = report["sides"]
     assert not report["skipped_prompts"]
     assert not alone["mismatches"] and not ours["mismatches"] and not stock["mismatches"]  # the same tokens
+    assert not dspark["mismatches"] and dspark["target_calls"] > 0  # llama.cpp drafts with our DSpark GGUF too
     tr = report["transcription"]
     assert tr["rounds_compared"] > 0 and tr["rounds_identical"] == tr["rounds_compared"], tr["differences"]
     assert ours["full_rounds"] == stock["full_rounds"] and ours["full_accepted"] == stock["full_accepted"]
