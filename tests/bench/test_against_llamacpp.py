@@ -72,6 +72,33 @@ def test_command_is_greedy_and_fixed_length() -> None:
     assert "-lv" not in cmd and "-lv" in stock_dflash_command("bin", Path("t"), Path("d"), b"x", 1, 1, verbose=True)
 
 
+def test_engine_rounds_rebuild_the_engine_output(tmp_path: Path) -> None:
+    """The engine's side needs no binary: its recorded blocks and its trace give rounds that chain from anchor to
+    anchor and commit exactly its output; the prompts align (the prompt and the first token tokenize back)."""
+    from local_eagle.bench.against_llamacpp import (
+        aligned_prompt,
+        engine_rounds,
+        record_blocks,
+        stop_recording,
+        write_pairs,
+    )
+    from local_eagle.runtime.engine import Engine, EngineOptions
+
+    files = write_pairs(tmp_path, ["agree-xy"], dspark=False)["agree-xy"]
+    with Engine(files["target"], files["dflash"], EngineOptions(n_ctx=256, n_threads=1, n_gpu_layers=0)) as engine:
+        blocks = record_blocks(engine)
+        res = engine.generate("hello ", max_tokens=17, draft_max=4, adaptive=False)
+        stop_recording(engine)
+        assert "propose" not in vars(engine.drafter)
+        n_prompt = len(engine.tokenize("hello "))
+        rounds = engine_rounds(blocks, res, n_prompt)
+        assert aligned_prompt(engine.model, "hello ", res.tokens[0]) == b"hello x"
+    assert rounds[0].pos == n_prompt and rounds[0].anchor == res.tokens[0]
+    assert [t for r in rounds for t in r.tokens] == res.tokens[1:]
+    assert [r.accepted for r in rounds] == res.spec_stats.trace_accepted and max(r.accepted for r in rounds) == 1
+    assert all(r.rows == [3 + ord("x")] * r.drafted for r in rounds)  # the agreeing drafter's every row is x
+
+
 BIN = os.environ.get("LOCAL_EAGLE_LLAMACPP_BIN")
 
 
