@@ -1,0 +1,123 @@
+"""local-eagle's DFlash drafting against llama.cpp's ``draft-dflash`` (``bench.against_llamacpp``).
+
+The parsing runs everywhere, on a captured sample of ``llama-speculative-simple -lv 5``'s log; the comparison itself
+needs the binary built from the pinned llama.cpp: set ``LOCAL_EAGLE_LLAMACPP_BIN`` to ``llama-speculative-simple``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from local_eagle.bench.against_llamacpp import (
+    Round,
+    Transcription,
+    _verbose_parser,
+    compare_rounds,
+    parse_decoded,
+    parse_stock_rounds,
+    stock_dflash_command,
+)
+from local_eagle.errors import LocalEagleError
+
+SAMPLE = Path(__file__).with_name("data") / "speculative-simple-dflash-lv5.txt"
+
+
+def test_rounds_rebuilt_from_the_debug_log() -> None:
+    """The sample: ``-p "hello x" -n 8 --spec-draft-n-max 4 -lv 5`` on the ``agree-xy`` pair (model loading cut):
+    the prompt is 9 tokens (BOS, the space prefix, h e l l o, space, x = 123); every draft is x (123), the target
+    alternates y (124) and x."""
+    log = SAMPLE.read_text()
+    rounds = parse_stock_rounds(log, n_prompt=9, first_anchor=123)
+    assert rounds[0].pos == 8 and rounds[0].anchor == 123
+    assert [r.accepted for r in rounds] == [0, 1, 1, 1, 1]
+    # the draft is cut to what -n leaves (8 - 5 - 1 = 2), but not where nothing is left: its last round drafts 4
+    assert [r.drafted for r in rounds] == [4, 4, 4, 2, 4]
+    assert all(r.rows == [123] * 4 for r in rounds)  # the whole block is logged, the verified drafts are its first
+    assert [t for r in rounds for t in r.tokens] == [124, 123] * 4 + [124]
+    assert log.rstrip().endswith("hello x" + "yx" * 4 + "y")  # what the tool printed
+    for a, b in zip(rounds, rounds[1:], strict=False):  # each round starts where the last one's tokens end
+        assert b.pos == a.pos + a.accepted + 1 and b.anchor == a.last
+    assert all(len(r.rows) >= r.drafted for r in rounds)
+
+
+def test_verbose_parser_checks_the_rounds_against_the_tokens_decoded() -> None:
+    log = SAMPLE.read_text()
+    assert parse_decoded("", log)[0] == 9 == sum(r.accepted + 1 for r in _verbose_parser(9, 123)("", log))
+    lost = log.replace("accepted 1/4", "lost", 1)  # a round's line lost: refused (the run is repeated), not counted
+    with pytest.raises(LocalEagleError, match="do not add up"):
+        _verbose_parser(9, 123)("", lost)
+    with pytest.raises(LocalEagleError, match="decoded"):  # the log thread did not drain before exit
+        parse_decoded("", log[: log.index(" I decoded")])
+
+
+def test_round_tokens_and_comparison() -> None:
+    a = Round(pos=10, anchor=5, rows=[7, 8, 9, 1], drafted=4, accepted=2, last=4)
+    assert a.tokens == [7, 8, 4]
+    tr = Transcription()
+    compare_rounds([a, Round(13, 4, [], 0, 0, 6)], [a, Round(13, 4, [1, 2, 3, 4], 4, 0, 6)], 4, "p", tr)
+    assert (tr.rounds_compared, tr.rounds_identical, tr.end_rounds, tr.end_rounds_identical) == (1, 1, 1, 1)
+    compare_rounds([a], [Round(10, 5, [7, 8, 9, 2], 4, 2, 4)], 4, "p", tr)
+    assert tr.rounds_identical == 1 and tr.differences
+
+
+def test_command_is_greedy_and_fixed_length() -> None:
+    cmd = stock_dflash_command("bin", Path("t.gguf"), Path("d.gguf"), b"hi\xe5", 32, 4)
+    assert cmd[cmd.index("-p") + 1] == b"hi\xe5" and cmd[cmd.index("--spec-type") + 1] == "draft-dflash"
+    for flag, value in (("--temp", "0"), ("--top-k", "1"), ("--spec-draft-n-max", "4"), ("--spec-draft-p-min", "0"),
+                        ("-t", "1"), ("-td", "1")):  # fmt: skip
+        assert cmd[cmd.index(flag) + 1] == value
+    assert "-lv" not in cmd and "-lv" in stock_dflash_command("bin", Path("t"), Path("d"), b"x", 1, 1, verbose=True)
+
+
+def test_engine_rounds_rebuild_the_engine_output(tmp_path: Path) -> None:
+    """The engine's side needs no binary: its recorded blocks and its trace give rounds that chain from anchor to
+    anchor and commit exactly its output; the prompts align (the prompt and the first token tokenize back)."""
+    from local_eagle.bench.against_llamacpp import (
+        aligned_prompt,
+        engine_rounds,
+        record_blocks,
+        stop_recording,
+        write_pairs,
+    )
+    from local_eagle.runtime.engine import Engine, EngineOptions
+
+    files = write_pairs(tmp_path, ["agree-xy"], dspark=False)["agree-xy"]
+    with Engine(files["target"], files["dflash"], EngineOptions(n_ctx=256, n_threads=1, n_gpu_layers=0)) as engine:
+        blocks = record_blocks(engine)
+        res = engine.generate("hello ", max_tokens=17, draft_max=4, adaptive=False)
+        stop_recording(engine)
+        assert "propose" not in vars(engine.drafter)
+        n_prompt = len(engine.tokenize("hello "))
+        rounds = engine_rounds(blocks, res, n_prompt)
+        assert aligned_prompt(engine.model, "hello ", res.tokens[0]) == b"hello x"
+    assert rounds[0].pos == n_prompt and rounds[0].anchor == res.tokens[0]
+    assert [t for r in rounds for t in r.tokens] == res.tokens[1:]
+    assert [r.accepted for r in rounds] == res.spec_stats.trace_accepted and max(r.accepted for r in rounds) == 1
+    assert all(r.rows == [3 + ord("x")] * r.drafted for r in rounds)  # the agreeing drafter's every row is x
+
+
+BIN = os.environ.get("LOCAL_EAGLE_LLAMACPP_BIN")
+
+
+@pytest.mark.llamacpp_bin
+@pytest.mark.skipif(not BIN, reason="set LOCAL_EAGLE_LLAMACPP_BIN to llama.cpp's llama-speculative-simple")
+@pytest.mark.parametrize("pair", ["random", "agree-x", "agree-xy"])
+def test_same_drafts_and_tokens_per_call_as_draft_dflash(tmp_path: Path, pair: str) -> None:
+    from local_eagle.bench.against_llamacpp import run_pair, write_pairs
+
+    files = write_pairs(tmp_path, [pair], dspark=True)[pair]
+    report = run_pair(pair, files, Path(BIN), None, ["hello ", "1, 2, 3, 4,"], max_tokens=24, draft=4)
+    alone, ours, stock, dspark = report["sides"]
+    assert not report["skipped_prompts"]
+    assert not alone["mismatches"] and not ours["mismatches"] and not stock["mismatches"]  # the same tokens
+    assert not dspark["mismatches"] and dspark["target_calls"] > 0  # llama.cpp drafts with our DSpark GGUF too
+    tr = report["transcription"]
+    assert tr["rounds_compared"] > 0 and tr["rounds_identical"] == tr["rounds_compared"], tr["differences"]
+    assert ours["full_rounds"] == stock["full_rounds"] and ours["full_accepted"] == stock["full_accepted"]
+    if pair == "agree-x":
+        assert ours["tokens_per_call_full_rounds"] == stock["tokens_per_call_full_rounds"] == 5.0
+    elif pair == "agree-xy":
+        assert 1.0 < stock["tokens_per_call_full_rounds"] < 5.0
