@@ -25,9 +25,9 @@ compared with the engine's (after the first, which llama.cpp was given).
 both shorten the draft to what is left the same way, except where nothing is left: speculative-simple truncates a
 draft only when ``n_max > 0`` (``common_speculative_draft``), so its last round verifies a full block and runs past
 ``-n``, where the engine's last round drafts none. Tokens per target call is reported over the rounds both ran in
-full (``k`` drafts each) and, as each ran, over all its rounds. The engine also decodes a shortened block with fewer
-mask rows, where llama.cpp decodes ``n_max`` rows and truncates; non-causal attention makes the rows depend on the
-block's length, so those rounds' drafts may differ and are listed apart.
+full (``k`` drafts each) and, as each ran, over all its rounds. Both decode ``n_max`` mask rows in a shortened
+round and cut the draft (non-causal attention makes the rows depend on the block's length), so an end round's
+block rows are compared whole too; the end rounds are listed apart.
 
 Speed: each side's decode tok/s (prompt processing left out: the engine's ``decode_seconds``, the stock's
 ``decoded ... in`` timer) and its ratio to local-eagle's target alone measured in the same run. With ``--size tiny``
@@ -279,7 +279,7 @@ def compare_rounds(ours: list[Round], stock: list[Round], k: int, what: str, tr:
                 tr.differences.append(f"{what} round {i}: local-eagle {a.key()} llama.cpp {b.key()}")
         else:
             tr.end_rounds += 1
-            n = min(a.drafted, b.drafted)
+            n = min(len(a.rows), len(b.rows))  # a round that drafted none proposed no block
             if (a.pos, a.anchor, a.rows[:n], a.tokens[:1]) == (b.pos, b.anchor, b.rows[:n], b.tokens[:1]):
                 tr.end_rounds_identical += 1
             else:

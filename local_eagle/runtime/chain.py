@@ -196,13 +196,19 @@ def draft_block(chain: ChainDraft) -> tuple[int, float]:
     """A block drafter's chain (``runtime.dflash``): the queued rows' features injected, then one pass proposes the
     whole block, whose rows the chain takes in order as it would take a step's (the policy, ``draft_p_min``, the
     grammar and sampling cut it where they would cut a chain). One drafter call: the catch-up's. Returns its rows
-    and seconds."""
+    and seconds.
+
+    A fixed draft's block has the request's ``draft_max`` masks whatever this round's bound, as draft-dflash
+    decodes ``n_max`` of them and cuts the draft: its rows attend both ways, so a shorter block drafts other tokens
+    (the end of a generation differed from llama.cpp's). Only the context's room shortens it. The cost policy's
+    rounds (which llama.cpp has not) decode the length it chose, which it priced."""
     gen, observed = chain.gen, chain.observed
     drafter = gen.drafter
     started = clock()
     _, features, positions = gen.feed.take_rows()
     drafter.push(positions, features, gen.seq)
-    block = drafter.propose(chain.last_token, gen.n_past, gen.seq, n_draft=chain.bound)
+    n_draft = chain.bound if gen.adaptive else max(chain.bound, min(gen.draft_max, gen.engine.n_ctx - gen.n_past - 1))
+    block = drafter.propose(chain.last_token, gen.n_past, gen.seq, n_draft=n_draft)
     observed.catch_up_rows = len(positions)
     for row in block.logits:
         chain.take(row, None)

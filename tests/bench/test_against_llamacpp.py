@@ -96,7 +96,7 @@ def test_engine_rounds_rebuild_the_engine_output(tmp_path: Path) -> None:
     assert rounds[0].pos == n_prompt and rounds[0].anchor == res.tokens[0]
     assert [t for r in rounds for t in r.tokens] == res.tokens[1:]
     assert [r.accepted for r in rounds] == res.spec_stats.trace_accepted and max(r.accepted for r in rounds) == 1
-    assert all(r.rows == [3 + ord("x")] * r.drafted for r in rounds)  # the agreeing drafter's every row is x
+    assert all(r.rows == [3 + ord("x")] * 4 for r in rounds if r.drafted)  # every row x, a shortened round's too
 
 
 BIN = os.environ.get("LOCAL_EAGLE_LLAMACPP_BIN")
@@ -116,6 +116,7 @@ def test_same_drafts_and_tokens_per_call_as_draft_dflash(tmp_path: Path, pair: s
     assert not dspark["mismatches"] and dspark["target_calls"] > 0  # llama.cpp drafts with our DSpark GGUF too
     tr = report["transcription"]
     assert tr["rounds_compared"] > 0 and tr["rounds_identical"] == tr["rounds_compared"], tr["differences"]
+    assert tr["end_rounds_identical"] == tr["end_rounds"], tr["end_differences"]  # shortened blocks alike too
     assert ours["full_rounds"] == stock["full_rounds"] and ours["full_accepted"] == stock["full_accepted"]
     if pair == "agree-x":
         assert ours["tokens_per_call_full_rounds"] == stock["tokens_per_call_full_rounds"] == 5.0
