@@ -27,8 +27,27 @@ llama.cpp drafts greedily. For lossless sampling a round needs the distribution 
 on another row's draw), drafts drawn from them independently (:meth:`Block.sample`) may be checked by ordinary
 rejection sampling, position by position.
 
-DSpark (a Markov head, ``markov_w1``) and DFlash2 (a selector, ``dflash.selector_top_k`` > 0) draft differently
-and are refused here, as the converter refuses their checkpoints.
+**DSpark** (``draft-dspark``, picked by llama.cpp when the drafter has a Markov head, ``markov_w1``) is the same
+pass with a Markov head in the graph (``src/models/dflash.cpp``, ``build_dspark_markov_head``): block row i's
+logits get a bias ``markov_w2 . markov_w1[prev]``, ``prev`` the anchor for the first drafted row and the previous
+row's argmax after it, chained inside the graph, so the logits llama.cpp hands back are already biased. With
+``sample_from_anchor`` (the default) the block is anchor-first: ``[id_last, <mask> x (n_max - 1)]``, ``n_max``
+rows, the drafts read from rows 0..n_max-1 and ``n_max`` clamped to ``block_size``; without it the block is
+DFlash's (``[id_last, <mask> x n_max]``, rows 1.., the anchor row unbiased, ``n_max <= block_size - 1``).
+:attr:`Block.logits` row i predicts the token at ``n_past + 1 + i`` either way. A reduced draft vocabulary
+(``d2t``) needs nothing more: the graph scatters both the draft logits and the Markov bias to the target's rows
+(-inf off the draft vocabulary), so the logits cover the target's vocabulary as DFlash's do. draft-dspark cuts a
+draft at ``p_min`` by its **confidence head** (``llama_get_embeddings_nextn``), not by the rows' probabilities:
+that read is not bound here, so ``draft_p_min > 0`` with a DSpark drafter is refused at stream time
+(``check_block_p_min``).
+
+Lossless sampling with DSpark: the in-graph chain conditions row i on row i-1's *greedy* token, whatever was drawn
+there, so every row's distribution is still fixed by the one pass; drawing each row's draft independently from
+its own row (:meth:`Block.sample`) is a valid proposal, and rejection sampling needs only the q each draft was
+drawn from, which is that row. (The drafts are just less likely to be accepted off the greedy path.)
+
+DFlash2 (a selector, ``dflash.selector_top_k`` > 0) drafts from a lattice, not logits, and is refused here, as
+the converter refuses its checkpoints.
 """
 
 from __future__ import annotations
@@ -66,17 +85,24 @@ class BlockSpec:
     block_size: int  # the trained block: the anchor and block_size - 1 masks
     mask_token: int
     causal: bool  # dflash.attention.causal: attention inside the block (false for DFlash)
-    sample_from_anchor: bool  # dflash.sample_from_anchor: DSpark's layout; DFlash reads rows 1.. either way
+    sample_from_anchor: bool  # dflash.sample_from_anchor: DSpark's layout (anchor-first); DFlash reads rows 1..
     target_layers: tuple[int, ...]  # layer ids whose inputs the target must capture (LayerCapture's ids)
     target_hidden_size: int
     n_embd: int
     n_vocab: int
     draft_ids: np.ndarray | None = None  # the drafter's logits cover the whole target vocabulary (d2t is scattered)
+    dspark: bool = False  # a Markov head (markov_w1): llama.cpp drafts it with draft-dspark
+
+    @property
+    def anchor_first(self) -> bool:
+        """DSpark's anchor-first layout: the anchor's own row is the first draft (``sample_from_anchor``)."""
+        return self.dspark and self.sample_from_anchor
 
     @property
     def n_draft_max(self) -> int:
-        """Drafts one block can give: in-place denoising of ``[last, <mask> x (block_size - 1)]``."""
-        return self.block_size - 1
+        """Drafts one block can give: in-place denoising of ``[last, <mask> x (block_size - 1)]``, or, anchor-first
+        DSpark, the whole block (draft-dspark's ``n_draft_max``)."""
+        return self.block_size if self.anchor_first else self.block_size - 1
 
     @property
     def width(self) -> int:
@@ -111,16 +137,16 @@ def is_block_drafter(path: str | os.PathLike[str]) -> bool:
 
 
 def open_block_header(path: str | os.PathLike[str]) -> GGUFHeader:
-    """The drafter's header, refused before llama.cpp loads it unless it is a DFlash drafter: the architecture, and
-    neither DSpark's Markov head (llama.cpp picks draft-dspark by ``markov_w1``) nor DFlash2's selector."""
+    """The drafter's header, refused before llama.cpp loads it unless it is a DFlash or DSpark drafter: the
+    architecture, and no DFlash2 selector (DSpark's Markov head, ``markov_w1``, is drafted as draft-dspark)."""
     header = open_gguf(path, "DFlash drafter GGUF")
     arch = field_value(header, Keys.General.ARCHITECTURE)
     if arch != ARCH:
         raise LocalEagleError(f"{path}: not a DFlash drafter (architecture '{arch}', not '{ARCH}')")
-    if header.tensor("markov_w1.weight") is not None:
-        raise LocalEagleError(f"{path}: a DSpark drafter (Markov head): local-eagle drafts DFlash blocks only")
     if int(field_value(header, KEY_DFLASH_SELECTOR_TOP_K, 0) or 0) > 0:
-        raise LocalEagleError(f"{path}: a DFlash2 drafter (candidate selector): local-eagle drafts DFlash blocks only")
+        raise LocalEagleError(
+            f"{path}: a DFlash2 drafter (candidate selector): local-eagle drafts DFlash and DSpark blocks only"
+        )
     return header
 
 
@@ -143,6 +169,7 @@ def read_block_spec(model: Model, header: GGUFHeader) -> BlockSpec:
         target_hidden_size=int(field_value(header, KEY_DFLASH_TARGET_HIDDEN, model.n_embd)),
         n_embd=model.n_embd,
         n_vocab=model.n_vocab,
+        dspark=header.tensor("markov_w1.weight") is not None,
     )
     if spec.block_size < 2:
         raise LocalEagleError(f"{path}: {KEY_DFLASH_BLOCK_SIZE} {spec.block_size} leaves no room for a draft")
@@ -159,6 +186,15 @@ def check_block_pair(spec: BlockSpec, target: Model, path: str | os.PathLike[str
     if spec.n_vocab != target.n_vocab:
         raise LocalEagleError(f"{path}: vocabulary of {spec.n_vocab}, {target.path.name} has {target.n_vocab}")
     check_block_layers(spec.target_layers, target, path)
+
+
+def check_block_p_min(spec: BlockSpec, p_min: float) -> None:
+    """draft-dspark cuts a draft below ``p_min`` by the DSpark confidence head (``llama_get_embeddings_nextn``), a
+    read local-eagle does not make: refused rather than cut by another rule."""
+    if spec.dspark and p_min > 0.0:
+        raise LocalEagleError(
+            f"draft_p_min {p_min} with a DSpark drafter: its cut is the confidence head, not read here; use 0"
+        )
 
 
 def check_block_layers(layers: list[int] | tuple[int, ...], target: Model, path: str | os.PathLike[str]) -> None:
@@ -295,7 +331,9 @@ class BlockDrafter:
 
     def propose(self, last_token: int, n_past: int, seq: int = 0, n_draft: int | None = None) -> Block:
         """One pass over ``[last_token, <mask> x n_draft]`` at ``n_past ...`` (``n_draft`` clamped to
-        ``block_size - 1``, its default); the block's cells are removed again before this returns.
+        ``spec.n_draft_max``, its default), rows 1..n_draft read; anchor-first DSpark: over ``[last_token, <mask> x
+        (n_draft - 1)]``, rows 0..n_draft-1 read (draft-dspark's ``n_block_tokens``, ``i_draft_beg``). The block's
+        cells are removed again before this returns.
 
         ``n_past`` is the anchor's position: the cache should hold ``seq``'s committed rows below it and none at or
         above it (a stale cell there would be attended by the block).
@@ -305,13 +343,14 @@ class BlockDrafter:
             raise LocalEagleError(
                 f"DFlash propose at {n_past}: the drafter's cache holds rows up to {self.ctx.pos_max(seq)}"
             )
-        tokens = np.array([int(last_token)] + [self.spec.mask_token] * n)
+        first = 0 if self.spec.anchor_first else 1  # the first row read (i_draft_beg)
+        tokens = np.array([int(last_token)] + [self.spec.mask_token] * (n - 1 + first))
         logits = np.empty((n, self.n_vocab), dtype=np.float32)
         try:
-            # every row an output, as draft-dflash marks them; the anchor's row is not read
-            self.ctx.decode(tokens, np.arange(n_past, n_past + n + 1), True, seq=seq)
+            # every row an output, as draft-dflash marks them; DFlash's anchor row is not read
+            self.ctx.decode(tokens, np.arange(n_past, n_past + len(tokens)), True, seq=seq)
             for i in range(n):
-                logits[i] = self.ctx.logits_view(i + 1, self.n_vocab)
+                logits[i] = self.ctx.logits_view(i + first, self.n_vocab)
         finally:
             self.ctx.remove_from(n_past, seq)
         return Block(anchor=int(last_token), n_past=int(n_past), logits=logits)

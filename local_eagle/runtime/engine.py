@@ -20,7 +20,13 @@ from local_eagle import DEFAULT_CTX
 from local_eagle.errors import LocalEagleError
 from local_eagle.llamacpp.model import Context, ContextOptions, Model
 from local_eagle.runtime.batch import Batcher
-from local_eagle.runtime.dflash import BlockDrafter, block_target_layers, check_block_layers, is_block_drafter
+from local_eagle.runtime.dflash import (
+    BlockDrafter,
+    block_target_layers,
+    check_block_layers,
+    check_block_p_min,
+    is_block_drafter,
+)
 from local_eagle.runtime.drafter import Drafter, check_pair, read_spec
 from local_eagle.runtime.feed import DrafterFeed
 from local_eagle.runtime.policy.defaults import AUTO_DRAFT_MAX
@@ -302,6 +308,8 @@ class Engine:
             raise LocalEagleError(f"max tokens must be at least 1, got {max_tokens}")
         if logprobs is not None and not 0 <= logprobs <= 20:
             raise LocalEagleError(f"top logprobs must be 0..20, got {logprobs}")
+        if isinstance(self.drafter, BlockDrafter):  # DSpark's p_min cut is its confidence head: not read here
+            check_block_p_min(self.drafter.spec, draft_p_min)
         adaptive = self.options.adaptive if adaptive is None else adaptive
         constraint = self.grammar(grammar).matcher() if grammar is not None else None
         plan = plan_draft(self.draft_limits, draft_max, tree, adaptive, constraint is not None)
