@@ -406,7 +406,7 @@ def drafter_check(path: Path) -> Check:
             INFO,
             f"{info.family_name} block drafter ({info.arch}), block of {info.block_size}, {layers}: convert, show "
             "and fit take it; local-eagle does not draft with this family yet",
-            "run with an EAGLE 3 / 3.1 or a DFlash drafter meanwhile",
+            "run with an EAGLE 3 / 3.1, a DFlash or a DSpark drafter meanwhile",
         )
     heads = header.kv.get(KEY_NEXTN_PREDICT_LAYERS.format(arch=info.arch), 0)
     if isinstance(heads, int) and heads > 0:

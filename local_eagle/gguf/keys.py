@@ -56,7 +56,7 @@ TENSOR_DSPARK_MARKOV = "markov_w1.weight"
 FAMILY_NAMES = {"eagle3": "EAGLE 3", "eagle3.1": "EAGLE 3.1", "mtp": "MTP", "dflash": "DFlash", "dflash2": "DFlash2",
                 "dspark": "DSpark"}  # fmt: skip
 BLOCK_FAMILIES = frozenset({"dflash", "dflash2", "dspark"})
-UNDRAFTED_FAMILIES = frozenset({"dflash2", "dspark"})
+UNDRAFTED_FAMILIES = frozenset({"dflash2"})
 """Block families converted, described and priced but not drafted with: their selector and Markov head draft
 as ``draft-dspark`` does, which local-eagle has not transcribed (``runtime.dflash`` refuses them in one line)."""
 """Families that draft a whole block per forward pass (``dflash`` GGUFs); DFlash drafts (``runtime.dflash``), DFlash2
