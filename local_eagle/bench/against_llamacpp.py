@@ -11,7 +11,9 @@ pairs that accept every draft / some drafts), or takes ``--target`` and ``--draf
    (``--temp 0 --top-k 1``, ``p_min`` 0, ``n_min`` 0, one thread), timed, then once more with ``-lv 5`` (untimed: the
    debug log prints each block row's first candidate and each round's ``accepted A/D ... (last)``);
 4. with ``--completion``, the stock ``llama-completion`` alone; with ``--dspark``, ``draft-dspark`` on the pair's
-   DSpark drafter (local-eagle refuses to draft DSpark, so only llama.cpp's side runs).
+   DSpark drafter, and local-eagle's engine drafting with that drafter too (the same ``k``, clamped to what the
+   DSpark block gives: ``block_size`` anchor-first), its rounds compared with draft-dspark's as DFlash's are with
+   draft-dflash's (``transcription_dspark``).
 
 **Same rounds.** speculative-simple decodes the prompt but its last token, then verifies ``[last, drafts]``; the
 engine decodes the whole prompt and samples its first token in the prefill. So llama.cpp is given the prompt plus
@@ -356,23 +358,31 @@ def run_pair(
     log: Callable[[str], None] | None = None,
 ) -> dict:
     """Every side on every prompt of one pair; the totals, the transcription check and the speed ratios."""
+    from contextlib import ExitStack
+
     from local_eagle.runtime.engine import Engine, EngineOptions
     from local_eagle.runtime.sampling import GREEDY
 
     target, drafter = files["target"], files["dflash"]
     names = ["local-eagle target alone", f"local-eagle DFlash k={draft}", f"llama.cpp draft-dflash k={draft}"]
     if "dspark" in files:
-        names.append(f"llama.cpp draft-dspark k={draft}")
+        names += [f"llama.cpp draft-dspark k={draft}", f"local-eagle DSpark k={draft}"]
     if completion is not None:
         names.append("llama.cpp target alone (llama-completion)")
     sides = {n: Side(n) for n in names}
-    tr = Transcription()
+    tr, tr_dspark = Transcription(), Transcription()
     used: list[str] = []
     skipped: list[str] = []
     retries = 0
     opts = EngineOptions(n_ctx=n_ctx, n_batch=512, n_threads=threads, n_gpu_layers=0)
-    with Engine(target, None, opts) as alone, Engine(target, drafter, opts) as block:
+    with ExitStack() as stack:
+        alone = stack.enter_context(Engine(target, None, opts))
+        block = stack.enter_context(Engine(target, drafter, opts))
+        spark = stack.enter_context(Engine(target, files["dspark"], opts)) if "dspark" in files else None
+        k_spark = min(draft, spark.drafter.spec.n_draft_max) if spark is not None else 0
         block.generate(prompts[0], max_tokens=8, sampling=GREEDY, draft_max=draft, adaptive=False)  # warm up
+        if spark is not None:
+            spark.generate(prompts[0], max_tokens=8, sampling=GREEDY, draft_max=draft, adaptive=False)
         alone.generate(prompts[0], max_tokens=8, sampling=GREEDY, draft_max=0)
         for prompt in prompts:
             base = alone.generate(prompt, max_tokens=max_tokens + 1, sampling=GREEDY, draft_max=0)
@@ -400,6 +410,20 @@ def run_pair(
                       st.decode_seconds)  # fmt: skip
             sides[names[1]].add(prompt, want, draft, counts, res.tokens[1:])
 
+            spark_rounds: list[Round] = []
+            if spark is not None:
+                spark_blocks = record_blocks(spark)
+                try:
+                    res_s = spark.generate(prompt, max_tokens=max_tokens + 1, sampling=GREEDY, draft_max=draft,
+                                           adaptive=False)  # fmt: skip
+                finally:
+                    stop_recording(spark)
+                spark_rounds = engine_rounds(spark_blocks, res_s, n_prompt)
+                st = res_s.stats
+                counts = (st.target_calls + st.accepted_tokens, st.target_calls, st.accepted_tokens,
+                          st.drafted_tokens, st.decode_seconds)  # fmt: skip
+                sides[names[4]].add(prompt, want, draft, counts, res_s.tokens[1:])
+
             stock_accepted: list[int] = []
             for kind, side_name in (("dflash", names[2]), ("dspark", names[3] if "dspark" in files else None)):
                 if side_name is None:
@@ -419,6 +443,8 @@ def run_pair(
                 if kind == "dflash":
                     compare_rounds(ours, rounds, draft, prompt, tr)
                     stock_accepted = [r.accepted for r in rounds]
+                else:
+                    compare_rounds(spark_rounds, rounds, k_spark, prompt, tr_dspark)
             if completion is not None:
                 from local_eagle.bench.mtp_stock import stock_command
 
@@ -431,6 +457,9 @@ def run_pair(
                     f"{stock_accepted}")  # fmt: skip
     for side, accepted in ((sides[names[1]], tr.ours_accepted), (sides[names[2]], tr.stock_accepted)):
         side.full_rounds, side.full_accepted = tr.rounds_compared, accepted
+    if "dspark" in files:
+        for side, accepted in ((sides[names[4]], tr_dspark.ours_accepted), (sides[names[3]], tr_dspark.stock_accepted)):
+            side.full_rounds, side.full_accepted = tr_dspark.rounds_compared, accepted
     base_tps = sides[names[0]].tokens_per_second
     return {
         "pair": name,
@@ -439,6 +468,7 @@ def run_pair(
         "skipped_prompts": skipped,
         "sides": [sides[n].to_dict(base_tps) for n in names],
         "transcription": asdict(tr),
+        "transcription_dspark": asdict(tr_dspark) if "dspark" in files else None,
         "stock_retries": retries,
     }
 
@@ -484,6 +514,10 @@ def table(report: dict) -> str:
                      f"{t['end_rounds_identical']}/{t['end_rounds']} end rounds alike in what both verified; "
                      f"{len(p['prompts'])} prompts" + (f", {len(p['skipped_prompts'])} skipped (not aligned)"
                                                        if p["skipped_prompts"] else ""))  # fmt: skip
+        t = p.get("transcription_dspark")
+        if t:
+            notes.append(f"- {p['pair']} DSpark: {t['rounds_identical']}/{t['rounds_compared']} full rounds identical "
+                         f"to draft-dspark's; {t['end_rounds_identical']}/{t['end_rounds']} end rounds alike")
     return "\n".join(lines + [""] + notes)
 
 

@@ -110,7 +110,7 @@ def test_same_drafts_and_tokens_per_call_as_draft_dflash(tmp_path: Path, pair: s
 
     files = write_pairs(tmp_path, [pair], dspark=True)[pair]
     report = run_pair(pair, files, Path(BIN), None, ["hello ", "1, 2, 3, 4,"], max_tokens=24, draft=4)
-    alone, ours, stock, dspark = report["sides"]
+    alone, ours, stock, dspark, ours_dspark = report["sides"]
     assert not report["skipped_prompts"]
     assert not alone["mismatches"] and not ours["mismatches"] and not stock["mismatches"]  # the same tokens
     assert not dspark["mismatches"] and dspark["target_calls"] > 0  # llama.cpp drafts with our DSpark GGUF too
@@ -118,7 +118,32 @@ def test_same_drafts_and_tokens_per_call_as_draft_dflash(tmp_path: Path, pair: s
     assert tr["rounds_compared"] > 0 and tr["rounds_identical"] == tr["rounds_compared"], tr["differences"]
     assert tr["end_rounds_identical"] == tr["end_rounds"], tr["end_differences"]  # shortened blocks alike too
     assert ours["full_rounds"] == stock["full_rounds"] and ours["full_accepted"] == stock["full_accepted"]
+    # our engine drafting the DSpark GGUF: draft-dspark's rounds, one by one (the Markov head in both graphs)
+    assert not ours_dspark["mismatches"]
+    tr = report["transcription_dspark"]
+    assert tr["rounds_compared"] > 0 and tr["rounds_identical"] == tr["rounds_compared"], tr["differences"]
+    assert tr["end_rounds_identical"] == tr["end_rounds"], tr["end_differences"]
+    assert ours_dspark["full_accepted"] == dspark["full_accepted"]
     if pair == "agree-x":
         assert ours["tokens_per_call_full_rounds"] == stock["tokens_per_call_full_rounds"] == 5.0
     elif pair == "agree-xy":
         assert 1.0 < stock["tokens_per_call_full_rounds"] < 5.0
+
+
+@pytest.mark.llamacpp_bin
+@pytest.mark.skipif(not BIN, reason="set LOCAL_EAGLE_LLAMACPP_BIN to llama.cpp's llama-speculative-simple")
+@pytest.mark.parametrize("pair", ["random", "agree-x"])
+def test_a_whole_anchor_first_block_as_draft_dspark(tmp_path: Path, pair: str) -> None:
+    """k = block_size: DSpark's anchor-first block drafts all of it (DFlash is clamped to block_size - 1), our
+    engine's rounds draft-dspark's one by one."""
+    from local_eagle.bench.against_llamacpp import BLOCK_SIZE, run_pair, write_pairs
+
+    files = write_pairs(tmp_path, [pair], dspark=True)[pair]
+    report = run_pair(pair, files, Path(BIN), None, ["hello ", "1, 2, 3, 4,"], max_tokens=24, draft=BLOCK_SIZE)
+    _, _, _, dspark, ours_dspark = report["sides"]
+    assert not dspark["mismatches"] and not ours_dspark["mismatches"]
+    tr = report["transcription_dspark"]
+    assert tr["rounds_compared"] > 0 and tr["rounds_identical"] == tr["rounds_compared"], tr["differences"]
+    assert tr["end_rounds_identical"] == tr["end_rounds"], tr["end_differences"]
+    if pair == "agree-x":
+        assert ours_dspark["tokens_per_call_full_rounds"] == dspark["tokens_per_call_full_rounds"] == BLOCK_SIZE + 1
