@@ -54,6 +54,8 @@ STAGING: dict[str, tuple[str, list, object]] = {
         [_model],
         ctypes.c_uint32,
     ),
+    # DFlash2: the selector's candidates per block row (0: no selector, a DFlash or DSpark drafter)
+    "model_dflash_selector_top_k": ("_Z33llama_model_dflash_selector_top_kPK11llama_model", [_model], ctypes.c_int32),
 }
 
 

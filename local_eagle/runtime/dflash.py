@@ -46,8 +46,20 @@ there, so every row's distribution is still fixed by the one pass; drawing each 
 its own row (:meth:`Block.sample`) is a valid proposal, and rejection sampling needs only the q each draft was
 drawn from, which is that row. (The drafts are just less likely to be accepted off the greedy path.)
 
-DFlash2 (a selector, ``dflash.selector_top_k`` > 0) drafts from a lattice, not logits, and is refused here, as
-the converter refuses its checkpoints.
+**DFlash2** (a selector, ``llama_model_dflash_selector_top_k`` > 0) is the DFlash pass with a selector in the
+graph (``src/models/dflash.cpp``, ``build_dflash2_selector``), and draft-dflash reads no logits from it: the
+context stages the selector's lattice unmasked (``llama_set_embeddings_nextn(ctx_dft, true, false)``, every row
+of the batch, none an output), and block row i >= 1 of the lattice (``n_embd`` floats) holds row i's top-k
+candidate token ids (k = ``selector_top_k``, as floats) and then, for each of row i-1's candidates, the k scores of
+row i's candidates after it (row 1's scores follow the anchor alone, repeated). The draft is a greedy walk:
+``predecessor`` starts at 0, row i's scores after it are ``row[k + predecessor * k :][:k]``, their argmax is the
+new ``predecessor`` and ``row[predecessor]`` the draft; with ``p_min`` the walk stops at the first row whose
+softmax of those scores at the argmax is below it. :meth:`BlockDrafter.propose` makes the walk and hands the chain
+each step's k scores as a logits row over the target vocabulary (-inf off the candidates): its argmax is the
+walk's token and its top probability the softmax llama.cpp compares with ``p_min``, so the chain's cut is the
+same. A selector's scores are not a proposal distribution llama.cpp draws from (it drafts greedily), so sampling
+with a DFlash2 drafter is refused at stream time (``check_block_sampling``), and so are trees (one path is
+selected, not a distribution per row: the engine's ``tree_refusal``).
 """
 
 from __future__ import annotations
@@ -72,6 +84,7 @@ from local_eagle.gguf.keys import (
 )
 from local_eagle.llamacpp.lib import C
 from local_eagle.llamacpp.model import Context, ContextOptions, Model
+from local_eagle.llamacpp.staging import staging
 
 ARCH = BLOCK_DRAFTER_ARCH
 DEFAULT_BLOCK_SIZE = 16  # draft-dflash's value when the GGUF has no dflash.block_size
@@ -92,6 +105,12 @@ class BlockSpec:
     n_vocab: int
     draft_ids: np.ndarray | None = None  # the drafter's logits cover the whole target vocabulary (d2t is scattered)
     dspark: bool = False  # a Markov head (markov_w1): llama.cpp drafts it with draft-dspark
+    selector_top_k: int = 0  # DFlash2's selector (llama_model_dflash_selector_top_k): drafts from its lattice
+
+    @property
+    def dflash2(self) -> bool:
+        """A DFlash2 drafter: its drafts are the selector's greedy walk (draft-dflash's ``is_dflash2``)."""
+        return self.selector_top_k > 0
 
     @property
     def anchor_first(self) -> bool:
@@ -137,17 +156,20 @@ def is_block_drafter(path: str | os.PathLike[str]) -> bool:
 
 
 def open_block_header(path: str | os.PathLike[str]) -> GGUFHeader:
-    """The drafter's header, refused before llama.cpp loads it unless it is a DFlash or DSpark drafter: the
-    architecture, and no DFlash2 selector (DSpark's Markov head, ``markov_w1``, is drafted as draft-dspark)."""
+    """The drafter's header, refused before llama.cpp loads it unless it is of the block drafters' architecture
+    (DFlash; DSpark, a Markov head, drafted as draft-dspark; DFlash2, a selector, drafted from its lattice)."""
     header = open_gguf(path, "DFlash drafter GGUF")
     arch = field_value(header, Keys.General.ARCHITECTURE)
     if arch != ARCH:
         raise LocalEagleError(f"{path}: not a DFlash drafter (architecture '{arch}', not '{ARCH}')")
-    if int(field_value(header, KEY_DFLASH_SELECTOR_TOP_K, 0) or 0) > 0:
-        raise LocalEagleError(
-            f"{path}: a DFlash2 drafter (candidate selector): local-eagle drafts DFlash and DSpark blocks only"
-        )
     return header
+
+
+def is_dflash2_drafter(path: str | os.PathLike[str]) -> bool:
+    """Whether a block drafter GGUF is DFlash2 (a selector: ``dflash.selector_top_k`` > 0), from its header: the
+    engine refuses trees before it loads the drafter."""
+    key = KEY_DFLASH_SELECTOR_TOP_K
+    return int(field_value(open_gguf(path, "DFlash drafter GGUF", keep=lambda k: k == key), key, 0) or 0) > 0
 
 
 def read_block_spec(model: Model, header: GGUFHeader) -> BlockSpec:
@@ -170,7 +192,10 @@ def read_block_spec(model: Model, header: GGUFHeader) -> BlockSpec:
         n_embd=model.n_embd,
         n_vocab=model.n_vocab,
         dspark=header.tensor("markov_w1.weight") is not None,
+        selector_top_k=int(staging.model_dflash_selector_top_k(model.ptr)),
     )
+    if spec.dflash2 and spec.n_embd < spec.selector_top_k * (spec.selector_top_k + 1):
+        raise LocalEagleError(f"{path}: DFlash2 width {spec.n_embd} cannot hold its selector lattice")
     if spec.block_size < 2:
         raise LocalEagleError(f"{path}: {KEY_DFLASH_BLOCK_SIZE} {spec.block_size} leaves no room for a draft")
     return spec
@@ -195,6 +220,13 @@ def check_block_p_min(spec: BlockSpec, p_min: float) -> None:
         raise LocalEagleError(
             f"draft_p_min {p_min} with a DSpark drafter: its cut is the confidence head, not read here; use 0"
         )
+
+
+def check_block_sampling(spec: BlockSpec, greedy: bool) -> None:
+    """draft-dflash drafts DFlash2 greedily: its selector's scores are no distribution a draft was drawn from, so
+    a sampling round (which checks each draft against the q it came from) has none to check against: refused."""
+    if spec.dflash2 and not greedy:
+        raise LocalEagleError("sampling with a DFlash2 drafter: its selector drafts greedily only; use temperature 0")
 
 
 def check_block_layers(layers: list[int] | tuple[int, ...], target: Model, path: str | os.PathLike[str]) -> None:
@@ -222,15 +254,20 @@ class Block:
     anchor: int
     n_past: int
     logits: np.ndarray  # [n_draft, n_vocab] float32
+    selected: np.ndarray | None = None  # DFlash2: the selector's greedy walk (its logits rows are the walk's scores)
 
     @property
     def tokens(self) -> np.ndarray:
-        """Each row's greedy token (draft-dflash's first candidate), whatever its probability."""
+        """Each row's greedy token (draft-dflash's first candidate; DFlash2: the walk's), whatever its probability."""
+        if self.selected is not None:
+            return self.selected
         return self.logits.argmax(axis=-1)
 
     def top_p(self) -> np.ndarray:
         """Each row's greedy token's probability as draft-dflash compares it with ``p_min``: the softmax over the
         row's top 10 logits (its sampler is top-k 10, then a distribution over what is left)."""
+        if self.selected is not None:  # DFlash2: the softmax of the walk's scores at its argmax
+            return softmax(self.logits).max(axis=-1)
         k = min(SAMPLER_TOP_K, self.logits.shape[-1])
         top = np.partition(self.logits, -k, axis=-1)[:, -k:]
         return softmax(top).max(axis=-1)
@@ -294,6 +331,8 @@ class BlockDrafter:
             self.model.close()
             raise
         C.llama_set_causal_attn(self.ctx.ptr, self.spec.causal)
+        if self.spec.dflash2:  # DFlash2 reads its selector lattice from h_nextn, every row (unmasked)
+            self.ctx.set_embeddings_nextn(True, False)
         self.target = target
         self.n_vocab = self.model.n_vocab
 
@@ -345,6 +384,8 @@ class BlockDrafter:
             )
         first = 0 if self.spec.anchor_first else 1  # the first row read (i_draft_beg)
         tokens = np.array([int(last_token)] + [self.spec.mask_token] * (n - 1 + first))
+        if self.spec.dflash2:
+            return self._propose_selected(tokens, n_past, seq)
         logits = np.empty((n, self.n_vocab), dtype=np.float32)
         try:
             # every row an output, as draft-dflash marks them; DFlash's anchor row is not read
@@ -354,6 +395,31 @@ class BlockDrafter:
         finally:
             self.ctx.remove_from(n_past, seq)
         return Block(anchor=int(last_token), n_past=int(n_past), logits=logits)
+
+    def _propose_selected(self, tokens: np.ndarray, n_past: int, seq: int) -> Block:
+        """DFlash2: the block decoded with no outputs, its lattice read and walked greedily (draft-dflash's
+        ``is_dflash2`` branch). Row i - 1 of the block's logits is row i's scores after the walk's predecessor, set
+        on their candidates' ids (-inf elsewhere); ``Block.selected`` holds the walk's tokens."""
+        k = self.spec.selector_top_k
+        n = len(tokens) - 1
+        try:
+            self.ctx.decode(tokens, np.arange(n_past, n_past + len(tokens)), False, seq=seq)
+            lattice = self.ctx.embeddings_nextn(len(tokens), self.spec.n_embd)
+        finally:
+            self.ctx.remove_from(n_past, seq)
+        logits = np.full((n, self.n_vocab), -np.inf, dtype=np.float32)
+        selected = np.empty(n, dtype=np.int64)
+        predecessor = 0
+        for i in range(1, len(tokens)):
+            row = lattice[i]
+            scores = row[k + predecessor * k : k + (predecessor + 1) * k]
+            predecessor = int(np.argmax(scores))  # the first of equal maxima, as std::max_element
+            candidates = row[:k].astype(np.int64)  # (llama_token) row[j]
+            if not ((candidates >= 0) & (candidates < self.n_vocab)).all():
+                raise LocalEagleError(f"DFlash2 lattice row {i}: candidates {candidates.tolist()} off the vocabulary")
+            logits[i - 1, candidates] = scores
+            selected[i - 1] = candidates[predecessor]
+        return Block(anchor=int(tokens[0]), n_past=int(n_past), logits=logits, selected=selected)
 
     def encode(self, features: np.ndarray) -> np.ndarray:
         """The rows as pushed: the drafter's own graph fuses them (``fc`` + ``hidden_norm``)."""

@@ -25,7 +25,9 @@ from local_eagle.runtime.dflash import (
     block_target_layers,
     check_block_layers,
     check_block_p_min,
+    check_block_sampling,
     is_block_drafter,
+    is_dflash2_drafter,
 )
 from local_eagle.runtime.drafter import Drafter, check_pair, read_spec
 from local_eagle.runtime.feed import DrafterFeed
@@ -186,6 +188,8 @@ class Engine:
             self.tree_refusal = (
                 f"{self.model.path.name} drafts with {self.head_bound} chained MTP heads, one per depth: chains only"
             )
+        if options.tree_nodes > 1 and block and self.tree_refusal is None and is_dflash2_drafter(draft):
+            self.tree_refusal = f"{Path(draft).name} is a DFlash2 drafter: its selector picks one path, chains only"
         # a parallel engine's sequences draft chains (trees would need a sequence per leaf of every sequence)
         # an EAGLE drafter or the target's own head (whose MTP context gets the drafter's branch sequences)
         trees = options.tree_nodes > 1 and (draft is not None or mtp) and self.tree_refusal is None
@@ -310,6 +314,7 @@ class Engine:
             raise LocalEagleError(f"top logprobs must be 0..20, got {logprobs}")
         if isinstance(self.drafter, BlockDrafter):  # DSpark's p_min cut is its confidence head: not read here
             check_block_p_min(self.drafter.spec, draft_p_min)
+            check_block_sampling(self.drafter.spec, sampling.greedy)  # DFlash2's selector drafts greedily only
         adaptive = self.options.adaptive if adaptive is None else adaptive
         constraint = self.grammar(grammar).matcher() if grammar is not None else None
         plan = plan_draft(self.draft_limits, draft_max, tree, adaptive, constraint is not None)
