@@ -81,8 +81,8 @@ class ModelInfo:
 
     @property
     def is_block_drafter(self) -> bool:
-        """A DFlash / DFlash2 / DSpark block drafter (``dflash``): DFlash and DSpark draft
-        (``runtime.dflash``), DFlash2 not yet."""
+        """A DFlash / DFlash2 / DSpark block drafter (``dflash``): DFlash, DSpark and DFlash2
+        draft (``runtime.dflash``)."""
         return self.arch == BLOCK_DRAFTER_ARCH
 
     @property
@@ -133,7 +133,7 @@ def is_block_family(family: str | None) -> bool:
 
 
 def drafts_with(family: str | None) -> bool:
-    """Whether local-eagle drafts with a drafter of this family (DFlash and DSpark blocks: yes; DFlash2: not yet)."""
+    """Whether local-eagle drafts with a drafter of this family (every block family now)."""
     return family not in UNDRAFTED_FAMILIES
 
 

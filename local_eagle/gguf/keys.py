@@ -56,11 +56,10 @@ TENSOR_DSPARK_MARKOV = "markov_w1.weight"
 FAMILY_NAMES = {"eagle3": "EAGLE 3", "eagle3.1": "EAGLE 3.1", "mtp": "MTP", "dflash": "DFlash", "dflash2": "DFlash2",
                 "dspark": "DSpark"}  # fmt: skip
 BLOCK_FAMILIES = frozenset({"dflash", "dflash2", "dspark"})
-UNDRAFTED_FAMILIES = frozenset({"dflash2"})
-"""Block families converted, described and priced but not drafted with: their selector and Markov head draft
-as ``draft-dspark`` does, which local-eagle has not transcribed (``runtime.dflash`` refuses them in one line)."""
-"""Families that draft a whole block per forward pass (``dflash`` GGUFs); DFlash drafts (``runtime.dflash``), DFlash2
-and DSpark are priced and described only."""
+UNDRAFTED_FAMILIES: frozenset[str] = frozenset()
+"""Block families converted, described and priced but not drafted with: none now (DFlash, DSpark and DFlash2 all
+draft, ``runtime.dflash``)."""
+"""Families that draft a whole block per forward pass (``dflash`` GGUFs), all drafted (``runtime.dflash``)."""
 
 # llama.cpp's standard keys are gguf-py's ``gguf.Keys`` (``Keys.LLM.CONTEXT_LENGTH.format(arch=...)``); the few
 # below are llama.cpp's or Ollama's too, but gguf-py 0.17 (the oldest the package allows) does not name them

@@ -406,7 +406,7 @@ def _show(front: StoreFront, ref: str, m: Modelfile) -> dict[str, Any]:
             info |= {"local_eagle.draft": str(m.draft), "local_eagle.draft_family": s.family_name,
                      "local_eagle.eagle_version": s.eagle_version, "local_eagle.target_layers": s.target_layers,
                      "local_eagle.draft_num_predict": m.draft_num_predict}  # fmt: skip
-            if s.block_size is not None:  # a block drafter (DFlash and DSpark draft; DFlash2 not yet)
+            if s.block_size is not None:  # a block drafter (DFlash, DSpark and DFlash2 draft)
                 info |= {"local_eagle.block_size": s.block_size, "local_eagle.drafts": s.drafts}
         elif m.draft_off:  # DRAFT none: no drafter and not the model's own MTP head
             info |= {"local_eagle.draft": "none", "local_eagle.draft_num_predict": 0}

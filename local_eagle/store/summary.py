@@ -45,7 +45,7 @@ class Summary:
 
     @property
     def drafts(self) -> bool:
-        """Whether local-eagle drafts with this drafter (DFlash2 is described and priced only)."""
+        """Whether local-eagle drafts with this drafter (every known family now)."""
         from local_eagle.gguf.info import drafts_with
 
         return drafts_with(self.draft_family)
@@ -75,7 +75,7 @@ class Summary:
                 rows.append(("Drafter", "block size", str(self.block_size)))
             rows.append(("Drafter", "target layers", ", ".join(map(str, self.target_layers or []))))
             if not self.drafts:
-                rows.append(("Drafter", "drafts", "not yet: local-eagle drafts DFlash and DSpark blocks, not DFlash2"))
+                rows.append(("Drafter", "drafts", "not yet: local-eagle does not draft this family"))
         elif self.mtp_heads:
             heads = f"{self.mtp_heads} NextN head{'s' if self.mtp_heads > 1 else ''}"
             rows.append(("Drafter", "family", f"{self.family_name} (the model's own: {heads})"))

@@ -26,8 +26,8 @@ no GPU. The formulas follow the pinned llama.cpp (``vendor/llama.cpp`` of llama-
 
 * a block drafter (DFlash, ``dflash`` GGUF; ``block``): its weights, a K/V cache of its layers over the context plus
   a block, the larger of its block and injection graphs (an estimate), and the target's captured layers staged for
-  it (``len(target_layers) x n_embd`` per batch row). DFlash
-  drafts (``runtime.dflash``); DFlash2 and DSpark are priced only, and the plan says so.
+  it (``len(target_layers) x n_embd`` per batch row). DFlash,
+  DSpark and DFlash2 draft (``runtime.dflash``).
 
 * a model's own MTP (NextN) head (``MemoryConfig.mtp``, no drafter): the NextN block's weights (loaded only with
   ``load_mtp``; the target's weights and cache never hold that block), the MTP context's f16 KV cache of the NextN

@@ -113,8 +113,8 @@ def test_a_dflash_drafter_is_not_read_as_an_eagle_one(dflash) -> None:
 
 def test_generating_and_running_with_a_dflash_draft(dflash, target_gguf: Path, tmp_path: Path) -> None:
     """End to end: ``generate --draft`` with the DFlash GGUF drafts blocks, and so does ``run`` of a model whose
-    DRAFT names it; a DSpark drafter drafts too, the target alone's text; a DFlash2 drafter (converted, not drafted
-    with) is refused in one line, no traceback."""
+    DRAFT names it; a DSpark drafter drafts too, the target alone's text, and so does a DFlash2 drafter (greedy), whose
+    sampling is refused in one line, no traceback."""
     pytest.importorskip("llama_cpp")
     base = ["generate", "-m", str(target_gguf), "-p", "hi", "-n", "6", "--ctx", "256", "--temperature", "0",
             "--threads", "1", "--json"]
@@ -136,5 +136,8 @@ def test_generating_and_running_with_a_dflash_draft(dflash, target_gguf: Path, t
     assert r.exit_code == 0 and json.loads(r.output)["text"] == json.loads(alone.output)["text"], r.output
     ckpt = write_dflash_checkpoint(tmp_path / "dflash2", TinyDFlash2Spec())
     dflash2 = convert_dflash(ckpt, target_gguf, tmp_path / "dflash2.gguf").outfile
-    r = runner.invoke(app, ["generate", "-m", str(target_gguf), "--draft", str(dflash2), "-p", "hi", "-n", "2"])
+    r = runner.invoke(app, [*base, "--draft", str(dflash2)])
+    assert r.exit_code == 0 and json.loads(r.output)["text"] == json.loads(alone.output)["text"], r.output
+    r = runner.invoke(app, ["generate", "-m", str(target_gguf), "--draft", str(dflash2), "-p", "hi", "-n", "2",
+                            "--temperature", "0.8"])  # fmt: skip
     assert r.exit_code != 0 and "a DFlash2 drafter" in _text(r.output) and "Traceback" not in r.output
