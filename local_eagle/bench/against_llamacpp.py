@@ -49,7 +49,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from local_eagle.bench.mtp_stock import parse_completion
+from local_eagle.bench.mtp_stock import SideTotals, parse_completion
 from local_eagle.errors import LocalEagleError
 
 # "tiny": the tests' shapes (a target call costs little more than the loop's own overhead); "mid": a target of 8
@@ -163,23 +163,12 @@ def _verbose_parser(n_prompt: int, first_anchor: int) -> Callable[[str, str], li
 
 
 @dataclass
-class Side:
-    """One side's totals over the prompts."""
+class Side(SideTotals):
+    """One side's totals over the prompts, and its rounds with a full block."""
 
-    name: str
-    tokens: int = 0
-    target_calls: int = 0
-    accepted: int = 0
-    drafted: int = 0
-    seconds: float = 0.0
     full_rounds: int = 0  # rounds both DFlash sides ran with a full block of k drafts (DSpark: its own such rounds)
     full_accepted: int = 0
-    mismatches: list[str] = field(default_factory=list)  # prompts whose output left the target alone's
     output_checked: bool = True
-
-    @property
-    def tokens_per_second(self) -> float:
-        return self.tokens / self.seconds if self.seconds else 0.0
 
     def add(self, prompt: str, want: list[int], draft: int, counts: tuple[int, int, int, int, float],
             out: list[int] | None, rounds: list[Round] | None = None) -> None:  # fmt: skip
@@ -202,14 +191,9 @@ class Side:
                 self.full_accepted += r.accepted
 
     def to_dict(self, baseline_tps: float) -> dict:
-        calls = self.target_calls
         return {
-            **asdict(self),
-            "tokens_per_call": 1.0 + self.accepted / calls if calls else 0.0,
+            **self.totals(baseline_tps),
             "tokens_per_call_full_rounds": 1.0 + self.full_accepted / self.full_rounds if self.full_rounds else 0.0,
-            "accepted_share": self.accepted / self.drafted if self.drafted else 0.0,
-            "tokens_per_second": self.tokens_per_second,
-            "speed_ratio": self.tokens_per_second / baseline_tps if baseline_tps else 0.0,
         }
 
 
@@ -245,6 +229,23 @@ def record_blocks(engine) -> list[tuple[int, int, list[int]]]:
 
 def stop_recording(engine) -> None:
     engine.drafter.__dict__.pop("propose", None)
+
+
+def recorded_run(engine, prompt: str, max_tokens: int, draft: int, n_prompt: int
+                 ) -> tuple[list[Round], tuple[int, int, int, int, float], list[int]]:  # fmt: skip
+    """A fixed greedy generation with its blocks recorded: its rounds, its counts (``Side.add``) and the tokens
+    after the first (what llama.cpp, given the first, writes)."""
+    from local_eagle.runtime.sampling import GREEDY
+
+    blocks = record_blocks(engine)
+    try:
+        res = engine.generate(prompt, max_tokens=max_tokens, sampling=GREEDY, draft_max=draft, adaptive=False)
+    finally:
+        stop_recording(engine)
+    st = res.stats
+    counts = (st.target_calls + st.accepted_tokens, st.target_calls, st.accepted_tokens, st.drafted_tokens,
+              st.decode_seconds)  # fmt: skip
+    return engine_rounds(blocks, res, n_prompt), counts, res.tokens[1:]
 
 
 def engine_rounds(blocks: list[tuple[int, int, list[int]]], res, n_prompt: int) -> list[Round]:
@@ -398,31 +399,13 @@ def run_pair(
             sides[names[0]].add(prompt, want, draft, (st.target_calls, st.target_calls, 0, 0, st.decode_seconds),
                                 base.tokens[1:])  # fmt: skip
 
-            blocks = record_blocks(block)
-            try:
-                res = block.generate(prompt, max_tokens=max_tokens + 1, sampling=GREEDY, draft_max=draft,
-                                     adaptive=False)  # fmt: skip
-            finally:
-                stop_recording(block)
-            ours = engine_rounds(blocks, res, n_prompt)
-            st = res.stats
-            counts = (st.target_calls + st.accepted_tokens, st.target_calls, st.accepted_tokens, st.drafted_tokens,
-                      st.decode_seconds)  # fmt: skip
-            sides[names[1]].add(prompt, want, draft, counts, res.tokens[1:])
+            ours, counts, out = recorded_run(block, prompt, max_tokens + 1, draft, n_prompt)
+            sides[names[1]].add(prompt, want, draft, counts, out)
 
             spark_rounds: list[Round] = []
             if spark is not None:
-                spark_blocks = record_blocks(spark)
-                try:
-                    res_s = spark.generate(prompt, max_tokens=max_tokens + 1, sampling=GREEDY, draft_max=draft,
-                                           adaptive=False)  # fmt: skip
-                finally:
-                    stop_recording(spark)
-                spark_rounds = engine_rounds(spark_blocks, res_s, n_prompt)
-                st = res_s.stats
-                counts = (st.target_calls + st.accepted_tokens, st.target_calls, st.accepted_tokens,
-                          st.drafted_tokens, st.decode_seconds)  # fmt: skip
-                sides[names[4]].add(prompt, want, draft, counts, res_s.tokens[1:])
+                spark_rounds, counts, out = recorded_run(spark, prompt, max_tokens + 1, draft, n_prompt)
+                sides[names[4]].add(prompt, want, draft, counts, out)
 
             stock_accepted: list[int] = []
             for kind, side_name in (("dflash", names[2]), ("dspark", names[3] if "dspark" in files else None)):
@@ -453,7 +436,7 @@ def run_pair(
                 retries += again
                 sides[names[-1]].add(prompt, want, draft, (run.tokens, run.target_calls, 0, 0, run.seconds), None)
             if log is not None:
-                log(f"{name} {prompt!r}: kept a round, local-eagle {res.spec_stats.trace_accepted}, llama.cpp "
+                log(f"{name} {prompt!r}: kept a round, local-eagle {[r.accepted for r in ours]}, llama.cpp "
                     f"{stock_accepted}")  # fmt: skip
     for side, accepted in ((sides[names[1]], tr.ours_accepted), (sides[names[2]], tr.stock_accepted)):
         side.full_rounds, side.full_accepted = tr.rounds_compared, accepted

@@ -52,8 +52,9 @@ PROMPTS = [STEMS[i % len(STEMS)] + letter for i, letter in enumerate("ABCDEFGHIJ
 
 
 @dataclass
-class Side:
-    """One side's totals over the prompts."""
+class SideTotals:
+    """One side's totals over the prompts, in a comparison with llama.cpp's own binaries (here and
+    ``bench.against_llamacpp``)."""
 
     name: str
     tokens: int = 0
@@ -61,10 +62,7 @@ class Side:
     accepted: int = 0
     drafted: int = 0
     seconds: float = 0.0
-    mismatches: list[str] = field(default_factory=list)  # prompts whose text left the target alone's
-    ratios: list[float] = field(default_factory=list)  # tok/s over the target alone's, prompt by prompt
-    horizon_tokens: int = 0  # the rounds up to the common horizon (``at_horizon``)
-    horizon_calls: int = 0
+    mismatches: list[str] = field(default_factory=list)  # prompts whose output left the target alone's
 
     @property
     def tokens_per_second(self) -> float:
@@ -74,16 +72,31 @@ class Side:
     def tokens_per_call(self) -> float:
         return 1.0 + self.accepted / self.target_calls if self.target_calls else 0.0
 
-    def to_dict(self, baseline_tps: float) -> dict:
-        """Totals, and the median of the prompt-by-prompt ratios: a stall of the shared machine in one run moves the
-        totals' ratio, hardly the median."""
+    def totals(self, baseline_tps: float) -> dict:
+        """The fields, and the rates derived from them (tok/s against ``baseline_tps``, the target alone's)."""
         return {
             **asdict(self),
             "tokens_per_second": self.tokens_per_second,
             "tokens_per_call": self.tokens_per_call,
             "accepted_share": self.accepted / self.drafted if self.drafted else 0.0,
-            "tokens_per_call_at_horizon": self.horizon_tokens / self.horizon_calls if self.horizon_calls else 0.0,
             "speed_ratio": self.tokens_per_second / baseline_tps if baseline_tps else 0.0,
+        }
+
+
+@dataclass
+class Side(SideTotals):
+    """One side's totals over the prompts, with each prompt's speed ratio and the rounds up to the horizon."""
+
+    ratios: list[float] = field(default_factory=list)  # tok/s over the target alone's, prompt by prompt
+    horizon_tokens: int = 0  # the rounds up to the common horizon (``at_horizon``)
+    horizon_calls: int = 0
+
+    def to_dict(self, baseline_tps: float) -> dict:
+        """Totals, and the median of the prompt-by-prompt ratios: a stall of the shared machine in one run moves the
+        totals' ratio, hardly the median."""
+        return {
+            **self.totals(baseline_tps),
+            "tokens_per_call_at_horizon": self.horizon_tokens / self.horizon_calls if self.horizon_calls else 0.0,
             "median_ratio": float(np.median(self.ratios)) if self.ratios else 0.0,
         }
 

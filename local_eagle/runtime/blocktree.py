@@ -85,10 +85,7 @@ class BlockTreeRounds(TreeRounds):
         drafter: BlockDrafter = self.drafter  # type: ignore[assignment]
         tree = DraftTree(last_token)
         dists: dict[int, np.ndarray] = {}
-        depth = min(self.shape.depth, gen.draft_length(self.shape.depth), drafter.spec.n_draft_max)
-        n_nodes = min(self.shape.nodes, gen.engine.n_ctx - gen.n_past - 1, gen.target.n_batch - 1)
-        if depth <= 0 or not gen.feed.ready(gen.n_past):
-            n_nodes = 0
+        depth, n_nodes = self.budget()
         if n_nodes == 0:
             return tree.select(0), dists
         started = clock()

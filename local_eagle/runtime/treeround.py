@@ -187,17 +187,25 @@ class TreeRounds:
         probs = np.exp(logq)
         return (logq if self.calibration is None else self.calibration.logscores(probs)), probs
 
+    def budget(self) -> tuple[int, int]:
+        """This round's tree depth and node count (0 nodes: no tree this round). A tree's nodes take cache cells
+        and batch rows, its depth positions: max_tokens bounds only the depth, ``max_depth`` caps it too."""
+        gen = self.gen
+        depth = min(self.shape.depth, gen.draft_length(self.shape.depth))
+        if self.max_depth is not None:
+            depth = min(depth, self.max_depth)
+        n_nodes = min(self.shape.nodes, gen.engine.n_ctx - gen.n_past - 1, gen.target.n_batch - 1)
+        if depth <= 0 or not gen.feed.ready(gen.n_past):
+            n_nodes = 0
+        return depth, n_nodes
+
     def draft(self, last_token: int, observed: RoundStats) -> tuple[VerifyTree, dict[int, np.ndarray]]:
         """Grow the tree and choose the nodes to verify; also each expanded node's draft distribution (over the
         drafter's columns). Only the drafter's outputs decide the tree's shape, never the target's."""
         gen = self.gen
         tree = DraftTree(last_token)
         dists: dict[int, np.ndarray] = {}
-        # a tree's nodes take cache cells and batch rows, its depth positions: max_tokens bounds only the depth
-        depth = min(self.shape.depth, gen.draft_length(self.shape.depth))
-        n_nodes = min(self.shape.nodes, gen.engine.n_ctx - gen.n_past - 1, gen.target.n_batch - 1)
-        if depth <= 0 or not gen.feed.ready(gen.n_past):
-            n_nodes = 0
+        depth, n_nodes = self.budget()
         if n_nodes == 0:
             return tree.select(0), dists
         started = clock()

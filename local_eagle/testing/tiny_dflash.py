@@ -235,3 +235,12 @@ def write_dflash_checkpoint(
     save_file({k: np.ascontiguousarray(v) for k, v in sd.items()}, str(d / "model.safetensors"))
     (d / "config.json").write_text(json.dumps(config if config is not None else make_cfg(spec), indent=1))
     return d
+
+
+def write_block_gguf(folder: str | Path, target_gguf: str | Path, spec: TinyDFlashSpec, seed: int = 3) -> Path:
+    """A tiny block drafter for ``target_gguf``, its checkpoint written and converted (f32) in ``folder``: the GGUF
+    the engine tests load."""
+    from converters.dflash_gguf import convert_dflash
+
+    ckpt = write_dflash_checkpoint(Path(folder) / "ckpt", spec, seed=seed)
+    return convert_dflash(ckpt, target_gguf, Path(folder) / "d.gguf", outtype="f32").outfile

@@ -11,13 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from converters.dflash_gguf import convert_dflash
 from local_eagle.runtime.blocktree import grow_block
 from local_eagle.runtime.engine import Engine, EngineOptions
 from local_eagle.runtime.sampling import SamplingParams
 from local_eagle.runtime.tree import DraftTree, TreeShape
 from local_eagle.testing.greedy import assert_greedy_identical
-from local_eagle.testing.tiny_dflash import TinyDFlashSpec, write_dflash_checkpoint
+from local_eagle.testing.tiny_dflash import TinyDFlashSpec, write_block_gguf
 
 SPEC = TinyDFlashSpec(block_size=8, target_layers=(1, 3, 4))
 OPTS = EngineOptions(n_ctx=256, n_batch=64, n_threads=1, n_gpu_layers=0, tree_nodes=16, tree_width=4)
@@ -105,8 +104,7 @@ def test_grow_block_stops_at_the_block_depth_and_with_a_row_of_few_candidates() 
 @pytest.fixture(scope="module")
 def dflash_gguf(tmp_path_factory: pytest.TempPathFactory, target_gguf: Path) -> Path:
     d = tmp_path_factory.mktemp("block-tree")
-    ckpt = write_dflash_checkpoint(d / "ckpt", SPEC, seed=3)
-    return convert_dflash(ckpt, target_gguf, d / "d.gguf", outtype="f32").outfile
+    return write_block_gguf(d, target_gguf, SPEC)
 
 
 @pytest.fixture(scope="module")

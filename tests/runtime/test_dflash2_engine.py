@@ -10,13 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from converters.dflash_gguf import convert_dflash
 from local_eagle.errors import LocalEagleError
 from local_eagle.runtime.engine import Engine, EngineOptions
 from local_eagle.runtime.sampling import SamplingParams
 from local_eagle.runtime.tree import TreeShape
 from local_eagle.testing.greedy import assert_greedy_identical
-from local_eagle.testing.tiny_dflash import TinyDFlash2Spec, write_dflash_checkpoint
+from local_eagle.testing.tiny_dflash import TinyDFlash2Spec, write_block_gguf
 
 SPEC = TinyDFlash2Spec(block_size=5, target_layers=(1, 3, 4))
 OPTS = EngineOptions(n_ctx=256, n_batch=64, n_threads=1, n_gpu_layers=0)
@@ -26,8 +25,7 @@ PROMPTS = ["The quick brown fox", "def add(a, b):", "1, 2, 3, 4,"]
 @pytest.fixture(scope="module")
 def dflash2_gguf(tmp_path_factory: pytest.TempPathFactory, target_gguf: Path) -> Path:
     folder = tmp_path_factory.mktemp("dflash2-engine")
-    ckpt = write_dflash_checkpoint(folder / "ckpt", SPEC, seed=3)
-    return convert_dflash(ckpt, target_gguf, folder / "d.gguf", outtype="f32").outfile
+    return write_block_gguf(folder, target_gguf, SPEC)
 
 
 @pytest.fixture(scope="module")

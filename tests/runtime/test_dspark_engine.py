@@ -10,12 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from converters.dflash_gguf import convert_dflash
 from local_eagle.errors import LocalEagleError
 from local_eagle.runtime.engine import Engine, EngineOptions
 from local_eagle.runtime.sampling import SamplingParams
 from local_eagle.testing.greedy import assert_greedy_identical
-from local_eagle.testing.tiny_dflash import TinyDSparkSpec, write_dflash_checkpoint
+from local_eagle.testing.tiny_dflash import TinyDSparkSpec, write_block_gguf
 
 SPEC = TinyDSparkSpec(block_size=5, target_layers=(1, 3, 4))
 OPTS = EngineOptions(n_ctx=256, n_batch=64, n_threads=1, n_gpu_layers=0)
@@ -23,8 +22,7 @@ PROMPTS = ["The quick brown fox", "def add(a, b):", "1, 2, 3, 4,"]
 
 
 def _convert(folder: Path, target: Path, spec: TinyDSparkSpec) -> Path:
-    ckpt = write_dflash_checkpoint(folder / "ckpt", spec, seed=3)
-    return convert_dflash(ckpt, target, folder / "d.gguf", outtype="f32").outfile
+    return write_block_gguf(folder, target, spec)
 
 
 @pytest.fixture(scope="module")
