@@ -58,9 +58,13 @@ class ChainDraft:
         """The position the next later step decodes its row at (the previous draft's)."""
         return self.gen.n_past + len(self.drafts) - 1
 
-    def take(self, row: np.ndarray, prenorm: np.ndarray, columns: np.ndarray | None = None) -> None:
+    def take(
+        self, row: np.ndarray, prenorm: np.ndarray, columns: np.ndarray | None = None, confidence: float | None = None
+    ) -> None:
         """A step's output (its logits row and post-step state): draft from it, or end the chain. ``columns``: the
-        row holds only those target ids' logits (``Sequence.draft_columns``, a greedy chain's), else every id's."""
+        row holds only those target ids' logits (``Sequence.draft_columns``, a greedy chain's), else every id's.
+        ``confidence``: the drafter's own measure of this step (a block row's, ``Block.cut_confidence``), which
+        ``draft_p_min`` and the policy then weigh instead of the row's top probability."""
         gen, observed = self.gen, self.observed
         first = not self.drafts
         observed.steps += 1
@@ -76,13 +80,14 @@ class ChainDraft:
             if not allowed:
                 self.active = False  # the drafter has no token the grammar allows here
                 return
-        weighs = gen.draft_p_min > 0 or gen.lengths.weighs  # else no confidence: a softmax over the draft vocabulary
+        weighs = confidence is None and (gen.draft_p_min > 0 or gen.lengths.weighs)  # else no softmax to compute
         if columns is not None:  # greedy and unpenalised: the target's own choice rule is the argmax
             token, distribution = int(columns[int(np.argmax(row))]), None
-            confidence = gen.column_confidence(row) if weighs else 1.0
+            computed = gen.column_confidence(row) if weighs else 1.0
         else:
             token, distribution = choose(row, gen.recent_history(self.last_token, self.drafts), gen.sampling, gen.rng)
-            confidence = gen.confidence(row, distribution) if weighs else 1.0
+            computed = gen.confidence(row, distribution) if weighs else 1.0
+        confidence = computed if confidence is None else confidence
         if confidence < gen.draft_p_min or not gen.lengths.take(confidence):
             self.refused = (token, confidence)
             self.active = False
@@ -210,8 +215,12 @@ def draft_block(chain: ChainDraft) -> tuple[int, float]:
     n_draft = chain.bound if gen.adaptive else max(chain.bound, min(gen.draft_max, gen.engine.n_ctx - gen.n_past - 1))
     block = drafter.propose(chain.last_token, gen.n_past, gen.seq, n_draft=n_draft)
     observed.catch_up_rows = len(positions)
-    for row in block.logits:
-        chain.take(row, None)
+    # llama.cpp drafts greedily and cuts at p_min by each row's own measure (Block.cut_confidence); a sampled draft
+    # is weighed by the distribution it was drawn from, unless the drafter's confidence head speaks for the row
+    weighs = gen.draft_p_min > 0 or gen.lengths.weighs
+    cuts = block.cut_confidence() if weighs and (gen.sampling.greedy or block.confidence is not None) else None
+    for i, row in enumerate(block.logits):
+        chain.take(row, None, confidence=None if cuts is None else float(cuts[i]))
         if not chain.active:
             break
     observed.steps, observed.draft_rows = 1, 0  # one call, whatever the block's rows

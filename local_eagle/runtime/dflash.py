@@ -37,9 +37,13 @@ DFlash's (``[id_last, <mask> x n_max]``, rows 1.., the anchor row unbiased, ``n_
 :attr:`Block.logits` row i predicts the token at ``n_past + 1 + i`` either way. A reduced draft vocabulary
 (``d2t``) needs nothing more: the graph scatters both the draft logits and the Markov bias to the target's rows
 (-inf off the draft vocabulary), so the logits cover the target's vocabulary as DFlash's do. draft-dspark cuts a
-draft at ``p_min`` by its **confidence head** (``llama_get_embeddings_nextn``), not by the rows' probabilities:
-that read is not bound here, so ``draft_p_min > 0`` with a DSpark drafter is refused at stream time
-(``check_block_p_min``).
+draft at ``p_min`` by its **confidence head**, not by the rows' probabilities: with a head (``conf_proj``) the graph
+puts ``sigmoid(conf_proj . [h_i; markov_w1[prev]] + b)`` of every block row in the nextn output, broadcast over
+``n_embd`` columns, and draft-dspark reads column 0 of the row (``llama_get_embeddings_nextn``, staged masked: one
+row per output, and every block row is one). :class:`BlockDrafter` stages it the same way and keeps each drafted
+row's value (:attr:`Block.confidence`); the chain cuts at the first row below ``p_min`` and the draft-length policy
+weighs the same number. A DSpark drafter without a head and ``draft_p_min > 0`` is refused at stream time, as
+draft-dspark refuses it (``check_block_p_min``).
 
 Lossless sampling with DSpark: the in-graph chain conditions row i on row i-1's *greedy* token, whatever was drawn
 there, so every row's distribution is still fixed by the one pass; drawing each row's draft independently from
@@ -105,6 +109,7 @@ class BlockSpec:
     n_vocab: int
     draft_ids: np.ndarray | None = None  # the drafter's logits cover the whole target vocabulary (d2t is scattered)
     dspark: bool = False  # a Markov head (markov_w1): llama.cpp drafts it with draft-dspark
+    confidence_head: bool = False  # DSpark's conf_proj: the p_min cut and the policy read it per block row
     selector_top_k: int = 0  # DFlash2's selector (llama_model_dflash_selector_top_k): drafts from its lattice
 
     @property
@@ -192,6 +197,7 @@ def read_block_spec(model: Model, header: GGUFHeader) -> BlockSpec:
         n_embd=model.n_embd,
         n_vocab=model.n_vocab,
         dspark=header.tensor("markov_w1.weight") is not None,
+        confidence_head=header.tensor("markov_w1.weight") is not None and header.tensor("conf_proj.weight") is not None,
         selector_top_k=int(staging.model_dflash_selector_top_k(model.ptr)),
     )
     if spec.dflash2 and spec.n_embd < spec.selector_top_k * (spec.selector_top_k + 1):
@@ -214,12 +220,10 @@ def check_block_pair(spec: BlockSpec, target: Model, path: str | os.PathLike[str
 
 
 def check_block_p_min(spec: BlockSpec, p_min: float) -> None:
-    """draft-dspark cuts a draft below ``p_min`` by the DSpark confidence head (``llama_get_embeddings_nextn``), a
-    read local-eagle does not make: refused rather than cut by another rule."""
-    if spec.dspark and p_min > 0.0:
-        raise LocalEagleError(
-            f"draft_p_min {p_min} with a DSpark drafter: its cut is the confidence head, not read here; use 0"
-        )
+    """draft-dspark cuts a draft below ``p_min`` by the DSpark confidence head only: a drafter without one has no
+    cut, and llama.cpp refuses the pair (``DSpark draft has no confidence head``); so does this."""
+    if spec.dspark and not spec.confidence_head and p_min > 0.0:
+        raise LocalEagleError(f"draft_p_min {p_min} with a DSpark drafter that has no confidence head; use 0")
 
 
 def check_block_sampling(spec: BlockSpec, greedy: bool) -> None:
@@ -255,6 +259,7 @@ class Block:
     n_past: int
     logits: np.ndarray  # [n_draft, n_vocab] float32
     selected: np.ndarray | None = None  # DFlash2: the selector's greedy walk (its logits rows are the walk's scores)
+    confidence: np.ndarray | None = None  # DSpark's confidence head, one value per drafted row
 
     @property
     def tokens(self) -> np.ndarray:
@@ -272,12 +277,17 @@ class Block:
         top = np.partition(self.logits, -k, axis=-1)[:, -k:]
         return softmax(top).max(axis=-1)
 
+    def cut_confidence(self) -> np.ndarray:
+        """Each row's number draft-dflash / draft-dspark compares with ``p_min``: DSpark's confidence head where it
+        has one, else :meth:`top_p`."""
+        return self.confidence if self.confidence is not None else self.top_p()
+
     def drafts(self, p_min: float = 0.0, n_min: int = 0, n_max: int | None = None) -> np.ndarray:
         """draft-dflash's draft: the greedy tokens up to the first row below ``p_min``, none if fewer than
         ``n_min`` remain, at most ``n_max`` (the loop truncates a longer one)."""
         tokens = self.tokens
         if p_min > 0.0:
-            low = np.flatnonzero(self.top_p() < p_min)
+            low = np.flatnonzero(self.cut_confidence() < p_min)
             if len(low):
                 tokens = tokens[: int(low[0])]
         if n_max is not None:
@@ -333,6 +343,8 @@ class BlockDrafter:
         C.llama_set_causal_attn(self.ctx.ptr, self.spec.causal)
         if self.spec.dflash2:  # DFlash2 reads its selector lattice from h_nextn, every row (unmasked)
             self.ctx.set_embeddings_nextn(True, False)
+        elif self.spec.confidence_head:  # DSpark's confidences: one nextn row per output (masked), as draft-dspark
+            self.ctx.set_embeddings_nextn(True, True)
         self.target = target
         self.n_vocab = self.model.n_vocab
 
@@ -387,14 +399,17 @@ class BlockDrafter:
         if self.spec.dflash2:
             return self._propose_selected(tokens, n_past, seq)
         logits = np.empty((n, self.n_vocab), dtype=np.float32)
+        confidence = None
         try:
             # every row an output, as draft-dflash marks them; DFlash's anchor row is not read
             self.ctx.decode(tokens, np.arange(n_past, n_past + len(tokens)), True, seq=seq)
             for i in range(n):
                 logits[i] = self.ctx.logits_view(i + first, self.n_vocab)
+            if self.spec.confidence_head:  # column 0 of each output's nextn row (the value fills the row)
+                confidence = self.ctx.embeddings_nextn(len(tokens), self.spec.n_embd)[first : first + n, 0].copy()
         finally:
             self.ctx.remove_from(n_past, seq)
-        return Block(anchor=int(last_token), n_past=int(n_past), logits=logits)
+        return Block(anchor=int(last_token), n_past=int(n_past), logits=logits, confidence=confidence)
 
     def _propose_selected(self, tokens: np.ndarray, n_past: int, seq: int) -> Block:
         """DFlash2: the block decoded with no outputs, its lattice read and walked greedily (draft-dflash's

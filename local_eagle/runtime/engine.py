@@ -312,7 +312,7 @@ class Engine:
             raise LocalEagleError(f"max tokens must be at least 1, got {max_tokens}")
         if logprobs is not None and not 0 <= logprobs <= 20:
             raise LocalEagleError(f"top logprobs must be 0..20, got {logprobs}")
-        if isinstance(self.drafter, BlockDrafter):  # DSpark's p_min cut is its confidence head: not read here
+        if isinstance(self.drafter, BlockDrafter):  # DSpark cuts at p_min by its confidence head alone
             check_block_p_min(self.drafter.spec, draft_p_min)
             check_block_sampling(self.drafter.spec, sampling.greedy)  # DFlash2's selector drafts greedily only
         adaptive = self.options.adaptive if adaptive is None else adaptive

@@ -8,7 +8,13 @@ Written from the DFlash maths (z-lab's ``DFlashDraftModel``), not from llama.cpp
 * block: the tokens ``[last, <mask> ...]`` embedded with the target's embeddings go through the
   Qwen3 layers, every block position attending to all context positions and all block positions
   (no causal mask), with per-head q/k RMS norms and rotate-half RoPE at the positions given;
-* out: the final norm and the target's head give one row of logits per block position.
+* out: the final norm and the target's head give one row of logits per block position;
+* DSpark (a Markov head, ``markov_head.markov_w1`` [vocab, r] / ``markov_w2`` [vocab, r], and optionally a
+  confidence head, ``confidence_head.proj``): block row i's logits get ``w2 w1[prev]``, ``prev`` the anchor for
+  the first drafted row and the previous row's biased argmax after it; the confidence is
+  ``sigmoid(proj . [h_i; w1[prev]] + b)``, ``h_i`` the row's hidden state after the final norm. This part is
+  transcribed from llama.cpp's graph (``build_dspark_markov_head``): no DSpark training source was read, so it
+  checks the read of what llama.cpp computes, not DSpark's maths.
 
 Weights are read under the checkpoint's own names (``converters.dflash_gguf`` canonical names), so
 a tiny generated checkpoint feeds this and the converter alike.
@@ -106,6 +112,32 @@ class DFlashReference:
 
     def block_logits(self, tokens: np.ndarray, positions: np.ndarray) -> np.ndarray:
         """Logits [len(tokens), n_vocab] of one block, every position seeing the whole context and block."""
+        return (self._block_hidden(tokens, positions) @ self.head.T).numpy()
+
+    def dspark_block(
+        self, tokens: np.ndarray, positions: np.ndarray, anchor_first: bool = True
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """A DSpark block: (logits with the Markov bias [len(tokens), n_vocab], each row's confidence or None
+        without a confidence head). Anchor-first, every row is drafted (row 0 follows the anchor); otherwise row 0
+        is the anchor's own, left unbiased, and its confidence is not defined (NaN)."""
+        if "d2t" in self.w:
+            raise ValueError("the DSpark reference takes a full-vocabulary drafter (no d2t)")
+        h = self._block_hidden(tokens, positions)
+        logits = h @ self.head.T
+        w1, w2 = self.w["markov_head.markov_w1.weight"], self.w["markov_head.markov_w2.weight"]
+        proj, bias = self.w.get("confidence_head.proj.weight"), self.w.get("confidence_head.proj.bias")
+        conf = torch.full((len(tokens),), float("nan"), dtype=torch.float64)
+        prev = int(tokens[0])
+        for i in range(0 if anchor_first else 1, len(tokens)):
+            logits[i] = logits[i] + w2 @ w1[prev]
+            if proj is not None:
+                z = proj @ torch.cat([h[i], w1[prev]])
+                conf[i] = torch.sigmoid(z + bias if bias is not None else z)[0]
+            prev = int(logits[i].argmax())
+        return logits.numpy(), (conf.numpy() if proj is not None else None)
+
+    def _block_hidden(self, tokens: np.ndarray, positions: np.ndarray) -> torch.Tensor:
+        """The block's hidden states after the final norm [len(tokens), n_embd]."""
         s = self.s
         x = self.embd[torch.as_tensor(np.asarray(tokens, dtype=np.int64))]
         pos = torch.as_tensor(np.asarray(positions))
@@ -126,5 +158,4 @@ class DFlashReference:
             xn = _rms(x, self._layer(i, "post_attention_layernorm.weight"), s.eps)
             gate = F.silu(xn @ self._layer(i, "mlp.gate_proj.weight").T)
             x = x + (gate * (xn @ self._layer(i, "mlp.up_proj.weight").T)) @ self._layer(i, "mlp.down_proj.weight").T
-        x = _rms(x, self.w["norm.weight"], s.eps)
-        return (x @ self.head.T).numpy()
+        return _rms(x, self.w["norm.weight"], s.eps)

@@ -244,3 +244,22 @@ def write_block_gguf(folder: str | Path, target_gguf: str | Path, spec: TinyDFla
 
     ckpt = write_dflash_checkpoint(Path(folder) / "ckpt", spec, seed=seed)
     return convert_dflash(ckpt, target_gguf, Path(folder) / "d.gguf", outtype="f32").outfile
+
+
+def open_block_pair(target_gguf: str | Path, drafter_gguf: str | Path, n_ubatch: int = 64, n_seq: int = 1):
+    """(model, target, capture, drafter) of a tiny pair on the CPU with f32 caches, as the engine wires them: the
+    capture of the drafter's layers first (a callback capture is the target context's ``cb_eval``), then the
+    target's context, then the drafter bound to it. ``n_ubatch`` is the drafter's."""
+    from local_eagle.llamacpp.model import Context, ContextOptions, Model
+    from local_eagle.runtime.capture import LayerCapture
+    from local_eagle.runtime.dflash import BlockDrafter, block_target_layers
+
+    f32 = 0  # GGML_TYPE_F32
+    opts = ContextOptions(n_ctx=256, n_batch=64, n_ubatch=64, type_k=f32, type_v=f32, flash_attn=False)
+    model = Model(target_gguf, n_gpu_layers=0, what="target")
+    cap = LayerCapture.create(model, block_target_layers(drafter_gguf))
+    target = Context(model, opts, cb_eval=cap.callback)
+    dopts = replace(opts, n_batch=n_ubatch, n_ubatch=n_ubatch, n_seq_max=n_seq)
+    drafter = BlockDrafter(drafter_gguf, target, dopts, n_gpu_layers=0)
+    cap.attach(target)
+    return model, target, cap, drafter

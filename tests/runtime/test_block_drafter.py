@@ -7,7 +7,6 @@ greedy drafts must be the reference's argmax at the mask rows. A second round pu
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -17,10 +16,14 @@ from gguf import GGUFReader
 from converters.dflash_gguf import convert_dflash, read_dflash_config
 from local_eagle.errors import LocalEagleError
 from local_eagle.testing.dflash_reference import DFlashReference, DFlashShape
-from local_eagle.testing.tiny_dflash import TinyDFlashSpec, dflash_state_dict, write_dflash_checkpoint
+from local_eagle.testing.tiny_dflash import (
+    TinyDFlashSpec,
+    dflash_state_dict,
+    open_block_pair,
+    write_dflash_checkpoint,
+)
 
 SPEC = TinyDFlashSpec(block_size=5, target_layers=(1, 3, 4))
-GGML_TYPE_F32 = 0
 
 
 @pytest.fixture(scope="module")
@@ -39,22 +42,8 @@ def dflash(tmp_path_factory: pytest.TempPathFactory, target_gguf: Path) -> tuple
 
 
 def _pair(target_gguf: Path, drafter_gguf: Path, n_ubatch: int = 64, n_seq: int = 1):
-    """(model, target, capture, drafter) on the CPU with f32 caches; ``n_ubatch`` is the drafter's."""
-    from local_eagle.llamacpp.model import Context, ContextOptions, Model
-    from local_eagle.runtime.capture import LayerCapture
-    from local_eagle.runtime.dflash import BlockDrafter, block_target_layers
-
-    opts = ContextOptions(
-        n_ctx=256, n_batch=64, n_ubatch=64, type_k=GGML_TYPE_F32, type_v=GGML_TYPE_F32, flash_attn=False
-    )
-    model = Model(target_gguf, n_gpu_layers=0, what="target")
-    # the capture comes first (a callback capture is the target context's cb_eval), from the drafter's header
-    cap = LayerCapture.create(model, block_target_layers(drafter_gguf))
-    target = Context(model, opts, cb_eval=cap.callback)
-    dopts = replace(opts, n_batch=n_ubatch, n_ubatch=n_ubatch, n_seq_max=n_seq)
-    drafter = BlockDrafter(drafter_gguf, target, dopts, n_gpu_layers=0)
+    model, target, cap, drafter = open_block_pair(target_gguf, drafter_gguf, n_ubatch, n_seq)
     assert drafter.target_layers == list(cap.layers)
-    cap.attach(target)
     return model, target, cap, drafter
 
 

@@ -1,6 +1,7 @@
 """The engine drafting DSpark blocks (``runtime.dflash``, llama.cpp's ``draft-dspark``): anchor-first blocks of up
 to ``block_size`` drafts, the Markov head's bias in the drafter's graph; the target alone's output greedy, its
-distribution sampling, trees, a reduced draft vocabulary, the bonus-anchor layout, and ``draft_p_min`` refused."""
+distribution sampling, trees, a reduced draft vocabulary, the bonus-anchor layout, and ``draft_p_min`` cut at the
+confidence head."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from local_eagle.errors import LocalEagleError
 from local_eagle.runtime.engine import Engine, EngineOptions
 from local_eagle.runtime.sampling import SamplingParams
 from local_eagle.testing.greedy import assert_greedy_identical
@@ -89,12 +89,15 @@ def test_adaptive_dspark_rounds_stay_identical(engines) -> None:
         assert_greedy_identical(block, prompt, base, spec, prompt)
 
 
-def test_draft_p_min_with_a_dspark_drafter_is_refused_in_one_line(engines) -> None:
-    """draft-dspark cuts at p_min by the confidence head, which local-eagle does not read."""
-    _, block = engines
-    with pytest.raises(LocalEagleError, match="DSpark drafter") as e:
-        block.generate(PROMPTS[0], max_tokens=4, draft_max=5, draft_p_min=0.5)
-    assert "\n" not in str(e.value)
+def test_draft_p_min_with_a_dspark_drafter_cuts_at_its_head_and_stays_identical(engines) -> None:
+    """draft-dspark cuts at p_min by the confidence head (``test_dspark_confidence`` checks the cut round by round);
+    the output is the target alone's whatever it cuts, fixed or adaptive."""
+    alone, block = engines
+    for prompt in PROMPTS:
+        base = alone.generate(prompt, max_tokens=24, draft_max=0)
+        for adaptive in (False, True):
+            spec = block.generate(prompt, max_tokens=24, draft_max=5, adaptive=adaptive, draft_p_min=0.5)
+            assert_greedy_identical(block, prompt, base, spec, (prompt, adaptive))
 
 
 def test_sampling_dspark_rounds_keep_the_target_distribution(target_gguf: Path, dspark_gguf: Path) -> None:
