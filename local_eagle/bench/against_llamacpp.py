@@ -18,10 +18,11 @@ pairs that accept every draft / some drafts), or takes ``--target`` and ``--draf
    (``transcription_dflash2``).
 
 **DFlash2.** draft-dflash's DFlash2 walk logs no draft candidates, only each round's ``accepted A/D ... (last)``: its
-rounds are compared on the rest (position, anchor, drafts verified and kept, the target's token), and its output,
-its kept drafts being known to the log only as the text the tool printed, on that text (the engine's tokens' pieces
-against it). On the agreeing pairs a round's accepted count pins the drafts down: agree-x keeps every draft (each
-is x), agree-xy keeps one after ``y`` and none after ``x`` (the first draft x, the second not y).
+rounds are compared on the rest (position, anchor, drafts verified and kept, the target's token). Its kept drafts
+are known only through the bytes the tool printed, so its output is checked on those (against the engine's tokens'
+pieces, special tokens rendered as llama.cpp renders them). On the agreeing pairs a round's accepted count pins the
+drafts down: agree-x keeps every draft (each is x), agree-xy keeps one after ``y`` (x, where the target then wants
+y) and none after ``x``.
 
 **Same rounds.** speculative-simple decodes the prompt but its last token, then verifies ``[last, drafts]``; the
 engine decodes the whole prompt and samples its first token in the prefill. So llama.cpp is given the prompt plus
