@@ -13,7 +13,16 @@ pairs that accept every draft / some drafts), or takes ``--target`` and ``--draf
 4. with ``--completion``, the stock ``llama-completion`` alone; with ``--dspark``, ``draft-dspark`` on the pair's
    DSpark drafter, and local-eagle's engine drafting with that drafter too (the same ``k``, clamped to what the
    DSpark block gives: ``block_size`` anchor-first), its rounds compared with draft-dspark's as DFlash's are with
-   draft-dflash's (``transcription_dspark``).
+   draft-dflash's (``transcription_dspark``); with ``--dflash2``, the same for the pair's DFlash2 drafter, which
+   llama.cpp drafts with ``draft-dflash`` too (it tells DFlash2 by its selector), compared with it
+   (``transcription_dflash2``).
+
+**DFlash2.** draft-dflash's DFlash2 walk logs no draft candidates, only each round's ``accepted A/D ... (last)``: its
+rounds are compared on the rest (position, anchor, drafts verified and kept, the target's token). Its kept drafts
+are known only through the bytes the tool printed, so its output is checked on those (against the engine's tokens'
+pieces, special tokens rendered as llama.cpp renders them). On the agreeing pairs a round's accepted count pins the
+drafts down: agree-x keeps every draft (each is x), agree-xy keeps one after ``y`` (x, where the target then wants
+y) and none after ``x``.
 
 **Same rounds.** speculative-simple decodes the prompt but its last token, then verifies ``[last, drafts]``; the
 engine decodes the whole prompt and samples its first token in the prefill. So llama.cpp is given the prompt plus
@@ -57,7 +66,9 @@ from local_eagle.errors import LocalEagleError
 SIZES = ("tiny", "mid")
 PROMPTS = ["hello ", "The quick brown fox", "def add(a, b):", "1, 2, 3, 4,", "once upon a time "]
 PAIRS = ("random", "agree-x", "agree-xy")
-BLOCK_SIZE = 5  # the tiny drafters' trained block: 4 drafts (DFlash), 5 (DSpark, anchor-first)
+BLOCK_SIZE = 5  # the tiny drafters' trained block: 4 drafts (DFlash, DFlash2), 5 (DSpark, anchor-first)
+# the block drafters beside DFlash that a pair may carry: llama.cpp's spec type for each and the sides' label
+EXTRA_KINDS = {"dspark": ("draft-dspark", "DSpark"), "dflash2": ("draft-dflash", "DFlash2")}
 
 _CANDIDATE = re.compile(r"draft candidate\s+0, pos\s+(\d+):\s+(-?\d+)")
 _ACCEPTED = re.compile(r"accepted (\d+)/(\d+) draft tokens, the last target token is: \((-?\d+)\)")
@@ -80,15 +91,24 @@ class Round:
         """What the round commits: the drafts kept, then the target's token."""
         return [*self.rows[: self.accepted], self.last]
 
-    def key(self) -> tuple:
-        return (self.pos, self.anchor, self.rows[: self.drafted], self.drafted, self.accepted, self.last)
+    @property
+    def first(self) -> int | None:
+        """The round's first committed token; None where it is a kept draft whose row the log does not give
+        (DFlash2)."""
+        if self.accepted == 0:
+            return self.last
+        return self.rows[0] if self.rows else None
+
+    def key(self, rows: bool = True) -> tuple:
+        drafts = self.rows[: self.drafted] if rows else None
+        return (self.pos, self.anchor, drafts, self.drafted, self.accepted, self.last)
 
 
-def parse_stock_rounds(log: str, n_prompt: int, first_anchor: int) -> list[Round]:
+def parse_stock_rounds(log: str, n_prompt: int, first_anchor: int, rows_logged: bool = True) -> list[Round]:
     """Rounds from ``llama-speculative-simple -lv 5``: each block row's first candidate (``draft candidate 0, pos
     i: ID``), then the round's ``accepted A/D draft tokens, the last target token is: (ID)``. The first round's anchor
     is the prompt's last token at ``n_prompt - 1``; each next one is the previous round's last token, ``A + 1``
-    further on."""
+    further on. ``rows_logged`` False: the drafter logs no rows (DFlash2's walk), the rounds have none."""
     rounds: list[Round] = []
     rows: list[int] = []
     pos, anchor = n_prompt - 1, first_anchor
@@ -100,7 +120,7 @@ def parse_stock_rounds(log: str, n_prompt: int, first_anchor: int) -> list[Round
         m = _ACCEPTED.search(line)
         if m:
             accepted, drafted, last = (int(g) for g in m.groups())
-            if len(rows) < drafted:
+            if rows_logged and len(rows) < drafted:
                 raise LocalEagleError(f"round {len(rounds)}: {drafted} drafts verified but {len(rows)} rows logged")
             rounds.append(Round(pos, anchor, rows, drafted, accepted, last))
             pos, anchor, rows = pos + accepted + 1, last, []
@@ -122,12 +142,14 @@ def stock_dflash_command(binary: str | Path, target: Path, drafter: Path, prompt
     return [*cmd, "-lv", "5"] if verbose else cmd
 
 
-def _run(cmd: list[str | bytes], parse: Callable[[str, str], object], timeout: float = 300, tries: int = 5):
-    """Run a stock tool, parse what it printed (bytes decoded with replacement); repeat a run whose log lost lines
-    (see ``mtp_stock._stock``). ``(parsed, retries)``."""
+def _run(cmd: list[str | bytes], parse: Callable, timeout: float = 300, tries: int = 5, raw: bool = False):
+    """Run a stock tool, parse what it printed (bytes decoded with replacement; ``raw``: stdout left as bytes, as a
+    byte vocabulary's pieces need not be UTF-8); repeat a run whose log lost lines (see ``mtp_stock._stock``).
+    ``(parsed, retries)``."""
     for attempt in range(tries):
         proc = subprocess.run(cmd, capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
-        out, err = proc.stdout.decode(errors="replace"), proc.stderr.decode(errors="replace")
+        err = proc.stderr.decode(errors="replace")
+        out = proc.stdout if raw else proc.stdout.decode(errors="replace")
         if proc.returncode != 0:
             raise LocalEagleError(f"{Path(str(cmd[0])).name} exited {proc.returncode}:\n{err[-3000:]}")
         try:
@@ -149,15 +171,29 @@ def parse_decoded(out: str, err: str) -> tuple[int, float]:
     return int(m.group(1)), float(m.group(2))
 
 
-def _verbose_parser(n_prompt: int, first_anchor: int) -> Callable[[str, str], list[Round]]:
+def _verbose_parser(n_prompt: int, first_anchor: int, rows_logged: bool = True) -> Callable[[str, str], list[Round]]:
     """The rounds of a ``-lv 5`` run, refused (so repeated) unless they add up to the tokens it decoded."""
 
     def parse(out: str, err: str) -> list[Round]:
         tokens, _ = parse_decoded(out, err)
-        rounds = parse_stock_rounds(err + out, n_prompt, first_anchor)
+        rounds = parse_stock_rounds(err + out, n_prompt, first_anchor, rows_logged)
         if sum(r.accepted + 1 for r in rounds) != tokens:
             raise LocalEagleError(f"the debug log's rounds do not add up to the {tokens} tokens decoded (lost lines)")
         return rounds
+
+    return parse
+
+
+def _text_parser(n_prompt: int, first_anchor: int, prompt: bytes) -> Callable[[bytes, str], tuple[list[Round], bytes]]:
+    """A DFlash2 ``-lv 5`` run (stdout as bytes): its rounds (no rows) and what it printed after ``prompt`` (its echo),
+    the only record of its kept drafts; a run whose stdout lacks the echo is refused."""
+    rounds_of = _verbose_parser(n_prompt, first_anchor, rows_logged=False)
+
+    def parse(out: bytes, err: str) -> tuple[list[Round], bytes]:
+        i = out.find(prompt)
+        if i < 0:
+            raise LocalEagleError("llama-speculative-simple's stdout lacks the prompt's echo")
+        return rounds_of("", err), out[i + len(prompt) :]
 
     return parse
 
@@ -171,19 +207,19 @@ class Side(SideTotals):
     output_checked: bool = True
 
     def add(self, prompt: str, want: list[int], draft: int, counts: tuple[int, int, int, int, float],
-            out: list[int] | None, rounds: list[Round] | None = None) -> None:  # fmt: skip
+            out: list[int] | None, rounds: list[Round] | None = None, same: bool | None = None) -> None:  # fmt: skip
         """One prompt's run: ``counts`` (tokens, target calls, accepted, drafted, seconds), the output tokens (a
-        mismatch if they leave ``want``; None: not known, as llama-completion prints text), and its rounds (the full
-        ones counted apart)."""
+        mismatch if they leave ``want``; None: not known, as llama-completion prints text, unless ``same`` says
+        whether its text is ``want``'s), and its rounds (the full ones counted apart)."""
         tokens, calls, accepted, drafted, seconds = counts
         self.tokens += tokens
         self.target_calls += calls
         self.accepted += accepted
         self.drafted += drafted
         self.seconds += seconds
-        if out is None:
+        if out is None and same is None:
             self.output_checked = False
-        elif out[: len(want)] != want:
+        elif not same if out is None else out[: len(want)] != want:
             self.mismatches.append(prompt)
         for r in rounds or ():
             if r.drafted == draft:
@@ -269,24 +305,30 @@ def engine_rounds(blocks: list[tuple[int, int, list[int]]], res, n_prompt: int) 
     return out
 
 
-def compare_rounds(ours: list[Round], stock: list[Round], k: int, what: str, tr: Transcription) -> None:
-    """Round by round: a full round (k drafts on both sides) must be identical; the end rounds are counted apart."""
+def compare_rounds(ours: list[Round], stock: list[Round], k: int, what: str, tr: Transcription,
+                   rows: bool = True) -> None:  # fmt: skip
+    """Round by round: a full round (k drafts on both sides) must be identical; the end rounds are counted apart.
+    ``rows`` False: the stock log gives no rows (DFlash2), a full round is compared on the rest, an end round's first
+    committed token only where both sides give it."""
     for i, (a, b) in enumerate(zip(ours, stock, strict=False)):
         if a.drafted == k and b.drafted == k:
             tr.rounds_compared += 1
             tr.ours_accepted += a.accepted
             tr.stock_accepted += b.accepted
-            if a.key() == b.key():
+            if a.key(rows) == b.key(rows):
                 tr.rounds_identical += 1
             else:
-                tr.differences.append(f"{what} round {i}: local-eagle {a.key()} llama.cpp {b.key()}")
+                tr.differences.append(f"{what} round {i}: local-eagle {a.key(rows)} llama.cpp {b.key(rows)}")
         else:
             tr.end_rounds += 1
             n = min(len(a.rows), len(b.rows))  # a round that drafted none proposed no block
-            if (a.pos, a.anchor, a.rows[:n], a.tokens[:1]) == (b.pos, b.anchor, b.rows[:n], b.tokens[:1]):
+            firsts = (a.first, b.first)
+            if (a.pos, a.anchor, a.rows[:n]) == (b.pos, b.anchor, b.rows[:n]) and (
+                None in firsts or firsts[0] == firsts[1]
+            ):
                 tr.end_rounds_identical += 1
             else:
-                tr.end_differences.append(f"{what} round {i}: local-eagle {a.key()} llama.cpp {b.key()}")
+                tr.end_differences.append(f"{what} round {i}: local-eagle {a.key(rows)} llama.cpp {b.key(rows)}")
 
 
 def aligned_prompt(model, text: str, first: int) -> bytes | None:
@@ -300,27 +342,30 @@ def aligned_prompt(model, text: str, first: int) -> bytes | None:
 
 
 def _specs(size: str):
-    """``(target spec, DFlash spec, DSpark spec)`` of a size."""
+    """``(target spec, {kind: drafter spec})`` of a size, the kinds ``dflash`` and ``EXTRA_KINDS``."""
     from local_eagle.testing.tiny import TinyTargetSpec
-    from local_eagle.testing.tiny_dflash import TinyDFlashSpec, TinyDSparkSpec
+    from local_eagle.testing.tiny_dflash import TinyDFlash2Spec, TinyDFlashSpec, TinyDSparkSpec
 
-    if size == "tiny":
-        return TinyTargetSpec(), TinyDFlashSpec(block_size=BLOCK_SIZE), TinyDSparkSpec(block_size=BLOCK_SIZE)
-    if size != "mid":
+    if size not in SIZES:
         raise LocalEagleError(f"unknown size {size!r}: one of {', '.join(SIZES)}")
-    wide = {"n_embd": 1024, "n_head": 8, "n_head_kv": 4, "n_ff": 2816}
-    return (TinyTargetSpec(n_layer=8, **wide), TinyDFlashSpec(block_size=BLOCK_SIZE, **wide),
-            TinyDSparkSpec(block_size=BLOCK_SIZE, **wide))  # fmt: skip
+    # "mid": 1024 is a multiple of the DFlash2 convolutions' group (16) and holds its lattice rows (top_k * (k + 1))
+    wide = {"n_embd": 1024, "n_head": 8, "n_head_kv": 4, "n_ff": 2816} if size == "mid" else {}
+    target = TinyTargetSpec(n_layer=8, **wide) if size == "mid" else TinyTargetSpec()
+    return target, {kind: cls(block_size=BLOCK_SIZE, **wide) for kind, cls in (
+        ("dflash", TinyDFlashSpec), ("dspark", TinyDSparkSpec), ("dflash2", TinyDFlash2Spec))}  # fmt: skip
 
 
-def write_pairs(workdir: Path, names: list[str], dspark: bool, size: str = "tiny") -> dict[str, dict[str, Path]]:
-    """The tiny generated pairs: ``{name: {"target", "dflash"[, "dspark"]}}``, written once into ``workdir``."""
+def write_pairs(workdir: Path, names: list[str], dspark: bool, size: str = "tiny",
+                dflash2: bool = False) -> dict[str, dict[str, Path]]:  # fmt: skip
+    """The tiny generated pairs: ``{name: {"target", "dflash"[, "dspark"][, "dflash2"]}}``, written once into
+    ``workdir``."""
     from converters.dflash_gguf import convert_dflash
     from local_eagle.testing.tiny import write_tiny_target
     from local_eagle.testing.tiny_agree import write_agree_pair
     from local_eagle.testing.tiny_dflash import write_dflash_checkpoint
 
-    target_spec, dflash_spec, dspark_spec = _specs(size)
+    target_spec, specs = _specs(size)
+    kinds = ["dflash", *(["dspark"] if dspark else []), *(["dflash2"] if dflash2 else [])]
     workdir.mkdir(parents=True, exist_ok=True)
     out: dict[str, dict[str, Path]] = {}
     for name in names:
@@ -329,17 +374,15 @@ def write_pairs(workdir: Path, names: list[str], dspark: bool, size: str = "tiny
             d.mkdir(parents=True, exist_ok=True)
             target = write_tiny_target(d / "target.gguf", target_spec)
             files = {"target": target}
-            for kind, spec in (("dflash", dflash_spec), ("dspark", dspark_spec)):
-                if kind == "dspark" and not dspark:
-                    continue
-                ckpt = write_dflash_checkpoint(d / f"{kind}-ckpt", spec, seed=3)
+            for kind in kinds:
+                ckpt = write_dflash_checkpoint(d / f"{kind}-ckpt", specs[kind], seed=3)
                 files[kind] = convert_dflash(ckpt, target, d / f"{kind}.gguf", outtype="f32").outfile
         elif name.startswith("agree-"):
             cycle = name.split("-", 1)[1]
-            target, drafter = write_agree_pair(d, cycle, dflash_spec, target_spec=target_spec)
+            target, drafter = write_agree_pair(d, cycle, specs["dflash"], target_spec=target_spec)
             files = {"target": target, "dflash": drafter}
-            if dspark:
-                files["dspark"] = write_agree_pair(d / "dspark", cycle, dspark_spec, target_spec=target_spec)[1]
+            for kind in kinds[1:]:
+                files[kind] = write_agree_pair(d / kind, cycle, specs[kind], target_spec=target_spec)[1]
         else:
             raise LocalEagleError(f"unknown pair {name!r}: one of {', '.join(PAIRS)}")
         out[name] = files
@@ -358,32 +401,40 @@ def run_pair(
     n_ctx: int = 512,
     log: Callable[[str], None] | None = None,
 ) -> dict:
-    """Every side on every prompt of one pair; the totals, the transcription check and the speed ratios."""
+    """Every side on every prompt of one pair; the totals, the transcription checks and the speed ratios.
+
+    The sides: the target alone, DFlash ours and stock; then, for each ``EXTRA_KINDS`` drafter in ``files``, stock
+    and ours; llama-completion last."""
     from contextlib import ExitStack
 
     from local_eagle.runtime.engine import Engine, EngineOptions
     from local_eagle.runtime.sampling import GREEDY
 
-    target, drafter = files["target"], files["dflash"]
+    target = files["target"]
+    extras = [kind for kind in EXTRA_KINDS if kind in files]
     names = ["local-eagle target alone", f"local-eagle DFlash k={draft}", f"llama.cpp draft-dflash k={draft}"]
-    if "dspark" in files:
-        names += [f"llama.cpp draft-dspark k={draft}", f"local-eagle DSpark k={draft}"]
+    stock_name, ours_name = {"dflash": names[2]}, {"dflash": names[1]}
+    for kind in extras:
+        spec_type, label = EXTRA_KINDS[kind]
+        stock_name[kind] = f"llama.cpp {spec_type} k={draft}" + (f" ({label})" if spec_type == "draft-dflash" else "")
+        ours_name[kind] = f"local-eagle {label} k={draft}"
+        names += [stock_name[kind], ours_name[kind]]
     if completion is not None:
         names.append("llama.cpp target alone (llama-completion)")
     sides = {n: Side(n) for n in names}
-    tr, tr_dspark = Transcription(), Transcription()
+    trs = {kind: Transcription() for kind in ["dflash", *extras]}
     used: list[str] = []
     skipped: list[str] = []
     retries = 0
     opts = EngineOptions(n_ctx=n_ctx, n_batch=512, n_threads=threads, n_gpu_layers=0)
     with ExitStack() as stack:
         alone = stack.enter_context(Engine(target, None, opts))
-        block = stack.enter_context(Engine(target, drafter, opts))
-        spark = stack.enter_context(Engine(target, files["dspark"], opts)) if "dspark" in files else None
-        k_spark = min(draft, spark.drafter.spec.n_draft_max) if spark is not None else 0
-        block.generate(prompts[0], max_tokens=8, sampling=GREEDY, draft_max=draft, adaptive=False)  # warm up
-        if spark is not None:
-            spark.generate(prompts[0], max_tokens=8, sampling=GREEDY, draft_max=draft, adaptive=False)
+        engines = {kind: stack.enter_context(Engine(target, files[kind], opts)) for kind in ["dflash", *extras]}
+        # each drafter's full round: k clamped to what its block drafts (DSpark: block_size, anchor-first)
+        ks = {kind: min(draft, e.drafter.spec.n_draft_max) for kind, e in engines.items()}
+        ks["dflash"] = draft
+        for e in engines.values():  # warm up
+            e.generate(prompts[0], max_tokens=8, sampling=GREEDY, draft_max=draft, adaptive=False)
         alone.generate(prompts[0], max_tokens=8, sampling=GREEDY, draft_max=0)
         for prompt in prompts:
             base = alone.generate(prompt, max_tokens=max_tokens + 1, sampling=GREEDY, draft_max=0)
@@ -394,40 +445,42 @@ def run_pair(
             used.append(prompt)
             n_prompt = len(alone.tokenize(prompt))
             want = base.tokens[1:]  # what llama.cpp must write after the first token it is given
+            # what llama.cpp must print after echoing the prompt it is given (DFlash2's output check): its pieces are
+            # common_token_to_piece's, special tokens rendered
+            want_text = b"".join(alone.model.token_to_piece(t, special=True) for t in want)
 
             st = base.stats
             sides[names[0]].add(prompt, want, draft, (st.target_calls, st.target_calls, 0, 0, st.decode_seconds),
                                 base.tokens[1:])  # fmt: skip
 
-            ours, counts, out = recorded_run(block, prompt, max_tokens + 1, draft, n_prompt)
-            sides[names[1]].add(prompt, want, draft, counts, out)
-
-            spark_rounds: list[Round] = []
-            if spark is not None:
-                spark_rounds, counts, out = recorded_run(spark, prompt, max_tokens + 1, draft, n_prompt)
-                sides[names[4]].add(prompt, want, draft, counts, out)
+            ours: dict[str, list[Round]] = {}
+            for kind, engine in engines.items():
+                ours[kind], counts, out = recorded_run(engine, prompt, max_tokens + 1, draft, n_prompt)
+                sides[ours_name[kind]].add(prompt, want, draft, counts, out)
 
             stock_accepted: list[int] = []
-            for kind, side_name in (("dflash", names[2]), ("dspark", names[3] if "dspark" in files else None)):
-                if side_name is None:
-                    continue
-                spec_type = f"draft-{kind}"
+            for kind in engines:
+                spec_type = EXTRA_KINDS[kind][0] if kind in EXTRA_KINDS else "draft-dflash"
                 cmd = stock_dflash_command(spec_simple, target, files[kind], stock_prompt, max_tokens, draft,
                                            threads, n_ctx, spec_type)  # fmt: skip
                 (tokens, seconds), again = _run(cmd, parse_decoded)
                 retries += again
-                rounds, again = _run([*cmd, "-lv", "5"], _verbose_parser(n_prompt + 1, base.tokens[0]))
+                same = None
+                if kind == "dflash2":  # no rows logged: the output is the text it printed
+                    parse = _text_parser(n_prompt + 1, base.tokens[0], stock_prompt)
+                    (rounds, text), again = _run([*cmd, "-lv", "5"], parse, raw=True)
+                    same = text.startswith(want_text)  # its last round may run past -n (see "Ends")
+                else:
+                    rounds, again = _run([*cmd, "-lv", "5"], _verbose_parser(n_prompt + 1, base.tokens[0]))
                 retries += again
                 if tokens != sum(r.accepted + 1 for r in rounds):
                     raise LocalEagleError(f"{spec_type}: the timed run decoded {tokens} tokens, the logged one other")
-                out = [t for r in rounds for t in r.tokens]
+                out = [t for r in rounds for t in r.tokens] if same is None else None
                 counts = (tokens, len(rounds), sum(r.accepted for r in rounds), sum(r.drafted for r in rounds), seconds)
-                sides[side_name].add(prompt, want, draft, counts, out, rounds if kind == "dspark" else None)
+                sides[stock_name[kind]].add(prompt, want, draft, counts, out, same=same)
+                compare_rounds(ours[kind], rounds, ks[kind], prompt, trs[kind], rows=kind != "dflash2")
                 if kind == "dflash":
-                    compare_rounds(ours, rounds, draft, prompt, tr)
                     stock_accepted = [r.accepted for r in rounds]
-                else:
-                    compare_rounds(spark_rounds, rounds, k_spark, prompt, tr_dspark)
             if completion is not None:
                 from local_eagle.bench.mtp_stock import stock_command
 
@@ -436,24 +489,24 @@ def run_pair(
                 retries += again
                 sides[names[-1]].add(prompt, want, draft, (run.tokens, run.target_calls, 0, 0, run.seconds), None)
             if log is not None:
-                log(f"{name} {prompt!r}: kept a round, local-eagle {[r.accepted for r in ours]}, llama.cpp "
+                log(f"{name} {prompt!r}: kept a round, local-eagle {[r.accepted for r in ours['dflash']]}, llama.cpp "
                     f"{stock_accepted}")  # fmt: skip
-    for side, accepted in ((sides[names[1]], tr.ours_accepted), (sides[names[2]], tr.stock_accepted)):
-        side.full_rounds, side.full_accepted = tr.rounds_compared, accepted
-    if "dspark" in files:
-        for side, accepted in ((sides[names[4]], tr_dspark.ours_accepted), (sides[names[3]], tr_dspark.stock_accepted)):
-            side.full_rounds, side.full_accepted = tr_dspark.rounds_compared, accepted
+    for kind, tr in trs.items():  # tokens per target call over the rounds both sides ran in full
+        for side, accepted in ((ours_name[kind], tr.ours_accepted), (stock_name[kind], tr.stock_accepted)):
+            sides[side].full_rounds, sides[side].full_accepted = tr.rounds_compared, accepted
     base_tps = sides[names[0]].tokens_per_second
-    return {
+    report = {
         "pair": name,
         "files": {k: str(v) for k, v in files.items()},
         "prompts": used,
         "skipped_prompts": skipped,
         "sides": [sides[n].to_dict(base_tps) for n in names],
-        "transcription": asdict(tr),
-        "transcription_dspark": asdict(tr_dspark) if "dspark" in files else None,
-        "stock_retries": retries,
+        "transcription": asdict(trs["dflash"]),
     }
+    for kind in EXTRA_KINDS:
+        report[f"transcription_{kind}"] = asdict(trs[kind]) if kind in trs else None
+    report["stock_retries"] = retries
+    return report
 
 
 def run_comparison(pairs: dict[str, dict[str, Path]], spec_simple: Path, completion: Path | None, prompts: list[str],
@@ -497,10 +550,13 @@ def table(report: dict) -> str:
                      f"{t['end_rounds_identical']}/{t['end_rounds']} end rounds alike in what both verified; "
                      f"{len(p['prompts'])} prompts" + (f", {len(p['skipped_prompts'])} skipped (not aligned)"
                                                        if p["skipped_prompts"] else ""))  # fmt: skip
-        t = p.get("transcription_dspark")
-        if t:
-            notes.append(f"- {p['pair']} DSpark: {t['rounds_identical']}/{t['rounds_compared']} full rounds identical "
-                         f"to draft-dspark's; {t['end_rounds_identical']}/{t['end_rounds']} end rounds alike")
+        for kind, (spec_type, label) in EXTRA_KINDS.items():
+            t = p.get(f"transcription_{kind}")
+            if t:
+                what = " (no rows: draft-dflash logs none for DFlash2)" if kind == "dflash2" else ""
+                notes.append(f"- {p['pair']} {label}: {t['rounds_identical']}/{t['rounds_compared']} full rounds "
+                             f"identical to {spec_type}'s{what}; {t['end_rounds_identical']}/{t['end_rounds']} end "
+                             f"rounds alike")  # fmt: skip
     return "\n".join(lines + [""] + notes)
 
 
@@ -513,6 +569,9 @@ def main(argv: list[str] | None = None) -> None:  # pragma: no cover - a thin wr
     ap.add_argument("--drafter", type=Path, help="a DFlash drafter GGUF for --target")
     ap.add_argument("--dspark", action="store_true", help="also run llama.cpp's draft-dspark on DSpark drafters")
     ap.add_argument("--dspark-drafter", type=Path, help="a DSpark drafter GGUF for --target")
+    ap.add_argument("--dflash2", action="store_true",
+                    help="also run llama.cpp's draft-dflash on DFlash2 drafters (the pairs' DFlash2 GGUF)")
+    ap.add_argument("--dflash2-drafter", type=Path, help="a DFlash2 drafter GGUF for --target")
     ap.add_argument("--size", choices=SIZES, default="tiny", help="the generated pairs' width (see SIZES)")
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/against-llamacpp"))
     ap.add_argument("--draft", type=int, default=BLOCK_SIZE - 1)
@@ -527,9 +586,11 @@ def main(argv: list[str] | None = None) -> None:  # pragma: no cover - a thin wr
         files = {"target": a.target, "dflash": a.drafter}
         if a.dspark_drafter is not None:
             files["dspark"] = a.dspark_drafter
+        if a.dflash2_drafter is not None:
+            files["dflash2"] = a.dflash2_drafter
         pairs = {a.target.stem: files}
     else:
-        pairs = write_pairs(a.workdir / a.size, [p for p in a.pairs.split(",") if p], a.dspark, a.size)
+        pairs = write_pairs(a.workdir / a.size, [p for p in a.pairs.split(",") if p], a.dspark, a.size, a.dflash2)
     t0 = time.perf_counter()
     report = run_comparison(pairs, a.spec_simple, a.completion, PROMPTS, a.max_tokens, a.draft, a.threads, a.n_ctx,
                             log=lambda s: print(s, flush=True))  # fmt: skip

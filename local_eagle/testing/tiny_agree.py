@@ -18,6 +18,19 @@ This pair accepts by construction, on any implementation of the llama / DFlash g
 With ``cycle="x"`` the target writes ``xxxx...`` and every draft is accepted (tokens per target call = k + 1); with
 ``cycle="xy"`` it writes ``xyxy...``, a round after ``y`` accepts its first draft (``x``) and rejects the second,
 a round after ``x`` accepts none: partial acceptance, the same on any faithful implementation.
+
+**DFlash2** (``TinyDFlash2Spec``) drafts by a walk over a lattice instead of each row's argmax: a row's candidates
+are the top-k of its logits, and the score of candidate ``j`` after predecessor ``i`` is ``successor[j] .
+(predecessor[i] * gate)`` plus candidate ``j``'s own logit (dflash.cpp ``build_dflash2_selector``); the walk takes
+the best-scoring successor of the previous pick. Two things keep the agreement:
+
+- the selector's hidden projection is zero, so ``gate`` is zero and every pairwise term with it (the codebooks stay
+  random and are still gathered): a row's scores are its candidates' logits, whatever the predecessor, and the walk
+  picks the row's top logit, ``cycle[0]``, the unique maximum (every other token's logit is lower);
+- the dynamic convolutions (``build_dflash2_conv``) are depthwise: a channel of their output mixes only that channel
+  over the block's earlier rows, and they act on the attention / MLP branches only (their input and their output,
+  never the residual stream). The branches' outputs are zero on the reserved channels (the zero rows above), a
+  convolution of zeros is zero, so the convolutions stay random and the reserved channels stay the token's.
 """
 
 from __future__ import annotations
@@ -29,7 +42,14 @@ from pathlib import Path
 import numpy as np
 
 from local_eagle.testing.tiny import TinyTargetSpec, byte_vocab, random_f32, write_tiny_target
-from local_eagle.testing.tiny_dflash import TinyDFlashSpec, TinyDSparkSpec, dflash_state_dict, dspark_state_dict
+from local_eagle.testing.tiny_dflash import (
+    TinyDFlash2Spec,
+    TinyDFlashSpec,
+    TinyDSparkSpec,
+    dflash2_state_dict,
+    dflash_state_dict,
+    dspark_state_dict,
+)
 
 SPEC = TinyTargetSpec()
 N_VOCAB = len(byte_vocab(SPEC.extra_tokens)[0])
@@ -90,15 +110,22 @@ def write_agree_target(path: str | os.PathLike[str], cycle: str = "x", seed: int
 
 
 def agree_drafter_state_dict(spec: TinyDFlashSpec, cycle: str = "x", seed: int = 0) -> dict[str, np.ndarray]:
-    """A DFlash (or, for a ``TinyDSparkSpec``, DSpark) checkpoint's weights whose block rows keep the reserved
-    channels of their input token and read only them: every mask row predicts ``cycle[0]``.
+    """A DFlash (or, for a ``TinyDSparkSpec`` / ``TinyDFlash2Spec``, DSpark / DFlash2) checkpoint's weights whose
+    block rows keep the reserved channels of their input token and read only them: every mask row predicts
+    ``cycle[0]``.
 
-    (A DSpark drafter adds its Markov head's bias to the logits: it is zeroed here, so it adds nothing.)"""
+    (A DSpark drafter adds its Markov head's bias to the logits: it is zeroed here, so it adds nothing. A DFlash2
+    drafter's selector adds pairwise scores to its candidates' logits: its hidden projection is zeroed, so they are
+    all zero and its walk takes each row's top logit; see the module docstring.)"""
     if isinstance(spec, TinyDSparkSpec):
         sd = dspark_state_dict(spec, seed)
         for k in list(sd):
             if k.startswith("markov_head."):
                 sd[k] = np.zeros_like(sd[k])
+    elif isinstance(spec, TinyDFlash2Spec):
+        sd = dflash2_state_dict(spec, seed)
+        gate = "candidate_selector.hidden_projection.weight"
+        sd[gate] = np.zeros_like(sd[gate])
     else:
         sd = dflash_state_dict(spec, seed)
     ch = reserved(cycle)
@@ -119,9 +146,9 @@ def write_agree_pair(
     outtype: str = "f32",
     target_spec: TinyTargetSpec = SPEC,
 ) -> tuple[Path, Path]:
-    """``(target.gguf, drafter.gguf)`` in ``directory``: the agreeing target and its DFlash drafter, converted by
-    local-eagle's converter (``converters.dflash_gguf``), as a published checkpoint would be (``spec.n_embd`` must be
-    ``target_spec.n_embd``)."""
+    """``(target.gguf, drafter.gguf)`` in ``directory``: the agreeing target and its DFlash (DSpark, DFlash2: by
+    ``spec``'s class) drafter, converted by local-eagle's converter (``converters.dflash_gguf``), as a published
+    checkpoint would be (``spec.n_embd`` must be ``target_spec.n_embd``)."""
     from converters.dflash_gguf import convert_dflash
     from local_eagle.testing.tiny_dflash import write_dflash_checkpoint
 
@@ -134,6 +161,8 @@ def write_agree_pair(
     ckpt = write_dflash_checkpoint(
         d / f"agree-{cycle}-ckpt", spec, state_dict=agree_drafter_state_dict(spec, cycle, seed)
     )
-    name = "dspark" if isinstance(spec, TinyDSparkSpec) else "dflash"
+    name = "dflash"
+    if isinstance(spec, (TinyDSparkSpec, TinyDFlash2Spec)):
+        name = "dspark" if isinstance(spec, TinyDSparkSpec) else "dflash2"
     draft = convert_dflash(ckpt, target, d / f"agree-{cycle}-{name}.gguf", outtype=outtype).outfile
     return target, draft

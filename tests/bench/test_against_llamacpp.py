@@ -14,6 +14,7 @@ import pytest
 from local_eagle.bench.against_llamacpp import (
     Round,
     Transcription,
+    _text_parser,
     _verbose_parser,
     compare_rounds,
     parse_decoded,
@@ -61,6 +62,31 @@ def test_round_tokens_and_comparison() -> None:
     assert (tr.rounds_compared, tr.rounds_identical, tr.end_rounds, tr.end_rounds_identical) == (1, 1, 1, 1)
     compare_rounds([a], [Round(10, 5, [7, 8, 9, 2], 4, 2, 4)], 4, "p", tr)
     assert tr.rounds_identical == 1 and tr.differences
+
+
+def test_dflash2_rounds_without_rows_and_its_printed_output() -> None:
+    """draft-dflash's DFlash2 walk logs no candidates (the sample with them cut): the rounds carry no rows, a full
+    round compares on the rest, an end round's first token only where both sides give it; the output is what
+    stdout printed after the prompt's echo (bytes: a byte vocabulary's pieces need not be UTF-8)."""
+    log = "\n".join(line for line in SAMPLE.read_text().splitlines() if "draft candidate" not in line)
+    with pytest.raises(LocalEagleError, match="rows logged"):
+        parse_stock_rounds(log, 9, 123)
+    rounds = parse_stock_rounds(log, 9, 123, rows_logged=False)
+    assert [r.accepted for r in rounds] == [0, 1, 1, 1, 1] and all(r.rows == [] for r in rounds)
+    assert rounds[0].first == 124 and rounds[1].first is None  # a kept draft, its row not logged
+    stdout = b"\n\n<s> hello x" + b"yx" * 4 + b"y\xe5\n\n"
+    parsed, text = _text_parser(9, 123, b"hello x")(stdout, log)
+    assert parsed == rounds and text.startswith(b"yx" * 4 + b"y\xe5")
+    with pytest.raises(LocalEagleError, match="echo"):
+        _text_parser(9, 123, b"hello z")(stdout, log)
+    ours = [Round(r.pos, r.anchor, [123] * 4, r.drafted, r.accepted, r.last) for r in rounds]
+    tr = Transcription()
+    compare_rounds(ours, rounds, 4, "p", tr, rows=False)
+    assert (tr.rounds_compared, tr.rounds_identical, tr.end_rounds, tr.end_rounds_identical) == (4, 4, 1, 1)
+    compare_rounds(ours, rounds, 4, "p", Transcription(), rows=True)  # with rows, the same rounds differ
+    tr = Transcription()
+    compare_rounds(ours, rounds, 4, "p", tr)
+    assert tr.rounds_identical == 0 and len(tr.differences) == 4
 
 
 def test_command_is_greedy_and_fixed_length() -> None:
@@ -147,3 +173,28 @@ def test_a_whole_anchor_first_block_as_draft_dspark(tmp_path: Path, pair: str) -
     assert tr["end_rounds_identical"] == tr["end_rounds"], tr["end_differences"]
     if pair == "agree-x":
         assert ours_dspark["tokens_per_call_full_rounds"] == dspark["tokens_per_call_full_rounds"] == BLOCK_SIZE + 1
+
+
+@pytest.mark.llamacpp_bin
+@pytest.mark.skipif(not BIN, reason="set LOCAL_EAGLE_LLAMACPP_BIN to llama.cpp's llama-speculative-simple")
+@pytest.mark.parametrize("pair", ["random", "agree-x", "agree-xy"])
+def test_dflash2_rounds_as_draft_dflash(tmp_path: Path, pair: str) -> None:
+    """Our engine drafting the pair's DFlash2 GGUF (the selector walk) against stock draft-dflash on it: every round
+    the same position, anchor, drafts verified and kept and target token (the log gives no drafts), the printed
+    output the target alone's; on the agreeing pairs the counts pin the drafts down (x every row)."""
+    from local_eagle.bench.against_llamacpp import run_pair, write_pairs
+
+    files = write_pairs(tmp_path, [pair], dspark=False, dflash2=True)[pair]
+    report = run_pair(pair, files, Path(BIN), None, ["hello ", "1, 2, 3, 4,"], max_tokens=24, draft=4)
+    _, _, _, stock, ours = report["sides"]
+    assert stock["name"].endswith("(DFlash2)") and ours["name"] == "local-eagle DFlash2 k=4"
+    assert not report["skipped_prompts"] and stock["output_checked"]
+    assert not stock["mismatches"] and not ours["mismatches"] and stock["target_calls"] > 0
+    tr = report["transcription_dflash2"]
+    assert tr["rounds_compared"] > 0 and tr["rounds_identical"] == tr["rounds_compared"], tr["differences"]
+    assert tr["end_rounds_identical"] == tr["end_rounds"], tr["end_differences"]
+    assert ours["full_accepted"] == stock["full_accepted"]
+    if pair == "agree-x":  # every draft kept
+        assert ours["tokens_per_call_full_rounds"] == stock["tokens_per_call_full_rounds"] == 5.0
+    elif pair == "agree-xy":  # after y one kept, after x none: only the first round's anchor (x, both prompts) is x
+        assert tr["ours_accepted"] == tr["stock_accepted"] == tr["rounds_compared"] - 2
