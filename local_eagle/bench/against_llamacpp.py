@@ -129,15 +129,16 @@ def parse_stock_rounds(log: str, n_prompt: int, first_anchor: int, rows_logged: 
 
 def stock_dflash_command(binary: str | Path, target: Path, drafter: Path, prompt: bytes, n: int, draft: int,
                          threads: int = 1, n_ctx: int = 512, spec_type: str = "draft-dflash",
-                         verbose: bool = False) -> list[str | bytes]:  # fmt: skip
-    """speculative-simple, greedy, drafting ``draft`` tokens a round with ``p_min`` 0 and ``n_min`` 0, on ``threads``
-    for the target and the drafter alike (the prompt as bytes: a byte vocabulary's pieces need not be UTF-8)."""
+                         verbose: bool = False, p_min: float = 0.0) -> list[str | bytes]:  # fmt: skip
+    """speculative-simple, greedy, drafting ``draft`` tokens a round with ``p_min`` (0: every row) and ``n_min`` 0,
+    on ``threads`` for the target and the drafter alike (the prompt as bytes: a byte vocabulary's pieces need not be
+    UTF-8)."""
     cmd: list[str | bytes] = [
         str(binary), "-m", str(target), "-md", str(drafter), "-p", prompt, "-n", str(n), "-c", str(n_ctx),
         "-b", "512", "-ub", "512", "-t", str(threads), "-tb", str(threads), "-td", str(threads), "-tbd", str(threads),
         "--temp", "0", "--top-k", "1", "--seed", "1", "-ngl", "0", "-ngld", "0",
         "--spec-type", spec_type, "--spec-draft-n-max", str(draft), "--spec-draft-n-min", "0",
-        "--spec-draft-p-min", "0",
+        "--spec-draft-p-min", f"{p_min:g}",
     ]  # fmt: skip
     return [*cmd, "-lv", "5"] if verbose else cmd
 
@@ -267,7 +268,7 @@ def stop_recording(engine) -> None:
     engine.drafter.__dict__.pop("propose", None)
 
 
-def recorded_run(engine, prompt: str, max_tokens: int, draft: int, n_prompt: int
+def recorded_run(engine, prompt: str, max_tokens: int, draft: int, n_prompt: int, p_min: float = 0.0
                  ) -> tuple[list[Round], tuple[int, int, int, int, float], list[int]]:  # fmt: skip
     """A fixed greedy generation with its blocks recorded: its rounds, its counts (``Side.add``) and the tokens
     after the first (what llama.cpp, given the first, writes)."""
@@ -275,7 +276,8 @@ def recorded_run(engine, prompt: str, max_tokens: int, draft: int, n_prompt: int
 
     blocks = record_blocks(engine)
     try:
-        res = engine.generate(prompt, max_tokens=max_tokens, sampling=GREEDY, draft_max=draft, adaptive=False)
+        res = engine.generate(prompt, max_tokens=max_tokens, sampling=GREEDY, draft_max=draft, adaptive=False,
+                              draft_p_min=p_min)  # fmt: skip
     finally:
         stop_recording(engine)
     st = res.stats
@@ -285,7 +287,8 @@ def recorded_run(engine, prompt: str, max_tokens: int, draft: int, n_prompt: int
 
 
 def engine_rounds(blocks: list[tuple[int, int, list[int]]], res, n_prompt: int) -> list[Round]:
-    """The engine's rounds from its recorded blocks and its trace (a round drafting none proposes no block)."""
+    """The engine's rounds from its recorded blocks and its trace. A round with no room proposes no block, and one
+    cut at ``p_min`` may propose a block and draft none: a block belongs to the round at its position."""
     st = res.spec_stats
     out: list[Round] = []
     tokens = res.tokens
@@ -293,11 +296,13 @@ def engine_rounds(blocks: list[tuple[int, int, list[int]]], res, n_prompt: int) 
     for drafted, accepted in zip(st.trace_drafted, st.trace_accepted, strict=True):
         anchor = tokens[i_tok]
         rows: list[int] = []
-        if drafted:
+        if b < len(blocks) and blocks[b][0] == pos:
             n_past, block_anchor, rows = blocks[b]
             b += 1
-            if (n_past, block_anchor) != (pos, anchor):
+            if block_anchor != anchor:
                 raise LocalEagleError(f"block {b} at {n_past} from {block_anchor}, expected {pos} from {anchor}")
+        elif drafted:
+            raise LocalEagleError(f"round at {pos} drafted {drafted} with no block proposed there")
         i_tok += accepted + 1
         last = tokens[i_tok] if i_tok < len(tokens) else -1
         out.append(Round(pos, anchor, rows, drafted, accepted, last))
@@ -306,12 +311,13 @@ def engine_rounds(blocks: list[tuple[int, int, list[int]]], res, n_prompt: int) 
 
 
 def compare_rounds(ours: list[Round], stock: list[Round], k: int, what: str, tr: Transcription,
-                   rows: bool = True) -> None:  # fmt: skip
+                   rows: bool = True, room_end: int | None = None) -> None:  # fmt: skip
     """Round by round: a full round (k drafts on both sides) must be identical; the end rounds are counted apart.
     ``rows`` False: the stock log gives no rows (DFlash2), a full round is compared on the rest, an end round's first
-    committed token only where both sides give it."""
+    committed token only where both sides give it. ``room_end`` (a ``p_min`` cut): a full round is one with room
+    for k drafts before that position, whatever each side drafted, so the cut itself is compared."""
     for i, (a, b) in enumerate(zip(ours, stock, strict=False)):
-        if a.drafted == k and b.drafted == k:
+        if (a.drafted == k and b.drafted == k) if room_end is None else a.pos + k + 1 < room_end:
             tr.rounds_compared += 1
             tr.ours_accepted += a.accepted
             tr.stock_accepted += b.accepted
@@ -400,8 +406,11 @@ def run_pair(
     threads: int = 1,
     n_ctx: int = 512,
     log: Callable[[str], None] | None = None,
+    p_min: float = 0.0,
 ) -> dict:
-    """Every side on every prompt of one pair; the totals, the transcription checks and the speed ratios.
+    """Every side on every prompt of one pair; the totals, the transcription checks and the speed ratios. ``p_min``
+    > 0: both sides cut each draft there (DFlash: a row's top-1 probability over its top 10; DSpark: its confidence
+    head), and every round with room for a whole block is compared, the cut included.
 
     The sides: the target alone, DFlash ours and stock; then, for each ``EXTRA_KINDS`` drafter in ``files``, stock
     and ours; llama-completion last."""
@@ -434,7 +443,7 @@ def run_pair(
         ks = {kind: min(draft, e.drafter.spec.n_draft_max) for kind, e in engines.items()}
         ks["dflash"] = draft
         for e in engines.values():  # warm up
-            e.generate(prompts[0], max_tokens=8, sampling=GREEDY, draft_max=draft, adaptive=False)
+            e.generate(prompts[0], max_tokens=8, sampling=GREEDY, draft_max=draft, adaptive=False, draft_p_min=p_min)
         alone.generate(prompts[0], max_tokens=8, sampling=GREEDY, draft_max=0)
         for prompt in prompts:
             base = alone.generate(prompt, max_tokens=max_tokens + 1, sampling=GREEDY, draft_max=0)
@@ -455,14 +464,14 @@ def run_pair(
 
             ours: dict[str, list[Round]] = {}
             for kind, engine in engines.items():
-                ours[kind], counts, out = recorded_run(engine, prompt, max_tokens + 1, draft, n_prompt)
+                ours[kind], counts, out = recorded_run(engine, prompt, max_tokens + 1, draft, n_prompt, p_min)
                 sides[ours_name[kind]].add(prompt, want, draft, counts, out)
 
             stock_accepted: list[int] = []
             for kind in engines:
                 spec_type = EXTRA_KINDS[kind][0] if kind in EXTRA_KINDS else "draft-dflash"
                 cmd = stock_dflash_command(spec_simple, target, files[kind], stock_prompt, max_tokens, draft,
-                                           threads, n_ctx, spec_type)  # fmt: skip
+                                           threads, n_ctx, spec_type, p_min=p_min)  # fmt: skip
                 (tokens, seconds), again = _run(cmd, parse_decoded)
                 retries += again
                 same = None
@@ -478,7 +487,8 @@ def run_pair(
                 out = [t for r in rounds for t in r.tokens] if same is None else None
                 counts = (tokens, len(rounds), sum(r.accepted for r in rounds), sum(r.drafted for r in rounds), seconds)
                 sides[stock_name[kind]].add(prompt, want, draft, counts, out, same=same)
-                compare_rounds(ours[kind], rounds, ks[kind], prompt, trs[kind], rows=kind != "dflash2")
+                room_end = n_prompt + max_tokens if p_min > 0 else None
+                compare_rounds(ours[kind], rounds, ks[kind], prompt, trs[kind], kind != "dflash2", room_end)
                 if kind == "dflash":
                     stock_accepted = [r.accepted for r in rounds]
             if completion is not None:
@@ -511,17 +521,18 @@ def run_pair(
 
 def run_comparison(pairs: dict[str, dict[str, Path]], spec_simple: Path, completion: Path | None, prompts: list[str],
                    max_tokens: int, draft: int, threads: int = 1, n_ctx: int = 512,
-                   log: Callable[[str], None] | None = None) -> dict:  # fmt: skip
+                   log: Callable[[str], None] | None = None, p_min: float = 0.0) -> dict:  # fmt: skip
     """Every pair; the report ``table`` prints."""
     return {
         "draft": draft,
+        "p_min": p_min,
         "max_tokens": max_tokens,
         "threads": threads,
         "n_ctx": n_ctx,
         "spec_simple": str(spec_simple),
         "machine": f"{platform.machine()} {platform.processor() or ''} {platform.node()}".strip(),
         "pairs": [
-            run_pair(n, f, spec_simple, completion, prompts, max_tokens, draft, threads, n_ctx, log)
+            run_pair(n, f, spec_simple, completion, prompts, max_tokens, draft, threads, n_ctx, log, p_min)
             for n, f in pairs.items()
         ],
     }
@@ -576,6 +587,8 @@ def main(argv: list[str] | None = None) -> None:  # pragma: no cover - a thin wr
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/against-llamacpp"))
     ap.add_argument("--draft", type=int, default=BLOCK_SIZE - 1)
     ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--p-min", type=float, default=0.0,
+                    help="cut drafts below this (--spec-draft-p-min; ours: draft_p_min); all rounds with room compared")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--n-ctx", type=int, default=512)
     ap.add_argument("--json", type=Path, help="write the report here too")
@@ -592,8 +605,10 @@ def main(argv: list[str] | None = None) -> None:  # pragma: no cover - a thin wr
     else:
         pairs = write_pairs(a.workdir / a.size, [p for p in a.pairs.split(",") if p], a.dspark, a.size, a.dflash2)
     t0 = time.perf_counter()
+    if not 0.0 <= a.p_min < 1.0:
+        ap.error(f"--p-min must be in [0, 1), got {a.p_min}")
     report = run_comparison(pairs, a.spec_simple, a.completion, PROMPTS, a.max_tokens, a.draft, a.threads, a.n_ctx,
-                            log=lambda s: print(s, flush=True))  # fmt: skip
+                            log=lambda s: print(s, flush=True), p_min=a.p_min)  # fmt: skip
     report["size"] = a.size if a.target is None else None
     report["wall_seconds"] = round(time.perf_counter() - t0, 1)
     print(json.dumps(report, indent=1))

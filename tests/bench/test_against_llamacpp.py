@@ -96,6 +96,32 @@ def test_command_is_greedy_and_fixed_length() -> None:
                         ("-t", "1"), ("-td", "1")):  # fmt: skip
         assert cmd[cmd.index(flag) + 1] == value
     assert "-lv" not in cmd and "-lv" in stock_dflash_command("bin", Path("t"), Path("d"), b"x", 1, 1, verbose=True)
+    cut = stock_dflash_command("bin", Path("t"), Path("d"), b"x", 1, 1, p_min=0.25)
+    assert cut[cut.index("--spec-draft-p-min") + 1] == "0.25"
+
+
+def test_a_round_cut_to_nothing_keeps_its_block_and_p_min_rounds_compare_by_room() -> None:
+    """A ``p_min`` cut may propose a block and draft none: the block still belongs to that round; with ``room_end``
+    a round is compared in full whatever each side drafted, so differing cuts are found."""
+    from types import SimpleNamespace
+
+    from local_eagle.bench.against_llamacpp import engine_rounds
+
+    stats = SimpleNamespace(trace_drafted=[0, 2, 0], trace_accepted=[0, 1, 0])
+    res = SimpleNamespace(spec_stats=stats, tokens=[7, 8, 9, 10, 11])
+    blocks = [(5, 7, [1, 2, 3, 4]), (6, 8, [9, 5, 6, 6])]  # a block at 5 cut to nothing, one at 6 drafting 2
+    rounds = engine_rounds(blocks, res, 5)
+    assert [(r.pos, r.anchor, r.rows, r.drafted) for r in rounds] == [
+        (5, 7, [1, 2, 3, 4], 0), (6, 8, [9, 5, 6, 6], 2), (8, 10, [], 0)]  # fmt: skip
+    with pytest.raises(LocalEagleError, match="no block"):
+        engine_rounds(blocks[:1], res, 5)
+    stock = [Round(5, 7, [], 0, 0, 8), Round(6, 8, [9], 1, 1, 10), Round(8, 10, [], 0, 0, 11)]
+    tr = Transcription()
+    compare_rounds(rounds, stock, 4, "p", tr, room_end=30)
+    assert (tr.rounds_compared, tr.rounds_identical) == (3, 2) and "round 1" in tr.differences[0]
+    tr = Transcription()
+    compare_rounds(rounds, stock, 4, "p", tr)  # without room_end only rounds of k drafts on both sides are full
+    assert tr.rounds_compared == 0 and tr.end_rounds == 3
 
 
 def test_engine_rounds_rebuild_the_engine_output(tmp_path: Path) -> None:
@@ -198,3 +224,25 @@ def test_dflash2_rounds_as_draft_dflash(tmp_path: Path, pair: str) -> None:
         assert ours["tokens_per_call_full_rounds"] == stock["tokens_per_call_full_rounds"] == 5.0
     elif pair == "agree-xy":  # after y one kept, after x none: only the first round's anchor (x, both prompts) is x
         assert tr["ours_accepted"] == tr["stock_accepted"] == tr["rounds_compared"] - 2
+
+
+@pytest.mark.llamacpp_bin
+@pytest.mark.skipif(not BIN, reason="set LOCAL_EAGLE_LLAMACPP_BIN to llama.cpp's llama-speculative-simple")
+@pytest.mark.parametrize("p_min", [0.3, 0.5])
+def test_the_p_min_cut_as_draft_dflash_and_draft_dspark(tmp_path: Path, p_min: float) -> None:
+    """With ``p_min`` both sides cut each draft at the same row (DFlash: its top-1 probability over the top 10;
+    DSpark: its confidence head): every round with room for a block is identical, the cut included, on the random
+    pair, where the cut varies from round to round."""
+    from local_eagle.bench.against_llamacpp import run_pair, write_pairs
+
+    files = write_pairs(tmp_path, ["random"], dspark=True)["random"]
+    report = run_pair("random", files, Path(BIN), None, ["hello ", "1, 2, 3, 4,"], max_tokens=24, draft=4,
+                      p_min=p_min)  # fmt: skip
+    alone, ours, stock, dspark, ours_dspark = report["sides"]
+    assert not any(s["mismatches"] for s in report["sides"])
+    for kind, side in (("transcription", stock), ("transcription_dspark", dspark)):
+        tr = report[kind]
+        assert tr["rounds_compared"] > 0 and tr["rounds_identical"] == tr["rounds_compared"], tr["differences"]
+        assert tr["end_rounds_identical"] == tr["end_rounds"], tr["end_differences"]
+        assert 0 < side["drafted"] < 4 * side["target_calls"]  # cut, but not to nothing
+    assert ours["drafted"] < 4 * ours["target_calls"] and ours_dspark["drafted"] < 4 * ours_dspark["target_calls"]
