@@ -38,19 +38,20 @@ class FrozenOverhead(TreeChoice):
 
 @contextmanager
 def deciding_on(engine: Engine, ratios: list[float], draft_step: float, choice: TreeChoice | None = None) -> Iterator:
-    """The engine's adaptive policy deciding on :class:`FrozenCosts` (and ``choice`` choosing its shape's trees)
-    inside the block; its own costs back, and what trees taught forgotten, after it."""
-    policy = engine.policy
-    assert policy is not None, "build the policy first (an adaptive generation)"
-    own = policy.costs
+    """A fresh adaptive policy deciding on :class:`FrozenCosts` (and ``choice`` choosing its shape's trees) inside
+    the block; the engine's own policy back, and what trees taught forgotten, after it.
+
+    Fresh, not the engine's policy with its costs swapped: that one's calibration and probe schedule were learnt
+    from rounds whose lengths this machine's timings chose (a loaded machine's warm-up drafted more, learnt a
+    flat calibration and halved the trees a test counted), so what the block decides would still follow them."""
+    holder = engine.lengths
+    own = holder.policy
     try:
-        policy.costs = FrozenCosts(ratios, draft_step=draft_step)
-        policy.replan()
+        policy = holder.decide_on(FrozenCosts(ratios, draft_step=draft_step), 1)  # each call sets its bound
         if choice is not None:
             engine.tree_choices[choice.shape] = choice
         yield policy
     finally:
-        policy.costs = own
-        policy.replan()
+        holder.policy = own
         engine.tree_choices.clear()
         engine.tree_quotas.clear()

@@ -279,7 +279,6 @@ def test_adaptive_block_trees_where_rows_are_cheap_and_chains_where_they_cost(en
     alone, block = engines
     prompt = PROMPTS[1]
     base = alone.generate(prompt, max_tokens=48, draft_max=0)
-    block.generate(PROMPTS[0], max_tokens=16, draft_max=4, adaptive=True)  # builds the policy, before the arranging
     _arrange(monkeypatch, [*block.tokenize(prompt).tolist(), *base.tokens], 4)  # a drafter right often
     shape = TreeShape(16, 7, 4)
     for ratios, trees_wanted in [([1.0 + 0.01 * r for r in range(18)], True), (list(range(1, 19)), False)]:

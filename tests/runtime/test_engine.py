@@ -22,7 +22,7 @@ from local_eagle.runtime.engine import (
 from local_eagle.runtime.feed import IDLE_CONTEXT, PROBE_CONTEXT
 from local_eagle.runtime.identity import DIVERGENT, IDENTICAL, KERNEL_NOISE, NEAR_TIE, check_identity, classify
 from local_eagle.runtime.sampling import SamplingParams
-from local_eagle.testing.costs import FrozenCosts
+from local_eagle.testing.costs import FrozenCosts, deciding_on
 from local_eagle.testing.greedy import assert_greedy_identical
 from local_eagle.testing.tiny import make_drafter, write_tiny_target
 from local_eagle.testing.tiny_pair import LAYERS, N_VOCAB, SPEC, make_cycle_drafter, write_cycle_target
@@ -336,12 +336,7 @@ def test_adaptive_follows_the_costs_deep_on_a_gpu_and_not_at_all_on_a_cpu(engine
     and drafts are right (the cycle pair), nothing where every row costs a full decode. Costs are frozen at
     those of such machines, since on these tiny models the drafter costs as much as the target."""
     eng = engine(name)
-    eng.generate("hello", max_tokens=16, draft_max=6, adaptive=True)  # builds the policy
-    policy = eng.policy
-    own = policy.costs
-    try:
-        policy.costs = FrozenCosts([1.0, 1.02, 1.04, 1.06, 1.08, 1.1, 1.12], draft_step=5e-5)
-        policy.replan()
+    with deciding_on(eng, [1.0, 1.02, 1.04, 1.06, 1.08, 1.1, 1.12], 5e-5) as policy:
         for _ in range(3):  # learns that this drafter is right
             eng.generate("hello", max_tokens=64, draft_max=6, adaptive=True)
         st = eng.generate("hello", max_tokens=64, draft_max=6, adaptive=True).stats
@@ -352,9 +347,6 @@ def test_adaptive_follows_the_costs_deep_on_a_gpu_and_not_at_all_on_a_cpu(engine
         policy.replan()
         st = eng.generate("hello", max_tokens=64, draft_max=6, adaptive=True).stats
         assert st.draft_lengths[0] >= 0.8 * sum(st.draft_lengths), st.draft_lengths
-    finally:
-        policy.costs = own
-        policy.replan()
 
 
 def test_adaptive_idle_policy_skips_the_drafter_and_catches_up_in_one_bounded_call(engine):
@@ -382,20 +374,19 @@ def test_an_idle_policy_pauses_the_callback_capture_and_stays_lossless(tmp_path)
     draft = _drafter_gguf(model, target, tmp_path / "d.gguf")
     with Engine(target, draft, EngineOptions(n_ctx=512, n_batch=16, n_threads=1)) as eng:
         assert eng.capture.can_pause
-        eng.generate("hello", max_tokens=16, draft_max=4, adaptive=True)  # builds the policy
-        eng.policy.costs = FrozenCosts([1.0, 2.0, 3.0, 4.0, 5.0], draft_step=2e-4)
-        eng.policy.probe_idle_max = 0  # no text could make drafting pay: keep probing at the usual cap all the same
-        eng.policy.replan()
-        captured = rounds = probes = 0
-        for prompt in prompts(6, seed=43):
-            base = eng.generate(prompt, max_tokens=120, draft_max=0)
-            spec = eng.generate(prompt, max_tokens=120, draft_max=4, adaptive=True)
-            assert spec.tokens == base.tokens
-            st = spec.stats
-            captured, rounds, probes = captured + st.captured_rounds, rounds + st.target_calls, probes + st.probes
-            # every probe saw a whole window: the short one, since probes cannot pay at these costs
-            assert st.catch_up_rows == st.catch_ups * PROBE_CONTEXT
-        assert eng.policy.hopeless
+        with deciding_on(eng, [1.0, 2.0, 3.0, 4.0, 5.0], 2e-4) as policy:
+            policy.probe_idle_max = 0  # no text could make drafting pay: keep probing at the usual cap all the same
+            policy.replan()
+            captured = rounds = probes = 0
+            for prompt in prompts(6, seed=43):
+                base = eng.generate(prompt, max_tokens=120, draft_max=0)
+                spec = eng.generate(prompt, max_tokens=120, draft_max=4, adaptive=True)
+                assert spec.tokens == base.tokens
+                st = spec.stats
+                captured, rounds, probes = captured + st.captured_rounds, rounds + st.target_calls, probes + st.probes
+                # every probe saw a whole window: the short one, since probes cannot pay at these costs
+                assert st.catch_up_rows == st.catch_ups * PROBE_CONTEXT
+            assert policy.hopeless
     assert probes > 0 and captured < 0.5 * rounds, (captured, rounds, probes)
 
 

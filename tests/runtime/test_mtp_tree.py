@@ -250,7 +250,6 @@ def test_adaptive_calls_draft_mtp_trees_where_rows_are_cheap(models):
     with Engine(models["runner-up"], None, EngineOptions(n_ctx=512, n_batch=64, n_threads=1, tree_nodes=32,
                                                          tree_width=4)) as eng:  # fmt: skip
         shape = eng.default_tree(4)
-        eng.generate("hello", max_tokens=16, draft_max=4, adaptive=True)  # builds the policy
         for ratios, wanted in [([1.0 + 0.01 * r for r in range(40)], True), (list(range(1, 41)), False)]:
             with deciding_on(eng, ratios, 5e-5, FrozenOverhead(shape)):
                 trees = rounds = 0

@@ -193,7 +193,6 @@ def test_adaptive_rounds_choose_trees_where_rows_are_cheap_and_chains_where_they
     where calls cost in proportion to their rows (this CPU); the output is the target's either way."""
     eng = engines["noisy-3.1"]  # right often: a tree 15 deep yields far more than the policy's chains of up to 4
     shape = TreeShape(15, 15, 4)
-    eng.generate("hello", max_tokens=16, draft_max=4, adaptive=True)  # builds the policy
     for ratios, trees_wanted in [([1.0 + 0.01 * r for r in range(16)], True), (list(range(1, 17)), False)]:
         with deciding_on(eng, ratios, 5e-5, FrozenOverhead(shape)):
             tree_rounds = rounds = 0
@@ -216,7 +215,6 @@ def test_an_engine_opened_for_trees_offers_them_to_adaptive_calls_that_name_none
     eng = engines["noisy-3.1"]
     shape = eng.default_tree(4)
     assert shape == TreeShape(32, 4, 4)
-    eng.generate("hello", max_tokens=16, draft_max=4, adaptive=True)
     with deciding_on(eng, [1.0 + 0.01 * r for r in range(40)], 5e-5, FrozenOverhead(shape)):
         trees, rounds = [], 0
         for prompt in prompts(4, seed=41):
@@ -246,7 +244,6 @@ def test_the_identity_check_replays_an_adaptive_run_that_mixes_chains_and_trees(
 
     eng = engines["unsure-3.1"]
     shape = TreeShape(15, 6, 4)
-    eng.generate("hello", max_tokens=16, draft_max=4, adaptive=True)
     with deciding_on(eng, [1.0 + 0.01 * r for r in range(16)], 5e-5, EveryOtherRound(shape)):
         checked = 0
         for prompt in prompts(6, seed=43):

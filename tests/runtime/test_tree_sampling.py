@@ -54,7 +54,6 @@ def test_adaptive_tree_sampling_matches_the_target_distribution(noisy_pair):
     eng = noisy_pair
     joint = target_joint(eng, PROMPT, SP, 3)
     shape = TreeShape(8, 3, 3)
-    eng.generate("zyx", max_tokens=8, draft_max=3, adaptive=True)  # 1-row rounds build the policy
     with deciding_on(eng, [1.0 + 0.01 * r for r in range(16)], 5e-5, EveryRound(shape)):
         n = 2500
         counts: dict[tuple[int, ...], int] = {}
