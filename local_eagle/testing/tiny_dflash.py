@@ -237,6 +237,27 @@ def write_dflash_checkpoint(
     return d
 
 
+def block_gguf_and_reference(folder: str | Path, target_gguf: str | Path, spec: TinyDFlashSpec, seed: int):
+    """A tiny block drafter converted (f32) in ``folder`` and its torch reference (``testing.dflash_reference``) on
+    the same weights, the target's embeddings and head: ``(gguf path, DFlashReference)``, the oracle pair."""
+    from gguf import GGUFReader
+
+    from converters.dflash_gguf import convert_dflash, read_dflash_config
+    from local_eagle.testing.dflash_reference import DFlashReference, DFlashShape
+
+    ckpt = write_dflash_checkpoint(Path(folder) / "ckpt", spec, seed=seed)
+    out = convert_dflash(ckpt, target_gguf, Path(folder) / "d.gguf", outtype="f32").outfile
+    weights = {t.name: np.asarray(t.data) for t in GGUFReader(target_gguf).tensors}
+    make_sd = dspark_state_dict if isinstance(spec, TinyDSparkSpec) else dflash_state_dict
+    ref = DFlashReference(
+        DFlashShape.from_config(read_dflash_config(ckpt)),
+        make_sd(spec, seed),  # type: ignore[arg-type]
+        weights["token_embd.weight"],
+        weights["output.weight"],
+    )
+    return out, ref
+
+
 def write_block_gguf(folder: str | Path, target_gguf: str | Path, spec: TinyDFlashSpec, seed: int = 3) -> Path:
     """A tiny block drafter for ``target_gguf``, its checkpoint written and converted (f32) in ``folder``: the GGUF
     the engine tests load."""

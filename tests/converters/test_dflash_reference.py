@@ -12,11 +12,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from gguf import GGUFReader
 
-from converters.dflash_gguf import convert_dflash, read_dflash_config
-from local_eagle.testing.dflash_reference import DFlashReference, DFlashShape
-from local_eagle.testing.tiny_dflash import TinyDFlashSpec, dflash_state_dict, write_dflash_checkpoint
+from local_eagle.testing.dflash_reference import DFlashReference
+from local_eagle.testing.tiny_dflash import TinyDFlashSpec, block_gguf_and_reference
 
 SPEC = TinyDFlashSpec(block_size=4, target_layers=(1, 3, 4))
 GGML_TYPE_F32 = 0
@@ -45,16 +43,7 @@ def llama_block_logits(target: Path, drafter: Path, features: np.ndarray, tokens
 @pytest.fixture(scope="module")
 def drafter(tmp_path_factory: pytest.TempPathFactory, target_gguf: Path) -> tuple[Path, DFlashReference]:
     d = tmp_path_factory.mktemp("dflash-ref")
-    ckpt = write_dflash_checkpoint(d / "ckpt", SPEC, seed=5)
-    out = convert_dflash(ckpt, target_gguf, d / "d.gguf", outtype="f32").outfile
-    weights = {t.name: np.asarray(t.data) for t in GGUFReader(target_gguf).tensors}
-    ref = DFlashReference(
-        DFlashShape.from_config(read_dflash_config(ckpt)),
-        dflash_state_dict(SPEC, seed=5),
-        weights["token_embd.weight"],
-        weights["output.weight"],
-    )
-    return out, ref
+    return block_gguf_and_reference(d, target_gguf, SPEC, seed=5)
 
 
 @pytest.mark.parametrize(("n_ctx", "anchor"), [(5, 7), (29, 120)])

@@ -11,16 +11,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from gguf import GGUFReader
 
-from converters.dflash_gguf import convert_dflash, read_dflash_config
 from local_eagle.errors import LocalEagleError
-from local_eagle.testing.dflash_reference import DFlashReference, DFlashShape
+from local_eagle.testing.dflash_reference import DFlashReference
 from local_eagle.testing.tiny_dflash import (
     TinyDFlashSpec,
-    dflash_state_dict,
+    block_gguf_and_reference,
     open_block_pair,
-    write_dflash_checkpoint,
 )
 
 SPEC = TinyDFlashSpec(block_size=5, target_layers=(1, 3, 4))
@@ -29,16 +26,7 @@ SPEC = TinyDFlashSpec(block_size=5, target_layers=(1, 3, 4))
 @pytest.fixture(scope="module")
 def dflash(tmp_path_factory: pytest.TempPathFactory, target_gguf: Path) -> tuple[Path, DFlashReference]:
     d = tmp_path_factory.mktemp("block-drafter")
-    ckpt = write_dflash_checkpoint(d / "ckpt", SPEC, seed=7)
-    out = convert_dflash(ckpt, target_gguf, d / "d.gguf", outtype="f32").outfile
-    weights = {t.name: np.asarray(t.data) for t in GGUFReader(target_gguf).tensors}
-    ref = DFlashReference(
-        DFlashShape.from_config(read_dflash_config(ckpt)),
-        dflash_state_dict(SPEC, seed=7),
-        weights["token_embd.weight"],
-        weights["output.weight"],
-    )
-    return out, ref
+    return block_gguf_and_reference(d, target_gguf, SPEC, seed=7)
 
 
 def _pair(target_gguf: Path, drafter_gguf: Path, n_ubatch: int = 64, n_seq: int = 1):

@@ -14,20 +14,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from gguf import GGUFReader
 
-from converters.dflash_gguf import convert_dflash, read_dflash_config
 from local_eagle.errors import LocalEagleError
 from local_eagle.runtime.engine import Engine, EngineOptions
-from local_eagle.testing.dflash_reference import DFlashReference, DFlashShape
 from local_eagle.testing.greedy import assert_greedy_identical
 from local_eagle.testing.tiny_dflash import (
     TinyDFlashSpec,
     TinyDSparkSpec,
-    dspark_state_dict,
+    block_gguf_and_reference,
     open_block_pair,
     write_block_gguf,
-    write_dflash_checkpoint,
 )
 
 SPEC = TinyDSparkSpec(block_size=5, target_layers=(1, 3, 4))
@@ -35,25 +31,12 @@ OPTS = EngineOptions(n_ctx=256, n_batch=64, n_threads=1, n_gpu_layers=0)
 PROMPTS = ["The quick brown fox", "def add(a, b):", "1, 2, 3, 4,"]
 
 
-def _drafter(folder: Path, target_gguf: Path, spec: TinyDSparkSpec) -> tuple[Path, DFlashReference]:
-    ckpt = write_dflash_checkpoint(folder / "ckpt", spec, seed=7)
-    out = convert_dflash(ckpt, target_gguf, folder / "d.gguf", outtype="f32").outfile
-    weights = {t.name: np.asarray(t.data) for t in GGUFReader(target_gguf).tensors}
-    ref = DFlashReference(
-        DFlashShape.from_config(read_dflash_config(ckpt)),
-        dspark_state_dict(spec, seed=7),
-        weights["token_embd.weight"],
-        weights["output.weight"],
-    )
-    return out, ref
-
-
 @pytest.mark.parametrize("anchor_first", [True, False])
 def test_the_confidences_read_off_llama_cpp_are_the_reference_s(
     tmp_path: Path, target_gguf: Path, anchor_first: bool
 ) -> None:
     spec = SPEC if anchor_first else replace(SPEC, extra_config={"sample_from_anchor": False})
-    gguf, ref = _drafter(tmp_path, target_gguf, spec)
+    gguf, ref = block_gguf_and_reference(tmp_path, target_gguf, spec, seed=7)
     _, target, cap, drafter = open_block_pair(target_gguf, gguf)
     assert drafter.spec.dspark and drafter.spec.confidence_head and drafter.spec.anchor_first == anchor_first
     prompt = np.random.default_rng(5).integers(3, 259, 12)
