@@ -16,8 +16,12 @@ ROOT = Path(__file__).resolve().parents[2]
 # The convert runs in a child process whose writer stalls after the first tensor, with the
 # temporary file half written: the moment a real 56 MB conversion is most likely to be killed.
 SLOW_CONVERT = """
-import sys, time
+import signal, sys, time
 import gguf
+# as a foreground shell starts it: a runner started with nohup or in the background (&) hands down SIGHUP / SIGINT
+# ignored, and convert rightly leaves an ignored signal ignored (tests/test_files.py)
+signal.signal(signal.SIGHUP, signal.SIG_DFL)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 write = gguf.GGUFWriter.write_tensor_data
 def slow(self, *a, **kw):
     write(self, *a, **kw)
