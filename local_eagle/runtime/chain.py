@@ -63,7 +63,7 @@ class ChainDraft:
     ) -> None:
         """A step's output (its logits row and post-step state): draft from it, or end the chain. ``columns``: the
         row holds only those target ids' logits (``Sequence.draft_columns``, a greedy chain's), else every id's.
-        ``confidence``: the drafter's own measure of this step (a block row's, ``Block.cut_confidence``), which
+        ``confidence``: the drafter's own measure of this step (a block row's, ``Block.row_cut``), which
         ``draft_p_min`` and the policy then weigh instead of the row's top probability."""
         gen, observed = self.gen, self.observed
         first = not self.drafts
@@ -215,12 +215,12 @@ def draft_block(chain: ChainDraft) -> tuple[int, float]:
     n_draft = chain.bound if gen.adaptive else max(chain.bound, min(gen.draft_max, gen.engine.n_ctx - gen.n_past - 1))
     block = drafter.propose(chain.last_token, gen.n_past, gen.seq, n_draft=n_draft)
     observed.catch_up_rows = len(positions)
-    # llama.cpp drafts greedily and cuts at p_min by each row's own measure (Block.cut_confidence); a sampled draft
-    # is weighed by the distribution it was drawn from, unless the drafter's confidence head speaks for the row
+    # llama.cpp drafts greedily and cuts at p_min by each row's own measure (Block.row_cut); a sampled draft is
+    # weighed by the distribution it was drawn from, unless the drafter's confidence head speaks for the row
     weighs = gen.draft_p_min > 0 or gen.lengths.weighs
-    cuts = block.cut_confidence() if weighs and (gen.sampling.greedy or block.confidence is not None) else None
+    own = weighs and (gen.sampling.greedy or block.confidence is not None)
     for i, row in enumerate(block.logits):
-        chain.take(row, None, confidence=None if cuts is None else float(cuts[i]))
+        chain.take(row, None, confidence=block.row_cut(i) if own else None)
         if not chain.active:
             break
     observed.steps, observed.draft_rows = 1, 0  # one call, whatever the block's rows

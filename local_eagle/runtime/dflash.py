@@ -268,19 +268,25 @@ class Block:
             return self.selected
         return self.logits.argmax(axis=-1)
 
-    def top_p(self) -> np.ndarray:
+    def top_p(self, rows: slice = slice(None)) -> np.ndarray:
         """Each row's greedy token's probability as draft-dflash compares it with ``p_min``: the softmax over the
         row's top 10 logits (its sampler is top-k 10, then a distribution over what is left)."""
+        logits = self.logits[rows]
         if self.selected is not None:  # DFlash2: the softmax of the walk's scores at its argmax
-            return softmax(self.logits).max(axis=-1)
-        k = min(SAMPLER_TOP_K, self.logits.shape[-1])
-        top = np.partition(self.logits, -k, axis=-1)[:, -k:]
+            return softmax(logits).max(axis=-1)
+        k = min(SAMPLER_TOP_K, logits.shape[-1])
+        top = np.partition(logits, -k, axis=-1)[:, -k:]
         return softmax(top).max(axis=-1)
 
     def cut_confidence(self) -> np.ndarray:
         """Each row's number draft-dflash / draft-dspark compares with ``p_min``: DSpark's confidence head where it
         has one, else :meth:`top_p`."""
         return self.confidence if self.confidence is not None else self.top_p()
+
+    def row_cut(self, i: int) -> float:
+        """:meth:`cut_confidence` of row ``i`` alone: a chain that stops early pays for the rows it took only (a
+        row's top 10 is a pass over the vocabulary)."""
+        return float(self.confidence[i] if self.confidence is not None else self.top_p(slice(i, i + 1))[0])
 
     def drafts(self, p_min: float = 0.0, n_min: int = 0, n_max: int | None = None) -> np.ndarray:
         """draft-dflash's draft: the greedy tokens up to the first row below ``p_min``, none if fewer than
