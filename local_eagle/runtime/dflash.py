@@ -257,7 +257,7 @@ class Block:
 
     anchor: int
     n_past: int
-    logits: np.ndarray  # [n_draft, n_vocab] float32
+    logits: np.ndarray  # [n_draft, n_vocab] float32; from propose, llama.cpp's buffer until the drafter decodes again
     selected: np.ndarray | None = None  # DFlash2: the selector's greedy walk (its logits rows are the walk's scores)
     confidence: np.ndarray | None = None  # DSpark's confidence head, one value per drafted row
 
@@ -394,6 +394,9 @@ class BlockDrafter:
 
         ``n_past`` is the anchor's position: the cache should hold ``seq``'s committed rows below it and none at or
         above it (a stale cell there would be attended by the block).
+
+        The block's logits are llama.cpp's output rows themselves, not a copy (15 rows of a 128K vocabulary are
+        7.7 MB a round): read them before the drafter decodes again, as the chain and the block tree do.
         """
         n = self.spec.n_draft_max if n_draft is None else max(1, min(int(n_draft), self.spec.n_draft_max))
         if self.ctx.pos_max(seq) >= n_past:
@@ -404,13 +407,11 @@ class BlockDrafter:
         tokens = np.array([int(last_token)] + [self.spec.mask_token] * (n - 1 + first))
         if self.spec.dflash2:
             return self._propose_selected(tokens, n_past, seq)
-        logits = np.empty((n, self.n_vocab), dtype=np.float32)
         confidence = None
         try:
             # every row an output, as draft-dflash marks them; DFlash's anchor row is not read
             self.ctx.decode(tokens, np.arange(n_past, n_past + len(tokens)), True, seq=seq)
-            for i in range(n):
-                logits[i] = self.ctx.logits_view(i + first, self.n_vocab)
+            logits = self.ctx.logits_rows(first, n, self.n_vocab)
             if self.spec.confidence_head:  # column 0 of each output's nextn row (the value fills the row)
                 confidence = self.ctx.embeddings_nextn(len(tokens), self.spec.n_embd)[first : first + n, 0].copy()
         finally:

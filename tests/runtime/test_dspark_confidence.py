@@ -88,7 +88,7 @@ def _recorded(engine: Engine) -> list:
 
     def recorded(last_token: int, n_past: int, seq: int = 0, n_draft: int | None = None):
         block = propose(engine.drafter, last_token, n_past, seq, n_draft)
-        blocks.append(block)
+        blocks.append(replace(block, logits=block.logits.copy()))  # its logits are llama.cpp's until the next decode
         return block
 
     engine.drafter.propose = recorded
