@@ -8,7 +8,8 @@ outputs are on the host (``llama_synchronize``: on a GPU ``llama_decode`` return
 is done) with every row's logits read in place, as a verify reads the rows it reaches; and the
 drafter's call of R rows on one sequence with its last row's logits and state read, as a catch-up
 reads them (a chain step is its 1-row case). Medians after a warm-up, from a cache that already
-holds a prefix.
+holds a prefix. Other drafters (``others``: the same drafter at another precision) are timed in the
+same loop, in turn after each target call, so a noisy machine weighs on all alike.
 
 The measurement is bounded: row counts above ``max_rows`` are not measured, and a deadline
 (``seconds``) shares the time left evenly among the shapes still to measure (:func:`shape_until`,
@@ -49,6 +50,8 @@ class CostCurve:
     verify_ms: dict[int, float] = field(default_factory=dict)  # one call of R rows, complete, every row's logits read
     decode_ms: dict[int, float] = field(default_factory=dict)  # the same call up to llama_synchronize, nothing read
     drafter_ms: dict[int, float] = field(default_factory=dict)  # drafter call of R rows, its last row read (a catch-up)
+    others_ms: dict[str, dict[int, float]] = field(default_factory=dict)  # other drafters' calls by file, timed alike
+    drafter_types: dict[str, str] = field(default_factory=dict)  # each drafter file's quantization (F16, Q8_0)
     samples: dict[int, int] = field(default_factory=dict)  # timed calls behind each shape's medians
     skipped: dict[int, str] = field(default_factory=dict)  # row counts not measured, and why
     seconds: float | None = None  # the deadline the curve was measured under (None: none)
@@ -141,27 +144,40 @@ def measure_cost_curve(
     seed: int = 0,
     max_rows: int = MAX_ROWS,
     seconds: float | None = DEFAULT_SECONDS,
+    others: tuple[str | os.PathLike[str], ...] = (),
 ) -> CostCurve:
-    """Time target calls of each number of ``rows`` (and drafter calls, with ``drafter``) after a ``prefix``,
-    row counts up to ``max_rows``, within ``seconds`` of measuring (None: no deadline)."""
+    """Time target calls of each number of ``rows`` (and drafter calls, with ``drafter``; and each of ``others``'s,
+    keyed by file) after a ``prefix``, row counts up to ``max_rows``, within ``seconds`` of measuring (None: no
+    deadline)."""
     from local_eagle.llamacpp.model import Context, ContextOptions, Model
     from local_eagle.runtime.drafter import Drafter
 
     rows, skipped = split_rows(rows, max_rows)
+    if others and drafter is None:
+        raise ValueError("other drafters are timed beside a drafter: name the drafter first")
+    names = [Path(x).name for x in others]
+    if len(set(names)) < len(names) or (drafter is not None and Path(drafter).name in names):
+        raise ValueError(f"the drafters' file names must differ (their curves are keyed by them): {names}")
     n_batch = max(512, rows[-1])
     n_ctx = prefix + rows[-1] + 64
     rng = np.random.default_rng(seed)
     curve = CostCurve(str(target), None if drafter is None else str(drafter), prefix, repeats, gpu_layers,
-                      skipped=skipped, seconds=seconds)  # fmt: skip
+                      others_ms={n: {} for n in names}, skipped=skipped, seconds=seconds)  # fmt: skip
+    if drafter is not None:
+        from local_eagle.gguf.info import read_model_info
+
+        curve.drafter_types = {Path(x).name: read_model_info(x, "drafter").quantization for x in (drafter, *others)}
     model = Model(Path(target), n_gpu_layers=gpu_layers)
     try:
         ctx = Context(model, ContextOptions(n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_batch, n_threads=threads))
         try:
-            d = None if drafter is None else Drafter(drafter, ctx, n_gpu_layers=gpu_layers)
+            ds: list[Drafter] = []
             try:
-                _measure(curve, ctx, d, rows, max(1, repeats), prefix, rng, seconds)
+                for path in () if drafter is None else (drafter, *others):
+                    ds.append(Drafter(path, ctx, n_gpu_layers=gpu_layers))
+                _measure(curve, ctx, ds, rows, max(1, repeats), prefix, rng, seconds)
             finally:
-                if d is not None:
+                for d in ds:
                     d.close()
         finally:
             ctx.close()
@@ -171,17 +187,18 @@ def measure_cost_curve(
     return curve
 
 
-def _measure(curve: CostCurve, ctx: Context, d: Drafter | None, rows: tuple[int, ...], repeats: int, prefix: int,
+def _measure(curve: CostCurve, ctx: Context, ds: list[Drafter], rows: tuple[int, ...], repeats: int, prefix: int,
              rng: np.random.Generator, seconds: float | None) -> None:  # fmt: skip
     """Shape by shape, smallest first, target and drafter calls in turn, within the deadline."""
     n_vocab = ctx.model.n_vocab
     tokens = rng.integers(100, min(n_vocab, 30000), size=prefix + rows[-1]).astype(np.int32)
     ctx.decode(tokens[:prefix], np.arange(prefix), np.arange(prefix) == prefix - 1)
-    if d is not None:
-        h = d.n_embd
-        d_tokens = tokens % max(d.n_vocab, 1)
+    if ds:
+        h = ds[0].n_embd
+        d_tokens = tokens % max(ds[0].n_vocab, 1)
         g = (rng.standard_normal((prefix + rows[-1], h)) / np.sqrt(h)).astype(np.float32)
-        d.decode_kv(d_tokens[:prefix], g[:prefix], np.arange(prefix))
+        for d in ds:
+            d.decode_kv(d_tokens[:prefix], g[:prefix], np.arange(prefix))
     started = clock()
     deadline = None if seconds is None else started + seconds
 
@@ -190,8 +207,7 @@ def _measure(curve: CostCurve, ctx: Context, d: Drafter | None, rows: tuple[int,
         ctx.remove_from(prefix)
         return spent
 
-    def drafter_once(r: int) -> float:
-        assert d is not None
+    def drafter_once(d: Drafter, r: int) -> float:
         t0 = clock()
         drafter_call(d, d_tokens[prefix : prefix + r], g[prefix : prefix + r], np.arange(prefix, prefix + r))
         t1 = clock()
@@ -205,21 +221,27 @@ def _measure(curve: CostCurve, ctx: Context, d: Drafter | None, rows: tuple[int,
         until = shape_until(clock(), deadline, len(rows) - i)
         t = clock()  # the first call of a shape warms it up (graphs, kernels) and prices the timed ones
         target_once(r)
-        if d is not None:
-            drafter_once(r)
+        for d in ds:
+            drafter_once(d, r)
         per = clock() - t
-        calls, totals, drafts = [], [], []
+        calls: list[float] = []
+        totals: list[float] = []
+        drafts: list[list[float]] = [[] for _ in ds]
         while another_call(len(calls), repeats, clock(), per, until):
             t = clock()
             call, total = target_once(r)
             calls.append(call)
             totals.append(total)
-            if d is not None:
-                drafts.append(drafter_once(r))
+            # the drafters in turn, each first every len(ds)-th call: the one right after the target call may pay
+            # for the caches the target emptied
+            for j in np.roll(np.arange(len(ds)), -len(calls)):
+                drafts[j].append(drafter_once(ds[j], r))
             per = clock() - t
         curve.decode_ms[r] = _median_ms(calls)
         curve.verify_ms[r] = _median_ms(totals)
-        if drafts:
-            curve.drafter_ms[r] = _median_ms(drafts)
+        if ds:
+            curve.drafter_ms[r] = _median_ms(drafts[0])
+        for name, times in zip(curve.others_ms, drafts[1:], strict=True):
+            curve.others_ms[name][r] = _median_ms(times)
         curve.samples[r] = len(calls)
     curve.took_seconds = clock() - started

@@ -12,7 +12,9 @@ weights nobody reads, whereas tiling a few MiB of random blocks over the tensor 
 seconds. The blocks only have to be valid: their fp16 scales finite, positive and sized so that
 the dequantised weights are centred with a std of 1/sqrt(cols), as the normals would be, so
 activations stay finite through every layer. ``--via-f16`` keeps llama.cpp's recipe, the
-reference for what a quantised random model is. The drafter is f16, as EAGLE drafters ship.
+reference for what a quantised random model is. The drafter is f16, as EAGLE drafters ship, and
+quantised by llama.cpp to q8_0 beside it (``local-eagle convert --outtype q8_0`` quantises the same
+tensors), so a run prices both precisions.
 
     python -m local_eagle.bench.pair OUTDIR [--tiny] [--via-f16]
 """
@@ -281,17 +283,18 @@ def fill_quantised(path: str | Path, seed: int = 0, threads: int = 0) -> Path:
 def make_pair(
     outdir: str | Path, tiny: bool = False, seed: int = 0, threads: int = 0, via_f16: bool = False
 ) -> dict[str, str]:
-    """Write ``target-q4_k_m.gguf`` and ``drafter-f16.gguf`` (published EAGLE-3 shape) and ``prompts.jsonl``.
+    """Write ``target-q4_k_m.gguf``, ``drafter-f16.gguf`` (published EAGLE-3 shape), the same drafter quantised by
+    llama.cpp to ``drafter-q8_0.gguf``, and ``prompts.jsonl``.
 
     ``via_f16`` writes ``target-f16.gguf`` and quantises it with llama.cpp instead of writing the
     Q4_K_M blocks directly (minutes for 8B instead of seconds).
     """
     out = Path(outdir)
     out.mkdir(parents=True, exist_ok=True)
+    from local_eagle.llamacpp import bindings
+
     target, drafter = (TINY_TARGET, TINY_DRAFTER) if tiny else (LLAMA31_8B, LLAMA31_8B_EAGLE3)
     if via_f16:
-        from local_eagle.llamacpp import bindings
-
         f16 = write_shape_gguf(out / "target-f16.gguf", replace(target, mix=None, wtype=Q.F16))
         fill_random(f16, seed, threads)
         q4 = bindings.quantize(f16, out / "target-q4_k_m.gguf", "q4_k_m", threads)
@@ -300,12 +303,14 @@ def make_pair(
         q4 = fill_quantised(write_shape_gguf(out / "target-q4_k_m.gguf", replace(target, mix="q4_k_m")), seed, threads)
     d = write_drafter_gguf(out / "drafter-f16.gguf", drafter)
     fill_random(d, seed + 1, threads)
+    # the same drafter at q8_0, so one run times both precisions (issue 45: which should a user run)
+    q8 = bindings.quantize(d, out / "drafter-q8_0.gguf", "q8_0", threads)
     prompts = out / "prompts.jsonl"
     words = "the quick brown fox jumps over the lazy dog while a model drafts tokens for the target to check"
     with prompts.open("w") as f:
         for i in range(8):
             f.write(json.dumps({"prompt": f"{i}: {words}"}) + "\n")
-    return {"target": str(q4), "drafter": str(d), "prompts": str(prompts)}
+    return {"target": str(q4), "drafter": str(d), "drafter_q8_0": str(q8), "prompts": str(prompts)}
 
 
 def main(argv: list[str] | None = None) -> None:  # pragma: no cover - a thin wrapper

@@ -146,6 +146,18 @@ class _Outcome:
             out.print(vram_report.measure_table(self.rows, self.backend))
 
 
+def _precision_note(drafter: ModelShape) -> list[str]:
+    """A float drafter's weight at q8_0 and the acceptance q8_0 kept on the demo pair (bench.precision)."""
+    from local_eagle.bench.precision import fit_note
+    from local_eagle.vram.memory import as_q8_0, float_matrices
+
+    matrices = float_matrices(drafter)
+    if matrices is None:
+        return []
+    now = sum(t.nbytes for t in drafter.tensors)
+    return [fit_note(matrices, now, sum(t.nbytes for t in as_q8_0(drafter).tensors))]
+
+
 def _measure(
     model: Path, draft: Path | None, target: ModelShape, drafter: ModelShape | None, s: MemoryConfig
 ) -> tuple[str, list[Row]]:
@@ -247,6 +259,8 @@ def fit(
     found = _Outcome(vram.make_plan(target, drafter, s, budget))
     if mtp_note is not None:
         found.plan.notes.append(mtp_note)
+    if drafter is not None and not drafter.is_block_drafter:
+        found.plan.notes += _precision_note(drafter)
     if parallel > 1 and not (found.plan.fits and (found.plan.full_offload or s.n_gpu_layers is not None)):
         from local_eagle.vram.parallel import parallel_refusal
 

@@ -292,9 +292,13 @@ def _pair(env: Env) -> tuple[str, str, str]:
     return str(d / "target-q4_k_m.gguf"), str(d / "drafter-f16.gguf"), str(d / "prompts.jsonl")
 
 
+def _q8_drafter(env: Env) -> Path:
+    return env.home / "pair8b" / "drafter-q8_0.gguf"
+
+
 def pair8b(env: Env, budget: float) -> dict:
     target, drafter, _ = _pair(env)
-    if Path(target).is_file() and Path(drafter).is_file():
+    if Path(target).is_file() and Path(drafter).is_file() and _q8_drafter(env).is_file():
         return {"rc": 0, "seconds": 0.0, "cached": True}
     tiny = [] if env.cuda else ["--tiny"]  # written in ~15 s here too, but an 8B bench takes hours on 2 cores
     r = _json_of(sh(env, [env.python, "-m", "local_eagle.bench.pair", str(env.home / "pair8b"), *tiny], budget))
@@ -303,9 +307,11 @@ def pair8b(env: Env, budget: float) -> dict:
 
 
 def costs8b(env: Env, budget: float) -> dict:
+    """The cost curve by rows, the drafter's at f16 and at q8_0 timed in the same loop (which precision to run)."""
     target, drafter, _ = _pair(env)
-    r = _json_of(sh(env, [env.python, "-m", "local_eagle.kit.measure", "costs", target, drafter, "--repeats", "5",
-                          "--seconds", str(max(5, int(budget - 10)))], budget))  # fmt: skip
+    r = _json_of(sh(env, [env.python, "-m", "local_eagle.kit.measure", "costs", target, drafter, "--other",
+                          str(_q8_drafter(env)), "--repeats", "5", "--seconds", str(max(5, int(budget - 10)))],
+                    budget))  # fmt: skip
     if r.get("json"):
         (env.home / "costs8b.json").write_text(json.dumps(r["json"]))
     return r

@@ -1,7 +1,7 @@
 """Measurements the kit runs on the GPU machine that no ``local-eagle`` command prints as JSON yet.
 
-    python -m local_eagle.kit.measure costs TARGET.gguf [DRAFTER.gguf] [--rows 1,2,4,...] [--repeats 7]
-        [--seconds 20] [--max-rows 128]
+    python -m local_eagle.kit.measure costs TARGET.gguf [DRAFTER.gguf] [--other DRAFTER2.gguf ...]
+        [--rows 1,2,4,...] [--repeats 7] [--seconds 20] [--max-rows 128]
     python -m local_eagle.kit.measure replay TARGET.gguf DRAFTER.gguf ROUNDS.json [--costs COSTS.json]
         [--max-rounds N] [--seconds S]
 
@@ -66,6 +66,8 @@ def main(argv: list[str] | None = None) -> None:
     c.add_argument("drafter", nargs="?")
     c.add_argument("--seconds", type=float, default=DEFAULT_SECONDS, help="measure within this many seconds")
     c.add_argument("--max-rows", type=int, default=MAX_ROWS, help="row counts above this are not measured")
+    c.add_argument("--other", action="append", default=[], help="another drafter (e.g. the same at q8_0), timed "
+                   "in the same loop right after the first; repeatable")  # fmt: skip
     r = sub.add_parser("replay", help="recorded bench rounds replayed on this pair, against their projection (JSON)")
     r.add_argument("target")
     r.add_argument("drafter")
@@ -84,9 +86,12 @@ def main(argv: list[str] | None = None) -> None:
         if a.what == "replay":
             out = _replay(a, ap)
         else:
-            out = measure_cost_curve(a.target, a.drafter, _rows(ap, a.rows), a.repeats, a.prefix, a.gpu_layers,
-                                     max_rows=a.max_rows, seconds=a.seconds).to_dict()  # fmt: skip
-    except LocalEagleError as e:
+            if a.other and a.drafter is None:
+                ap.error("--other needs the drafter to time it beside")
+            curve = measure_cost_curve(a.target, a.drafter, _rows(ap, a.rows), a.repeats, a.prefix, a.gpu_layers,
+                                       max_rows=a.max_rows, seconds=a.seconds, others=tuple(a.other))  # fmt: skip
+            out = curve.to_dict()
+    except (LocalEagleError, ValueError) as e:
         print(f"measure {a.what}: {e}", file=sys.stderr)
         raise SystemExit(2) from None
     print(json.dumps(out))

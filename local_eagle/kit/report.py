@@ -147,15 +147,37 @@ def _curve(c: dict | None, title: str) -> list[str]:
 
     v, d, ratio = c.get("verify_ms", {}), c.get("drafter_ms", {}), c.get("verify_ratio", {})
     samples = c.get("samples") or {}
-    rows = [[str(r), _f(v.get(r)), _f(ratio.get(r)), _f(d.get(r)), str(samples.get(r, "-"))] for r in v]
+    others = {name: ms for name, ms in (c.get("others_ms") or {}).items() if isinstance(ms, dict)}
+    rows = [[str(r), _f(v.get(r)), _f(ratio.get(r)), _f(d.get(r)),
+             *(f"{_f(ms.get(r))} ({_f(_share(ms.get(r), d.get(r)))}x)" for ms in others.values()),
+             str(samples.get(r, "-"))] for r in v]  # fmt: skip
     lines = [f"### {title}", "", f"Target `{Path(c.get('target', '')).name}`, drafter "
              f"`{Path(c.get('drafter') or '-').name}`; prefix {c.get('prefix')} tokens, medians of up to "
              f"{c.get('repeats')} calls."]  # fmt: skip
     head = ["rows", "target call ms (complete, logits of every row read)", "x one row",
-            "drafter call ms (last row read)", "calls"]  # fmt: skip
+            "drafter call ms (last row read)", *(f"`{n}` call ms (x the drafter's)" for n in others), "calls"]
     lines += ["", *_table(head, rows)]
     note = skipped_note(c.get("skipped") or {})
-    return lines + (["", note[0].upper() + note[1:] + "."] if note else [])
+    lines += ["", note[0].upper() + note[1:] + "."] if note else []
+    return lines + _precision(c, others)
+
+
+def _share(a: object, b: object) -> float | None:
+    return a / b if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b > 0 else None
+
+
+def _precision(c: dict, others: dict[str, dict]) -> list[str]:
+    """Which drafter precision to run, from this curve's drafter calls (timed side by side) and the acceptance
+    each precision kept on the demo pair (measured on a CPU, ``drafters/results``): the cost is this machine's."""
+    from local_eagle.bench.precision import advice
+
+    v, d, types = c.get("verify_ms") or {}, c.get("drafter_ms") or {}, c.get("drafter_types") or {}
+    out = []
+    for name, ms in others.items():
+        line = advice(Path(c.get("drafter") or "-").name, d, name, ms, v, types)
+        if line:
+            out += ["", line]
+    return out
 
 
 def _bench(b: dict, title: str) -> list[str]:

@@ -7,7 +7,8 @@ priced per side, GPU and host.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 
 from local_eagle.gguf import Tensor, pad
 from local_eagle.vram.settings import CtxDims, MemoryConfig
@@ -36,6 +37,32 @@ def tensor_on_gpu(shape: ModelShape, t: Tensor, ngl: int) -> bool:
     if il is None or il >= shape.n_layer:
         il = shape.n_layer  # output layer (output, output_norm, fc, d2t, rope_freqs, ...)
     return layer_on_gpu(shape, il, ngl)
+
+
+FLOAT_TYPES = (0, 1, 30)  # GGML F32, F16, BF16
+Q8_0 = 8
+
+
+def as_q8_0(shape: ModelShape) -> ModelShape:
+    """The same model with its float matrices at q8_0, as ``convert --outtype q8_0`` and llama.cpp's q8_0 recipe write
+    them (1-D tensors and rows not a multiple of 32 kept): what a float drafter would weigh quantised."""
+
+    def q(t: Tensor) -> Tensor:
+        if t.type in FLOAT_TYPES and len(t.ne) >= 2 and t.name.endswith(".weight") and t.ne[0] % 32 == 0:
+            return replace(t, type=Q8_0, nbytes=math.prod(t.ne) // 32 * 34)
+        return t
+
+    return replace(shape, tensors=[q(t) for t in shape.tensors], cache={})
+
+
+def float_matrices(shape: ModelShape) -> str | None:
+    """The type of a model's matrices when all of them are floats (``F16``, ``BF16``, ``F32``: a drafter as it
+    ships), else None."""
+    types = {t.type for t in shape.tensors if len(t.ne) >= 2 and t.name.endswith(".weight")}
+    names = {0: "F32", 1: "F16", 30: "BF16"}
+    if not types or not types <= set(FLOAT_TYPES):
+        return None
+    return "/".join(names[x] for x in sorted(types))
 
 
 @dataclass

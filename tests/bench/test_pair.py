@@ -62,6 +62,12 @@ def test_tiny_pair_written_fast_loads_and_decodes(tmp_path) -> None:
     eng = Engine(paths["target"], paths["drafter"], EngineOptions(n_ctx=256, n_threads=1))
     res = eng.generate("the quick brown fox", max_tokens=8)
     assert len(res.tokens) == 8 and res.stats.target_calls > 0
+    # the same drafter at q8_0 (llama.cpp's quantiser): every matrix Q8_0, it loads and drafts, the output the same
+    q8 = {t.name: t.tensor_type.name for t in GGUFReader(paths["drafter_q8_0"]).tensors}
+    assert q8["fc.weight"] == "Q8_0" and q8["d2t"] == "I64" and set(q8.values()) <= {"Q8_0", "F32", "I64"}
+    eng8 = Engine(paths["target"], paths["drafter_q8_0"], EngineOptions(n_ctx=256, n_threads=1))
+    res8 = eng8.generate("the quick brown fox", max_tokens=8, draft_max=3)
+    assert res8.tokens == res.tokens and res8.stats.drafted_tokens > 0
 
 
 def test_tiny_pair_via_f16_is_llama_cpp_quantised(tmp_path) -> None:

@@ -110,3 +110,33 @@ def test_a_target_call_is_timed_until_the_device_is_done_and_every_row_read(monk
     call, total = costs.target_call(ev, np.arange(3), np.arange(3), 8)
     assert ev.log == ["clock", "decode", "synchronize", "clock", "read 0", "read 1", "read 2", "clock"]
     assert (call, total) == (2.0, 5.0)  # the wait inside the call, the reads inside the total
+
+
+def test_other_drafters_are_timed_in_the_same_loop_and_keyed_by_file(tiny_pair) -> None:
+    c = measure_cost_curve(tiny_pair["target"], tiny_pair["drafter"], rows=(1, 4), repeats=2, prefix=16, threads=1,
+                           seconds=None, others=(tiny_pair["drafter_q8_0"],))  # fmt: skip
+    assert c.others_ms == {"drafter-q8_0.gguf": {1: c.others_ms["drafter-q8_0.gguf"][1],
+                                                 4: c.others_ms["drafter-q8_0.gguf"][4]}}  # fmt: skip
+    assert all(v > 0 for v in c.others_ms["drafter-q8_0.gguf"].values()) and list(c.drafter_ms) == [1, 4]
+    assert c.drafter_types == {"drafter-f16.gguf": "F16", "drafter-q8_0.gguf": "Q8_0"}
+    d = json.loads(json.dumps(c.to_dict()))
+    assert set(d["others_ms"]["drafter-q8_0.gguf"]) == {"1", "4"}
+
+
+def test_other_drafters_need_the_drafter_and_names_of_their_own(tiny_pair) -> None:
+    with pytest.raises(ValueError, match="name the drafter first"):
+        measure_cost_curve(tiny_pair["target"], others=(tiny_pair["drafter_q8_0"],))
+    with pytest.raises(ValueError, match="must differ"):
+        measure_cost_curve(tiny_pair["target"], tiny_pair["drafter"], others=(tiny_pair["drafter"],))
+
+
+def test_the_kit_times_another_drafter_and_refuses_one_without_the_first(tiny_pair) -> None:
+    base = [sys.executable, "-m", "local_eagle.kit.measure", "costs", tiny_pair["target"]]
+    cmd = [*base, tiny_pair["drafter"], "--other", tiny_pair["drafter_q8_0"], "--rows", "1,2", "--repeats", "1",
+           "--prefix", "8"]  # fmt: skip
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout.strip().splitlines()[-1])
+    assert set(d["others_ms"]["drafter-q8_0.gguf"]) == {"1", "2"} and d["drafter_types"]["drafter-q8_0.gguf"] == "Q8_0"
+    r = subprocess.run([*base, "--other", tiny_pair["drafter_q8_0"]], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "--other needs the drafter" in r.stderr and "Traceback" not in r.stderr

@@ -609,3 +609,21 @@ def test_report_quotes_python_time_and_graph_reuse_per_round() -> None:
     assert "auto<=8 0.310 ms, k=3 0.900 ms; the target alone 0.120-0.140 ms." in text
     assert "auto<=8 95%, k=3 50%; the target alone 98-99%." in text
     assert "tree 15 0.500 ms" in text  # host time for every row, the older field
+
+
+def test_the_cost_table_sets_the_q8_0_drafter_beside_the_f16_one_and_says_which_to_run() -> None:
+    from local_eagle.bench.precision import measured_acceptance
+
+    curve = {"target": "/x/t.gguf", "drafter": "/x/drafter-f16.gguf", "prefix": 256, "repeats": 5,
+             "verify_ms": {"1": 3.0, "4": 3.3}, "verify_ratio": {"1": 1.0, "4": 1.1},
+             "drafter_ms": {"1": 0.5, "4": 0.6}, "others_ms": {"drafter-q8_0.gguf": {"1": 0.3, "4": 0.4}},
+             "drafter_types": {"drafter-f16.gguf": "F16", "drafter-q8_0.gguf": "Q8_0"}}  # fmt: skip
+    text = "\n".join(report._curve(curve, "Cost by rows"))
+    kept = measured_acceptance()
+    speed = (kept["Q8_0"].acceptance_length / kept["F16"].acceptance_length) / ((3.3 + 0.9) / (3.3 + 1.5))
+    for part in ("`drafter-q8_0.gguf` call ms (x the drafter's)", "| 1 | 3.00 | 1.00 | 0.50 | 0.30 (0.60x) |",
+                 "Drafter precision:", f"Q8_0 runs at {speed:.2f}x F16's speed"):  # fmt: skip
+        assert part in text, part
+    # a curve of one drafter keeps its table as it was
+    plain = "\n".join(report._curve({**curve, "others_ms": {}}, "Cost by rows"))
+    assert "Drafter precision" not in plain and "| 1 | 3.00 | 1.00 | 0.50 | - |" in plain
