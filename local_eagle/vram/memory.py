@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from gguf import GGMLQuantizationType
+
 from local_eagle.gguf import Tensor, pad
 from local_eagle.vram.settings import CtxDims, MemoryConfig
 from local_eagle.vram.shapes import RS_ROLLBACK_ARCHS, TOKEN_EMBD_HOST, ModelShape, has_state
@@ -39,17 +41,17 @@ def tensor_on_gpu(shape: ModelShape, t: Tensor, ngl: int) -> bool:
     return layer_on_gpu(shape, il, ngl)
 
 
-FLOAT_TYPES = (0, 1, 30)  # GGML F32, F16, BF16
-Q8_0 = 8
+FLOAT_TYPES = (GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16)
 
 
 def as_q8_0(shape: ModelShape) -> ModelShape:
     """The same model with its float matrices at q8_0, as ``convert --outtype q8_0`` and llama.cpp's q8_0 recipe write
     them (1-D tensors and rows not a multiple of 32 kept): what a float drafter would weigh quantised."""
+    q8 = GGMLQuantizationType.Q8_0
 
     def q(t: Tensor) -> Tensor:
         if t.type in FLOAT_TYPES and len(t.ne) >= 2 and t.name.endswith(".weight") and t.ne[0] % 32 == 0:
-            return replace(t, type=Q8_0, nbytes=math.prod(t.ne) // 32 * 34)
+            return replace(t, type=int(q8), nbytes=row_bytes(q8, t.ne[0]) * math.prod(t.ne[1:]))
         return t
 
     return replace(shape, tensors=[q(t) for t in shape.tensors], cache={})
@@ -59,10 +61,9 @@ def float_matrices(shape: ModelShape) -> str | None:
     """The type of a model's matrices when all of them are floats (``F16``, ``BF16``, ``F32``: a drafter as it
     ships), else None."""
     types = {t.type for t in shape.tensors if len(t.ne) >= 2 and t.name.endswith(".weight")}
-    names = {0: "F32", 1: "F16", 30: "BF16"}
     if not types or not types <= set(FLOAT_TYPES):
         return None
-    return "/".join(names[x] for x in sorted(types))
+    return "/".join(GGMLQuantizationType(x).name for x in sorted(types))
 
 
 @dataclass
