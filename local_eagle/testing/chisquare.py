@@ -93,3 +93,26 @@ def sampling_check(
         drafted += res.stats.drafted_tokens
         accepted += res.stats.accepted_tokens
     return SamplingCheck(chisquare_pvalue(counts, joint, n), drafted, accepted, counts)
+
+
+def seeded_contingency(
+    runs: list[tuple[Engine, int]], prompt: str, sampling: SamplingParams, n: int, n_tokens: int = 2
+) -> tuple[np.ndarray, float]:
+    """Two samples of the first ``n_tokens`` over seeds 0..n-1, one per ``(engine, draft_max)`` of ``runs`` (fixed
+    lengths): their contingency table, outcomes seen fewer than 5 times in all left out, and its chi-square p-value
+    (the same distribution or not, where no exact joint is at hand)."""
+    from scipy import stats
+
+    counts: list[dict[tuple[int, ...], int]] = []
+    for engine, k in runs:
+        seen: dict[tuple[int, ...], int] = {}
+        for seed in range(n):
+            res = engine.generate(prompt, max_tokens=n_tokens, draft_max=k, adaptive=False,
+                                  sampling=replace(sampling, seed=seed))  # fmt: skip
+            key = tuple(res.tokens[:n_tokens])
+            seen[key] = seen.get(key, 0) + 1
+        counts.append(seen)
+    keys = sorted(set().union(*counts))
+    table = np.array([[c.get(key, 0) for key in keys] for c in counts], dtype=float)
+    table = table[:, table.sum(axis=0) >= 5]
+    return table, float(stats.chi2_contingency(table).pvalue) if table.shape[1] >= 2 else float("nan")

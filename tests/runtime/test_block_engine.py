@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from local_eagle.runtime.engine import Engine, EngineOptions
 from local_eagle.runtime.sampling import SamplingParams
+from local_eagle.testing.chisquare import seeded_contingency
 from local_eagle.testing.greedy import assert_greedy_identical
 from local_eagle.testing.tiny_dflash import TinyDFlashSpec, write_block_gguf
 
@@ -56,25 +56,11 @@ def test_adaptive_block_rounds_stay_identical(engines) -> None:
 def test_sampling_block_rounds_keep_the_target_distribution(target_gguf: Path, dflash_gguf: Path) -> None:
     """The second token's distribution over seeds, speculative against alone (chi-square), at a temperature
     that spreads it; each draft is drawn from its block row's processed distribution and rejection-sampled."""
-    from scipy import stats
-
     sampling = SamplingParams(temperature=1.5, top_k=0, top_p=1.0, min_p=0.0)
-    counts: list[dict[tuple[int, int], int]] = []
-    n = 300
     with Engine(target_gguf, None, OPTS) as alone, Engine(target_gguf, dflash_gguf, OPTS) as block:
-        for engine, k in ((alone, 0), (block, 4)):
-            seen: dict[tuple[int, int], int] = {}
-            for seed in range(n):
-                res = engine.generate("1, 2,", max_tokens=2, draft_max=k, adaptive=False,
-                                      sampling=SamplingParams(**{**sampling.__dict__, "seed": seed}))  # fmt: skip
-                key = tuple(res.tokens[:2])
-                seen[key] = seen.get(key, 0) + 1
-            counts.append(seen)
-    keys = sorted(set(counts[0]) | set(counts[1]))
-    table = np.array([[c.get(key, 0) for key in keys] for c in counts], dtype=float)
-    table = table[:, table.sum(axis=0) >= 5]
+        table, pvalue = seeded_contingency([(alone, 0), (block, 4)], "1, 2,", sampling, 300)
     assert table.shape[1] >= 2
-    assert stats.chi2_contingency(table).pvalue > 1e-3
+    assert pvalue > 1e-3
 
 
 def test_a_batch_of_block_sequences_emits_each_alone_output(target_gguf: Path, dflash_gguf: Path) -> None:

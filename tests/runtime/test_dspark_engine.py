@@ -8,11 +8,11 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from local_eagle.runtime.engine import Engine, EngineOptions
 from local_eagle.runtime.sampling import SamplingParams
+from local_eagle.testing.chisquare import seeded_contingency
 from local_eagle.testing.greedy import assert_greedy_identical
 from local_eagle.testing.tiny_dflash import TinyDSparkSpec, write_block_gguf
 
@@ -103,25 +103,11 @@ def test_draft_p_min_with_a_dspark_drafter_cuts_at_its_head_and_stays_identical(
 def test_sampling_dspark_rounds_keep_the_target_distribution(target_gguf: Path, dspark_gguf: Path) -> None:
     """The second token's distribution over seeds, speculative against alone (chi-square): each draft drawn from its
     own block row (the Markov chain in the graph followed the greedy path), rejection-sampled against it."""
-    from scipy import stats
-
     sampling = SamplingParams(temperature=1.5, top_k=0, top_p=1.0, min_p=0.0)
-    counts: list[dict[tuple[int, int], int]] = []
-    n = 300
     with Engine(target_gguf, None, OPTS) as alone, Engine(target_gguf, dspark_gguf, OPTS) as block:
-        for engine, k in ((alone, 0), (block, 5)):
-            seen: dict[tuple[int, int], int] = {}
-            for seed in range(n):
-                res = engine.generate("1, 2,", max_tokens=2, draft_max=k, adaptive=False,
-                                      sampling=SamplingParams(**{**sampling.__dict__, "seed": seed}))  # fmt: skip
-                key = tuple(res.tokens[:2])
-                seen[key] = seen.get(key, 0) + 1
-            counts.append(seen)
-    keys = sorted(set(counts[0]) | set(counts[1]))
-    table = np.array([[c.get(key, 0) for key in keys] for c in counts], dtype=float)
-    table = table[:, table.sum(axis=0) >= 5]
+        table, pvalue = seeded_contingency([(alone, 0), (block, 5)], "1, 2,", sampling, 300)
     assert table.shape[1] >= 2
-    assert stats.chi2_contingency(table).pvalue > 1e-3
+    assert pvalue > 1e-3
 
 
 def test_greedy_dspark_trees_emit_the_target_alone_tokens(target_gguf: Path, dspark_gguf: Path) -> None:
