@@ -49,7 +49,6 @@ call's compute dominates. Generated models either way: the ratios say little abo
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import re
 import subprocess
@@ -58,7 +57,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from local_eagle.bench.mtp_stock import SideTotals, parse_completion
+from local_eagle.bench.mtp_stock import SideTotals, emit, parse_completion
 from local_eagle.errors import LocalEagleError
 
 # "tiny": the tests' shapes (a target call costs little more than the loop's own overhead); "mid": a target of 8
@@ -611,10 +610,7 @@ def main(argv: list[str] | None = None) -> None:  # pragma: no cover - a thin wr
                             log=lambda s: print(s, flush=True), p_min=a.p_min)  # fmt: skip
     report["size"] = a.size if a.target is None else None
     report["wall_seconds"] = round(time.perf_counter() - t0, 1)
-    print(json.dumps(report, indent=1))
-    print(table(report))
-    if a.json:
-        a.json.write_text(json.dumps(report, indent=1) + "\n")
+    emit(report, table(report), a.json)
 
 
 if __name__ == "__main__":  # pragma: no cover

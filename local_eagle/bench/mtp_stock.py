@@ -336,6 +336,14 @@ def table(report: dict) -> str:
     return "\n".join(lines)
 
 
+def emit(report: dict, text: str, json_path: Path | None) -> None:
+    """A comparison's report as JSON and as its table on stdout, and the JSON to ``json_path`` when given."""
+    print(json.dumps(report, indent=1))
+    print(text)
+    if json_path:
+        json_path.write_text(json.dumps(report, indent=1) + "\n")
+
+
 def main(argv: list[str] | None = None) -> None:  # pragma: no cover - a thin wrapper
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--spec-simple", required=True, type=Path, help="the stock llama-speculative-simple")
@@ -369,10 +377,7 @@ def main(argv: list[str] | None = None) -> None:  # pragma: no cover - a thin wr
     report["size"] = a.size if a.model is None else None
     report["head_misses"] = a.head_misses
     report["wall_seconds"] = round(time.perf_counter() - t0, 1)
-    print(json.dumps(report, indent=1))
-    print(table(report))
-    if a.json:
-        a.json.write_text(json.dumps(report, indent=1) + "\n")
+    emit(report, table(report), a.json)
 
 
 if __name__ == "__main__":  # pragma: no cover
