@@ -353,6 +353,9 @@ class BlockDrafter:
             self.ctx.set_embeddings_nextn(True, True)
         self.target = target
         self.n_vocab = self.model.n_vocab
+        # DFlash2's block rows: -inf but on the last block's candidates, which the next block sets back (_scores)
+        self._scores: np.ndarray | None = None
+        self._scored: list[tuple[int, np.ndarray]] = []
 
     @property
     def target_layers(self) -> list[int]:
@@ -429,7 +432,7 @@ class BlockDrafter:
             lattice = self.ctx.embeddings_nextn(len(tokens), self.spec.n_embd)
         finally:
             self.ctx.remove_from(n_past, seq)
-        logits = np.full((n, self.n_vocab), -np.inf, dtype=np.float32)
+        logits = self._score_rows(n)
         selected = np.empty(n, dtype=np.int64)
         predecessor = 0
         for i in range(1, len(tokens)):
@@ -440,8 +443,20 @@ class BlockDrafter:
             if not ((candidates >= 0) & (candidates < self.n_vocab)).all():
                 raise LocalEagleError(f"DFlash2 lattice row {i}: candidates {candidates.tolist()} off the vocabulary")
             logits[i - 1, candidates] = scores
+            self._scored.append((i - 1, candidates))
             selected[i - 1] = candidates[predecessor]
         return Block(anchor=int(tokens[0]), n_past=int(n_past), logits=logits, selected=selected)
+
+    def _score_rows(self, n: int) -> np.ndarray:
+        """``n`` rows of -inf for a DFlash2 block's scores: one buffer kept across blocks, only the last block's
+        candidates set back, instead of n x n_vocab floats filled every round. Like a DFlash block's logits, valid
+        until the next block."""
+        if self._scores is None:
+            self._scores = np.full((self.spec.n_draft_max, self.n_vocab), -np.inf, dtype=np.float32)
+        for row, candidates in self._scored:
+            self._scores[row, candidates] = -np.inf
+        self._scored.clear()
+        return self._scores[:n]
 
     def encode(self, features: np.ndarray) -> np.ndarray:
         """The rows as pushed: the drafter's own graph fuses them (``fc`` + ``hidden_norm``)."""
