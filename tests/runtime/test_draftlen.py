@@ -304,6 +304,25 @@ def test_an_idle_policy_replans_less_often():
     assert replans[:4] == [1, 2, 4, 8] and replans[4:] == [16, 32, 48, 64, 128, 192, 256, 320]
 
 
+def test_probes_do_not_bring_back_the_drafting_replan_cadence():
+    """A probe is one observation: a policy that drafts nothing else keeps replanning every ``refresh_idle`` rounds
+    (a replan is ~1 ms of Python, a 1-row call of an 8B target on a fast GPU), where each failed probe used to bring
+    back four replans at the drafting cadence."""
+    pol = DraftLengthPolicy(GPU.verify[1], 8, refresh_every=16, refresh_idle=64)
+    replans, probes = [], []
+    plan_once = pol.replan
+    pol.replan = lambda: replans.append(pol.rounds) or plan_once()
+    for _ in range(1024):
+        pol.begin_round()
+        if pol.extend() and pol.take(0.01):  # only a probe takes so unlikely a draft
+            probes.append(pol.rounds)
+        pol.end_round(0, verify_seconds=GPU.verify[1 + pol.drafted], draft_seconds=GPU.draft_step * pol.drafted,
+                      draft_steps=pol.drafted)  # fmt: skip
+    assert len(probes) >= 8
+    assert replans[:8] == [1, 2, 4, 8, 16, 32, 48, 64] and all(r % 64 == 0 for r in replans[8:])
+    assert len(replans) == 8 + (1024 - 64) // 64
+
+
 def test_quantiles_equal_numpys_linear_method() -> None:
     """The policy's own quantiles: np.quantile's floats, without its cost (or its first call's numpy.ma import)."""
     from local_eagle.runtime.policy.draftlen import quantiles

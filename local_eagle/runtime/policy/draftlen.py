@@ -238,7 +238,9 @@ class DraftLengthPolicy:
     every probe fails. The interval stops growing at ``probe_max`` rounds, or where failed probes would
     cost ``probe_budget`` of the time if that is later; where a probe cannot pay for itself at the measured
     costs (:meth:`probes_cannot_pay`), each failed probe doubles it up to ``probe_idle_max``.
-    A policy idle for ``refresh_idle`` rounds replans that often instead of every ``refresh_every``.
+    A policy that has drafted nothing but probes for ``refresh_idle`` rounds replans that often instead of every
+    ``refresh_every``: a probe is one observation, not a return to drafting, and a replan costs about a 1-row call
+    of the target on a fast GPU (~1 ms of Python).
     ``fixed`` drafts ``k_max`` every round (benchmarks).
     """
 
@@ -283,6 +285,7 @@ class DraftLengthPolicy:
         self._hopeless = False
         self.probe_rows = probe_rows
         self.idle_rounds = 0
+        self.quiet_rounds = 0  # rounds since one drafted other than a probe: the replan cadence's
         self.rounds = 0
         self._q = (np.arange(support) + 0.5) / support
         self._seen: deque[float] = deque(self._q, maxlen=confidence_window)
@@ -416,9 +419,10 @@ class DraftLengthPolicy:
             self.idle_rounds = 0
         elif self._cap > 0:
             self.idle_rounds += 1
+        self.quiet_rounds = 0 if taken and not self.probing else self.quiet_rounds + 1
         self.rounds += 1
         r = self.rounds
-        every = self.refresh_idle if self.idle_rounds >= self.refresh_idle else self.refresh_every
+        every = self.refresh_idle if self.quiet_rounds >= self.refresh_idle else self.refresh_every
         if not self.fixed and (r % every == 0 or (r < self.refresh_every and r & (r - 1) == 0)):
             self.replan()
         self.begin_round()
@@ -437,7 +441,7 @@ class DraftLengthPolicy:
             self.costs.add_first(first_seconds, first_rows)
         if host_seconds is not None:
             self.costs.add_host(host_seconds)
-        self.idle_rounds = 0
+        self.idle_rounds = self.quiet_rounds = 0
         self.rounds += 1
         if self.rounds % self.refresh_every == 0:
             self.replan()
