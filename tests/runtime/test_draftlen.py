@@ -323,6 +323,55 @@ def test_probes_do_not_bring_back_the_drafting_replan_cadence():
     assert len(replans) == 8 + (1024 - 64) // 64
 
 
+def test_an_accepted_probe_brings_back_the_drafting_replan_cadence():
+    """An accepted probe is evidence that drafting may pay again: the plan is solved again within ``refresh_every``
+    rounds, not at the idle cadence."""
+    pol = DraftLengthPolicy(GPU.verify[1], 8, refresh_every=16, refresh_idle=64)
+    replans = []
+    plan_once = pol.replan
+    pol.replan = lambda: replans.append(pol.rounds) or plan_once()
+    accepted_at = None
+    while pol.rounds < 400 and accepted_at is None:
+        pol.begin_round()
+        drafted = pol.extend() and pol.take(0.01)
+        if drafted and pol.rounds >= 200:
+            accepted_at = pol.rounds
+        pol.end_round(int(accepted_at is not None), verify_seconds=GPU.verify[1 + pol.drafted],
+                      draft_seconds=GPU.draft_step * pol.drafted, draft_steps=pol.drafted)  # fmt: skip
+    assert accepted_at is not None
+    for _ in range(16):
+        pol.begin_round()
+        pol.end_round(0, verify_seconds=GPU.verify[1])
+    assert any(accepted_at < r <= accepted_at + 16 for r in replans)
+
+
+def test_an_idle_replan_solves_once(monkeypatch: pytest.MonkeyPatch):
+    """Where the last plan drafted nothing, Dinkelbach starts from the target's own rate: one solve a replan, not a
+    second after starting from the rate of the last 1-row time (an idle policy on a machine getting slower), and the
+    plan a start from the last rate reaches."""
+    from local_eagle.runtime.policy import draftlen
+
+    pol = DraftLengthPolicy(CPU.verify[1], 8, probe_first=10**6)
+    for _ in range(64):
+        pol.shadow(0.9, False)  # a drafter the target never agrees with: no round pays
+        pol.begin_round()
+        pol.end_round(0, verify_seconds=CPU.verify[1])
+    solves = []
+    solve = draftlen._solve
+    monkeypatch.setattr(draftlen, "_solve", lambda *a: solves.append(a[0]) or solve(*a))
+    for slower in (1.01, 1.02, 1.03):
+        for _ in range(200):
+            pol.costs.add_verify(1, CPU.verify[1] * slower)
+        last = pol._plan
+        assert last.expected_tokens == 1.0
+        solves.clear()
+        fresh = pol.replan()
+        assert len(solves) == 1 and fresh.rate < last.rate
+        again = plan(pol.costs.verify(9, optimism=pol.optimism), pol.costs.draft_step, pol.costs.host,
+                     pol.acceptance.many(np.full(8, 0.5)), 8, first=pol.costs.first_step, rate=last.rate)  # fmt: skip
+        assert again.rate == fresh.rate and np.array_equal(again.extend, fresh.extend)
+
+
 def test_quantiles_equal_numpys_linear_method() -> None:
     """The policy's own quantiles: np.quantile's floats, without its cost (or its first call's numpy.ma import)."""
     from local_eagle.runtime.policy.draftlen import quantiles

@@ -238,9 +238,9 @@ class DraftLengthPolicy:
     every probe fails. The interval stops growing at ``probe_max`` rounds, or where failed probes would
     cost ``probe_budget`` of the time if that is later; where a probe cannot pay for itself at the measured
     costs (:meth:`probes_cannot_pay`), each failed probe doubles it up to ``probe_idle_max``.
-    A policy that has drafted nothing but probes for ``refresh_idle`` rounds replans that often instead of every
-    ``refresh_every``: a probe is one observation, not a return to drafting, and a replan costs about a 1-row call
-    of the target on a fast GPU (~1 ms of Python).
+    A policy that has drafted nothing but failed probes for ``refresh_idle`` rounds replans that often instead of
+    every ``refresh_every``: a failed probe is one observation, not a return to drafting, and a replan costs about
+    a 1-row call of the target on a fast GPU (~1 ms of Python).
     ``fixed`` drafts ``k_max`` every round (benchmarks).
     """
 
@@ -305,11 +305,13 @@ class DraftLengthPolicy:
         acc = self.acceptance.many(support)
         k = max(self.k_max, 1)
         T = self.costs.verify(k + 1, optimism=self.optimism)
+        # Dinkelbach converges from any start: from the last plan's rate, or from the target's own where that plan
+        # drafted nothing (an idle policy's replans: one solve, not a second after the last 1-row time's rate)
         last = getattr(self, "_plan", None)
         costs = self.costs
         for _ in range(3):
             self._plan = plan(T, costs.draft_step, costs.host, acc, k, primed=self.primed, first=costs.first_step,
-                              rate=last.rate if last else None)  # fmt: skip
+                              rate=last.rate if last and last.expected_tokens > 1.0 else None)  # fmt: skip
             rows = max(1.0, round(self._plan.expected_tokens, 1))
             if self.primed or abs(rows - costs.steady_rows) < 0.25:
                 break
@@ -419,7 +421,8 @@ class DraftLengthPolicy:
             self.idle_rounds = 0
         elif self._cap > 0:
             self.idle_rounds += 1
-        self.quiet_rounds = 0 if taken and not self.probing else self.quiet_rounds + 1
+        quiet = not taken or self.probing and accepted == 0  # an accepted probe brings the drafting cadence back
+        self.quiet_rounds = self.quiet_rounds + 1 if quiet else 0
         self.rounds += 1
         r = self.rounds
         every = self.refresh_idle if self.quiet_rounds >= self.refresh_idle else self.refresh_every
