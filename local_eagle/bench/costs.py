@@ -53,6 +53,10 @@ class CostCurve:
     others_ms: dict[str, dict[int, float]] = field(default_factory=dict)  # other drafters' calls by file, timed alike
     drafter_types: dict[str, str] = field(default_factory=dict)  # each drafter file's quantization (F16, Q8_0)
     samples: dict[int, int] = field(default_factory=dict)  # timed calls behind each shape's medians
+    # native capture (the drafter's layers staged by llama.cpp, the engine's verify): a 1-row target call with it
+    # ("on") and without ("off"), and the first call after switching it on or off (a graph reserve), ms
+    capture_ms: dict[str, float] = field(default_factory=dict)
+    capture_note: str | None = None  # why capture_ms is empty (a target captured through the eval callback)
     skipped: dict[int, str] = field(default_factory=dict)  # row counts not measured, and why
     seconds: float | None = None  # the deadline the curve was measured under (None: none)
     took_seconds: float = 0.0  # measuring, after loading both models
@@ -176,6 +180,8 @@ def measure_cost_curve(
                 for path in () if drafter is None else (drafter, *others):
                     ds.append(Drafter(path, ctx, n_gpu_layers=gpu_layers))
                 _measure(curve, ctx, ds, rows, max(1, repeats), prefix, rng, seconds)
+                if ds:
+                    _measure_capture(curve, ctx, ds[0].spec.target_layers, max(1, repeats), prefix, rng)
             finally:
                 for d in ds:
                     d.close()
@@ -245,3 +251,35 @@ def _measure(curve: CostCurve, ctx: Context, ds: list[Drafter], rows: tuple[int,
             curve.others_ms[name][r] = _median_ms(times)
         curve.samples[r] = len(calls)
     curve.took_seconds = clock() - started
+
+
+def _measure_capture(curve: CostCurve, ctx: Context, layers: list[int], repeats: int, prefix: int,
+                     rng: np.random.Generator, block: int = 5) -> None:  # fmt: skip
+    """What native capture costs a 1-row target call (the engine's verify stages the drafter's layers in every call, an
+    idle round's too) and what switching it costs (one graph reserve): ``repeats`` blocks of ``block`` calls each way,
+    alternating, the first call after each switch timed apart. A target captured through the eval callback
+    (``runtime.capture``) gets a note instead: its capture is paused without a switch."""
+    from local_eagle.runtime.capture import NATIVE_CAPTURE_ARCHS
+
+    arch = ctx.model.arch()
+    if arch not in NATIVE_CAPTURE_ARCHS:
+        curve.capture_note = f"{arch} is captured through the eval callback (paused while idle), not staged natively"
+        return
+    n_vocab = ctx.model.n_vocab
+    token = rng.integers(100, min(n_vocab, 30000), size=1).astype(np.int32)
+    position = np.array([prefix])
+    calls: dict[str, list[float]] = {"on": [], "off": [], "switch_on": [], "switch_off": []}
+    try:
+        for i in range(2 * repeats):
+            on = i % 2 == 0
+            for layer in sorted(set(layers)):
+                ctx.set_layer_capture(layer, on)
+            for j in range(block):
+                calls[("switch_" if j == 0 else "") + ("on" if on else "off")].append(
+                    target_call(ctx, token, position, n_vocab)[1]
+                )
+                ctx.remove_from(prefix)
+    finally:
+        for layer in sorted(set(layers)):
+            ctx.set_layer_capture(layer, False)
+    curve.capture_ms = {name: _median_ms(times) for name, times in calls.items()}

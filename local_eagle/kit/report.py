@@ -73,8 +73,11 @@ def _build(data: dict) -> list[str]:
     b = (data.get("kit") or {}).get("build") or i.get("build") or {}
     lines = ["## Build and install", ""]
     if b.get("archs"):
-        libs = ", ".join(f"`{lib['name'].rsplit('/', 1)[-1]}` {lib['bytes'] / 2**20:.1f} MiB (sha256 "
-                         f"{lib['sha256'][:12]})" for lib in b.get("libraries", []) if lib.get("bytes", 0) > 2**20)
+        libs = ", ".join(
+            f"`{lib['name'].rsplit('/', 1)[-1]}` {lib['bytes'] / 2**20:.1f} MiB (sha256 {lib['sha256'][:12]})"
+            for lib in b.get("libraries", [])
+            if lib.get("bytes", 0) > 2**20
+        )
         lines += [f"llama-cpp-python {b.get('llama_cpp_python')} built ahead on a CPU machine ({b.get('host') or '-'}, "
                   f"{b.get('cpus')} cores) with CUDA {b.get('toolkit')} for sm_{', sm_'.join(b['archs'])}: "
                   f"{b.get('objects')} build steps ({b.get('cuda_objects')} CUDA objects), {b.get('object_minutes')} "
@@ -104,16 +107,23 @@ def _stages(data: dict) -> list[str]:
         return []
     total = sum(float(b) for b in budgets.values())
     used = sum(float(r.get("wall", r.get("seconds")) or 0) for r in data["results"].values())
-    return ["## Stages against their budgets", "", *_table(["stage", "budget s", "took s", "exit"], rows), "",
-            f"Together {used:.0f} s of {total:.0f} s budgeted (every stage of the plan's calls)."]
+    return [
+        "## Stages against their budgets",
+        "",
+        *_table(["stage", "budget s", "took s", "exit"], rows),
+        "",
+        f"Together {used:.0f} s of {total:.0f} s budgeted (every stage of the plan's calls).",
+    ]
 
 
 def _doctor(res: dict) -> list[str]:
     d = res.get("doctor", {})
     checks = (d.get("json") or {}).get("checks", [])
     lines = ["## `local-eagle doctor`", ""]
-    lines += _table(["check", "status", "detail"], [[c.get("name", ""), c.get("status", ""),
-                                                     str(c.get("detail", "")).replace("|", "/")] for c in checks])
+    lines += _table(
+        ["check", "status", "detail"],
+        [[c.get("name", ""), c.get("status", ""), str(c.get("detail", "")).replace("|", "/")] for c in checks],
+    )
     return lines + _cmd(d)
 
 
@@ -122,8 +132,11 @@ def _tests(res: dict) -> list[str]:
     t = res.get("lossless", {})
     lines = ["## The suite's lossless tests on this build", "", f"`{t.get('summary', 'not run')}`"]
     if t.get("selection") == "short":
-        lines += ["", f"The short selection: {len(t.get('left_out', []))} tests left out (the slowest on the first "
-                  "H100 lend): " + ", ".join(f"`{n.split('::')[-1]}`" for n in t.get("left_out", [])) + "."]
+        lines += [
+            "",
+            f"The short selection: {len(t.get('left_out', []))} tests left out (the slowest on the first "
+            "H100 lend): " + ", ".join(f"`{n.split('::')[-1]}`" for n in t.get("left_out", [])) + ".",
+        ]
     failed = [ln for ln in str(t.get("stdout", "")).splitlines() if ln.startswith(("FAILED ", "ERROR "))]
     if failed:
         lines += ["", *(f"- `{ln}`" for ln in failed)]
@@ -154,12 +167,33 @@ def _curve(c: dict | None, title: str) -> list[str]:
     lines = [f"### {title}", "", f"Target `{Path(c.get('target', '')).name}`, drafter "
              f"`{Path(c.get('drafter') or '-').name}`; prefix {c.get('prefix')} tokens, medians of up to "
              f"{c.get('repeats')} calls."]  # fmt: skip
-    head = ["rows", "target call ms (complete, logits of every row read)", "x one row",
-            "drafter call ms (last row read)", *(f"`{n}` call ms (x the drafter's)" for n in others), "calls"]
+    head = [
+        "rows",
+        "target call ms (complete, logits of every row read)",
+        "x one row",
+        "drafter call ms (last row read)",
+        *(f"`{n}` call ms (x the drafter's)" for n in others),
+        "calls",
+    ]
     lines += ["", *_table(head, rows)]
     note = skipped_note(c.get("skipped") or {})
     lines += ["", note[0].upper() + note[1:] + "."] if note else []
-    return lines + _precision(c, others)
+    return lines + _capture(c) + _precision(c, others)
+
+
+def _capture(c: dict) -> list[str]:
+    """What native capture costs a 1-row target call, and a switch of it: whether an idle engine should switch it off
+    (``bench.costs._measure_capture``)."""
+    ms = c.get("capture_ms") or {}
+    if not {"on", "off", "switch_on", "switch_off"} <= set(ms):
+        return ["", f"Native capture not measured: {c['capture_note']}."] if c.get("capture_note") else []
+    extra = ms["on"] - ms["off"]
+    pays_after = (ms["switch_on"] + ms["switch_off"] - ms["on"] - ms["off"]) / extra if extra > 0 else None
+    switch = f"{pays_after:.0f} idle rounds" if pays_after is not None and pays_after > 0 else "no idle stretch"
+    return ["", f"Native capture (the drafter's layers staged in every target call): a 1-row call {ms['on']:.3f} ms "
+            f"with it, {ms['off']:.3f} ms without ({_f(_share(ms['on'], ms['off']))}x); the first call after "
+            f"switching it on {ms['switch_on']:.3f} ms, off {ms['switch_off']:.3f} ms. Switching it off while idle "
+            f"pays back two switches after {switch}."]  # fmt: skip
 
 
 def _share(a: object, b: object) -> float | None:
@@ -190,8 +224,11 @@ def _bench(b: dict, title: str) -> list[str]:
     out = []
     for r in rows:
         label = _label(r)
-        same = "yes" if r.get("identical") else (
-            f"{r['prompts'] - r['mismatches']}/{r['prompts']} + {r.get('near_ties')} near-tie")
+        same = (
+            "yes"
+            if r.get("identical")
+            else (f"{r['prompts'] - r['mismatches']}/{r['prompts']} + {r.get('near_ties')} near-tie")
+        )
         out.append([label, _f(r.get("mean_verify_rows"), 1), _f(r.get("baseline_tps"), 1),
                     _f(r.get("speculative_tps"), 1), _f(r.get("speedup")) + "x",
                     _f(r.get("acceptance_length")), " ".join(_f(x) for x in r.get("acceptance_per_position", [])[:8]),
@@ -216,8 +253,14 @@ def projection(rows: list[dict]) -> list[str]:
             continue
         cost = r["verify_call_ms"] + r["draft_ms_per_round"] + r["host_ms_per_round"]
         proj = r["acceptance_length"] * r["target_call_ms"] / cost if cost else 0.0
-        out.append([_label(r), _f(proj) + "x", _f(r.get("speedup")) + "x",
-                    f"{100 * (proj - r['speedup']) / r['speedup']:+.0f}%" if r.get("speedup") else "-"])
+        out.append(
+            [
+                _label(r),
+                _f(proj) + "x",
+                _f(r.get("speedup")) + "x",
+                f"{100 * (proj - r['speedup']) / r['speedup']:+.0f}%" if r.get("speedup") else "-",
+            ]
+        )
     if not out:
         return []
     return ["", "Projected (acceptance length x target call / (verify + drafting + host per round)) against measured:",
@@ -243,8 +286,13 @@ def replayed(rows: list[dict], curve: dict | None) -> list[str]:
         out.append([_label(r), _f(proj) + "x", _f(r["speedup"]) + "x", error])
     if not out:
         return []
-    return ["", "The run's own rounds priced on this machine's cost curve (what `bench --cost-profile` does for "
-            "another machine) against measured:", "", *_table(["draft", "replayed", "measured", "error"], out)]
+    return [
+        "",
+        "The run's own rounds priced on this machine's cost curve (what `bench --cost-profile` does for "
+        "another machine) against measured:",
+        "",
+        *_table(["draft", "replayed", "measured", "error"], out),
+    ]
 
 
 def _fit(res: dict) -> list[str]:
@@ -253,8 +301,12 @@ def _fit(res: dict) -> list[str]:
     rows = [[r.get("component", ""), _f(r.get("predicted", 0) / 2**20, 1), _f(r.get("measured", 0) / 2**20, 1),
              f"{100 * (r['predicted'] - r['measured']) / r['measured']:+.1f}%" if r.get("measured") else "-"]
             for r in m.get("rows", [])]  # fmt: skip
-    lines = ["## `local-eagle fit --measure`: the planner against llama.cpp's own buffers", "",
-             f"Backend of the measured buffers: {m.get('backend', '-')}.", ""]
+    lines = [
+        "## `local-eagle fit --measure`: the planner against llama.cpp's own buffers",
+        "",
+        f"Backend of the measured buffers: {m.get('backend', '-')}.",
+        "",
+    ]
     return lines + _table(["component", "planned MiB", "measured MiB", "planner error"], rows) + _cmd(f)
 
 
@@ -264,12 +316,27 @@ def _host(b: dict) -> list[str]:
         return []
     cells = ", ".join(f"{_label(r)} {r['host_ms_per_round']:.3f} ms" for r in rows)
     lines = ["", f"Host time per round (outside the draft, verify and commit phases' timers): {cells}."]
-    lines += _beside_alone(rows, "python_ms_per_round", "baseline_python_ms", "{:.3f}", " ms",
-                           "Python per round (decoding's wall time outside llama.cpp's calls, drafting's included)")
-    percent = [{**r, "graph_reuse": 100 * r["graph_reuse"], "baseline_graph_reuse": 100 * r["baseline_graph_reuse"]}
-               for r in rows if r.get("graph_reuse") is not None and r.get("baseline_graph_reuse") is not None]
-    lines += _beside_alone(percent, "graph_reuse", "baseline_graph_reuse", "{:.0f}", "%",
-                           "Target calls that reused llama.cpp's previous graph")
+    lines += _beside_alone(
+        rows,
+        "python_ms_per_round",
+        "baseline_python_ms",
+        "{:.3f}",
+        " ms",
+        "Python per round (decoding's wall time outside llama.cpp's calls, drafting's included)",
+    )
+    percent = [
+        {**r, "graph_reuse": 100 * r["graph_reuse"], "baseline_graph_reuse": 100 * r["baseline_graph_reuse"]}
+        for r in rows
+        if r.get("graph_reuse") is not None and r.get("baseline_graph_reuse") is not None
+    ]
+    lines += _beside_alone(
+        percent,
+        "graph_reuse",
+        "baseline_graph_reuse",
+        "{:.0f}",
+        "%",
+        "Target calls that reused llama.cpp's previous graph",
+    )
     return lines
 
 
@@ -335,8 +402,11 @@ def _replayed_as(replay: dict, row: dict | None) -> str:
         return "- / -"
     j = replay.get("json") or {}
     base = (j.get("baseline") or {}).get("tokens_per_second")
-    label = "auto" if row.get("adaptive") else (
-        f"tree {row['tree_nodes']}" if row.get("tree_nodes") else f"chain {row.get('draft_max')}")
+    label = (
+        "auto"
+        if row.get("adaptive")
+        else (f"tree {row['tree_nodes']}" if row.get("tree_nodes") else f"chain {row.get('draft_max')}")
+    )
     x = next((x for x in j.get("settings") or [] if x.get("label") == label), None)
     if x is None:
         return "- / -"

@@ -32,6 +32,18 @@ def test_cost_curve_has_every_row_count_for_target_and_drafter(tiny_pair) -> Non
     assert d["verify_ratio"][1] == 1.0 and d["decode_1_ms"] == c.verify_ms[1]
 
 
+def test_cost_curve_times_native_capture_on_and_off_and_its_switches(tiny_pair) -> None:
+    """The engine's verify stages the drafter's layers in every call: the curve times a 1-row call with and without,
+    and the first call after each switch, and leaves the context's staging off as it found it."""
+    c = measure_cost_curve(tiny_pair["target"], tiny_pair["drafter"], rows=(1,), repeats=2, prefix=16, threads=1,
+                           seconds=None)  # fmt: skip
+    assert set(c.capture_ms) == {"on", "off", "switch_on", "switch_off"} and c.capture_note is None
+    assert all(ms > 0 for ms in c.capture_ms.values())
+    assert json.loads(json.dumps(c.to_dict()))["capture_ms"] == c.capture_ms
+    bare = measure_cost_curve(tiny_pair["target"], rows=(1,), repeats=1, prefix=8, threads=1, seconds=None)
+    assert bare.capture_ms == {} and bare.capture_note is None  # no drafter, no layers to stage
+
+
 def test_cost_curve_refuses_rows_below_one(tiny_pair) -> None:
     with pytest.raises(ValueError, match="rows must be positive"):
         measure_cost_curve(tiny_pair["target"], rows=(0, 2))

@@ -136,8 +136,10 @@ def test_the_mmq_trim_leaves_out_dropped_types_kernels_and_keeps_the_k_quants(tm
     assert "IQ4_NL" not in text and "MXFP4" not in text
     assert "mul_mat_q_case<GGML_TYPE_Q4_K>" in text and text.count("mmq_supported = true;") == 1
     assert text.split("bool ggml_cuda_should_use_mmq")[1].count("case GGML_TYPE_") == 2
-    assert sorted(p.name for p in (d / "template-instances").iterdir()) == ["mmq-instance-q4_0.cu",
-                                                                              "mmq-instance-q4_k.cu"]
+    assert sorted(p.name for p in (d / "template-instances").iterdir()) == [
+        "mmq-instance-q4_0.cu",
+        "mmq-instance-q4_k.cu",
+    ]
     assert cuda.trim_mmq(tmp_path, ("IQ4_NL", "MXFP4")) == [] and (d / "mmq.cu").read_text() == text  # idempotent
     (d / "mmq.cu").write_text("int main() {}")
     with pytest.raises(cuda.CudaBuildError, match="not the expected layout"):
@@ -146,8 +148,12 @@ def test_the_mmq_trim_leaves_out_dropped_types_kernels_and_keeps_the_k_quants(tm
 
 def test_a_trimmed_source_is_restored_from_its_sdist_and_an_untouched_one_is_left_alone(tmp_path: Path) -> None:
     cuda_dir = "vendor/llama.cpp/ggml/src/ggml-cuda"
-    files = {f"{cuda_dir}/mmq.cu": MMQ_CU, f"{cuda_dir}/template-instances/mmq-instance-iq4_nl.cu": "//",
-             f"{cuda_dir}/template-instances/mmq-instance-q4_k.cu": "//", f"{cuda_dir}/other.cu": "// o"}
+    files = {
+        f"{cuda_dir}/mmq.cu": MMQ_CU,
+        f"{cuda_dir}/template-instances/mmq-instance-iq4_nl.cu": "//",
+        f"{cuda_dir}/template-instances/mmq-instance-q4_k.cu": "//",
+        f"{cuda_dir}/other.cu": "// o",
+    }
     sdist = tmp_path / "pkg-1.tar.gz"
     with tarfile.open(sdist, "w:gz") as t:
         for rel, text in files.items():
@@ -389,9 +395,15 @@ def test_a_retry_runs_a_stages_short_run_when_only_that_fits(tmp_path: Path, mon
 
         return f
 
-    monkeypatch.setattr(gpu, "STAGES", [gpu.Stage("install", 1, (), run("install")),
-                                        gpu.Stage("measure", 1, ("install",), run("measure")),
-                                        gpu.Stage("tests", 500, ("install",), run("tests"), call=2, short=50)])
+    monkeypatch.setattr(
+        gpu,
+        "STAGES",
+        [
+            gpu.Stage("install", 1, (), run("install")),
+            gpu.Stage("measure", 1, ("install",), run("measure")),
+            gpu.Stage("tests", 500, ("install",), run("tests"), call=2, short=50),
+        ],
+    )
     env = gpu.Env(repo=tmp_path, home=tmp_path / "home", out=tmp_path / "out", cuda=False)
     env.deadline = env.started + 100
     assert gpu.run_call(env, None, retry=True) == ["install", "tests"] and given["tests"] == 50
@@ -488,15 +500,32 @@ BENCH_ROW = {"draft_max": 4, "adaptive": False, "prompts": 2, "baseline_tps": 10
              "draft_ms_per_round": 2.0, "host_ms_per_round": 0.25}  # fmt: skip
 
 
-ARRANGED = {"label": "arranged acceptance", "note": "arranged acceptance: rows rewritten", "rows": 900, "placed": 400,
-            "unknown": 12, "recorded_acceptance": [0.8, 0.7]}
+ARRANGED = {
+    "label": "arranged acceptance",
+    "note": "arranged acceptance: rows rewritten",
+    "rows": 900,
+    "placed": 400,
+    "unknown": 12,
+    "recorded_acceptance": [0.8, 0.7],
+}
 
 
 def _results(tmp_path: Path, cuda_build: bool) -> Path:
-    build = {"key": "k", "llama_cpp_python": "0.3.36", "toolkit": "13.0.88", "archs": ["90"], "objects": 286,
-             "cuda_objects": 157, "object_minutes": 49.2, "packed_bytes": 30 * MIB, "packed_sha256": "ab" * 32,
-             "cmake_args": ["-DGGML_CUDA=ON"], "cpus": 2, "host": "AMD EPYC",
-             "libraries": [{"name": "llama_cpp/lib/libggml-cuda.so", "bytes": 58 * MIB, "sha256": "cd" * 32}]}
+    build = {
+        "key": "k",
+        "llama_cpp_python": "0.3.36",
+        "toolkit": "13.0.88",
+        "archs": ["90"],
+        "objects": 286,
+        "cuda_objects": 157,
+        "object_minutes": 49.2,
+        "packed_bytes": 30 * MIB,
+        "packed_sha256": "ab" * 32,
+        "cmake_args": ["-DGGML_CUDA=ON"],
+        "cpus": 2,
+        "host": "AMD EPYC",
+        "libraries": [{"name": "llama_cpp/lib/libggml-cuda.so", "bytes": 58 * MIB, "sha256": "cd" * 32}],
+    }
     blob = {"kit": {"made": "2026-11-26T00:00:00Z", "build": build}, "cuda_build": cuda_build,
             "waiting": ["pair8b"], "budgets": {"machine": 10, "lossless": 75, "pair8b": 30}, "results": {
                 "machine": {"rc": 0, "wall": 1.5, "facts": {"gpu": "NVIDIA H100 80GB HBM3, 580.1, 81559 MiB, 9.0",
@@ -560,8 +589,12 @@ def test_the_page_holds_every_figure_and_its_command(tmp_path: Path) -> None:
 
 
 def test_the_page_names_a_short_selection_and_each_failed_test() -> None:
-    lossless = {"summary": "1 failed, 30 passed in 120.00s", "selection": "short", "left_out": list(gpu.LOSSLESS_SLOW),
-                "stdout": "[gw1] PASSED tests/a.py::t\nFAILED tests/runtime/test_x.py::test_y - AssertionError\n"}
+    lossless = {
+        "summary": "1 failed, 30 passed in 120.00s",
+        "selection": "short",
+        "left_out": list(gpu.LOSSLESS_SLOW),
+        "stdout": "[gw1] PASSED tests/a.py::t\nFAILED tests/runtime/test_x.py::test_y - AssertionError\n",
+    }
     text = "\n".join(report._tests({"lossless": lossless}))
     assert f"The short selection: {len(gpu.LOSSLESS_SLOW)} tests left out" in text
     assert "- `FAILED tests/runtime/test_x.py::test_y - AssertionError`" in text and "PASSED" not in text
@@ -598,7 +631,6 @@ def test_the_replay_rounds_travel_with_the_tree() -> None:
         assert tracked.stdout.strip() == gpu.REPLAY_ROUNDS
 
 
-
 def test_report_quotes_python_time_and_graph_reuse_per_round() -> None:
     rows = [{"draft_max": 8, "adaptive": True, "host_ms_per_round": 0.8, "python_ms_per_round": 0.31,
              "baseline_python_ms": 0.12, "graph_reuse": 0.95, "baseline_graph_reuse": 0.99},
@@ -627,3 +659,21 @@ def test_the_cost_table_sets_the_q8_0_drafter_beside_the_f16_one_and_says_which_
     # a curve of one drafter keeps its table as it was
     plain = "\n".join(report._curve({**curve, "others_ms": {}}, "Cost by rows"))
     assert "Drafter precision" not in plain and "| 1 | 3.00 | 1.00 | 0.50 | - |" in plain
+
+
+def test_the_cost_table_says_what_native_capture_costs_a_call_and_a_switch() -> None:
+    curve = {
+        "target": "/x/t.gguf",
+        "drafter": "/x/d.gguf",
+        "verify_ms": {"1": 3.0},
+        "verify_ratio": {"1": 1.0},
+        "drafter_ms": {"1": 0.5},
+        "capture_ms": {"on": 3.1, "off": 3.0, "switch_on": 12.0, "switch_off": 10.0},
+    }
+    text = "\n".join(report._curve(curve, "Cost by rows"))
+    assert "a 1-row call 3.100 ms with it, 3.000 ms without (1.03x)" in text
+    assert "pays back two switches after 159 idle rounds" in text  # (12 + 10 - 3.1 - 3) / 0.1
+    free = {**curve, "capture_ms": {"on": 3.0, "off": 3.0, "switch_on": 9.0, "switch_off": 9.0}}
+    assert "after no idle stretch" in "\n".join(report._curve(free, "Cost by rows"))
+    callback = {**curve, "capture_ms": {}, "capture_note": "gemma3 is captured through the eval callback"}
+    assert "Native capture not measured: gemma3 is captured" in "\n".join(report._curve(callback, "Cost by rows"))
