@@ -188,12 +188,16 @@ def _capture(c: dict) -> list[str]:
     if not {"on", "off", "switch_on", "switch_off"} <= set(ms):
         return ["", f"Native capture not measured: {c['capture_note']}."] if c.get("capture_note") else []
     extra = ms["on"] - ms["off"]
-    pays_after = (ms["switch_on"] + ms["switch_off"] - ms["on"] - ms["off"]) / extra if extra > 0 else None
-    switch = f"{pays_after:.0f} idle rounds" if pays_after is not None and pays_after > 0 else "no idle stretch"
+    switches = ms["switch_on"] + ms["switch_off"] - ms["on"] - ms["off"]
+    if extra <= 0:
+        verdict = "Staging costs a call nothing measurable here: switching it off while idle never pays."
+    elif switches <= 0:
+        verdict = "Switching it off while idle pays at once (a switch costs no more than a call)."
+    else:
+        verdict = f"Switching it off for an idle stretch pays for its two switches after {switches / extra:.0f} rounds."
     return ["", f"Native capture (the drafter's layers staged in every target call): a 1-row call {ms['on']:.3f} ms "
             f"with it, {ms['off']:.3f} ms without ({_f(_share(ms['on'], ms['off']))}x); the first call after "
-            f"switching it on {ms['switch_on']:.3f} ms, off {ms['switch_off']:.3f} ms. Switching it off while idle "
-            f"pays back two switches after {switch}."]  # fmt: skip
+            f"switching it on {ms['switch_on']:.3f} ms, off {ms['switch_off']:.3f} ms. {verdict}"]  # fmt: skip
 
 
 def _share(a: object, b: object) -> float | None:

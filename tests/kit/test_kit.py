@@ -672,8 +672,8 @@ def test_the_cost_table_says_what_native_capture_costs_a_call_and_a_switch() -> 
     }
     text = "\n".join(report._curve(curve, "Cost by rows"))
     assert "a 1-row call 3.100 ms with it, 3.000 ms without (1.03x)" in text
-    assert "pays back two switches after 159 idle rounds" in text  # (12 + 10 - 3.1 - 3) / 0.1
+    assert "pays for its two switches after 159 rounds" in text  # (12 + 10 - 3.1 - 3) / 0.1
     free = {**curve, "capture_ms": {"on": 3.0, "off": 3.0, "switch_on": 9.0, "switch_off": 9.0}}
-    assert "after no idle stretch" in "\n".join(report._curve(free, "Cost by rows"))
+    assert "switching it off while idle never pays" in "\n".join(report._curve(free, "Cost by rows"))
     callback = {**curve, "capture_ms": {}, "capture_note": "gemma3 is captured through the eval callback"}
     assert "Native capture not measured: gemma3 is captured" in "\n".join(report._curve(callback, "Cost by rows"))
