@@ -369,11 +369,14 @@ class Context:
             return float_view(base, (n, n_vocab))
         return np.stack([self.logits_view(first + i, n_vocab) for i in range(n)])
 
-    def embeddings_nextn(self, n_rows: int, width: int) -> np.ndarray:
+    def embeddings_nextn(self, n_rows: int, width: int, *, copy: bool = True) -> np.ndarray:
+        """The staged nextn rows; ``copy=False``: a view of llama.cpp's buffer, valid until the next decode (a caller
+        reading a few columns of each row, not n_rows x width floats copied a round)."""
         ptr = staging.get_embeddings_nextn(self.ptr)
         if not ptr:
             raise LlamaError("llama.cpp returned no nextn embeddings (was set_embeddings_nextn called?)")
-        return float_view(ptr, (n_rows, width)).copy()
+        rows = float_view(ptr, (n_rows, width))
+        return rows.copy() if copy else rows
 
     def embeddings_nextn_ith(self, i: int, width: int) -> np.ndarray:
         ptr = staging.get_embeddings_nextn_ith(self.ptr, i)

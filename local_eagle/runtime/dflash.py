@@ -416,7 +416,8 @@ class BlockDrafter:
             self.ctx.decode(tokens, np.arange(n_past, n_past + len(tokens)), True, seq=seq)
             logits = self.ctx.logits_rows(first, n, self.n_vocab)
             if self.spec.confidence_head:  # column 0 of each output's nextn row (the value fills the row)
-                confidence = self.ctx.embeddings_nextn(len(tokens), self.spec.n_embd)[first : first + n, 0].copy()
+                nextn = self.ctx.embeddings_nextn(len(tokens), self.spec.n_embd, copy=False)
+                confidence = nextn[first : first + n, 0].copy()
         finally:
             self.ctx.remove_from(n_past, seq)
         return Block(anchor=int(last_token), n_past=int(n_past), logits=logits, confidence=confidence)
@@ -429,7 +430,7 @@ class BlockDrafter:
         n = len(tokens) - 1
         try:
             self.ctx.decode(tokens, np.arange(n_past, n_past + len(tokens)), False, seq=seq)
-            lattice = self.ctx.embeddings_nextn(len(tokens), self.spec.n_embd)
+            lattice = self.ctx.embeddings_nextn(len(tokens), self.spec.n_embd, copy=False)  # read before a decode
         finally:
             self.ctx.remove_from(n_past, seq)
         logits = self._score_rows(n)
