@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from local_eagle.gguf.reader import Tensor, read_header
+from local_eagle.gguf.reader import GGUFHeader, Tensor, field_value, read_header
 from local_eagle.testing.vram_fixtures import (
     LLAMA31_8B,
     LLAMA31_8B_EAGLE3,
@@ -221,8 +221,9 @@ def _codes(rng: np.random.Generator, shape: tuple[int, int], code: str) -> np.nd
     raise AssertionError(code)
 
 
-def random_blocks(t: Q, n_blocks: int, cols: int, rng: np.random.Generator) -> np.ndarray:
-    """``n_blocks`` valid random blocks of type ``t`` (uint8, one row each) for a matrix of ``cols`` columns."""
+def random_blocks(t: Q, n_blocks: int, cols: int, rng: np.random.Generator, std: float | None = None) -> np.ndarray:
+    """``n_blocks`` valid random blocks of type ``t`` (uint8, one row each) for a matrix of ``cols`` columns, its
+    weights' std ``1/sqrt(cols)`` unless ``std`` says otherwise."""
     lay = LAYOUTS[t]
     if GGML_QUANT_SIZES[t] != (32 if lay.size < 64 else 256, lay.size):  # ggml-common.h's layouts, read by hand
         raise AssertionError(f"{t.name}: gguf says {GGML_QUANT_SIZES[t]}, the layout here {lay.size} bytes")
@@ -231,11 +232,12 @@ def random_blocks(t: Q, n_blocks: int, cols: int, rng: np.random.Generator) -> n
         b[:, off : off + n] = _codes(rng, (n_blocks, n), code)
     for off, raw in lay.fixed:
         b[:, off : off + len(raw)] = np.frombuffer(raw, dtype=np.uint8)
-    d = 1.0 / (math.sqrt(cols) * lay.unit_std)
+    d = (std if std is not None else 1.0 / math.sqrt(cols)) / lay.unit_std
     for off, k in lay.halves:
         h = np.float16(k * d)
         if not np.isfinite(h) or abs(float(h)) < np.finfo(np.float16).tiny:
-            raise ValueError(f"{t.name}: no normal fp16 scale gives std 1/sqrt({cols}) (got {float(h)})")
+            want = f"{std:g}" if std is not None else f"1/sqrt({cols})"
+            raise ValueError(f"{t.name}: no normal fp16 scale gives std {want} (got {float(h)})")
         b[:, off : off + 2] = np.frombuffer(h.tobytes(), dtype=np.uint8)
     return b
 
@@ -247,17 +249,138 @@ def _tile(offset: int, nbytes: int, chunk: np.ndarray, fd: int) -> None:
         os.pwrite(fd, raw[: min(len(raw), nbytes - at)], offset + at)
 
 
+def _blocks(offset: int, qt: Q, n_blocks: int, cols: int, ss: np.random.SeedSequence, fd: int) -> None:
+    os.pwrite(fd, random_blocks(qt, n_blocks, cols, np.random.default_rng(ss)), offset)
+
+
+def _unique_jobs(t: Tensor, qt: Q, data: int, seeds: np.random.SeedSequence) -> list[_Job]:
+    """Blocks drawn for the whole tensor, in pieces of ``_CHUNK_BYTES``, each from its own child of ``seeds``."""
+    size = LAYOUTS[qt].size
+    n_blocks, step = t.nbytes // size, max(1, _CHUNK_BYTES // size)
+    return [partial(_blocks, data + t.offset + i * size, qt, min(step, n_blocks - i), t.ne[0], seeds.spawn(1)[0])
+            for i in range(0, n_blocks, step)]  # fmt: skip
+
+
+# --- a text with wide margins -------------------------------------------------------------------------
+
+EMBED_STD = 64.0  # the token embedding's weights: the residual stays its token's whatever 32 random layers add
+_NORMAL = 1  # llama.cpp's LLAMA_TOKEN_TYPE_NORMAL
+_Q4_K_LEVEL_STD = 2 * _UNIFORM4  # of 2q - 15, q uniform in 0..15
+
+
+def q4_k_levels(blocks: np.ndarray) -> np.ndarray:
+    """The integer levels ``2q - 15`` of Q4_K blocks as ``random_blocks`` writes them (every sub-block's scale 2
+    and min 15, d = dmin: a weight is d times its level), in ggml's dequantised order (dequantize_row_q4_K)."""
+    qs = blocks[:, 16:144].reshape(-1, 4, 1, 32)
+    out = np.empty((len(blocks), 4, 2, 32), dtype=np.uint8)
+    np.bitwise_and(qs, 15, out=out[:, :, :1])
+    np.right_shift(qs, 4, out=out[:, :, 1:])
+    out <<= 1
+    out -= 15  # modulo 256: the int8 view reads -15..15
+    return out.reshape(-1, 256).view(np.int8)
+
+
+def q6_k_blocks(levels: np.ndarray, d: float) -> np.ndarray:
+    """Q6_K blocks whose weights are ``d`` times ``levels`` (-32..31, ggml's dequantised order, 256 a block): every
+    sub-block scale 1, the 6-bit codes ``level + 32`` packed as dequantize_row_q6_K reads them."""
+    q = (levels.view(np.uint8) + np.uint8(32)).reshape(-1, 2, 4, 32)  # modulo 256: 0..63; halves, runs of 32
+    b = np.empty((len(q), 210), dtype=np.uint8)
+    ql = b[:, :128].reshape(-1, 2, 2, 32)
+    np.bitwise_or(q[:, :, :2] & 15, (q[:, :, 2:] & 15) << 4, out=ql)
+    hi = q >> 4
+    qh = b[:, 128:192].reshape(-1, 2, 32)
+    np.bitwise_or(hi[:, :, 0] | hi[:, :, 1] << 2, hi[:, :, 2] << 4 | hi[:, :, 3] << 6, out=qh)
+    b[:, 192:208] = 1
+    b[:, 208:210] = np.frombuffer(np.float16(d).tobytes(), dtype=np.uint8)
+    return b
+
+
+def next_tokens(types: np.ndarray, rng: np.random.Generator) -> np.ndarray | None:
+    """Each id's successor in the text: one cycle through every normal id, and each other id (controls, bytes) to
+    a normal id of its own, so no text meets an end-of-generation id; None where normal ids are too few."""
+    normal, others = np.flatnonzero(types == _NORMAL), np.flatnonzero(types != _NORMAL)
+    if len(normal) < max(2, len(others)):
+        return None
+    order = rng.permutation(normal)
+    nxt = np.empty(len(types), dtype=np.int64)
+    nxt[order] = np.roll(order, -1)
+    nxt[others] = rng.choice(normal, len(others), replace=False)
+    return nxt
+
+
+def _margin_jobs(h: GGUFHeader, embd: Tensor, out: Tensor, seeds: np.random.SeedSequence,
+                 threads: int) -> list[_Job] | None:  # fmt: skip
+    """The token embedding and the logits' matrix of a target that writes one long cycle through its vocabulary.
+
+    Random weights give a random model's logits: a 128K-way argmax whose top two lie closer than a verify of
+    several rows and a decode of one differ (about 1% of the logits' range on a CPU), so the greedy text parts
+    from the target alone's within a few dozen tokens, and a bench that arranges drafts on that text
+    (``arranged``) would lose it. Here each token's embedding is large (``EMBED_STD``) so the last hidden state
+    stays mostly its own, and the logits' row of its successor holds the same levels, so that row's logit
+    stands tens of units above a 128K-way maximum of about 5: no two computations part. Costs do not change: the
+    same shapes and types, every weight still random. The text means nothing and runs as long as asked.
+    """
+    types = field_value(read_header(h.path, keep=lambda k: k == "tokenizer.ggml.token_type"),
+                        "tokenizer.ggml.token_type")  # fmt: skip
+    cols, n_vocab = embd.ne[0], embd.ne[1]
+    if (Q(embd.type), Q(out.type)) != (Q.Q4_K, Q.Q6_K) or out.ne != embd.ne or not isinstance(types, list) \
+            or len(types) != n_vocab:  # fmt: skip
+        return None
+    kinds = np.asarray(types)
+    nxt = next_tokens(kinds, np.random.default_rng(seeds.spawn(1)[0]))
+    if nxt is None:
+        return None
+    # each output row's sources: the normal id leading to it, the other id leading to it too (-1: none)
+    first, second = np.full(n_vocab, -1), np.full(n_vocab, -1)
+    normal = kinds == _NORMAL
+    first[nxt[normal]] = np.flatnonzero(normal)
+    second[nxt[~normal]] = np.flatnonzero(~normal)
+    per_row = cols // 256
+    rows = max(1, _CHUNK_BYTES // (LAYOUTS[Q.Q4_K].size * per_row))
+    starts = range(0, n_vocab, rows)
+    pieces = [(a, min(a + rows, n_vocab), ss) for a, ss in zip(starts, seeds.spawn(len(starts)), strict=True)]
+    e = np.empty((n_vocab * per_row, LAYOUTS[Q.Q4_K].size), dtype=np.uint8)
+    levels = np.empty((n_vocab, cols), dtype=np.int8)
+
+    def embed(a: int, b: int, ss: np.random.SeedSequence) -> None:
+        e[a * per_row : b * per_row] = random_blocks(Q.Q4_K, (b - a) * per_row, cols, np.random.default_rng(ss),
+                                                     std=EMBED_STD)  # fmt: skip
+        levels[a:b] = q4_k_levels(e[a * per_row : b * per_row]).reshape(b - a, cols)
+
+    with ThreadPoolExecutor(max(1, threads or os.cpu_count() or 1)) as pool:
+        for f in [pool.submit(embed, *p) for p in pieces]:
+            f.result()
+    d = 1.0 / (math.sqrt(cols) * _Q4_K_LEVEL_STD)
+    at = h.data_offset + out.offset
+
+    def logits_rows(a: int, b: int, ss: np.random.SeedSequence, fd: int) -> None:
+        src, two = first[a:b], second[a:b]
+        o = levels[np.maximum(src, 0)]
+        o[two >= 0] += levels[two[two >= 0]]  # a second id's levels: -30..30 still fits Q6_K's -32..31
+        free = src < 0  # rows no normal id leads to: random levels, as any other row's
+        o[free] = np.random.default_rng(ss).integers(0, 16, (int(free.sum()), cols), dtype=np.int8) * 2 - 15
+        os.pwrite(fd, q6_k_blocks(o.reshape(-1, 256), d), at + a * per_row * LAYOUTS[Q.Q6_K].size)
+
+    return [partial(_put, h.data_offset + embd.offset, e), *(partial(logits_rows, *p) for p in pieces)]
+
+
 def fill_quantised(path: str | Path, seed: int = 0, threads: int = 0) -> Path:
     """Fill a shape GGUF of any ``LAYOUTS`` types (and F32/F16/I64) in place with valid random blocks.
 
     Each (type, cols) gets one chunk of random blocks, tiled over every tensor that needs it, so
     identical patterns repeat across layers: the pair times kernels, it reads no meaning. F32/F16
-    tensors get what ``fill_random`` gives them.
+    tensors get what ``fill_random`` gives them. The token embedding and the logits' matrix are drawn
+    whole so that the target writes a text with wide margins (``_margin_jobs``; where their types
+    or vocabulary do not allow it, the logits' matrix is at least drawn whole: tiled, every token's
+    row would have twins and every argmax would be an exact tie).
     """
     h = read_header(path)  # gguf-py's GGUFReader spends seconds decoding a 128K-token vocabulary
     seeds = np.random.SeedSequence(seed)
     rng = np.random.default_rng(seeds.spawn(1)[0])
-    jobs: list[_Job] = []
+    embd, out = h.tensor("token_embd.weight"), h.tensor("output.weight")
+    margins = _margin_jobs(h, embd, out, seeds.spawn(1)[0], threads) if embd and out else None
+    drawn = {"token_embd.weight", "output.weight"} if margins else {out.name if out else "token_embd.weight"}
+    jobs: list[_Job] = list(margins or [])
     chunks: dict[tuple[Q, int], np.ndarray] = {}
     for t in h.tensors:
         qt = Q(t.type)
@@ -275,6 +398,10 @@ def fill_quantised(path: str | Path, seed: int = 0, threads: int = 0) -> Path:
                 chunks[key] = random_blocks(qt, max(1, _CHUNK_BYTES // LAYOUTS[qt].size), t.ne[0], rng)
             except ValueError as e:
                 raise ValueError(f"{path}: {t.name}: {e}") from None
+        if t.name in drawn:
+            if not margins:
+                jobs += _unique_jobs(t, qt, h.data_offset, seeds)
+            continue
         jobs.append(partial(_tile, h.data_offset + t.offset, t.nbytes, chunks[key]))
     _run(path, jobs, threads)
     return Path(path)

@@ -73,6 +73,60 @@ def test_tiny_pair_written_fast_loads_and_decodes(tmp_path) -> None:
     assert res8.stats.drafted_tokens > 0
 
 
+def test_the_random_target_writes_one_text_with_wide_margins(tmp_path) -> None:
+    """The greedy text of the random target is its own, not a near-tie's: each token's successor stands far above the
+    rest in a decode of one row and in a verify of many alike, so an arranged bench keeps the target alone's text."""
+    paths = make_pair(tmp_path, tiny=True)
+    t = {x.name: x for x in GGUFReader(paths["target"]).tensors}
+    embd = dequantize(np.asarray(t["token_embd.weight"].data), Q.Q4_K)
+    out = dequantize(np.asarray(t["output.weight"].data), Q.Q6_K)
+    assert abs(float(embd.std()) - pair.EMBED_STD) < 0.05 * pair.EMBED_STD
+    assert abs(float(out.std()) * np.sqrt(out.shape[1]) - 1) < 0.15  # 259 of 1024 rows hold two ids' levels
+    assert len(np.unique(out, axis=0)) == len(out)  # no twin rows, so no exact ties
+    model = Model(paths["target"], n_gpu_layers=0)
+    ctx = Context(model, ContextOptions(n_ctx=128, n_batch=64, n_ubatch=64, n_threads=1))
+    try:
+        text, gaps = [300], []
+        ctx.decode(np.array([300], dtype=np.int32), np.array([0]), True)
+        for i in range(40):
+            lg = ctx.logits(0, model.n_vocab)
+            top = np.sort(lg)[-2:]
+            gaps.append(float(top[1] - top[0]))
+            text.append(int(lg.argmax()))
+            ctx.decode(np.array([text[-1]], dtype=np.int32), np.array([i + 1]), True)
+        ctx.clear()
+        ctx.decode(np.array(text[:-1], dtype=np.int32), np.arange(40), True)  # one verify of the whole text
+        batched = [int(ctx.logits(i, model.n_vocab).argmax()) for i in range(40)]
+    finally:
+        ctx.close()
+        model.close()
+    assert batched == text[1:]
+    assert min(gaps) > 5, gaps  # logits of std ~1: a 1K-way maximum near 3
+    assert min(text[1:]) >= 259 and len(set(text)) == len(text)  # normal pieces only (no end of text), no loop
+    for a, b in zip(text, text[1:], strict=False):  # a token's successor is the row holding its embedding's levels
+        assert np.corrcoef(embd[a], out[b])[0, 1] > 0.6
+
+
+def test_the_margin_codecs_match_gguf_dequantisation() -> None:
+    rng = np.random.default_rng(2)
+    e = pair.random_blocks(Q.Q4_K, 6, 512, rng, std=3.0)
+    d = float(e[0, :2].copy().view(np.float16)[0])
+    assert np.allclose(dequantize(e.reshape(-1), Q.Q4_K).reshape(-1, 256), d * pair.q4_k_levels(e))
+    levels = rng.integers(-32, 32, (6, 256)).astype(np.int8)
+    w = dequantize(pair.q6_k_blocks(levels, 0.25).reshape(-1), Q.Q6_K).reshape(-1, 256)
+    assert np.array_equal(w, 0.25 * levels.astype(np.float32))
+
+
+def test_a_target_without_the_margins_types_still_has_no_twin_logit_rows(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(pair, "_CHUNK_BYTES", 10 * 144)  # a chunk of 10 blocks: tiled, the rows would repeat
+    path = fill_quantised(write_shape_gguf(tmp_path / "t.gguf", replace(TINY_TARGET, n_layer=1, wtype=Q.Q4_K)))
+    t = {x.name: x for x in GGUFReader(path).tensors}
+    out = np.asarray(t["output.weight"].data).reshape(TINY_TARGET.n_vocab, -1)
+    assert len(np.unique(out, axis=0)) == len(out)
+    blocks = np.asarray(t["blk.0.ffn_up.weight"].data).reshape(-1, 144)
+    assert (blocks[10:] == blocks[:-10]).all()  # the rest still tiled
+
+
 def test_tiny_pair_via_f16_is_llama_cpp_quantised(tmp_path) -> None:
     paths = make_pair(tmp_path, tiny=True, via_f16=True)
     assert not (tmp_path / "target-f16.gguf").exists()
