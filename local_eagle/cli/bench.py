@@ -419,7 +419,8 @@ def _print_arranged(summary: dict) -> None:
     s = summary
     out.print(f"{s['note']}. Recorded acceptance by depth {s['recorded_acceptance']}; rows read {s['rows']}, on the "
               f"text {s['on_path']}, its token placed {s['placed']}, of texts not known (left as computed) "
-              f"{s['unknown']}; {s['seconds']:.3f} s spent rewriting rows (inside the speculative rows' time).",
+              f"{s['unknown']}; {s['seconds']:.3f} s spent rewriting rows, left out of every time (the engine's "
+              "clock stood still).",
               highlight=False)  # fmt: skip
 
 

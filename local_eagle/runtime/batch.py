@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import queue
 import threading
-import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from local_eagle.errors import LocalEagleError
+from local_eagle.runtime.clock import clock
 from local_eagle.runtime.feed import DrafterFeed
 from local_eagle.runtime.policy.batch import BatchPolicy
 from local_eagle.runtime.policy.lengths import FixedLengths
@@ -30,8 +30,6 @@ from local_eagle.runtime.rounds import STOP_CANCELLED, Generation, GenerationRes
 
 if TYPE_CHECKING:
     from local_eagle.runtime.sequence import EngineView
-
-clock = time.perf_counter
 
 
 @dataclass

@@ -10,11 +10,11 @@ them, each row on its own sequence.
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from local_eagle.runtime.clock import clock
 from local_eagle.runtime.feed import PROBE_CONTEXT
 from local_eagle.runtime.policy.draftlen import DraftLengthPolicy
 from local_eagle.runtime.sampling import choose
@@ -24,8 +24,6 @@ from local_eagle.runtime.verify import Drafted
 
 if TYPE_CHECKING:
     from local_eagle.runtime.sequence import Sequence
-
-clock = time.perf_counter
 
 
 class ChainDraft:

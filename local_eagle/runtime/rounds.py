@@ -11,7 +11,6 @@ scheduler (``runtime.batch``) runs the same :func:`run_round` over every seat th
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
@@ -21,6 +20,7 @@ import numpy.random  # noqa: F401  numpy 2 imports it on first use: 11 ms into t
 from local_eagle.llamacpp.model import Context
 from local_eagle.runtime.blocktree import BlockTreeRounds
 from local_eagle.runtime.chain import ChainDraft, draft_chains
+from local_eagle.runtime.clock import clock
 from local_eagle.runtime.feed import IDLE_CONTEXT, PROBE_CONTEXT
 from local_eagle.runtime.policy.batch import BatchPolicy
 from local_eagle.runtime.policy.draftlen import DraftLengthPolicy
@@ -63,8 +63,6 @@ __all__ = [
     "run_round",
     "token_logprob",
 ]
-
-clock = time.perf_counter
 
 
 def decode_prompt(

@@ -12,12 +12,12 @@ and queues the path's rows for the drafter, as a chain's commit does.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from local_eagle.runtime.clock import clock
 from local_eagle.runtime.policy.draftlen import DraftLengthPolicy
 from local_eagle.runtime.policy.shapes import TreeChoice, grow, prior_quotas
 from local_eagle.runtime.sampling import apply_repeat_penalty, probabilities
@@ -28,7 +28,6 @@ from local_eagle.runtime.verify import Drafted
 if TYPE_CHECKING:
     from local_eagle.runtime.sequence import Sequence
 
-clock = time.perf_counter
 NO_PENALTY = np.zeros(0, dtype=np.int64)
 
 

@@ -9,7 +9,6 @@ a parallel engine's sequences share it) and reads the captured features; each se
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -18,6 +17,7 @@ import numpy as np
 
 from local_eagle.errors import LocalEagleError
 from local_eagle.llamacpp.model import Context
+from local_eagle.runtime.clock import clock
 from local_eagle.runtime.sampling import apply_repeat_penalty
 from local_eagle.runtime.stats import RoundStats
 from local_eagle.runtime.tree import VerifyTree
@@ -27,8 +27,6 @@ if TYPE_CHECKING:
     from local_eagle.runtime.grammar import Constraint
     from local_eagle.runtime.seams import FeatureCapture
     from local_eagle.runtime.sequence import Sequence
-
-clock = time.perf_counter
 
 
 @dataclass

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -54,7 +55,8 @@ def table(accept: list[float], samples: int = 400, seed: int = 0, other: int = 2
 
 @pytest.fixture(scope="module")
 def rand(tmp_path_factory) -> dict:
-    """A tiny random pair of bench.pair's recipe: a draft vocabulary of the first ids, flat logits (near-ties)."""
+    """A tiny random pair of bench.pair's recipe: a draft vocabulary of the first ids, a target whose text has wide
+    margins (``bench.pair._margin_jobs``)."""
     d = tmp_path_factory.mktemp("arranged")
     paths = make_pair(d, tiny=True)
     prompts = [json.loads(line)["prompt"] for line in Path(paths["prompts"]).read_text().splitlines()][:6]
@@ -109,6 +111,28 @@ def test_a_chain_accepts_as_the_table_says_and_the_output_is_the_target_alone(ra
     assert wrapped.counts.unknown == 0 and wrapped.counts.placed > 0
     expected = 1 + 0.8 + 0.8**2 + 0.8**3  # tokens a round of 3 drafts, before the text's end cuts rounds short
     assert 0.75 * expected < _acceptance_length(results) < 1.1 * expected
+
+
+def test_rewriting_rows_is_left_out_of_the_engines_times(rand, monkeypatch) -> None:
+    """The rewriting is the bench's work, not the engine's: made to take 10 s a row (on a clock moved by hand), it
+    reaches neither a generation's time nor its drafting's, which the policy prices, and the counts say it all."""
+    import local_eagle.runtime.clock as engine_clock
+
+    moved = [0.0]
+    monkeypatch.setattr(engine_clock, "_perf", lambda: time.perf_counter() + moved[0])
+    rewrite = ArrangedDrafter._rewrite
+
+    def slow(self, *args) -> None:
+        rewrite(self, *args)
+        moved[0] += 10.0
+
+    monkeypatch.setattr(ArrangedDrafter, "_rewrite", slow)
+    _, results, wrapped = _run(rand, table([0.8, 0.8, 0.8]), draft_max=3, adaptive=False)
+    assert _as_target_alone(rand, results) and wrapped.counts.placed > 0
+    assert wrapped.counts.seconds >= 10.0 * wrapped.counts.rows
+    for r in results:
+        assert r.stats.decode_seconds < 5.0
+        assert r.spec_stats.draft_seconds < 5.0
 
 
 def test_nothing_placed_nothing_accepted_for_chains_and_trees(rand) -> None:
