@@ -436,7 +436,8 @@ def _engine(res: dict) -> list[str]:
         lines += [_sentence(arranged.get("note")) + f" Recorded acceptance by depth {depths}; rows read "
                   f"{arranged.get('rows')}, "
                   f"the text's token placed in {arranged.get('placed')}, rows of a text not known (a near-tie parted "
-                  f"it from the target alone's) {arranged.get('unknown')}.", ""]  # fmt: skip
+                  f"it from the target alone's) {arranged.get('unknown')}; {_f(arranged.get('seconds'), 3)} s spent "
+                  "rewriting rows, with the engine's clock stopped (left out of every time).", ""]  # fmt: skip
     table = []
     for n in sorted({1} | {r.get("concurrency", 1) for r in many}):
         at = [r for r in many if r.get("concurrency") == n]
