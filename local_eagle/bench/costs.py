@@ -57,6 +57,11 @@ class CostCurve:
     # ("on") and without ("off"), and the first call after switching it on or off (a graph reserve), ms
     capture_ms: dict[str, float] = field(default_factory=dict)
     capture_note: str | None = None  # why capture_ms is empty (a target captured through the eval callback)
+    # the same target call with llama.cpp's backend greedy sampler (the argmax inside the call, on the device where
+    # it can be; only each row's token comes back, not its logits): whether the verify should read tokens, not rows
+    sampled_ms: dict[int, float] = field(default_factory=dict)
+    sampled_agree: bool | None = None  # its tokens were every row's argmax of the logits read the usual way
+    sampled_note: str | None = None  # why sampled_ms is empty
     skipped: dict[int, str] = field(default_factory=dict)  # row counts not measured, and why
     seconds: float | None = None  # the deadline the curve was measured under (None: none)
     took_seconds: float = 0.0  # measuring, after loading both models
@@ -182,6 +187,7 @@ def measure_cost_curve(
                 _measure(curve, ctx, ds, rows, max(1, repeats), prefix, rng, seconds)
                 if ds:
                     _measure_capture(curve, ctx, ds[0].spec.target_layers, max(1, repeats), prefix, rng)
+                _measure_sampled(curve, ctx, rows, max(1, repeats), prefix, threads)
             finally:
                 for d in ds:
                     d.close()
@@ -283,3 +289,57 @@ def _measure_capture(curve: CostCurve, ctx: Context, layers: list[int], repeats:
         for layer in sorted(set(layers)):
             ctx.set_layer_capture(layer, False)
     curve.capture_ms = {name: _median_ms(times) for name, times in calls.items()}
+
+
+SAMPLED_ROWS = (1, 4, 8, 16, 64)
+
+
+def _measure_sampled(curve: CostCurve, ctx: Context, rows: tuple[int, ...], repeats: int, prefix: int,
+                     threads: int) -> None:  # fmt: skip
+    """A verify's target call with llama.cpp's backend greedy sampler in a second context of the same model: the
+    rows decoded and each row's token read, against :func:`target_call`'s logits read and argmax. On a GPU the
+    logits of every row (512 KB each at a 128K vocabulary) cross to the host and are scanned there; with the
+    sampler only a token does. Measured at a few row counts of the curve, on the curve's own tokens; the tokens are
+    checked against the argmax of the first context's logits (``sampled_agree``)."""
+    from local_eagle.errors import LlamaError
+    from local_eagle.llamacpp.model import Context, ContextOptions
+
+    shapes = [r for r in SAMPLED_ROWS if r in curve.verify_ms]
+    if not shapes:
+        return
+    n_vocab = ctx.model.n_vocab
+    rng = np.random.default_rng(1)
+    tokens = rng.integers(100, min(n_vocab, 30000), size=prefix + shapes[-1]).astype(np.int32)
+    positions = np.arange(prefix + shapes[-1])
+    opts = ContextOptions(n_ctx=ctx.n_ctx, n_batch=ctx.n_batch, n_ubatch=ctx.n_ubatch, n_threads=threads,
+                          outputs_per_seq=shapes[-1])  # fmt: skip
+    sampled = None
+    try:
+        sampled = Context(ctx.model, opts)
+        if not sampled.set_greedy_sampler(0):
+            curve.sampled_note = "llama.cpp could not offload a greedy sampler here"
+            return
+        for c in (ctx, sampled):
+            c.remove_from(0)
+            c.decode(tokens[:prefix], positions[:prefix], positions[:prefix] == prefix - 1)
+        for r in shapes:
+            got = tokens[prefix : prefix + r]
+            times = []
+            for i in range(repeats + 1):  # the first call warms the shape up
+                t0 = clock()
+                sampled.decode(got, positions[prefix : prefix + r], True)
+                picked = [sampled.sampled_token(j) for j in range(r)]
+                if i:
+                    times.append(clock() - t0)
+                sampled.remove_from(prefix)
+            curve.sampled_ms[r] = _median_ms(times)
+            if r == shapes[-1]:
+                ctx.decode(got, positions[prefix : prefix + r], True)
+                curve.sampled_agree = picked == [int(np.argmax(ctx.logits_view(j, n_vocab))) for j in range(r)]
+                ctx.remove_from(prefix)
+    except LlamaError as e:  # an experimental API: what it did not do is a finding, not a failed curve
+        curve.sampled_note = f"backend sampling failed: {str(e).splitlines()[0]}"
+        curve.sampled_ms.clear()
+    finally:
+        if sampled is not None:
+            sampled.close()

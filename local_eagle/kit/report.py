@@ -178,7 +178,7 @@ def _curve(c: dict | None, title: str) -> list[str]:
     lines += ["", *_table(head, rows)]
     note = skipped_note(c.get("skipped") or {})
     lines += ["", note[0].upper() + note[1:] + "."] if note else []
-    return lines + _capture(c) + _precision(c, others)
+    return lines + _capture(c) + _sampled(c) + _precision(c, others)
 
 
 def _capture(c: dict) -> list[str]:
@@ -198,6 +198,20 @@ def _capture(c: dict) -> list[str]:
     return ["", f"Native capture (the drafter's layers staged in every target call): a 1-row call {ms['on']:.3f} ms "
             f"with it, {ms['off']:.3f} ms without ({_f(_share(ms['on'], ms['off']))}x); the first call after "
             f"switching it on {ms['switch_on']:.3f} ms, off {ms['switch_off']:.3f} ms. {verdict}"]  # fmt: skip
+
+
+def _sampled(c: dict) -> list[str]:
+    """The verify's call with llama.cpp's backend greedy sampler against its logits read (``bench.costs.
+    _measure_sampled``): whether the engine should read each row's token from the device rather than its logits."""
+    ms, v = c.get("sampled_ms") or {}, c.get("verify_ms") or {}
+    if not ms:
+        return ["", f"Backend sampling not measured: {c['sampled_note']}."] if c.get("sampled_note") else []
+    cells = ", ".join(f"{r} rows {ms[r]:.3f} ms against {_f(v.get(r), 3)} ({_f(_share(ms[r], v.get(r)))}x)"
+                      for r in sorted(ms, key=int))  # fmt: skip
+    agree = {True: "the same tokens as the logits' argmax", False: "tokens OTHER than the logits' argmax",
+             None: "tokens not compared"}[c.get("sampled_agree")]  # fmt: skip
+    return ["", f"Backend greedy sampling (the argmax inside the call, only tokens back, against every row's logits "
+            f"read and scanned): {cells}; {agree}."]  # fmt: skip
 
 
 def _share(a: object, b: object) -> float | None:

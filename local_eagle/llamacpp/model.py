@@ -161,6 +161,7 @@ class ContextOptions:
     mtp: bool = False  # LLAMA_CONTEXT_TYPE_MTP: the model's NextN block(s) only (a model loaded with load_mtp)
     n_rs_seq: int = 0  # recurrent-state snapshots per sequence (llama_context_params.n_rs_seq): a recurrent or hybrid
     # cache can then drop up to this many of the last decode's positions (the families llama.cpp allows; else 0)
+    outputs_per_seq: int = 0  # output rows a sequence may have in one call under a backend sampler (0: llama.cpp's)
 
 
 class Context:
@@ -193,6 +194,8 @@ class Context:
         params.n_rs_seq = opts.n_rs_seq
         if opts.mtp:
             params.ctx_type = C.LLAMA_CONTEXT_TYPE_MTP
+        if opts.outputs_per_seq:
+            params.n_outputs_max_per_seq = opts.outputs_per_seq
         if ctx_other is not None:
             params.ctx_other = ctx_other.ptr
         if cb_eval is not None:
@@ -225,6 +228,32 @@ class Context:
         # one llama_embd for every row: its data pointer rewritten in place (a cast per row costs more than the call)
         self._embd = C.llama_embd(None, 1, 0)
         self._embd_data = ctypes.c_size_t.from_buffer(self._embd, C.llama_embd.data.offset)
+        self._samplers: dict[int, object] = {}  # backend sampler chains by sequence: llama.cpp holds no reference
+
+    # backend sampling (llama.cpp's experimental API) ------------------------------------------
+
+    def set_greedy_sampler(self, seq: int = 0) -> bool:
+        """Sample ``seq``'s output rows greedily inside the call (on the device where it can): only each row's token
+        comes back (:meth:`sampled_token`), not its logits. False where llama.cpp cannot offload it (the sampler
+        is then not set)."""
+        self.clear_sampler(seq)
+        chain = C.llama_sampler_chain_init(C.llama_sampler_chain_default_params())
+        C.llama_sampler_chain_add(chain, C.llama_sampler_init_greedy())
+        if not C.llama_set_sampler(self.ptr, seq, chain):
+            C.llama_sampler_free(chain)
+            return False
+        self._samplers[seq] = chain
+        return True
+
+    def clear_sampler(self, seq: int = 0) -> None:
+        chain = self._samplers.pop(seq, None)
+        if chain is not None:
+            C.llama_set_sampler(self.ptr, seq, None)
+            C.llama_sampler_free(chain)
+
+    def sampled_token(self, i: int) -> int:
+        """Output row i's token from the backend sampler of the last call."""
+        return int(C.llama_get_sampled_token_ith(self.ptr, i))
 
     # batches ------------------------------------------------------------------------------------
 
@@ -449,6 +478,8 @@ class Context:
             C.llama_batch_ext_free(self.batch)
             self.batch = None
         if getattr(self, "ptr", None):
+            for seq in list(getattr(self, "_samplers", {})):
+                self.clear_sampler(seq)
             C.llama_free(self.ptr)
             self.ptr = None
 

@@ -44,6 +44,14 @@ def test_cost_curve_times_native_capture_on_and_off_and_its_switches(tiny_pair) 
     assert bare.capture_ms == {} and bare.capture_note is None  # no drafter, no layers to stage
 
 
+def test_cost_curve_times_the_verify_with_a_backend_greedy_sampler(tiny_pair) -> None:
+    c = measure_cost_curve(tiny_pair["target"], rows=(1, 4, 8), repeats=2, prefix=16, threads=1, seconds=None)
+    assert c.sampled_note is None, c.sampled_note
+    assert set(c.sampled_ms) == {1, 4, 8} and all(ms > 0 for ms in c.sampled_ms.values())
+    assert c.sampled_agree is True  # the sampler's tokens are the argmax of the logits a verify reads
+    assert json.loads(json.dumps(c.to_dict()))["sampled_agree"] is True
+
+
 def test_cost_curve_refuses_rows_below_one(tiny_pair) -> None:
     with pytest.raises(ValueError, match="rows must be positive"):
         measure_cost_curve(tiny_pair["target"], rows=(0, 2))

@@ -677,3 +677,20 @@ def test_the_cost_table_says_what_native_capture_costs_a_call_and_a_switch() -> 
     assert "switching it off while idle never pays" in "\n".join(report._curve(free, "Cost by rows"))
     callback = {**curve, "capture_ms": {}, "capture_note": "gemma3 is captured through the eval callback"}
     assert "Native capture not measured: gemma3 is captured" in "\n".join(report._curve(callback, "Cost by rows"))
+
+
+def test_the_cost_table_sets_backend_sampling_beside_the_logits_read() -> None:
+    curve = {
+        "target": "/x/t.gguf",
+        "verify_ms": {"1": 4.0, "64": 20.0},
+        "verify_ratio": {"1": 1.0, "64": 5.0},
+        "sampled_ms": {"1": 3.6, "64": 8.0},
+        "sampled_agree": True,
+    }
+    text = "\n".join(report._curve(curve, "Cost by rows"))
+    assert "1 rows 3.600 ms against 4.000 (0.90x), 64 rows 8.000 ms against 20.000 (0.40x)" in text
+    assert "the same tokens as the logits' argmax" in text
+    other = "\n".join(report._curve({**curve, "sampled_agree": False}, "Cost by rows"))
+    assert "tokens OTHER than the logits' argmax" in other
+    refused = {**curve, "sampled_ms": {}, "sampled_note": "llama.cpp could not offload a greedy sampler here"}
+    assert "Backend sampling not measured: llama.cpp could not" in "\n".join(report._curve(refused, "Cost by rows"))
