@@ -59,9 +59,11 @@ class CostCurve:
     capture_note: str | None = None  # why capture_ms is empty (a target captured through the eval callback)
     # the same target call with llama.cpp's backend greedy sampler (the argmax inside the call, on the device where
     # it can be; only each row's token comes back, not its logits): whether the verify should read tokens, not rows
+    # (:func:`measure_sampled`, in a process of its own: the kit merges it in)
     sampled_ms: dict[int, float] = field(default_factory=dict)
     sampled_agree: bool | None = None  # its tokens were every row's argmax of the logits read the usual way
     sampled_note: str | None = None  # why sampled_ms is empty
+    plain_ms: dict[int, float] = field(default_factory=dict)  # the target call with logits read, in that process
     skipped: dict[int, str] = field(default_factory=dict)  # row counts not measured, and why
     seconds: float | None = None  # the deadline the curve was measured under (None: none)
     took_seconds: float = 0.0  # measuring, after loading both models
@@ -187,7 +189,6 @@ def measure_cost_curve(
                 _measure(curve, ctx, ds, rows, max(1, repeats), prefix, rng, seconds)
                 if ds:
                     _measure_capture(curve, ctx, ds[0].spec.target_layers, max(1, repeats), prefix, rng)
-                _measure_sampled(curve, ctx, rows, max(1, repeats), prefix, threads)
             finally:
                 for d in ds:
                     d.close()
@@ -294,52 +295,61 @@ def _measure_capture(curve: CostCurve, ctx: Context, layers: list[int], repeats:
 SAMPLED_ROWS = (1, 4, 8, 16, 64)
 
 
-def _measure_sampled(curve: CostCurve, ctx: Context, rows: tuple[int, ...], repeats: int, prefix: int,
-                     threads: int) -> None:  # fmt: skip
-    """A verify's target call with llama.cpp's backend greedy sampler in a second context of the same model: the
-    rows decoded and each row's token read, against :func:`target_call`'s logits read and argmax. On a GPU the
-    logits of every row (512 KB each at a 128K vocabulary) cross to the host and are scanned there; with the
-    sampler only a token does. Measured at a few row counts of the curve, on the curve's own tokens; the tokens are
-    checked against the argmax of the first context's logits (``sampled_agree``)."""
+def measure_sampled(target: str | os.PathLike[str], rows: tuple[int, ...] = SAMPLED_ROWS, repeats: int = 5,
+                    prefix: int = 256, gpu_layers: int = -1, threads: int = 0) -> dict:  # fmt: skip
+    """A verify's target call with llama.cpp's backend greedy sampler against the same call with every row's logits
+    read and scanned (:func:`target_call`), in two contexts of one model on the same tokens: ``sampled_ms`` and
+    ``plain_ms`` by rows, ``sampled_agree`` (the sampler's tokens were the logits' argmax) and ``sampled_note``
+    (what failed). On a GPU every row's logits (512 KB at a 128K vocabulary) cross to the host and are scanned
+    there; with the sampler only its token does. The API is experimental, so the kit runs this in a process of its
+    own, after the curve is safe (``kit.gpu.costs8b``)."""
     from local_eagle.errors import LlamaError
-    from local_eagle.llamacpp.model import Context, ContextOptions
+    from local_eagle.llamacpp.model import Context, ContextOptions, Model
 
-    shapes = [r for r in SAMPLED_ROWS if r in curve.verify_ms]
-    if not shapes:
-        return
-    n_vocab = ctx.model.n_vocab
-    rng = np.random.default_rng(1)
-    tokens = rng.integers(100, min(n_vocab, 30000), size=prefix + shapes[-1]).astype(np.int32)
-    positions = np.arange(prefix + shapes[-1])
-    opts = ContextOptions(n_ctx=ctx.n_ctx, n_batch=ctx.n_batch, n_ubatch=ctx.n_ubatch, n_threads=threads,
-                          outputs_per_seq=shapes[-1])  # fmt: skip
-    sampled = None
+    rows = tuple(sorted(set(rows)))
+    out: dict = {"sampled_ms": {}, "plain_ms": {}, "sampled_agree": None, "sampled_note": None}
+    model = Model(Path(target), n_gpu_layers=gpu_layers)
+    n_vocab = model.n_vocab
+    tokens = np.random.default_rng(1).integers(100, min(n_vocab, 30000), size=prefix + rows[-1]).astype(np.int32)
+    positions = np.arange(prefix + rows[-1])
+    opts = ContextOptions(n_ctx=prefix + rows[-1] + 64, n_batch=max(512, rows[-1]), n_ubatch=max(512, rows[-1]),
+                          n_threads=threads, outputs_per_seq=rows[-1])  # fmt: skip
+    contexts: list[Context] = []
     try:
-        sampled = Context(ctx.model, opts)
+        plain = Context(model, opts)
+        contexts.append(plain)
+        sampled = Context(model, opts)
+        contexts.append(sampled)
         if not sampled.set_greedy_sampler(0):
-            curve.sampled_note = "llama.cpp could not offload a greedy sampler here"
-            return
-        for c in (ctx, sampled):
-            c.remove_from(0)
+            out["sampled_note"] = "llama.cpp could not offload a greedy sampler here"
+            return out
+        for c in contexts:
             c.decode(tokens[:prefix], positions[:prefix], positions[:prefix] == prefix - 1)
-        for r in shapes:
-            got = tokens[prefix : prefix + r]
-            times = []
-            for i in range(repeats + 1):  # the first call warms the shape up
+        agree = True
+        for r in rows:
+            got, at = tokens[prefix : prefix + r], positions[prefix : prefix + r]
+            times: dict[str, list[float]] = {"plain": [], "sampled": []}
+            for i in range(repeats + 1):  # each shape's first call warms it up
                 t0 = clock()
-                sampled.decode(got, positions[prefix : prefix + r], True)
+                sampled.decode(got, at, True)
                 picked = [sampled.sampled_token(j) for j in range(r)]
+                t1 = clock()
+                read = target_call(plain, got, at, n_vocab)[1]
                 if i:
-                    times.append(clock() - t0)
+                    times["sampled"].append(t1 - t0)
+                    times["plain"].append(read)
+                else:
+                    agree = agree and picked == [int(np.argmax(plain.logits_view(j, n_vocab))) for j in range(r)]
                 sampled.remove_from(prefix)
-            curve.sampled_ms[r] = _median_ms(times)
-            if r == shapes[-1]:
-                ctx.decode(got, positions[prefix : prefix + r], True)
-                curve.sampled_agree = picked == [int(np.argmax(ctx.logits_view(j, n_vocab))) for j in range(r)]
-                ctx.remove_from(prefix)
-    except LlamaError as e:  # an experimental API: what it did not do is a finding, not a failed curve
-        curve.sampled_note = f"backend sampling failed: {str(e).splitlines()[0]}"
-        curve.sampled_ms.clear()
+                plain.remove_from(prefix)
+            out["sampled_ms"][r] = _median_ms(times["sampled"])
+            out["plain_ms"][r] = _median_ms(times["plain"])
+        out["sampled_agree"] = agree
+    except LlamaError as e:  # an experimental API: what it did not do is a finding
+        out["sampled_note"] = f"backend sampling failed: {str(e).splitlines()[0]}"
+        out["sampled_ms"], out["plain_ms"] = {}, {}
     finally:
-        if sampled is not None:
-            sampled.close()
+        for c in contexts:
+            c.close()
+        model.close()
+    return out

@@ -306,6 +306,14 @@ def pair8b(env: Env, budget: float) -> dict:
     return r
 
 
+SAMPLED_MIN_SECONDS = 6  # a process loading the 8B target (~3 s warm on the H100) and timing 5 shapes
+
+
+def _last_line(text: str) -> str:
+    lines = [x for x in text.strip().splitlines() if x.strip()]
+    return lines[-1][:200] if lines else "no output"
+
+
 def costs8b(env: Env, budget: float) -> dict:
     """The cost curve by rows, the drafter's at f16 and at q8_0 timed in the same loop (which precision to run)."""
     target, drafter, _ = _pair(env)
@@ -314,6 +322,16 @@ def costs8b(env: Env, budget: float) -> dict:
                     budget))  # fmt: skip
     if r.get("json"):
         (env.home / "costs8b.json").write_text(json.dumps(r["json"]))
+        left = budget - r["seconds"] - 1
+        # llama.cpp's backend sampling is experimental: its process may abort, so it runs after the curve is safe
+        if left >= SAMPLED_MIN_SECONDS:
+            s = _json_of(sh(env, [env.python, "-m", "local_eagle.kit.measure", "sampled", target], left))
+            r["sampled"] = {k: s.get(k) for k in ("command", "rc", "seconds")}
+            got = s.get("json") if isinstance(s.get("json"), dict) else {
+                "sampled_note": f"its process ended with code {s.get('rc')}: {_last_line(s.get('stderr', ''))}"}
+        else:
+            got = {"sampled_note": f"{left:.0f} s of the stage's budget were left, fewer than {SAMPLED_MIN_SECONDS}"}
+        r["json"].update({k: got[k] for k in ("sampled_ms", "plain_ms", "sampled_agree", "sampled_note") if k in got})
     return r
 
 

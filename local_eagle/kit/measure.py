@@ -17,7 +17,14 @@ import sys
 import time
 from pathlib import Path
 
-from local_eagle.bench.costs import DEFAULT_ROWS, DEFAULT_SECONDS, MAX_ROWS, measure_cost_curve
+from local_eagle.bench.costs import (
+    DEFAULT_ROWS,
+    DEFAULT_SECONDS,
+    MAX_ROWS,
+    SAMPLED_ROWS,
+    measure_cost_curve,
+    measure_sampled,
+)
 from local_eagle.errors import LocalEagleError
 
 
@@ -76,15 +83,19 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--max-rounds", type=int, help="replay the first N rounds of each setting")
     r.add_argument("--seconds", type=float, help="stop before this many seconds, marking settings truncated")
     r.add_argument("--threads", type=int, default=0)
-    for p in (c, r):
-        p.add_argument("--rows", default=",".join(map(str, DEFAULT_ROWS)))
-        p.add_argument("--repeats", type=int, default=7)
+    s = sub.add_parser("sampled", help="the verify's call with a backend greedy sampler against its logits read (JSON)")
+    s.add_argument("target")
+    for p in (c, r, s):
+        p.add_argument("--rows", default=",".join(map(str, SAMPLED_ROWS if p is s else DEFAULT_ROWS)))
+        p.add_argument("--repeats", type=int, default=5 if p is s else 7)
         p.add_argument("--prefix", type=int, default=256)
         p.add_argument("--gpu-layers", type=int, default=-1)
     a = ap.parse_args(argv)
     try:
         if a.what == "replay":
             out = _replay(a, ap)
+        elif a.what == "sampled":
+            out = measure_sampled(a.target, _rows(ap, a.rows), a.repeats, a.prefix, a.gpu_layers)
         else:
             if a.other and a.drafter is None:
                 ap.error("--other needs the drafter to time it beside")

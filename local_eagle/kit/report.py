@@ -203,7 +203,7 @@ def _capture(c: dict) -> list[str]:
 def _sampled(c: dict) -> list[str]:
     """The verify's call with llama.cpp's backend greedy sampler against its logits read (``bench.costs.
     _measure_sampled``): whether the engine should read each row's token from the device rather than its logits."""
-    ms, v = c.get("sampled_ms") or {}, c.get("verify_ms") or {}
+    ms, v = c.get("sampled_ms") or {}, c.get("plain_ms") or c.get("verify_ms") or {}
     if not ms:
         return ["", f"Backend sampling not measured: {c['sampled_note']}."] if c.get("sampled_note") else []
     cells = ", ".join(f"{r} rows {ms[r]:.3f} ms against {_f(v.get(r), 3)} ({_f(_share(ms[r], v.get(r)))}x)"
@@ -211,7 +211,7 @@ def _sampled(c: dict) -> list[str]:
     agree = {True: "the same tokens as the logits' argmax", False: "tokens OTHER than the logits' argmax",
              None: "tokens not compared"}[c.get("sampled_agree")]  # fmt: skip
     return ["", f"Backend greedy sampling (the argmax inside the call, only tokens back, against every row's logits "
-            f"read and scanned): {cells}; {agree}."]  # fmt: skip
+            f"read and scanned, timed in turn in one process): {cells}; {agree}."]  # fmt: skip
 
 
 def _share(a: object, b: object) -> float | None:

@@ -11,7 +11,14 @@ import pytest
 
 from local_eagle.bench import costs
 from local_eagle.bench.concurrency import cost_rows
-from local_eagle.bench.costs import another_call, measure_cost_curve, shape_until, skipped_note, split_rows
+from local_eagle.bench.costs import (
+    another_call,
+    measure_cost_curve,
+    measure_sampled,
+    shape_until,
+    skipped_note,
+    split_rows,
+)
 from local_eagle.bench.pair import make_pair
 
 
@@ -44,12 +51,13 @@ def test_cost_curve_times_native_capture_on_and_off_and_its_switches(tiny_pair) 
     assert bare.capture_ms == {} and bare.capture_note is None  # no drafter, no layers to stage
 
 
-def test_cost_curve_times_the_verify_with_a_backend_greedy_sampler(tiny_pair) -> None:
-    c = measure_cost_curve(tiny_pair["target"], rows=(1, 4, 8), repeats=2, prefix=16, threads=1, seconds=None)
-    assert c.sampled_note is None, c.sampled_note
-    assert set(c.sampled_ms) == {1, 4, 8} and all(ms > 0 for ms in c.sampled_ms.values())
-    assert c.sampled_agree is True  # the sampler's tokens are the argmax of the logits a verify reads
-    assert json.loads(json.dumps(c.to_dict()))["sampled_agree"] is True
+def test_the_verify_is_timed_with_a_backend_greedy_sampler_beside_its_logits_read(tiny_pair) -> None:
+    got = measure_sampled(tiny_pair["target"], rows=(1, 4, 8), repeats=2, prefix=16, gpu_layers=0, threads=1)
+    assert got["sampled_note"] is None, got["sampled_note"]
+    assert set(got["sampled_ms"]) == set(got["plain_ms"]) == {1, 4, 8}
+    assert all(ms > 0 for ms in [*got["sampled_ms"].values(), *got["plain_ms"].values()])
+    assert got["sampled_agree"] is True  # the sampler's tokens are the argmax of the logits a verify reads
+    assert measure_cost_curve(tiny_pair["target"], rows=(1,), repeats=1, prefix=8, threads=1).sampled_ms == {}
 
 
 def test_cost_curve_refuses_rows_below_one(tiny_pair) -> None:

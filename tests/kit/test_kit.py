@@ -312,6 +312,31 @@ def test_the_short_selection_names_tests_of_the_suite() -> None:
         assert f"def {name.split('[')[0]}(" in (repo / path).read_text(), node
 
 
+def test_the_backend_sampler_runs_after_the_curve_is_safe_and_its_crash_is_a_note(tmp_path: Path,
+                                                                                    monkeypatch) -> None:  # fmt: skip
+    curve = {"target": "/x/t.gguf", "verify_ms": {"1": 4.0}}
+    answers: list[dict] = []
+
+    def fake_sh(env, cmd, timeout, cwd=None):
+        if "sampled" not in cmd:
+            return {"rc": 0, "seconds": 5.0, "stdout": json.dumps(curve), "stderr": "", "command": "costs"}
+        return answers.pop(0)
+
+    monkeypatch.setattr(gpu, "sh", fake_sh)
+    env = gpu.Env(repo=tmp_path, home=tmp_path, out=tmp_path, cuda=True, workers=4)
+    got = {"sampled_ms": {"1": 3.0}, "plain_ms": {"1": 4.1}, "sampled_agree": True, "sampled_note": None}
+    answers.append({"rc": 0, "seconds": 4.0, "stdout": json.dumps(got), "stderr": "", "command": "sampled"})
+    r = gpu.costs8b(env, 25)
+    assert r["json"]["sampled_ms"] == {"1": 3.0} and r["json"]["sampled_agree"] is True
+    assert json.loads((tmp_path / "costs8b.json").read_text()) == curve  # the curve was kept before the sampler ran
+    answers.append({"rc": -6, "seconds": 2.0, "stdout": "", "stderr": "GGML_ASSERT(x) failed\n", "command": "s"})
+    r = gpu.costs8b(env, 25)
+    assert r["rc"] == 0 and r["json"]["verify_ms"] == {"1": 4.0}
+    assert r["json"]["sampled_note"] == "its process ended with code -6: GGML_ASSERT(x) failed"
+    r = gpu.costs8b(env, 5.0 + 1 + gpu.SAMPLED_MIN_SECONDS - 1)  # too little left: not started
+    assert "fewer than" in r["json"]["sampled_note"] and not answers
+
+
 def test_the_lossless_stage_runs_the_short_selection_when_given_less_than_its_budget(tmp_path: Path,
                                                                                      monkeypatch) -> None:  # fmt: skip
     calls: list[list[str]] = []
