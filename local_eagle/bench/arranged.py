@@ -239,6 +239,7 @@ class ArrangedDrafter:
             self._column[ids] = np.arange(len(ids))
         self._n_draft = len(ids) if ids is not None else inner.n_vocab
         self._log_others = float(np.log(max(1, self._n_draft - K)))  # the ids that share a row's rest
+        self._jitter: dict[int, np.ndarray] = {}  # by row length: what keeps a row's rest from being one value
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -387,13 +388,22 @@ class ArrangedDrafter:
         rank = int((q > q[c]).sum()) if c >= 0 else K
         self.record.add(depth, top, rank if rank < K else -1)
 
+    def _spread(self, n: int) -> np.ndarray:
+        """A fixed jitter in [0, 1e-3) for rows of ``n`` ids, drawn once (its own generator: no draw of a row's)."""
+        if n not in self._jitter:
+            self._jitter[n] = (np.random.default_rng([self.seed, n]).random(n) * 1e-3).astype(np.float32)
+        return self._jitter[n]
+
     def _arrange(self, row: np.ndarray, depth: int, on: bool, nxt: int, columns: np.ndarray | None,
                  rng: Draws) -> None:  # fmt: skip
         """Rewrite the row: ``K`` candidates at the drawn probabilities (the text's next token at its drawn rank when
         on the path), every other id sharing what is left; the text's next token is never a candidate otherwise.
 
         A whole row (a batch's, or a penalised tree's) gets the rest's value at every id, not only the draft
-        vocabulary's: one fill, where -inf outside it would cost a scatter of 32K ids a row. A confidence is read
+        vocabulary's: one fill, where -inf outside it would cost a scatter of 32K ids a row. The rest is spread
+        by a fixed jitter of at most 1e-3 (``_spread``): a row of one repeated value is what no drafter gives, and
+        the engine's top-k search would meet a tie among its group maxima on about one row in nine and sort the
+        whole row, so trees would pay for this bench's rows, not for the engine's work. A confidence is read
         over the draft vocabulary alone and an argmax anywhere, so both are as drawn; only a penalised tree's
         softmax over the whole row sees the rest spread wider."""
         assert self.table is not None
@@ -403,7 +413,7 @@ class ArrangedDrafter:
             self.counts.placed += 1
         else:
             rank = -1
-        row.fill(rest - self._log_others)
+        np.add(self._spread(len(row)), rest - self._log_others, out=row)
         fillers = [c for c in dict.fromkeys(rng.indices(self._n_draft, K + 2)) if c != avoid][:K]
         if rank >= 0:
             fillers.insert(rank, avoid)

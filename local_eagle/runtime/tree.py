@@ -100,6 +100,7 @@ def children_slots(q: np.ndarray, k: int, rng: np.random.Generator | None = None
 
 _BLOCK = 128  # top_k's block length
 _BLOCKED_MIN = 4096  # rows shorter than this go straight to argpartition
+_CANDIDATES_MAX = 64  # per k: more values at or above the floor than this are sorted by argpartition, not whole
 
 
 def top_k(values: np.ndarray, k: int) -> np.ndarray:
@@ -123,10 +124,11 @@ def top_k(values: np.ndarray, k: int) -> np.ndarray:
         if not np.isnan(maxima).any():
             floor = np.partition(maxima, len(maxima) - k)[len(maxima) - k]
             candidates = np.flatnonzero(values >= floor)
-            order = candidates[np.argsort(-values[candidates], kind="stable")]
-            head = values[order[: k + 1]]
-            if bool((head[1:] < head[:-1]).all()):
-                return order[:k]
+            if len(candidates) <= _CANDIDATES_MAX * k:  # else a tie at the floor (a flat tail): argpartition's turn
+                order = candidates[np.argsort(-values[candidates], kind="stable")]
+                head = values[order[: k + 1]]
+                if bool((head[1:] < head[:-1]).all()):
+                    return order[:k]
     top = np.argpartition(-values, k - 1)[:k]
     return top[np.argsort(-values[top], kind="stable")]
 

@@ -295,3 +295,10 @@ def test_top_k_matches_argpartition_order():
             v[rng.integers(0, n)] = np.nan
         k = int(rng.integers(1, 20))
         assert np.array_equal(top_k(v, k), reference(v, k)), (trial, n, k)
+    # a flat tail under k+1 distinct values, two of them in one group (every m-th value): the floor is the tail's
+    # value, so the whole row is at or above it; argpartition takes over and the answer is the same
+    for k in (1, 8, 19):
+        v = np.full(32000, -12.0, dtype=np.float32)
+        at = [5, 5 + 32000 // 128, *rng.choice(np.arange(300, 32000), k - 1, replace=False)]
+        v[at] = -np.arange(1, k + 2, dtype=np.float32) / 10
+        assert np.array_equal(top_k(v, k), reference(v, k)), k
