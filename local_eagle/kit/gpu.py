@@ -315,7 +315,8 @@ def _last_line(text: str) -> str:
 
 
 def costs8b(env: Env, budget: float) -> dict:
-    """The cost curve by rows, the drafter's at f16 and at q8_0 timed in the same loop (which precision to run)."""
+    """The cost curve by rows, the drafter's at f16 and at q8_0 timed in the same loop (which precision to run);
+    then, in a process of its own, the verify with llama.cpp's backend greedy sampler against its logits read."""
     target, drafter, _ = _pair(env)
     r = _json_of(sh(env, [env.python, "-m", "local_eagle.kit.measure", "costs", target, drafter, "--other",
                           str(_q8_drafter(env)), "--repeats", "5", "--seconds", str(max(5, int(budget - 10)))],
