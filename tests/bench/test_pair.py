@@ -117,12 +117,17 @@ def test_the_margin_codecs_match_gguf_dequantisation() -> None:
     assert np.array_equal(w, 0.25 * levels.astype(np.float32))
 
 
-def test_a_target_without_the_margins_types_still_has_no_twin_logit_rows(tmp_path, monkeypatch) -> None:
+@pytest.mark.parametrize("spec", [replace(TINY_TARGET, n_layer=1, wtype=Q.Q4_K),
+                                  replace(TINY_TARGET, n_layer=1, mix="q4_k_m", tokenizer=False)],
+                         ids=["other-types", "no-token-types"])  # fmt: skip
+def test_a_target_without_the_margins_still_has_no_twin_logit_rows(tmp_path, monkeypatch, spec) -> None:
     monkeypatch.setattr(pair, "_CHUNK_BYTES", 10 * 144)  # a chunk of 10 blocks: tiled, the rows would repeat
-    path = fill_quantised(write_shape_gguf(tmp_path / "t.gguf", replace(TINY_TARGET, n_layer=1, wtype=Q.Q4_K)))
+    path = fill_quantised(write_shape_gguf(tmp_path / "t.gguf", spec))
     t = {x.name: x for x in GGUFReader(path).tensors}
     out = np.asarray(t["output.weight"].data).reshape(TINY_TARGET.n_vocab, -1)
     assert len(np.unique(out, axis=0)) == len(out)
+    embd = dequantize(np.asarray(t["token_embd.weight"].data), Q(t["token_embd.weight"].tensor_type))
+    assert abs(float(embd.std()) * np.sqrt(embd.shape[1]) - 1) < 0.05  # no margins: the embedding as any matrix
     blocks = np.asarray(t["blk.0.ffn_up.weight"].data).reshape(-1, 144)
     assert (blocks[10:] == blocks[:-10]).all()  # the rest still tiled
 
