@@ -74,6 +74,20 @@ def _report(a: argparse.Namespace) -> int:
     return 0
 
 
+def _profile(a: argparse.Namespace) -> int:
+    from local_eagle.errors import LocalEagleError
+    from local_eagle.kit.profile import write_profile
+
+    out = a.out or str(REPO / "local_eagle" / "bench" / "profiles" / f"{a.name}.json")
+    try:
+        path = write_profile(a.results, a.name, out, a.source)
+    except LocalEagleError as e:
+        print(f"kit profile: {e}", file=sys.stderr)
+        return 2
+    print(path)
+    return 0
+
+
 def _emulate(a: argparse.Namespace) -> int:
     from local_eagle.kit.deps import GPU_IMAGE_PACKAGES, ROOT_EXTRAS, TEST_TOOLS, closure
 
@@ -132,6 +146,13 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--title", default="GPU results")
     r.add_argument("--command", default="python -m local_eagle.kit gpu --seconds 340 (docs/gpu.md)")
     r.set_defaults(fn=_report)
+
+    f = sub.add_parser("profile", help="a machine's cost profile (bench/profiles) from a run's results.json")
+    f.add_argument("results")
+    f.add_argument("--name", required=True, help="the profile's name, e.g. h200-8b-q4")
+    f.add_argument("--out", help="default: local_eagle/bench/profiles/NAME.json")
+    f.add_argument("--source", help="where the results are kept, for the record (default: the path given)")
+    f.set_defaults(fn=_profile)
 
     e = sub.add_parser("emulate-image", help="dry run only: give a venv the packages the GPU image has")
     e.add_argument("python", help="the venv's python")
