@@ -98,11 +98,17 @@ def profile_from(raw: object, where: str, default_name: str = "profile") -> Cost
 
 def write_profile(path: str | os.PathLike[str], curve: dict, host_ms: float | None, name: str) -> Path:
     """A profile of this machine from a measured cost curve (``bench.costs``), written atomically."""
-    from local_eagle.files import atomic_output
-
     data = {"name": name, "kind": "measured by local-eagle bench --measure-costs", "target": curve.get("target"),
             "drafter": curve.get("drafter"), "verify_ms": curve["verify_ms"], "drafter_ms": curve["drafter_ms"],
             "host_ms": host_ms}  # fmt: skip
+    return save_profile(path, data)
+
+
+def save_profile(path: str | os.PathLike[str], data: dict) -> Path:
+    """A profile's JSON, written atomically (a profile that would not load is refused first)."""
+    from local_eagle.files import atomic_output
+
+    profile_from(data, str(path))
     with atomic_output(path) as tmp:
         tmp.write_text(json.dumps(data, indent=1) + "\n")
     return Path(path)

@@ -59,13 +59,10 @@ def profile_of(results: dict, name: str, source: str) -> dict:
 
 def write_profile(results_path: str | os.PathLike[str], name: str, out: str | os.PathLike[str],
                   source: str | None = None) -> Path:  # fmt: skip
-    from local_eagle.files import atomic_output
+    from local_eagle.bench.project import save_profile
 
     try:
         results = json.loads(Path(results_path).read_text())
     except (OSError, ValueError) as e:
         raise LocalEagleError(f"{results_path}: cannot read a run's results ({type(e).__name__}: {e})") from None
-    data = profile_of(results, name, source or str(results_path))
-    with atomic_output(out) as tmp:
-        tmp.write_text(json.dumps(data, indent=1) + "\n")
-    return Path(out)
+    return save_profile(out, profile_of(results, name, source or str(results_path)))
