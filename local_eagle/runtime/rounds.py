@@ -113,9 +113,10 @@ def run_round(gens: list[Generation], last_tokens: list[int], batch: BatchPolicy
         if adaptive:
             bound = min(max(g.draft_length() for g in adaptive), gens[0].target.n_batch // len(gens) - 1)
             k = batch.choose(len(gens), max(0, bound))
-        # features for the window before a probe only (recording costs a share of every call); a whole window
+        # features for the window before a probe only (recording costs a share of every call), which the probe then
+        # drafts from (a whole window there would leave its feeds not ready: a probe of no drafts); a whole window
         # while the batch drafts
-        window = IDLE_CONTEXT if batch.last_k > 0 else PROBE_CONTEXT
+        window = IDLE_CONTEXT if batch.last_k > 0 and not batch.probing else PROBE_CONTEXT
         for gen in adaptive:
             gen.lengths, gen.pausable = FixedLengths(), False  # the batch's length, not a lone policy's
             gen.feed.window = max(window, k + 1)

@@ -11,6 +11,8 @@ import pytest
 from converters import convert, write_checkpoint
 from local_eagle.errors import LocalEagleError
 from local_eagle.runtime.engine import STOP_LENGTH, STOP_STRING, Engine, EngineOptions, GenerationResult
+from local_eagle.runtime.policy.batch import BatchPolicy
+from local_eagle.runtime.policy.draftcost import Window
 from local_eagle.runtime.sampling import SamplingParams
 from local_eagle.testing.greedy import kernels_vary_by_batch
 from local_eagle.testing.tiny_pair import make_cycle_drafter, write_cycle_target
@@ -159,3 +161,46 @@ def test_each_sequence_gets_the_whole_context(engines):
     _, parallel = engines
     assert parallel.n_ctx >= 256 and parallel.ctx.n_ctx >= 4 * 256
     np.testing.assert_equal(parallel.ctx.n_seq_max, 4)
+
+
+class _CallsByRows(BatchPolicy):
+    """A batch of 4 whose calls cost in proportion to their rows (a CPU), whatever this machine measures: drafting
+    never pays, so it drafts only its probes, every few rounds. Records each probe round's drafts per sequence."""
+
+    def __init__(self) -> None:
+        super().__init__(probe_every=5)
+        self.calls[4] = Window(16)  # 4 sequences' calls only: with no call of twice the rows, probes stay frequent
+        for _ in range(2):
+            self.calls[4].add(0.04)
+        self.probe_rounds: list[list[int]] = []
+        self.drafted_rounds = 0
+
+    def choose(self, n: int, k_max: int) -> int:
+        self._probe = False
+        k = super().choose(n, k_max)
+        self._probe = self.probing
+        return k
+
+    def observe(self, rows, seconds, drafted, accepted, **timings) -> None:  # learns nothing: the costs stay
+        self.drafted_rounds += any(drafted)
+        if self._probe:
+            self.probe_rounds.append(list(drafted))
+
+
+def test_an_idle_batch_probes_with_drafts(engines):
+    """A probe drafts one token a sequence from the window of rows recorded for it in the rounds before. It took
+    the window of a drafting batch (16 rows) instead of that of the rows recorded (4): no feed was ready, so no
+    probe ever drafted, and the batch kept estimating acceptance from its prior alone."""
+    single, parallel = engines
+    at_once(parallel, PROMPTS[:1], max_tokens=2, draft_max=4)  # the batcher exists
+    base = [single.generate(p, max_tokens=40, draft_max=0).tokens for p in PROMPTS[:4]]
+    policy, kept = _CallsByRows(), parallel.batcher.policy
+    parallel.batcher.policy = policy
+    try:
+        results = at_once(parallel, PROMPTS[:4], max_tokens=40, draft_max=4)
+    finally:
+        parallel.batcher.policy = kept
+    assert [r.tokens for r in results] == base
+    assert len(policy.probe_rounds) >= 2
+    assert all(sum(drafted) > 0 for drafted in policy.probe_rounds), policy.probe_rounds
+    assert policy.drafted_rounds == len(policy.probe_rounds)  # nothing but probes drafted
