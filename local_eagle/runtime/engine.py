@@ -30,7 +30,7 @@ from local_eagle.runtime.dflash import (
     is_dflash2_drafter,
 )
 from local_eagle.runtime.drafter import Drafter, check_pair, read_spec
-from local_eagle.runtime.feed import DrafterFeed, PromptCosts
+from local_eagle.runtime.feed import DrafterFeed
 from local_eagle.runtime.policy.defaults import AUTO_DRAFT_MAX
 from local_eagle.runtime.policy.draftlen import DraftLengthPolicy
 from local_eagle.runtime.policy.lengths import PolicyHolder
@@ -132,7 +132,6 @@ class Engine:
         # tree scores from the drafter's own probabilities (EAGLE-2); a SlotCalibration here learns acceptance by
         # probability instead, which scored no better on the Gemma pair (3.95 vs 4.19 tokens per 16-row call)
         self.tree_calibration: SlotCalibration | None = None
-        self.prompt_costs = PromptCosts()  # how many of a prompt's rows the drafter decodes at prefill (runtime.feed)
         self.tree_choices: dict[TreeShape, TreeChoice] = {}  # adaptive trees: what each shape yielded, per shape
         self.tree_quotas: dict[TreeShape, list[int]] = {}  # sampling trees: nodes per depth the last round chose
         self.mtp_refusal: str | None = None  # why a model with MTP layers does not draft with them

@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from local_eagle.runtime.policy.defaults import IDLE_CONTEXT, PROBE_CONTEXT, PROMPT_SHARE  # noqa: F401 - read here too
-from local_eagle.runtime.policy.draftcost import Window
+from local_eagle.runtime.policy.defaults import IDLE_CONTEXT, PROBE_CONTEXT  # noqa: F401 - read here too
 from local_eagle.runtime.seams import DraftModel
 from local_eagle.runtime.treeverify import PrefixTags
 
@@ -82,24 +81,17 @@ class DrafterFeed:
         n = self.pending
         return n > 0 and self.first + n == position and (not self._restart or n >= self.window)
 
-    def flush(self, limit: int | None = None) -> int:
-        """Decode every queued row but the last now, keeping the drafter's whole context (a prompt, say), or only the
-        last ``limit`` of them (the rows before are dropped, as :meth:`trim` drops them); how many it decoded."""
-        if limit is not None and self.pending - 1 > limit:
-            drop = self.pending - 1 - max(0, limit)
-            self._head += drop
-            self.first += drop
-            self._restart = True
+    def flush(self) -> None:
+        """Decode every queued row but the last now, keeping the drafter's whole context (a prompt, say)."""
         n = self.pending - 1
         if n <= 0:
-            return 0
+            return
         h = self._head
         self._clear_if_restarted()
         g = self.drafter.encode(self._features[h : h + n])
         self.drafter.decode_kv(self._tokens[h : h + n], g, np.arange(self.first, self.first + n), self.seq)
         self._head += n
         self.first += n
-        return n
 
     def catch_up(self, columns: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, int]:
         """Decode every queued row in one call: the last row's (logits, prenorm), the round's first draft step,
@@ -147,30 +139,3 @@ class DrafterFeed:
         features[:m] = self._features[h : h + m]
         self._tokens, self._features = tokens, features
         self._head, self._tail = 0, m
-
-
-class PromptCosts:
-    """What a prompt's row costs the drafter on this machine, and so how many of a prompt's last rows it decodes at
-    prefill: at most ``share`` of the target's own prefill time, never fewer than ``least`` (a window of the text).
-
-    The engine's, carried across answers: the first prompt is decoded whole and measured. A drafter whose rows cost
-    little (a GPU: a few percent of the target's) sees every prompt whole; one whose rows cost as much as the
-    target's (a CPU, a 262K-wide head computed for every row) sees the prompt's last rows only, and answers sooner.
-    """
-
-    def __init__(self, share: float = PROMPT_SHARE, least: int = IDLE_CONTEXT) -> None:
-        self.share = share
-        self.least = least
-        self._row = Window(16)
-
-    def rows(self, prefill_seconds: float) -> int | None:
-        """The prompt rows the drafter may decode after a prefill of ``prefill_seconds`` (None: all of them)."""
-        row = self._row.median(0.0)
-        if row <= 0.0:
-            return None
-        return max(self.least, int(self.share * prefill_seconds / row))
-
-    def observe(self, rows: int, seconds: float) -> None:
-        """A prompt's rows decoded in ``seconds`` (fewer than ``least`` rows time the call's overhead, not rows)."""
-        if rows >= self.least:
-            self._row.add(seconds / rows)

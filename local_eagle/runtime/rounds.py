@@ -250,24 +250,18 @@ class Generation(Sequence):
         the first token, or None when cancelled.
 
         The drafter decodes the prompt's rows here too when drafting is likely to start at once (fixed
-        drafting, or a policy that drafted lately); otherwise they wait, and only the last few are kept. An adaptive
-        request's drafter decodes at most the prompt's last rows that cost it a share of the target's prefill
-        (``feed.PromptCosts``): a CPU's drafter computes its head for every row.
+        drafting, or a policy that drafted lately); otherwise they wait, and only the last few are kept.
         """
         prompt = self.request.prompt
         n_prompt = len(prompt)
         features = []
         decoded = 0
-        target_seconds, started = 0.0, clock()  # the target's prefill alone: a batch runs other rounds at each yield
         for rows in decode_prompt(self.target, prompt, self.request.cancelled, self.seq):
             decoded += rows
             if self.speculative and self.prefill_features:
                 features.append(self.capture.features(rows))
             if decoded < n_prompt:  # the last chunk's logits are read before anything else decodes
-                target_seconds += clock() - started
                 yield
-                started = clock()
-        target_seconds += clock() - started
         if decoded < n_prompt:
             return None
         logits = prompt_logits(self.target, n_prompt, self.engine.n_vocab)
@@ -286,10 +280,7 @@ class Generation(Sequence):
             self.feed.push(0, np.append(prompt[1:], token), np.concatenate(features))
             policy = self.lengths if isinstance(self.lengths, DraftLengthPolicy) else None
             if self.lengths is not None and (policy is None or policy.idle_rounds < IDLE_CONTEXT):
-                # adaptive: as much of the prompt as its share of the prefill allows; fixed lengths see it whole
-                costs, started = self.engine.prompt_costs, clock()
-                limit = costs.rows(target_seconds) if self.adaptive else None
-                costs.observe(self.feed.flush(limit), clock() - started)
+                self.feed.flush()
             else:
                 self.feed.trim()
         self.n_past = n_prompt

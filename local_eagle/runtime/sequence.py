@@ -26,7 +26,7 @@ from local_eagle.runtime.treeverify import PrefixTags
 
 if TYPE_CHECKING:
     from local_eagle.llamacpp.model import Context, Model
-    from local_eagle.runtime.feed import DrafterFeed, PromptCosts
+    from local_eagle.runtime.feed import DrafterFeed
     from local_eagle.runtime.grammar import Constraint
     from local_eagle.runtime.policy.shapes import TreeChoice
     from local_eagle.runtime.tree import SlotCalibration, TreeShape
@@ -87,7 +87,6 @@ class EngineView(Protocol):
     lengths: PolicyHolder
     checkpoints: bool
     tree_calibration: SlotCalibration | None
-    prompt_costs: PromptCosts
     tree_choices: dict[TreeShape, TreeChoice]
     tree_quotas: dict[TreeShape, list[int]]
 

@@ -19,7 +19,7 @@ from local_eagle.runtime.engine import (
     EngineOptions,
     GenerationResult,
 )
-from local_eagle.runtime.feed import IDLE_CONTEXT, PROBE_CONTEXT, PromptCosts
+from local_eagle.runtime.feed import IDLE_CONTEXT, PROBE_CONTEXT
 from local_eagle.runtime.identity import DIVERGENT, IDENTICAL, KERNEL_NOISE, NEAR_TIE, check_identity, classify
 from local_eagle.runtime.sampling import SamplingParams
 from local_eagle.testing.costs import FrozenCosts, deciding_on
@@ -347,37 +347,6 @@ def test_adaptive_follows_the_costs_deep_on_a_gpu_and_not_at_all_on_a_cpu(engine
         policy.replan()
         st = eng.generate("hello", max_tokens=64, draft_max=6, adaptive=True).stats
         assert st.draft_lengths[0] >= 0.8 * sum(st.draft_lengths), st.draft_lengths
-
-
-def test_an_adaptive_drafter_sees_as_much_of_the_prompt_as_its_share_of_the_prefill_allows(engine):
-    """Where a prompt's rows cost the drafter as much as the target's (a CPU, a 262K-wide head computed for every
-    row), an adaptive request's drafter decodes only the prompt's last rows, a window at least; a fixed length's
-    sees the prompt whole. Either way the output is the target's own."""
-    eng = engine("cycle-3.1")
-    prompt = "".join(prompts(12, seed=7))[:120]
-    n_prompt = len(eng.tokenize(prompt))
-    assert n_prompt > 3 * IDLE_CONTEXT
-    base = eng.generate(prompt, max_tokens=32, draft_max=0)
-    flushed: list[int] = []
-    flush = eng.feed.flush
-    eng.feed.flush = lambda limit=None: flushed.append(flush(limit)) or flushed[-1]  # type: ignore[method-assign]
-    kept = eng.prompt_costs
-    try:
-        with deciding_on(eng, [1.0, 1.02, 1.04, 1.06, 1.08, 1.1, 1.12], 5e-5):
-            for _ in range(2):  # the policy drafts: the next prompt is decoded for the drafter at prefill
-                eng.generate("hello", max_tokens=32, draft_max=6, adaptive=True)
-            eng.prompt_costs = PromptCosts()
-            eng.prompt_costs.observe(IDLE_CONTEXT, 100.0)  # rows that cost far more than any prefill
-            flushed.clear()
-            spec = eng.generate(prompt, max_tokens=32, draft_max=6, adaptive=True)
-            assert flushed == [IDLE_CONTEXT] and check_identity(eng, prompt, base, spec).verdict == IDENTICAL
-            assert spec.stats.drafted_tokens > 0
-            flushed.clear()
-            fixed = eng.generate(prompt, max_tokens=32, draft_max=3, adaptive=False)
-            assert flushed == [n_prompt - 1] and check_identity(eng, prompt, base, fixed).verdict == IDENTICAL
-    finally:
-        eng.feed.flush = flush  # type: ignore[method-assign]
-        eng.prompt_costs = kept
 
 
 def test_adaptive_idle_policy_skips_the_drafter_and_catches_up_in_one_bounded_call(engine):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from local_eagle.runtime.feed import DrafterFeed, PromptCosts
+from local_eagle.runtime.feed import DrafterFeed
 
 
 class _Ctx:
@@ -98,31 +98,3 @@ def test_skipped_rows_restart_the_drafter_and_drafting_waits_for_a_full_window()
     assert n == 4 and d.ctx.cleared == 2 and [r[0] for r in d.rows] == [8, 9, 10, 11] and prenorm[0, 0] == 11
     with pytest.raises(AssertionError):
         feed.skip(13, 1)  # a gap: skipped rows must follow those queued
-
-
-def test_a_flush_limited_to_the_last_rows_drops_the_rest_and_restarts():
-    d = _Drafter()
-    feed = DrafterFeed(d, width=3, window=16)
-    feed.reset()
-    feed.push(0, *_rows(0, 40))  # a prompt of 40 rows
-    assert feed.flush(limit=20) == 20  # the last 20 rows before the last token's
-    assert d.ctx.cleared == 2 and [r[0] for r in d.rows] == list(range(19, 39)) and feed.pending == 1  # reset, restart
-    assert feed.first == 39 and feed.ready(40)
-    assert feed.flush(limit=5) == 0  # nothing left but the last row
-    feed.reset()
-    feed.push(0, *_rows(0, 10))
-    d.rows.clear()
-    assert feed.flush(limit=20) == 9 and [r[0] for r in d.rows] == list(range(9))  # a short prompt is whole
-
-
-def test_prompt_costs_bound_the_drafters_share_of_a_prefill():
-    costs = PromptCosts(share=0.1, least=16)
-    assert costs.rows(0.5) is None  # nothing measured: the whole prompt, and it is timed
-    costs.observe(8, 0.1)  # too few rows to time rows
-    assert costs.rows(0.5) is None
-    costs.observe(200, 0.2)  # 1 ms a row (a CPU, a 262K-wide head)
-    assert costs.rows(0.5) == 50  # 10% of a 500 ms prefill
-    assert costs.rows(0.05) == 16  # never less than a window
-    gpu = PromptCosts(share=0.1, least=16)
-    gpu.observe(2000, 0.004)  # 2 us a row
-    assert gpu.rows(0.1) == 5000  # more than any prompt: all of it

@@ -35,9 +35,3 @@ target's features for the window of rounds before it: at 8 that was most of the 
 
 BATCH_PROBE_LAST = 64
 """... and at most, after probes that did not pay (each costs about a call of twice the rows)."""
-
-PROMPT_SHARE = 0.1
-"""The most the drafter's catch-up on a prompt may add to its prefill, as a share of the target's own prefill time.
-An EAGLE-3 drafter's graph computes its head for every row it decodes (``docs/architecture.md``): on a GPU a prompt's
-rows cost it a few percent of the target's prefill, on a CPU with a large vocabulary 40% (Gemma 3 270M's 262K ids on
-a 2-core VM, 204 ms a prompt of ~200 tokens), more than its sight of the whole prompt gains back in a short answer."""
