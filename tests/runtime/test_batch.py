@@ -11,6 +11,7 @@ import pytest
 from converters import convert, write_checkpoint
 from local_eagle.errors import LocalEagleError
 from local_eagle.runtime.engine import STOP_LENGTH, STOP_STRING, Engine, EngineOptions, GenerationResult
+from local_eagle.runtime.feed import DrafterFeed
 from local_eagle.runtime.policy.batch import BatchPolicy
 from local_eagle.runtime.policy.draftcost import Window
 from local_eagle.runtime.sampling import SamplingParams
@@ -204,3 +205,45 @@ def test_an_idle_batch_probes_with_drafts(engines):
     assert len(policy.probe_rounds) >= 2
     assert all(sum(drafted) > 0 for drafted in policy.probe_rounds), policy.probe_rounds
     assert policy.drafted_rounds == len(policy.probe_rounds)  # nothing but probes drafted
+
+
+class _AlwaysProbing(BatchPolicy):
+    """A batch that probes every round (drafting never pays, probes are all it drafts)."""
+
+    def choose(self, n: int, k_max: int) -> int:
+        self.probing, self.last_k = True, min(1, k_max)
+        return self.last_k
+
+    def observe(self, *args, **kwargs) -> None:
+        pass
+
+
+def test_a_request_admitted_after_a_probe_does_not_decode_its_prompt_for_the_drafter(engines, monkeypatch):
+    """A prompt's rows are decoded for the drafter at admission only where the batch drafts: after a probe they
+    wait like any other (each costs the drafter a row, while every sequence in flight waits for the call)."""
+    single, parallel = engines
+    prompts = PROMPTS * 2  # 16 requests on 4 sequences: admitted as others finish, right after probe rounds
+    lengths = [6 + 3 * i for i in range(len(prompts))]
+    base = [single.generate(p, max_tokens=n, draft_max=0).tokens for p, n in zip(prompts, lengths, strict=True)]
+    flushed: list[int] = []
+    flush = DrafterFeed.flush
+    monkeypatch.setattr(DrafterFeed, "flush", lambda self: flushed.append(self.pending) or flush(self))
+    at_once(parallel, PROMPTS[:1], max_tokens=2, draft_max=4)  # the batcher exists
+    kept, parallel.batcher.policy = parallel.batcher.policy, _AlwaysProbing()
+    flushed.clear()
+    out: list[GenerationResult | None] = [None] * len(prompts)
+
+    def go(i: int) -> None:
+        out[i] = parallel.generate(prompts[i], max_tokens=lengths[i], draft_max=4)
+
+    try:
+        threads = [threading.Thread(target=go, args=(i,)) for i in range(len(prompts))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+    finally:
+        parallel.batcher.policy = kept
+    assert [r.tokens for r in out] == base
+    assert flushed == []
+    assert sum(r.stats.drafted_tokens for r in out) > 0  # the probes drafted
