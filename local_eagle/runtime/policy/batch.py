@@ -11,7 +11,8 @@ with T the measured cost of a call by rows, a_j the rate at which a draft at dep
 before it were, d_1(r) the drafter's first call on r rows (every sequence's catch-up: while the batch drafts every
 round, the n E_k rows the last round committed, E_k being a sequence's expected tokens a round) and d a later one
 (a row per sequence: the drafter runs each step for the whole batch at once, ``runtime.chain``), h the host's
-share. k = 0 is batched decoding without drafts, so once the costs are known the policy is never slower than it.
+share. k = 0 is batched decoding without drafts, so once the costs are known the policy is never slower than it;
+a k > 0 must promise ``BATCH_MARGIN`` more than it, since the rates leave out what starting to draft costs.
 Both calls are priced by their rows as measured (:func:`line_costs`: a knee stays where it was measured), so a probe's
 catch-up of a window of rows per sequence prices probes, not the rounds of a batch that drafts. While k = 0 wins a
 probe drafts k = 1 every so often, because the costs and the a_j change with the machine's load and the text. Only
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from local_eagle.runtime.policy.defaults import BATCH_DECAY, BATCH_PROBE_FIRST, BATCH_PROBE_LAST
+from local_eagle.runtime.policy.defaults import BATCH_DECAY, BATCH_MARGIN, BATCH_PROBE_FIRST, BATCH_PROBE_LAST
 from local_eagle.runtime.policy.draftcost import Window, at_rows
 
 HOPELESS_PROBE_EVERY = 16 * BATCH_PROBE_LAST
@@ -40,9 +41,10 @@ def expected_tokens(acceptance: np.ndarray, k: int) -> float:
 
 def best_length(
     call: list[float] | np.ndarray, n: int, acceptance: np.ndarray, first: float | Callable[[float], float],
-    step: float, host: float, k_max: int,
+    step: float, host: float, k_max: int, margin: float = 0.0,
 ) -> tuple[int, list[float]]:  # fmt: skip
-    """The k in 0..k_max with the highest rate (tokens a second for the batch), and every k's rate.
+    """The k in 0..k_max with the highest rate (tokens a second for the batch), and every k's rate; 0 unless that
+    rate beats no drafting's by ``margin`` (a share).
 
     ``call[r]`` is the cost of a target call of r rows (index 0 unused), long enough for n(k_max+1) rows;
     ``acceptance[j-1]`` is a_j for j = 1..k_max; ``first``: the drafter's first call by the rows it catches up on
@@ -54,7 +56,8 @@ def best_length(
         tokens = expected_tokens(acceptance, k)
         seconds = call[n * (k + 1)] + host + (catch_up(n * tokens) + (k - 1) * step if k > 0 else 0.0)
         rates.append(n * tokens / max(seconds, 1e-12))
-    return int(np.argmax(rates)), rates
+    k = int(np.argmax(rates))
+    return (k if rates[k] > rates[0] * (1.0 + margin) else 0), rates
 
 
 def line_costs(samples: dict[int, float], max_rows: int) -> list[float] | None:
@@ -97,6 +100,7 @@ class BatchPolicy:
     probing: bool = False
     hopeless: bool = False
     last_rates: list[float] = field(default_factory=list)
+    margin: float = BATCH_MARGIN  # what drafting must promise over no drafting before the batch drafts
 
     def acceptance(self, k_max: int) -> np.ndarray:
         """a_j for j = 1..k_max: kept over tried with a uniform prior; a depth never tried takes the deepest
@@ -124,7 +128,7 @@ class BatchPolicy:
         if costs is not None and len(self.calls.get(n, ())) >= MIN_SAMPLES:
             drafter = self.drafter_costs(n * (k_max + 1))  # one table a round: best_length reads it per k
             k, self.last_rates = best_length(
-                costs, n, self.acceptance(k_max), drafter, drafter(n), self.host.median(0.0), k_max,
+                costs, n, self.acceptance(k_max), drafter, drafter(n), self.host.median(0.0), k_max, self.margin,
             )  # fmt: skip
             if self.probing:  # judged with what the probe measured: one that still loses makes the next rarer
                 self.probe_every = BATCH_PROBE_FIRST if k > 0 else min(BATCH_PROBE_LAST, 2 * self.probe_every)
@@ -145,7 +149,7 @@ class BatchPolicy:
         if len(self.calls.get(2 * n, ())) < MIN_SAMPLES:
             return False
         kept = np.ones(1)
-        k, _ = best_length(costs, n, kept, drafter, drafter(n), self.host.median(0.0), 1)
+        k, _ = best_length(costs, n, kept, drafter, drafter(n), self.host.median(0.0), 1, self.margin)
         return k == 0
 
     def catch_up(self, rows: float) -> float:
