@@ -97,8 +97,9 @@ class LayerCapture:
         self._ub_rows = 0
         self._error: str | None = None
         self.callback: EvalCallback | None = None
+        self._idle = [True]  # not enabled, or paused: the callback declines every node at once
         if mode == "callback":
-            self.callback = make_capture_callback(self._slot_of, self._on_tensor)
+            self.callback = make_capture_callback(self._slot_of, self._on_tensor, self._idle)
 
     @classmethod
     def create(cls, model: Model, layers: list[int], mode: Mode = "auto") -> LayerCapture:
@@ -179,6 +180,7 @@ class LayerCapture:
             self._n_batch = ctx.n_batch
             self._end, self._bounds, self._pending, self._error = 0, [0], set(), None
         self._enabled = on
+        self._idle[0] = not on or self._paused
 
     @property
     def can_pause(self) -> bool:
@@ -204,6 +206,7 @@ class LayerCapture:
         if not paused:
             self._end, self._bounds, self._pending, self._error = 0, [0], set(), None
         self._paused = paused
+        self._idle[0] = paused or not self._enabled
 
     @property
     def paused(self) -> bool:

@@ -3,6 +3,7 @@ an independent numpy forward pass, whatever the batching, and misuse fails clear
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 
 from local_eagle.errors import LocalEagleError
 from local_eagle.gguf import open_gguf, tensor_f32
+from local_eagle.llamacpp.callback import GgmlTensor, make_capture_callback
 from local_eagle.llamacpp.model import Context, ContextOptions, Model
 from local_eagle.runtime.capture import NATIVE_CAPTURE_ARCHS, LayerCapture
 from local_eagle.testing.tiny import TinyGemma3Spec, TinyTargetSpec, write_tiny_gemma3_target
@@ -421,3 +423,23 @@ def test_native_capture_cannot_pause(llama: Model, contexts: list[Context]) -> N
     assert not cap.can_pause
     with pytest.raises(LocalEagleError, match="native layer capture cannot be paused"):
         cap.pause(True)
+
+
+def test_a_paused_callback_declines_every_node_before_reading_its_name(gemma: Model, contexts: list[Context]) -> None:
+    """Paused (or not enabled), the scheduler still asks about every graph node; the callback answers before it
+    reads the node's name, and a wanted node never reaches the capture."""
+    ctypes_buf = ctypes.create_string_buffer(b"l_out-1".ljust(512, b"\0"))
+    asked: list[tuple[int, bool]] = []
+    idle = [True]
+    cb = make_capture_callback({b"l_out-1": 0}, lambda slot, t, ask: asked.append((slot, ask)) or True, idle)
+    node = ctypes.addressof(ctypes_buf) - GgmlTensor.name.offset  # a 'tensor' whose name field is that buffer
+    assert cb(node, True, None) is False and asked == []
+    idle[0] = False
+    assert cb(node, True, None) is True and asked == [(0, True)]
+    cap, ctx = open_capture(gemma, GEMMA_LAYERS, "callback", contexts)
+    assert cap._idle == [False]
+    cap.pause(True)
+    assert cap._idle == [True]
+    cap.pause(False)
+    cap.set_enabled(False)
+    assert cap._idle == [True]
