@@ -175,6 +175,7 @@ class _CallsByRows(BatchPolicy):
             self.calls[4].add(0.04)
         self.probe_rounds: list[list[int]] = []
         self.drafted_rounds = 0
+        self._probe = False  # the last chosen round was a probe
 
     def choose(self, n: int, k_max: int) -> int:
         self._probe = False
