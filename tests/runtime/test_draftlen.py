@@ -19,6 +19,7 @@ from local_eagle.runtime.draftsim import (
     fixed_rate,
     simulate,
 )
+from local_eagle.runtime.policy.defaults import LONE_MARGIN
 from local_eagle.runtime.policy.draftcost import CostModel
 from local_eagle.runtime.policy.draftlen import AcceptanceModel, DraftLengthPolicy, plan
 from local_eagle.runtime.policy.lengths import explain, state_dict
@@ -96,6 +97,17 @@ def test_plan_proportional_verify_drafts_only_near_certain_tokens():
     assert p.rate == p.target_rate
     assert all(math.isinf(e) for e in p.extend)  # an unseen draft (a = 0.5) is never worth a step
     assert 0.65 < p.take[1] < 0.75  # a computed one is worth a row when a > (T(2) - T(1)) / (T(1) + host)
+
+
+def test_plan_starts_no_draft_for_a_gain_under_the_margin():
+    T = np.array([0.0, *(T1 * (1 + 0.7 * (n - 1)) for n in range(1, 10))])  # a 2-row call costs 1.7x one row
+    small, fair = np.full(8, 0.85), np.full(8, 0.9)  # ~3% and ~6% over the target alone
+    p0, p5 = plan(T, 0.1 * T1, 0.0, small, 8), plan(T, 0.1 * T1, 0.0, small, 8, margin=0.05)
+    assert 1.0 < p0.rate / p0.target_rate < 1.05 and p0.extend[0] < 1.0 and p0.take[1] < 1.0
+    assert math.isinf(p5.extend[0]) and math.isinf(p5.take[1])
+    assert p5.rate == p0.rate  # the price trees and probes are judged by is the rule's own
+    p5 = plan(T, 0.1 * T1, 0.0, fair, 8, margin=0.05)
+    assert p5.rate / p5.target_rate > 1.05 and p5.extend[0] < 1.0 and p5.take[1] < 1.0
 
 
 def test_policy_drafts_deep_when_verify_is_flat():
@@ -446,3 +458,17 @@ def test_the_why_line_says_what_the_first_step_catches_up_on_and_what_drafting_t
     assert "after an idle stretch the first step catches up on 16 rows (21.7 ms)" in why
     assert why.endswith("the drafter took 12% of the decode time, its 40 catch-ups 2.0 rows each on average")
     assert "the drafter took" not in explain(policy, [10, 80, 10])
+
+
+def test_the_why_line_says_when_a_gain_was_under_the_margin():
+    pol = DraftLengthPolicy(20e-3, 8)
+    for _ in range(3):
+        pol.costs.add_verify(2, 37e-3)
+    pol.replan()
+    policy = json.loads(json.dumps(state_dict(pol.state())))
+    assert policy["margin"] == LONE_MARGIN
+    policy["expected_tokens_per_second"] = 1.03 * policy["target_tokens_per_second"]
+    why = explain(policy, [97, 3])
+    assert f"(expected gain 1.03x, under the {LONE_MARGIN:.0%} a plan must promise before it drafts)" in why
+    policy["expected_tokens_per_second"] = policy["target_tokens_per_second"]
+    assert "(expected gain 1.00x)" in explain(policy, [97, 3])

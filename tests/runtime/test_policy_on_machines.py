@@ -23,6 +23,7 @@ from local_eagle.runtime import rounds as rounds_module
 from local_eagle.runtime import treeround as treeround_module
 from local_eagle.runtime import verify as verify_module
 from local_eagle.runtime.engine import Engine, EngineOptions
+from local_eagle.runtime.policy.defaults import LONE_MARGIN
 
 PROFILES = Path(__file__).parents[2] / "local_eagle" / "bench" / "profiles"
 #: the 2-core AMD development VM with the Gemma 3 270M pair (runtime.treesim.CPU's figures): a 2-row call 2.1x one row
@@ -144,3 +145,31 @@ def test_where_no_draft_pays_the_default_drafts_nothing(sampling_pair, machine) 
     assert out["default"] >= 0.98, out
     assert out["drafted"] < 0.05
 
+
+
+
+def _linear(name: str, two_rows: float) -> CostProfile:
+    """A CPU whose target calls cost in proportion to their rows past the first, a drafter step a tenth of one row."""
+    verify = {r: 10.0 + (two_rows - 10.0) * (r - 1) for r in (1, 2, 3, 4, 8, 16, 32, 64)}
+    return CostProfile(name, verify, {1: 1.0, 2: 1.9, 4: 3.7, 8: 7.3, 16: 14.5, 32: 28.9, 64: 57.7}, 0.15)
+
+
+def test_where_drafting_promises_less_than_the_margin_the_default_does_not_draft(pair, machine) -> None:
+    """The AMD VM's trap: the plan's rate left out what drafting rounds cost (the default drafted on 0.2-4.6% and ran
+    0.93x of the target alone), so it drafts only where its rate beats the target's by ``LONE_MARGIN``. Here (2 rows
+    cost 1.8x one) the plan promises ~3.5% and no fixed chain of 1-4 gains 2%: the default stays with the target."""
+    profile = _linear("thin-gain", 18.0)
+    _, target, draft = pair
+    out = compare(target, draft, profile, machine(profile), trees=False)
+    assert max(out["fixed"].values()) < 1.02
+    assert 1.0 < out["state"].rate / out["state"].target_rate < 1.0 + LONE_MARGIN
+    assert out["default"] >= 0.98 and out["drafted"] < 0.05, out
+
+
+def test_where_drafting_clears_the_margin_the_default_drafts_as_without_it(pair, machine) -> None:
+    """The margin costs nothing where drafting pays more than it: 2 rows at 1.75x one, deep drafts of a drafter that is
+    nearly always right gain ~10%, and the default drafts them."""
+    profile = _linear("fair-gain", 17.5)
+    _, target, draft = pair
+    out = compare(target, draft, profile, machine(profile), trees=False)
+    assert out["default"] >= 1.07 and out["drafted"] > 4.0, out

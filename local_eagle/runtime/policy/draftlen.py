@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from local_eagle.runtime.policy.defaults import IDLE_CONTEXT
+from local_eagle.runtime.policy.defaults import IDLE_CONTEXT, LONE_MARGIN
 from local_eagle.runtime.policy.draftcost import CostModel
 
 _EPS = 1e-3
@@ -117,6 +117,7 @@ class Plan:
     extend: np.ndarray
     expected_tokens: float
     expected_seconds: float
+    margin: float = 0.0  # what the rule had to beat the target's rate by before it drafts
 
 
 def _root(x: np.ndarray, f: np.ndarray) -> float:
@@ -156,7 +157,7 @@ def _solve(lam: float, T: np.ndarray, t_d: float, k: int, first: float, x: np.nd
 
 def plan(T: np.ndarray, t_d: float, host: float, acc: np.ndarray, k: int, *, primed: bool = False,
          first: float | None = None, rate: float | None = None, grid: int = 51,
-         iterations: int = 4) -> Plan:  # fmt: skip
+         iterations: int = 4, margin: float = 0.0) -> Plan:  # fmt: skip
     """The rule that maximises the long-run rate E[tokens] / E[seconds] over rounds.
 
     The first step of a round costs ``first`` (default ``t_d``; nothing when ``primed``): an engine that
@@ -166,6 +167,10 @@ def plan(T: np.ndarray, t_d: float, host: float, acc: np.ndarray, k: int, *, pri
     optimum instead keeps drafting while the expected marginal tokens beat ``rate`` times the marginal
     seconds, where ``rate`` is that optimum itself, found by Dinkelbach's iteration (a few solves from the
     last plan's rate). ``acc`` holds acceptance chances of an unseen next draft, equally likely.
+
+    A rule whose rate beats the target's own by less than ``margin`` starts no draft (``extend[0]`` and ``take[1]``
+    are infinite) but keeps its rate, the price trees and probes are judged by: the rate leaves out costs that such a
+    small gain does not cover.
     """
     x = np.linspace(0.0, 1.0, grid)
     pos = np.outer(x, np.clip(acc, 0.0, 1.0)) * (grid - 1)  # where x * a falls on the grid, for every x and a
@@ -181,7 +186,9 @@ def plan(T: np.ndarray, t_d: float, host: float, acc: np.ndarray, k: int, *, pri
             break
         lam = new
         take, extend, g, c = _solve(lam, T, t_d, k, first, x, at)
-    return Plan(lam, 1.0 / t0, take, extend, 1.0 + g, t0 + c)
+    if lam * t0 < 1.0 + margin:
+        extend[0] = take[1] = math.inf
+    return Plan(lam, 1.0 / t0, take, extend, 1.0 + g, t0 + c, margin)
 
 
 @dataclass(frozen=True)
@@ -206,6 +213,7 @@ class PolicyState:
     steady_rows: float = 1.0  # the catch-up rows ``first_step`` is priced at: the plan's tokens per round
     probe_rows: int = 0  # the rows a probe's catch-up decodes after an idle stretch
     probe_first_step: float = 0.0  # what that catch-up costs
+    margin: float = 0.0  # what the plan's rate must beat the target's by before it drafts (0 while costs are priors)
 
 
 def quantiles(values: np.ndarray, q: np.ndarray) -> np.ndarray:
@@ -241,6 +249,8 @@ class DraftLengthPolicy:
     A policy that has drafted nothing but failed probes for ``refresh_idle`` rounds replans that often instead of
     every ``refresh_every``: a failed probe is one observation, not a return to drafting, and a replan costs about
     a 1-row call of the target on a fast GPU (~1 ms of Python).
+    Outside probes it drafts only where the plan beats the target alone by ``margin`` (:func:`plan`), once three
+    2-row verifies are measured: before, the cost model's prior is pessimistic and its thin plans are exploration.
     ``fixed`` drafts ``k_max`` every round (benchmarks).
     """
 
@@ -266,6 +276,7 @@ class DraftLengthPolicy:
         probe_idle_max: int = 2048,
         refresh_idle: int = 64,
         probe_rows: int = IDLE_CONTEXT,
+        margin: float = LONE_MARGIN,
     ) -> None:
         if k_max < 0:
             raise ValueError(f"k_max must be >= 0, got {k_max}")
@@ -284,6 +295,7 @@ class DraftLengthPolicy:
         self.refresh_idle = refresh_idle
         self._hopeless = False
         self.probe_rows = probe_rows
+        self.margin = margin
         self.idle_rounds = 0
         self.quiet_rounds = 0  # rounds since one drafted other than a probe: the replan cadence's
         self.rounds = 0
@@ -309,9 +321,11 @@ class DraftLengthPolicy:
         # drafted nothing (an idle policy's replans: one solve, not a second after the last 1-row time's rate)
         last = getattr(self, "_plan", None)
         costs = self.costs
+        margin = self.margin if costs.samples(2) >= 3 else 0.0  # the prior's thin plans explore: it is pessimistic
         for _ in range(3):
             self._plan = plan(T, costs.draft_step, costs.host, acc, k, primed=self.primed, first=costs.first_step,
-                              rate=last.rate if last and last.expected_tokens > 1.0 else None)  # fmt: skip
+                              rate=last.rate if last and last.expected_tokens > 1.0 else None,
+                              margin=margin)  # fmt: skip
             rows = max(1.0, round(self._plan.expected_tokens, 1))
             if self.primed or abs(rows - costs.steady_rows) < 0.25:
                 break
@@ -520,4 +534,5 @@ class DraftLengthPolicy:
             steady_rows=self.costs.steady_rows,
             probe_rows=self.probe_rows,
             probe_first_step=0.0 if self.primed else self.costs.catch_up(self.probe_rows),
+            margin=p.margin,
         )

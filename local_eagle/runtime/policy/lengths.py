@@ -116,18 +116,21 @@ def explain(policy: dict, draft_lengths: list[int], measured: dict | None = None
         costs += (f"; after an idle stretch the first step catches up on {policy['probe_rows']} rows "
                   f"({policy['probe_first_step_ms']:.1f} ms)")  # fmt: skip
     gain = policy["expected_tokens_per_second"] / policy["target_tokens_per_second"]
+    expected = f"expected gain {gain:.2f}x"
+    if 1.0 < gain < 1.0 + policy.get("margin", 0.0):
+        expected += f", under the {policy['margin']:.0%} a plan must promise before it drafts"
     spent = _spent(measured)
     if drafting < 0.1 and policy.get("hopeless"):
         return (
             f"drafted in {drafting:.0%} of rounds: on this machine {costs}, so even a draft the target always keeps "
-            f"costs more than the token it may gain, and only near-certain drafts would pay (expected gain "
-            f"{gain:.2f}x); probes, every {policy['probe_interval']} rounds by now (each failed one doubles the "
+            f"costs more than the token it may gain, and only near-certain drafts would pay ({expected}); probes, "
+            f"every {policy['probe_interval']} rounds by now (each failed one doubles the "
             f"interval), re-check the costs{spent}"
         )
     if drafting < 0.1:
         return (
             f"drafted in {drafting:.0%} of rounds: on this machine {costs}, so only near-certain drafts would pay, "
-            f"and too few of this drafter's were (expected gain {gain:.2f}x); probes every "
+            f"and too few of this drafter's were ({expected}); probes every "
             f"{policy['probe_interval']} rounds check whether the text has become easier to predict{spent}"
         )
     return (
@@ -165,4 +168,5 @@ def state_dict(state: PolicyState) -> dict:
         "catch_up_rows": round(float(state.steady_rows), 2),
         "probe_rows": int(state.probe_rows),
         "probe_first_step_ms": round(1000 * state.probe_first_step, 3),
+        "margin": round(float(state.margin), 3),
     }
