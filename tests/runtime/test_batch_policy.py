@@ -167,3 +167,38 @@ def test_on_an_intel_amx_cpu_the_batch_is_never_slower_than_no_drafting(n: int, 
     assert min(runs) >= 0.95 * plain, (plain, runs)
     if alpha < 1.0:  # no fixed k pays: the batch drafts nothing but its probes
         assert max(_amx_batch(k, n, 48, alpha) for k in range(1, 4)) < plain
+
+
+def test_the_next_depth_past_the_largest_measured_call_is_priced_with_half_its_extra_cost():
+    policy = BatchPolicy()
+    for rows, ms in ((4, 6.0), (8, 9.0)):
+        for _ in range(2):
+            policy.observe(rows, ms / 1e3, [0] * 4, [0] * 4)
+    line = policy.costs(16)  # the line through 4 and 8 rows: 0.75 ms a row beyond
+    explore = policy.costs(16, 4)
+    assert explore[:9] == line[:9]  # what was measured stays
+    assert explore[12] == pytest.approx(9e-3 + 0.5 * 3e-3)  # the next depth (4 rows more): half its extra cost
+    assert explore[16] == pytest.approx(line[16] - 0.5 * 3e-3)  # beyond it: no cheaper than the line's slope
+    assert BatchPolicy().costs(16, 4) is None
+    one_draft_unmeasured = BatchPolicy()
+    for _ in range(2):
+        one_draft_unmeasured.observe(4, 6e-3, [0] * 4, [0] * 4)
+    assert one_draft_unmeasured.costs(16, 4) == one_draft_unmeasured.costs(16)  # a probe measures 2n rows first
+
+
+def test_a_batch_smaller_than_the_calls_measured_prices_them_as_measured():
+    policy = BatchPolicy()
+    for rows in (4, 8, 16):
+        for _ in range(2):
+            policy.observe(rows, rows / 1e3, [0] * 4, [0] * 4)
+    assert policy.costs(6, 3) == policy.costs(6)  # 3 sequences left, k = 1: nothing past the largest call
+
+
+def test_a_round_whose_costs_are_unknown_is_no_probe():
+    """``probing`` steers the round's feature window and admissions (``runtime.batch``): a round after a probe whose
+    batch size was never measured drafts nothing and must not read as a probe."""
+    policy = BatchPolicy(probe_every=1, since_draft=1)
+    for _ in range(2):
+        policy.observe(4, 4e-3, [0] * 4, [0] * 4)
+    assert policy.choose(4, 4) == 1 and policy.probing
+    assert policy.choose(3, 4) == 0 and not policy.probing
