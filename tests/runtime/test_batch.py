@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +11,7 @@ import pytest
 
 from converters import convert, write_checkpoint
 from local_eagle.errors import LocalEagleError
+from local_eagle.runtime.batch import Batcher
 from local_eagle.runtime.engine import STOP_LENGTH, STOP_STRING, Engine, EngineOptions, GenerationResult
 from local_eagle.runtime.feed import DrafterFeed
 from local_eagle.runtime.policy.batch import BatchPolicy
@@ -77,8 +79,10 @@ def test_each_sequence_is_the_target_alone(engines, kw):
         assert sum(r.stats.accepted_tokens for r in results) > 100  # the drafts were verified in shared calls
 
 
-def test_the_batch_policy_reports_itself(engines):
+def test_the_batch_policy_reports_itself(engines, monkeypatch):
     _, parallel = engines
+    at_once(parallel, PROMPTS[:1], max_tokens=2, draft_max=4)  # the batcher exists
+    gather(monkeypatch, 4)
     results = at_once(parallel, PROMPTS[:4], max_tokens=24, draft_max=4)
     policy = results[0].stats.to_dict()["policy"]
     assert policy["kind"] == "batch" and policy["call_ms"]
@@ -189,7 +193,7 @@ class _CallsByRows(BatchPolicy):
             self.probe_rounds.append(list(drafted))
 
 
-def test_an_idle_batch_probes_with_drafts(engines):
+def test_an_idle_batch_probes_with_drafts(engines, monkeypatch):
     """A probe drafts one token a sequence from the window of rows recorded for it in the rounds before. It took
     the window of a drafting batch (16 rows) instead of that of the rows recorded (4): no feed was ready, so no
     probe ever drafted, and the batch kept estimating acceptance from its prior alone."""
@@ -198,6 +202,7 @@ def test_an_idle_batch_probes_with_drafts(engines):
     base = [single.generate(p, max_tokens=40, draft_max=0).tokens for p in PROMPTS[:4]]
     policy, kept = _CallsByRows(), parallel.batcher.policy
     parallel.batcher.policy = policy
+    gather(monkeypatch, 4)
     try:
         results = at_once(parallel, PROMPTS[:4], max_tokens=40, draft_max=4)
     finally:
@@ -206,6 +211,22 @@ def test_an_idle_batch_probes_with_drafts(engines):
     assert len(policy.probe_rounds) >= 2
     assert all(sum(drafted) > 0 for drafted in policy.probe_rounds), policy.probe_rounds
     assert policy.drafted_rounds == len(policy.probe_rounds)  # nothing but probes drafted
+
+
+def gather(monkeypatch: pytest.MonkeyPatch, n: int) -> None:
+    """The batcher runs no round until ``n`` requests have come: a tiny model's 40 tokens take ~40 ms, so threads
+    that start late could find the first requests done, and the batch would never hold them all."""
+    turn, gathered = Batcher._turn, []
+
+    def gathered_turn(self: Batcher) -> None:
+        if gathered:
+            return turn(self)
+        deadline = time.monotonic() + 30
+        while len(self.active) + len(self.waiting) < n and time.monotonic() < deadline:
+            time.sleep(0.001)
+        gathered.append(True)  # no round this time: the loop admits those waiting, then turns
+
+    monkeypatch.setattr(Batcher, "_turn", gathered_turn)
 
 
 class _AlwaysProbing(BatchPolicy):
@@ -231,6 +252,7 @@ def test_a_request_admitted_after_a_probe_does_not_decode_its_prompt_for_the_dra
     monkeypatch.setattr(DrafterFeed, "flush", lambda self: flushed.append(self.pending) or flush(self))
     at_once(parallel, PROMPTS[:1], max_tokens=2, draft_max=4)  # the batcher exists
     kept, parallel.batcher.policy = parallel.batcher.policy, _AlwaysProbing()
+    gather(monkeypatch, 4)
     flushed.clear()
     out: list[GenerationResult | None] = [None] * len(prompts)
 
