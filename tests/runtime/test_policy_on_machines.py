@@ -10,6 +10,7 @@ The drafter is the tiny cycle pair's (right nearly always, ``pair``) or a blurre
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -177,8 +178,9 @@ def test_where_drafting_clears_the_margin_the_default_drafts_as_without_it(pair,
 
 
 def batch_rate(engine: Engine, m: Machine, prompts: list[str], **options) -> tuple[float, list]:
-    """Tokens per simulated second of ``prompts`` submitted together to a parallel engine (they queue for its
-    sequences: the batch's rounds, its prefills, admissions and probes all charged), and each answer's result."""
+    """Tokens per simulated second of ``prompts`` submitted in order to a parallel engine, every one queued before its
+    first round (they wait for its sequences: the batch's rounds, its prefills, admissions and probes all charged),
+    and each answer's result. Held so, the rounds and the admissions are the same whatever the threads' timing."""
     out: list = [None] * len(prompts)
 
     def go(i: int) -> None:
@@ -187,10 +189,30 @@ def batch_rate(engine: Engine, m: Machine, prompts: list[str], **options) -> tup
         except BaseException as e:  # noqa: BLE001 - raised in the test's thread
             out[i] = e
 
+    def arrived() -> int:
+        batcher = engine.batcher
+        return 0 if batcher is None else len(batcher.active) + len(batcher.waiting)
+
+    turn, held = batch_module.Batcher._turn, [True]
+
+    def hold(self: batch_module.Batcher) -> None:
+        if held[0]:
+            time.sleep(1e-3)
+            return None
+        return turn(self)
+
+    batch_module.Batcher._turn = hold
     start = m.now
     threads = [threading.Thread(target=go, args=(i,)) for i in range(len(prompts))]
-    for t in threads:
-        t.start()
+    try:
+        for i, t in enumerate(threads):
+            t.start()
+            deadline = time.monotonic() + 30
+            while arrived() <= i and time.monotonic() < deadline:
+                time.sleep(1e-4)
+    finally:
+        held[0] = False
+        batch_module.Batcher._turn = turn
     for t in threads:
         t.join(timeout=300)
     for r in out:
@@ -228,11 +250,11 @@ def test_at_4_requests_where_no_draft_pays_the_batch_keeps_up_with_no_drafting(s
 def test_at_4_requests_on_a_gpu_the_batch_drafts_as_deep_as_it_pays(pair, machine) -> None:
     """On the H100's costs a call of 8 to 16 rows costs about what 8 do (9.1 and 9.8 ms), so a batch whose drafts are
     nearly always kept should draft deep. Its line through the small calls it measured priced deeper calls higher
-    than they are, and a depth never drafted is never measured: the default stayed at one draft a sequence (1.29x of
-    no drafting where a chain of 3 made 1.52x) until the batch's tail happened to measure larger calls. The next
-    depth's extra cost is now discounted until it is measured (``BatchPolicy.optimism``)."""
+    than they are, and a depth never drafted is never measured: the default stayed at one draft a sequence until the
+    batch's tail happened to measure larger calls (1.45x of no drafting where a chain of 3 makes 1.57x). The next
+    depth's extra cost is now discounted until it is measured (``BatchPolicy.optimism``): 1.79x."""
     profile = load_profile("h100-8b-q4")
     _, target, draft = pair
     out = compare_batch(target, draft, profile, machine(profile))
     assert max(out["fixed"].values()) > 1.3
-    assert out["default"] >= 0.9 * max(out["fixed"].values()), out
+    assert out["default"] >= 0.98 * max(out["fixed"].values()), out
