@@ -222,10 +222,10 @@ def batch_rate(engine: Engine, m: Machine, prompts: list[str], **options) -> tup
 
 
 def compare_batch(target: Path, draft: Path, profile: CostProfile, m: Machine, n: int = 4) -> dict:
-    """No drafting, fixed chains of 1-3 and the default on a parallel engine of ``n`` sequences, 12 requests a pass:
+    """No drafting, fixed chains of 1-3 and the default on a parallel engine of ``n`` sequences, 3n requests a pass:
     the batch policy (``runtime.policy.batch``) decides, on the costs it measures on the simulated machine."""
-    opts = EngineOptions(n_ctx=256, n_batch=128, n_threads=1, adaptive=True, parallel=n)
-    prompts = PROMPTS * 2
+    opts = EngineOptions(n_ctx=256, n_batch=max(128, 4 * n), n_threads=1, adaptive=True, parallel=n)
+    prompts = (PROMPTS * n)[: 3 * n]
     with Engine(target, draft, opts) as engine:
         m.attach(engine)
         plain, base = batch_rate(engine, m, prompts, draft_max=0)
@@ -237,24 +237,27 @@ def compare_batch(target: Path, draft: Path, profile: CostProfile, m: Machine, n
     return {"fixed": fixed, "default": default / plain}
 
 
+@pytest.mark.parametrize("n", [4, 16])
 @pytest.mark.parametrize("name", ["amd", "intel-amx-2core-gemma3-270m", "h100-8b-q4"])
-def test_at_4_requests_where_no_draft_pays_the_batch_keeps_up_with_no_drafting(sampling_pair, machine, name) -> None:
-    """Issue 44's bar at 4 requests (the AMX CPU ran the default at 0.92x of no drafting): a drafter that does not pay
-    costs the batch only its probes."""
+def test_where_no_draft_pays_the_batch_keeps_up_with_no_drafting(sampling_pair, machine, name: str, n: int) -> None:
+    """Issue 44's bar at 4 and 16 requests (the AMX CPU ran the default at 0.92x of no drafting at 4): a drafter that
+    does not pay costs the batch only its probes."""
     profile = AMD if name == "amd" else load_profile(name)
-    out = compare_batch(*sampling_pair, profile, machine(profile))
+    out = compare_batch(*sampling_pair, profile, machine(profile), n)
     assert max(out["fixed"].values()) < 1.0
     assert out["default"] >= 0.95, out
 
 
-def test_at_4_requests_on_a_gpu_the_batch_drafts_as_deep_as_it_pays(pair, machine) -> None:
+@pytest.mark.parametrize("n", [4, 16])
+def test_on_a_gpu_the_batch_drafts_as_deep_as_it_pays(pair, machine, n: int) -> None:
     """On the H100's costs a call of 8 to 16 rows costs about what 8 do (9.1 and 9.8 ms), so a batch whose drafts are
     nearly always kept should draft deep. Its line through the small calls it measured priced deeper calls higher
     than they are, and a depth never drafted is never measured: the default stayed at one draft a sequence until the
     batch's tail happened to measure larger calls (1.45x of no drafting where a chain of 3 makes 1.57x). The next
-    depth's extra cost is now discounted until it is measured (``BatchPolicy.optimism``): 1.79x."""
+    depth's extra cost is now discounted until it is measured (``BatchPolicy.optimism``): 1.79x. At 16 requests a
+    call's rows fill sooner (chains of 1-3 make 1.03-1.09x); the default makes 1.12x."""
     profile = load_profile("h100-8b-q4")
     _, target, draft = pair
-    out = compare_batch(target, draft, profile, machine(profile))
-    assert max(out["fixed"].values()) > 1.3
+    out = compare_batch(target, draft, profile, machine(profile), n)
+    assert max(out["fixed"].values()) > 1.05
     assert out["default"] >= 0.98 * max(out["fixed"].values()), out
