@@ -140,9 +140,13 @@ def test_on_gpus_the_default_matches_the_best_chain(pair, machine, name: str) ->
     assert out["default"] >= 0.95 * max(out["fixed"].values()), out
 
 
-def test_where_no_draft_pays_the_default_drafts_nothing(sampling_pair, machine) -> None:
-    """The AMD development VM: a 2-row call costs 2.1x one row, so a drafter right part of the time loses."""
-    out = compare(*sampling_pair, AMD, machine(AMD), trees=False)
+@pytest.mark.parametrize("name", ["amd", "intel-amx-2core-gemma3-270m", "h100-8b-q4", "rtx4090-8b-q4"])
+def test_where_no_draft_pays_the_default_drafts_nothing(sampling_pair, machine, name: str) -> None:
+    """The AMD development VM: a 2-row call costs 2.1x one row, so a drafter right part of the time loses; on the
+    other machines' costs this drafter loses too (chains of 1 make 0.79-0.92x), and the default's probes cost its
+    llama.cpp calls under 2% (issue 45's bar: >= 0.98x of the target alone with nothing accepted; trees allowed)."""
+    profile = AMD if name == "amd" else load_profile(name)
+    out = compare(*sampling_pair, profile, machine(profile), trees=name != "amd")
     assert max(out["fixed"].values()) < 1.0
     assert out["default"] >= 0.98, out
     assert out["drafted"] < 0.05
