@@ -347,13 +347,20 @@ class RunnerEngine:
     def embed(self, request: dict[str, Any], cancelled: Callable[[], bool] | None = None) -> dict[str, Any]:
         """``llamacpp.embed.answer`` in the runner: ``{"embeddings", "tokens", "pooling"}``, or ``{"error"}`` for
         input it cannot take (``serve.embed_api`` makes that a 400). The runner's ticks keep the watchdog off while
-        it works; once ``cancelled()`` (the client left) it is told to stop, and this raises RemoteFailure."""
-        p = self.ensure()
-        rid, answers = p.call({"op": "embed", "request": request})
-        try:
-            msg = _Call(self, p, rid, answers, cancelled).next()
-        finally:
-            p.done(rid)
+        it works; once ``cancelled()`` (the client left) it is told to stop, and this raises RemoteFailure. An
+        embedding changes nothing in the runner: one that dies under it is asked once more of a new one, as
+        :meth:`_ask` does (a runner killed the instant before looks alive until the kernel has ended it)."""
+        for attempt in (1, 2):
+            p = self.ensure()
+            rid, answers = p.call({"op": "embed", "request": request})
+            try:
+                msg = _Call(self, p, rid, answers, cancelled).next()
+                break
+            except RunnerError:
+                if attempt == 2 or self.closed or p.killed_for is not None or cancelled is not None and cancelled():
+                    raise
+            finally:
+                p.done(rid)
         if "failed" in msg:
             raise RemoteFailure(msg["failed"])
         return {k: v for k, v in msg.items() if k != "id"}

@@ -250,3 +250,32 @@ def test_a_request_sent_the_instant_a_runner_dies_is_answered_by_a_new_one(pair,
         thread.join(timeout=30)
         server.close()
     assert _wait_gone(pids) == [], "a runner outlived the server"
+
+
+def test_an_embedding_whose_runner_dies_before_the_kernel_says_so_is_answered_by_a_new_one(pair, monkeypatch) -> None:
+    """Under load a runner killed the instant before a request still polls alive (the kernel has not ended it yet),
+    so the request is sent to it and its death comes back: an embedding, which changes nothing in the runner, is
+    asked once more of a new one (the full suite on a loaded 2-core VM failed on this once). Here the reaping is a
+    second slower and a runner looks alive until its death is read, which opens that window every time."""
+    from local_eagle.serve import runners
+
+    real = runners._Process._ended
+
+    def slow_reaping(self: runners._Process) -> None:
+        time.sleep(1.0)
+        real(self)
+
+    monkeypatch.setattr(runners._Process, "_ended", slow_reaping)
+    monkeypatch.setattr(runners._Process, "alive", lambda self: self.failure is None)
+    _, target, draft = pair
+    engine = RunnerEngine("cyc", target, draft, EngineOptions(n_ctx=256, n_threads=1))
+    try:
+        expected = engine.embed({"texts": ["hello", "world"]})
+        for _ in range(2):
+            old = engine.pid
+            os.kill(old, signal.SIGKILL)
+            time.sleep(0.2)  # dead, its death not read by a request yet
+            assert engine.embed({"texts": ["hello", "world"]})["embeddings"] == expected["embeddings"]
+            assert engine.pid != old
+    finally:
+        engine.close()
