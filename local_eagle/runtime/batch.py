@@ -121,11 +121,11 @@ class Batcher:
         gen.pausable = False  # the batch decides when to record features, for every seat at once
         if engine.drafter is not None and engine.capture is not None:
             gen.feed = DrafterFeed(engine.drafter, engine.capture.width, gen.window, seq=gen.seq)
-        # the drafter decodes a prompt at once only where drafting starts at once; else its last rows wait (feed),
+        # the drafter decodes a prompt at once only where the batch drafts steadily; else its last rows wait (feed),
         # and where the batch has not drafted lately (and recording can pause) the prompt is not recorded at all:
         # a window of later rows is, before the next probe. A probe is not drafting: a prompt decoded for one cost
         # the drafter a row per token (184 ms for 150 on a CPU) while every sequence in flight waited
-        drafting = not gen.adaptive or self.policy.last_k > 0 and not self.policy.probing
+        drafting = not gen.adaptive or self.policy.steady
         gen.lengths = FixedLengths() if gen.speculative and drafting else None
         capture = engine.capture
         gen.prefill_features = drafting or capture is None or not capture.can_pause

@@ -11,7 +11,7 @@ from local_eagle.runtime.policy.batch import (
     expected_tokens,
     line_costs,
 )
-from local_eagle.runtime.policy.defaults import BATCH_MARGIN
+from local_eagle.runtime.policy.defaults import BATCH_MARGIN, BATCH_STEADY
 from local_eagle.runtime.policy.defaults import BATCH_PROBE_FIRST as PROBE_FIRST
 from local_eagle.runtime.policy.defaults import BATCH_PROBE_LAST as PROBE_LAST
 
@@ -202,3 +202,19 @@ def test_a_round_whose_costs_are_unknown_is_no_probe():
         policy.observe(4, 4e-3, [0] * 4, [0] * 4)
     assert policy.choose(4, 4) == 1 and policy.probing
     assert policy.choose(3, 4) == 0 and not policy.probing
+
+
+def test_the_batch_is_steady_after_drafting_rounds_in_a_row_not_after_a_probe():
+    policy = BatchPolicy(since_draft=1)
+    for _ in range(2):
+        policy.observe(4, 4e-3, [0] * 4, [0] * 4)
+        policy.observe(8, 4.1e-3, [1] * 4, [1] * 4)  # a flat call: one draft a sequence pays
+    for _ in range(BATCH_STEADY - 1):
+        assert policy.choose(4, 1) == 1 and not policy.steady
+    assert policy.choose(4, 1) == 1 and policy.steady
+    probing = BatchPolicy(probe_every=1, since_draft=1)
+    for _ in range(2):
+        probing.observe(4, 4e-3, [0] * 4, [0] * 4)
+    for _ in range(BATCH_STEADY + 1):
+        probing.since_draft = 10**6  # a probe is due every round
+        assert probing.choose(4, 1) == 1 and probing.probing and not probing.steady

@@ -43,6 +43,11 @@ target's features for the window of rounds before it: at 8 that was most of the 
 BATCH_PROBE_LAST = 64
 """... and at most, after probes that did not pay (each costs about a call of twice the rows)."""
 
+BATCH_STEADY = 4
+"""Rounds in a row a parallel batch must have drafted before a newcomer's prompt is decoded for the drafter at
+admission (``BatchPolicy.steady``); until then its rows wait like an idle sequence's and it drafts once a window of
+them is recorded."""
+
 BATCH_MARGIN = 0.1
 """How much more a parallel batch's drafting must promise than batched decoding (tokens a second) before it drafts.
 Its rates leave out what starting to draft costs (the window of rows it records first and the drafter's catch-up on
