@@ -305,20 +305,26 @@ class RunnerEngine:
             self.process = self._start()
             return self.process
 
-    def _ask(self, message: dict[str, Any]) -> dict[str, Any]:
-        """A call that changes nothing in the runner (a tokenization, a vocabulary read): if the runner dies under
-        it, it is asked once more of a new one, so that a request that came the instant a runner died is answered."""
+    def _once_more(self, call: Callable[[_Process], dict[str, Any]],
+                   cancelled: Callable[[], bool] | None = None) -> dict[str, Any]:  # fmt: skip
+        """``call`` on the live runner, for a call that changes nothing in it: if the runner dies under it, it is
+        asked once more of a new one, so that a request that came the instant a runner died (it still looked
+        alive) is answered; not where the runner was killed by its own watchdog or a cancel, or the model closed."""
         for attempt in (1, 2):
             p = self.ensure()
             try:
-                msg = self._ask_once(p, message)
+                msg = call(p)
                 break
             except RunnerError:
-                if attempt == 2 or self.closed or p.killed_for is not None:  # not killed by its own watchdog again
+                if attempt == 2 or self.closed or p.killed_for is not None or cancelled is not None and cancelled():
                     raise
         if "failed" in msg:
             raise RemoteFailure(msg["failed"])
         return msg
+
+    def _ask(self, message: dict[str, Any]) -> dict[str, Any]:
+        """A tokenization, a vocabulary read: asked once more of a new runner if this one dies under it."""
+        return self._once_more(lambda p: self._ask_once(p, message))
 
     def _ask_once(self, p: _Process, message: dict[str, Any]) -> dict[str, Any]:
         rid, answers = p.call(message)
@@ -349,20 +355,16 @@ class RunnerEngine:
         input it cannot take (``serve.embed_api`` makes that a 400). The runner's ticks keep the watchdog off while
         it works; once ``cancelled()`` (the client left) it is told to stop, and this raises RemoteFailure. An
         embedding changes nothing in the runner: one that dies under it is asked once more of a new one, as
-        :meth:`_ask` does (a runner killed the instant before looks alive until the kernel has ended it)."""
-        for attempt in (1, 2):
-            p = self.ensure()
+        :meth:`_ask` is (a runner killed the instant before looks alive until the kernel has ended it)."""
+
+        def once(p: _Process) -> dict[str, Any]:
             rid, answers = p.call({"op": "embed", "request": request})
             try:
-                msg = _Call(self, p, rid, answers, cancelled).next()
-                break
-            except RunnerError:
-                if attempt == 2 or self.closed or p.killed_for is not None or cancelled is not None and cancelled():
-                    raise
+                return _Call(self, p, rid, answers, cancelled).next()
             finally:
                 p.done(rid)
-        if "failed" in msg:
-            raise RemoteFailure(msg["failed"])
+
+        msg = self._once_more(once, cancelled)
         return {k: v for k, v in msg.items() if k != "id"}
 
     def stream(self, prompt: np.ndarray, cancelled: Callable[[], bool] | None = None, seen: _Process | None = None,

@@ -130,8 +130,10 @@ class BatchPolicy:
         top = max(known, default=0)
         if T is None or n <= 0 or self.optimism <= 0.0 or top < 2 * n or top >= max_rows:
             return T
-        depth = T[min(top + n, max_rows)] - T[top]
-        return [t - self.optimism * (min(t - T[top], depth) if r > top else 0.0) for r, t in enumerate(T)]
+        t = np.asarray(T)
+        depth = t[min(top + n, max_rows)] - t[top]
+        past = np.arange(len(t)) > top
+        return (t - self.optimism * np.where(past, np.minimum(t - t[top], depth), 0.0)).tolist()
 
     def choose(self, n: int, k_max: int) -> int:
         """The round's draft length for ``n`` sequences, at most ``k_max``."""
