@@ -11,7 +11,7 @@ from local_eagle.runtime.policy.batch import (
     expected_tokens,
     line_costs,
 )
-from local_eagle.runtime.policy.defaults import BATCH_MARGIN, BATCH_STEADY
+from local_eagle.runtime.policy.defaults import BATCH_MARGIN, BATCH_REPLAN, BATCH_STEADY
 from local_eagle.runtime.policy.defaults import BATCH_PROBE_FIRST as PROBE_FIRST
 from local_eagle.runtime.policy.defaults import BATCH_PROBE_LAST as PROBE_LAST
 
@@ -218,3 +218,29 @@ def test_the_batch_is_steady_after_drafting_rounds_in_a_row_not_after_a_probe():
     for _ in range(BATCH_STEADY + 1):
         probing.since_draft = 10**6  # a probe is due every round
         assert probing.choose(4, 1) == 1 and probing.probing and not probing.steady
+
+
+def test_the_batch_solves_again_only_when_its_inputs_changed_or_every_replan_rounds(monkeypatch):
+    """A solve is 0.5 ms of Python beside llama.cpp's threads on a 2-core CPU (1.5% of a 4-request round there): an
+    idle batch keeps its answer for ``replan`` rounds, and solves at once where the batch's size changed, a call
+    size was newly measured or a probe is to be judged."""
+    policy = BatchPolicy()
+    solves: list[int] = []
+    solve = policy._solve
+    monkeypatch.setattr(policy, "_solve", lambda *a: solves.append(policy.rounds) or solve(*a))
+    cpu = lambda rows: 0.01 * rows  # noqa: E731  every row costs the same: drafting never pays
+    ks = _rounds(policy, 4, 200, cpu, accept=0.6)
+    probes = [i + 1 for i, k in enumerate(ks) if k > 0]
+    assert probes and all(r + 1 in solves for r in probes)  # each probe judged in the round after it
+    late = [r for r in solves if r > 20]
+    assert len(late) <= (200 - 20) // BATCH_REPLAN + len(probes) + 1
+    assert all(b - a <= BATCH_REPLAN for a, b in zip(solves, solves[1:], strict=False))
+    for _ in range(2):
+        policy.observe(3, cpu(3), [0] * 3, [0] * 3)
+    before = len(solves)
+    assert policy.choose(3, 6) == 0 and len(solves) == before + 1  # a request ended: 3 sequences now
+    assert policy.choose(3, 6) == 0 and len(solves) == before + 1
+    for _ in range(2):  # a call size measured for the first time
+        policy.observe(12, cpu(12), [3] * 3, [0] * 3)
+    policy.choose(3, 6)
+    assert len(solves) == before + 2

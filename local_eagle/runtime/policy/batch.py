@@ -32,6 +32,7 @@ from local_eagle.runtime.policy.defaults import (
     BATCH_MARGIN,
     BATCH_PROBE_FIRST,
     BATCH_PROBE_LAST,
+    BATCH_REPLAN,
     BATCH_STEADY,
 )
 from local_eagle.runtime.policy.draftcost import Window, at_rows
@@ -109,6 +110,9 @@ class BatchPolicy:
     last_rates: list[float] = field(default_factory=list)
     margin: float = BATCH_MARGIN  # what drafting must promise over no drafting before the batch drafts
     optimism: float = 0.5  # the share of the next depth's extra cost discounted until it is measured (``costs``)
+    replan: int = BATCH_REPLAN  # rounds a solved length is kept while nothing it rests on changed (``choose``)
+    _plans: dict[tuple[int, int], tuple[int, int, int]] = field(default_factory=dict, repr=False)
+    # (n, k_max) -> (call sizes measured, round, k) of the last solve for that batch
 
     def acceptance(self, k_max: int) -> np.ndarray:
         """a_j for j = 1..k_max: kept over tried with a uniform prior; a depth never tried takes the deepest
@@ -136,27 +140,26 @@ class BatchPolicy:
         return (t - self.optimism * np.where(past, np.minimum(t - t[top], depth), 0.0)).tolist()
 
     def choose(self, n: int, k_max: int) -> int:
-        """The round's draft length for ``n`` sequences, at most ``k_max``."""
+        """The round's draft length for ``n`` sequences, at most ``k_max``.
+
+        A solve (``_solve``) is kept for ``replan`` rounds, one for each batch size and bound (requests end and
+        others take their seats: 4, 3, 4 sequences), unless a call size was newly measured (exploring the next
+        depth waits for no cadence) or a probe is to be judged. A solve is 0.14 ms of Python on a quiet core and
+        0.5 ms beside llama.cpp's threads on a 2-core CPU, where a 4-request round is 33 ms; on a GPU a target call
+        is a few ms. What it reads changes slowly (medians of 16 calls, acceptance decaying by ``BATCH_DECAY``).
+        """
         k_max = min(k_max, self.k_cap)
         measured = [r for r, w in self.calls.items() if len(w) >= MIN_SAMPLES]
         if measured:  # one doubling of the rows past the largest call measured at a time: the line fitted through
             # small calls underestimates large ones where the kernels change (a CPU: 4 rows 32 ms, 36 rows 166 ms)
             k_max = min(k_max, max(0, 2 * max(measured) // max(n, 1) - 1))
         self.rounds += 1
-        k, probed, self.probing = 0, self.probing, False  # a round whose costs are unknown is no probe
-        costs = self.costs(n * (k_max + 1), n) if k_max > 0 else None
-        if costs is not None and len(self.calls.get(n, ())) >= MIN_SAMPLES:
-            drafter = self.drafter_costs(n * (k_max + 1))  # one table a round: best_length reads it per k
-            k, self.last_rates = best_length(
-                costs, n, self.acceptance(k_max), drafter, drafter(n), self.host.median(0.0), k_max, self.margin,
-            )  # fmt: skip
-            if probed:  # judged with what the probe measured: one that still loses makes the next rarer
-                self.probe_every = BATCH_PROBE_FIRST if k > 0 else min(BATCH_PROBE_LAST, 2 * self.probe_every)
-            # where even drafts that were always kept would not pay for their rows (measured), probes cannot win:
-            # they only re-measure, rarely (a CPU whose calls cost in proportion to their rows)
-            self.hopeless = k == 0 and self._cannot_pay(costs, n, drafter)
-            if self.hopeless:
-                self.probe_every = HOPELESS_PROBE_EVERY
+        probed, self.probing = self.probing, False  # a round whose costs are unknown is no probe
+        plan = self._plans.get((n, k_max))
+        if plan is None or probed or plan[0] != len(measured) or self.rounds - plan[1] >= self.replan:
+            k = self._solve(n, k_max, probed, len(measured))
+        else:
+            k = plan[2]
             self.probing = k == 0 and self.rounds_until_probe() <= 0
             if self.probing:
                 k = 1
@@ -164,6 +167,29 @@ class BatchPolicy:
         self.drafting_rounds = self.drafting_rounds + 1 if k > 0 and not self.probing else 0
         self.last_k = k
         return k
+
+    def _solve(self, n: int, k_max: int, probed: bool, measured: int) -> int:
+        """``choose``'s length from the costs and acceptance as they stand (a probe's k = 1 where one is due); kept
+        as the plan only once the costs are known."""
+        k = 0
+        costs = self.costs(n * (k_max + 1), n) if k_max > 0 else None
+        if costs is None or len(self.calls.get(n, ())) < MIN_SAMPLES:
+            self._plans.pop((n, k_max), None)
+            return k
+        drafter = self.drafter_costs(n * (k_max + 1))  # one table a round: best_length reads it per k
+        k, self.last_rates = best_length(
+            costs, n, self.acceptance(k_max), drafter, drafter(n), self.host.median(0.0), k_max, self.margin,
+        )  # fmt: skip
+        if probed:  # judged with what the probe measured: one that still loses makes the next rarer
+            self.probe_every = BATCH_PROBE_FIRST if k > 0 else min(BATCH_PROBE_LAST, 2 * self.probe_every)
+        # where even drafts that were always kept would not pay for their rows (measured), probes cannot win:
+        # they only re-measure, rarely (a CPU whose calls cost in proportion to their rows)
+        self.hopeless = k == 0 and self._cannot_pay(costs, n, drafter)
+        if self.hopeless:
+            self.probe_every = HOPELESS_PROBE_EVERY
+        self._plans[n, k_max] = (measured, self.rounds, k)
+        self.probing = k == 0 and self.rounds_until_probe() <= 0
+        return 1 if self.probing else k
 
     @property
     def steady(self) -> bool:
