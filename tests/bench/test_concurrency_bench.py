@@ -137,3 +137,38 @@ def test_run_at_keeps_c_requests_in_flight():
     assert [r.prompt for r in results] == prompts
     assert results[0].kw["draft_max"] == 4 and results[0].kw["adaptive"] is False and results[0].kw["max_tokens"] == 7
     assert all(s > 0 for s in seconds) and wall >= max(seconds)
+
+
+def test_the_reference_engine_computes_only_on_threads_that_end(pair, monkeypatch):
+    """libgomp stops spinning once more threads keep OpenMP teams than there are cores: the reference engine's
+    team in the main thread beside the batch thread's made every call of the passes slower (a 4-request round
+    48 ms against 33 on a 2-core CPU). Its generations and identity checks run on threads that end."""
+    from local_eagle.bench import concurrency
+    from local_eagle.runtime.engine import Engine
+
+    seen: list[threading.Thread] = []
+    generate, check = Engine.generate, concurrency.check_identity_batched
+
+    def generate_seen(self, *a, **k):
+        if self.parallel == 1:
+            seen.append(threading.current_thread())
+        return generate(self, *a, **k)
+
+    def check_seen(single, *a, **k):
+        seen.append(threading.current_thread())
+        return check(single, *a, **k)
+
+    monkeypatch.setattr(Engine, "generate", generate_seen)
+    monkeypatch.setattr(concurrency, "check_identity_batched", check_seen)
+    r = _bench(pair, "-n", "8", "--concurrency", "2", "--json")
+    assert r.exit_code == 0, r.output
+    assert len(seen) >= 3 * len(PROMPTS)  # the reference, and a check of each output of the two settings
+    assert threading.main_thread() not in seen and not any(t.is_alive() for t in seen)
+
+
+def test_on_own_thread_returns_and_raises_in_the_caller():
+    from local_eagle.bench.concurrency import on_own_thread
+
+    assert on_own_thread(lambda: threading.current_thread().name) == "bench-reference"
+    with pytest.raises(LocalEagleError, match="boom"):
+        on_own_thread(lambda: (_ for _ in ()).throw(LocalEagleError("boom")))
