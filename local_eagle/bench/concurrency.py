@@ -132,7 +132,7 @@ def on_own_thread(work: Callable[[], _T]) -> _T:
     computes keeps a team of workers until it ends; once the process holds more such threads than cores, libgomp
     stops spinning between parallel regions and every call pays for waking its workers. The reference engine's
     team in the main thread beside the batch's made the Gemma pair's 4-request round 48 ms instead of 33 on a
-    2-core Intel CPU, and its calls by rows cost as none does in one process per model (``serve``)."""
+    2-core Intel CPU, and the batch policy priced calls at costs a server (one engine a process) never sees."""
     out: list[_T] = []
     failed: list[BaseException] = []
 
