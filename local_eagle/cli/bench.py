@@ -202,7 +202,10 @@ def bench(
         if refused:
             raise LocalEagleError(f"{', '.join(refused)}: not with --concurrency (parallel sequences draft chains)")
     if arranged is not None:
-        arrangement = _arrange(model, draft, texts, max_tokens, arranged, LoadOptions(ctx, gpu_layers, threads))
+        from local_eagle.bench.concurrency import on_own_thread  # the main thread keeps no OpenMP team for it
+
+        load = LoadOptions(ctx, gpu_layers, threads)
+        arrangement = on_own_thread(lambda: _arrange(model, draft, texts, max_tokens, arranged, load))
         draft = arrangement.drafter
     else:
         arrangement = None

@@ -35,6 +35,7 @@ from local_eagle.runtime.engine import Engine, EngineOptions
 from local_eagle.runtime.identity import DIVERGENT, check_identity_batched
 from local_eagle.runtime.sampling import GREEDY
 from local_eagle.runtime.tree import TreeShape
+from local_eagle.testing.threads import assert_one_team_at_a_time, decoding_threads
 
 N = 24  # tokens a prompt
 OPTS = EngineOptions(n_ctx=512, n_threads=1)
@@ -238,7 +239,7 @@ def test_a_bad_table_is_refused_in_one_line(tmp_path, raw, says) -> None:
     assert says in str(e.value) and "\n" not in str(e.value) and str(path) in str(e.value)
 
 
-def test_bench_arranged_says_so_and_checks_identity(cycle) -> None:
+def test_bench_arranged_says_so_and_checks_identity(cycle, monkeypatch) -> None:
     runner = CliRunner()
     args = ["bench", "-m", cycle["target"], "-d", cycle["drafter"], "--prompts", cycle["prompts_file"], "-n", "16",
             "--threads", "1", "--arranged", "demo", "--json"]  # fmt: skip
@@ -248,8 +249,10 @@ def test_bench_arranged_says_so_and_checks_identity(cycle) -> None:
     assert all(row["arranged"]["label"] == LABEL and row["arranged"]["unknown"] == 0 for row in rows)
     fixed = next(row for row in rows if not row["adaptive"])
     assert fixed["acceptance_length"] > 1.3 and fixed["divergent"] == 0
+    seen = decoding_threads(monkeypatch)
     r = runner.invoke(app, [*args, "--concurrency", "1,2", "--draft-max", "2", "--fixed"])
     assert r.exit_code == 0, r.output
+    assert_one_team_at_a_time(seen)  # the texts were arranged on a thread that ended, not the main thread
     report = json.loads(r.output)
     assert report["arranged"]["label"] == LABEL and report["arranged"]["placed"] > 0
     assert all(row["divergent"] == 0 for row in report["rows"])

@@ -14,6 +14,7 @@ from local_eagle.bench.concurrency import cost_rows, parse_concurrency, run_at
 from local_eagle.bench.run import DraftSetting
 from local_eagle.cli.app import app
 from local_eagle.errors import LocalEagleError
+from local_eagle.testing.threads import assert_one_team_at_a_time, decoding_threads
 
 runner = CliRunner()
 PROMPTS = ["hello", "ABC xyz", "PAB", "a", "xyz, 日本"]
@@ -142,28 +143,12 @@ def test_run_at_keeps_c_requests_in_flight():
 def test_the_reference_engine_computes_only_on_threads_that_end(pair, monkeypatch):
     """libgomp stops spinning once more threads keep OpenMP teams than there are cores: the reference engine's
     team in the main thread beside the batch thread's made every call of the passes slower (a 4-request round
-    48 ms against 33 on a 2-core CPU). Its generations and identity checks run on threads that end."""
-    from local_eagle.bench import concurrency
-    from local_eagle.runtime.engine import Engine
-
-    seen: list[threading.Thread] = []
-    generate, check = Engine.generate, concurrency.check_identity_batched
-
-    def generate_seen(self, *a, **k):
-        if self.parallel == 1:
-            seen.append(threading.current_thread())
-        return generate(self, *a, **k)
-
-    def check_seen(single, *a, **k):
-        seen.append(threading.current_thread())
-        return check(single, *a, **k)
-
-    monkeypatch.setattr(Engine, "generate", generate_seen)
-    monkeypatch.setattr(concurrency, "check_identity_batched", check_seen)
+    48 ms against 33 on a 2-core CPU)."""
+    seen = decoding_threads(monkeypatch)
     r = _bench(pair, "-n", "8", "--concurrency", "2", "--json")
     assert r.exit_code == 0, r.output
-    assert len(seen) >= 3 * len(PROMPTS)  # the reference, and a check of each output of the two settings
-    assert threading.main_thread() not in seen and not any(t.is_alive() for t in seen)
+    assert any(t.name == "bench-reference" for t in seen)  # the target alone's outputs
+    assert_one_team_at_a_time(seen)
 
 
 def test_on_own_thread_returns_and_raises_in_the_caller():
