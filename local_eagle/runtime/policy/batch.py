@@ -156,26 +156,25 @@ class BatchPolicy:
         self.rounds += 1
         probed, self.probing = self.probing, False  # a round whose costs are unknown is no probe
         plan = self._plans.get((n, k_max))
-        if plan is None or probed or plan[0] != len(measured) or self.rounds - plan[1] >= self.replan:
-            k = self._solve(n, k_max, probed, len(measured))
-        else:
-            k = plan[2]
-            self.probing = k == 0 and self.rounds_until_probe() <= 0
-            if self.probing:
-                k = 1
+        fresh = plan is None or probed or plan[0] != len(measured) or self.rounds - plan[1] >= self.replan
+        k = self._solve(n, k_max, probed, len(measured)) if fresh else plan[2]
+        if k is None:  # costs unknown: no draft, and no probe
+            k = 0
+        elif k == 0:
+            self.probing = self.rounds_until_probe() <= 0
+            k = 1 if self.probing else 0
         self.since_draft = 0 if k > 0 else self.since_draft + 1
         self.drafting_rounds = self.drafting_rounds + 1 if k > 0 and not self.probing else 0
         self.last_k = k
         return k
 
-    def _solve(self, n: int, k_max: int, probed: bool, measured: int) -> int:
-        """``choose``'s length from the costs and acceptance as they stand (a probe's k = 1 where one is due); kept
-        as the plan only once the costs are known."""
-        k = 0
+    def _solve(self, n: int, k_max: int, probed: bool, measured: int) -> int | None:
+        """``choose``'s length from the costs and acceptance as they stand, kept as the plan; None while the costs
+        are unknown."""
         costs = self.costs(n * (k_max + 1), n) if k_max > 0 else None
         if costs is None or len(self.calls.get(n, ())) < MIN_SAMPLES:
             self._plans.pop((n, k_max), None)
-            return k
+            return None
         drafter = self.drafter_costs(n * (k_max + 1))  # one table a round: best_length reads it per k
         k, self.last_rates = best_length(
             costs, n, self.acceptance(k_max), drafter, drafter(n), self.host.median(0.0), k_max, self.margin,
@@ -188,8 +187,7 @@ class BatchPolicy:
         if self.hopeless:
             self.probe_every = HOPELESS_PROBE_EVERY
         self._plans[n, k_max] = (measured, self.rounds, k)
-        self.probing = k == 0 and self.rounds_until_probe() <= 0
-        return 1 if self.probing else k
+        return k
 
     @property
     def steady(self) -> bool:
